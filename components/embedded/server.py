@@ -1,0 +1,94 @@
+"""Run llama.cpp's OpenAI-compatible server for an embedded GGUF model on 127.0.0.1.
+
+The ``openai`` backend then talks to it over HTTP, exactly as it talks to vLLM in production.
+
+    with LlamaServer(ensure_gguf("qwen2.5-coder-0.5b-instruct"), alias="qwen") as server:
+        print(server.base_url)      # http://127.0.0.1:<free port>/v1
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not answer in time; the message carries the tail of its log."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    def __init__(self, model_path: str | Path, alias: str | None = None, n_ctx: int = 4096, threads: int = 2,
+                 startup_timeout_s: float = 180.0):
+        self.model_path = Path(model_path)
+        self.alias = alias or self.model_path.stem
+        self.n_ctx, self.threads, self.startup_timeout_s = n_ctx, threads, startup_timeout_s
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _log_tail(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.flush()
+        return Path(self._log.name).read_text(errors="replace")[-2000:]
+
+    def start(self) -> "LlamaServer":
+        self.port = free_port()
+        self._log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
+        cmd = [
+            sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias", self.alias,
+            "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+            "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
+        ]
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerStartError(f"llama.cpp server exited with {self.proc.returncode}:\n{self._log_tail()}")
+            try:
+                if httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise ServerStartError(f"llama.cpp server did not answer within {self.startup_timeout_s}s:\n{self._log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        self.proc = None
+        if self._log is not None:
+            self._log.close()
+            Path(self._log.name).unlink(missing_ok=True)
+            self._log = None
+
+    def __enter__(self) -> "LlamaServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,186 @@
+"""Read and write records as JSONL or Parquet with schema validation and crash-safe writes.
+
+A bad record raises ``RecordError`` naming the file, the 1-based line (or Parquet row) and the field:
+
+    components.io.RecordError: data/questions.jsonl:17: field 'answers': List should have at least 1 item
+
+Whole-file writes go to a temporary file in the same folder and are renamed over the target, so a crash
+leaves the previous file intact. ``JsonlAppender`` appends one record at a time and flushes each line, for
+resumable stages: a crash loses at most the line being written, and ``read_jsonl(..., skip_torn_tail=True)``
+ignores a torn last line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RecordError(ValueError):
+    """A record that does not parse or validate, located by file, line and field."""
+
+    def __init__(self, path: str | Path, line: int, field: str | None, message: str):
+        self.path, self.line, self.field = str(path), line, field
+        where = f"{path}:{line}"
+        super().__init__(f"{where}: field {field!r}: {message}" if field else f"{where}: {message}")
+
+
+def _first_error(exc: ValidationError) -> tuple[str | None, str]:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or None
+    return field, err["msg"]
+
+
+def validate_record(model: type[M], data: object, path: str | Path, line: int) -> M:
+    if not isinstance(data, dict):
+        raise RecordError(path, line, None, f"expected a JSON object, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        field, msg = _first_error(exc)
+        raise RecordError(path, line, field, msg) from None
+
+
+def iter_jsonl(path: str | Path, model: type[M], *, skip_torn_tail: bool = False) -> Iterator[M]:
+    """Yield validated records. ``skip_torn_tail`` tolerates an unterminated, unparseable last line."""
+    path = Path(path)
+    with path.open("r", encoding="utf-8") as fh:
+        lines = fh.readlines()
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if skip_torn_tail and number == len(lines) and not text.endswith("\n"):
+                return
+            raise RecordError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        yield validate_record(model, data, path, number)
+
+
+def read_jsonl(path: str | Path, model: type[M], *, skip_torn_tail: bool = False) -> list[M]:
+    return list(iter_jsonl(path, model, skip_torn_tail=skip_torn_tail))
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, mode: str = "w"):
+    """Open a temporary file beside ``path``; on clean exit fsync and rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _dump(record: BaseModel | dict) -> str:
+    data = record.model_dump(mode="json") if isinstance(record, BaseModel) else record
+    return json.dumps(data, ensure_ascii=False, sort_keys=False)
+
+
+def write_jsonl(path: str | Path, records: Iterable[BaseModel | dict]) -> int:
+    count = 0
+    with atomic_path(path) as fh:
+        for record in records:
+            fh.write(_dump(record) + "\n")
+            count += 1
+    return count
+
+
+def write_json(path: str | Path, data: object) -> None:
+    with atomic_path(path) as fh:
+        json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+        fh.write("\n")
+
+
+def read_json(path: str | Path) -> object:
+    with Path(path).open("r", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+class JsonlAppender:
+    """Append records to a JSONL file, one flushed line each (for resumable stages)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._repair_torn_tail()
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def _repair_torn_tail(self) -> None:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        data = self.path.read_bytes()
+        if not data.endswith(b"\n"):
+            # a crash mid-line: drop the fragment so the next record starts on its own line
+            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+    def append(self, record: BaseModel | dict) -> None:
+        self._fh.write(_dump(record) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "JsonlAppender":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_JSON_COLUMNS_KEY = b"rubricflow.json_columns"
+
+
+def write_parquet(path: str | Path, records: Iterable[BaseModel | dict]) -> int:
+    """Write records as a Parquet table; nested values (lists, dicts) are stored as JSON strings and
+    the names of those columns are kept in the table metadata so ``read_parquet`` can undo it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, json_columns = [], set()
+    for record in records:
+        data = record.model_dump(mode="json") if isinstance(record, BaseModel) else dict(record)
+        row = {}
+        for key, value in data.items():
+            if isinstance(value, (dict, list)):
+                json_columns.add(key)
+                value = json.dumps(value, ensure_ascii=False)
+            row[key] = value
+        rows.append(row)
+    table = pa.Table.from_pylist(rows)
+    table = table.replace_schema_metadata({_JSON_COLUMNS_KEY: ",".join(sorted(json_columns)).encode()})
+    with atomic_path(path, "wb") as fh:
+        pq.write_table(table, fh)
+    return len(rows)
+
+
+def read_parquet(path: str | Path, model: type[M]) -> list[M]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    meta = (table.schema.metadata or {}).get(_JSON_COLUMNS_KEY, b"").decode()
+    json_columns = {c for c in meta.split(",") if c}
+    out = []
+    for row_number, row in enumerate(table.to_pylist(), start=1):
+        for key in json_columns & row.keys():
+            if isinstance(row[key], str):
+                row[key] = json.loads(row[key])
+        out.append(validate_record(model, row, path, row_number))
+    return out

@@ -1,0 +1,42 @@
+"""``scripted`` backend: replays prepared answers. For unit tests only; never a default in params.yaml.
+
+    model = ScriptedChatModel(["first reply", TransientLLMError("boom"), "second reply"])
+    model = ScriptedChatModel(lambda messages, sampling: "computed reply")
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from components.llm.base import BACKENDS, ChatModel, Completion, LLMError, Message, Sampling
+
+Reply = str | LLMError
+Responder = Callable[[list[Message], Sampling], Reply]
+
+
+@BACKENDS.register("scripted")
+class ScriptedChatModel(ChatModel):
+    def __init__(self, replies: Sequence[Reply] | Responder, name: str = "scripted"):
+        self.name = name
+        self._responder = replies if callable(replies) else None
+        self._queue = [] if callable(replies) else list(replies)
+        self.requests: list[tuple[list[Message], Sampling]] = []
+
+    def _next(self, messages: list[Message], sampling: Sampling) -> Reply:
+        if self._responder is not None:
+            return self._responder(messages, sampling)
+        if not self._queue:
+            raise AssertionError("scripted backend ran out of replies")
+        return self._queue.pop(0)
+
+    async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
+        self.requests.append((messages, sampling))
+        texts = []
+        for _ in range(sampling.n):
+            reply = self._next(messages, sampling)
+            if isinstance(reply, LLMError):
+                raise reply
+            texts.append(reply)
+        prompt = sum(len(m.content.split()) for m in messages)
+        return Completion(texts=texts, model=self.name, prompt_tokens=prompt,
+                          completion_tokens=sum(len(t.split()) for t in texts), finish_reasons=["stop"] * len(texts))

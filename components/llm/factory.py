@@ -1,0 +1,130 @@
+"""Build the role-bound models of a run from ``params.llm``.
+
+One backend instance per backend name (so roles bound to the same server share its connection pool and
+concurrency limit), one middleware wrapper per role (so accounting is per role). Embedded backends start
+llama.cpp's server on first use and stop it on ``close()``.
+
+    with LLMPool(params) as pool:
+        judge = pool.role("answer_judge")              # ReliableChatModel
+        council = pool.roles("council_judges")         # list, one per bound backend
+        print(pool.accounting.metrics())
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from components.llm import backends  # noqa: F401  (registers the backends)
+from components.llm.base import BACKENDS, ChatModel, PermanentLLMError
+from components.llm.middleware import Accounting, ReliableChatModel, ResponseCache
+from components.params import BackendParams, Params
+
+
+class LLMPool:
+    def __init__(self, params: Params, *, accounting: Accounting | None = None,
+                 overrides: dict[str, ChatModel] | None = None, cache_path: str | Path | None = None):
+        self.params = params
+        self.accounting = accounting or Accounting()
+        self._overrides = dict(overrides or {})
+        self._backends: dict[str, ChatModel] = {}
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._servers: list = []
+        mw = params.llm.middleware
+        path = cache_path or Path(params.run.cache_dir) / "llm_responses.sqlite"
+        self.cache = ResponseCache(path) if mw.cache else None
+
+    # -- backends -------------------------------------------------------------------------------------
+    def backend(self, name: str) -> ChatModel:
+        if name in self._overrides:
+            return self._overrides[name]
+        if name not in self._backends:
+            if name not in self.params.llm.backends:
+                raise KeyError(f"unknown backend {name!r}; known: {sorted(self.params.llm.backends)}")
+            self._backends[name] = self._build(name, self.params.llm.backends[name])
+        return self._backends[name]
+
+    def _build(self, name: str, cfg: BackendParams) -> ChatModel:
+        if cfg.type == "scripted":
+            raise PermanentLLMError(
+                f"backend {name!r}: 'scripted' is for unit tests only; inject it with LLMPool(overrides=...)"
+            )
+        cls = BACKENDS.get(cfg.type)
+        cache_dir = self.params.run.cache_dir
+        sha = None
+        if cfg.embedded:
+            from components.embedded.models import EMBEDDED_MODELS, ensure_gguf
+            sha = EMBEDDED_MODELS[cfg.embedded].sha256
+        if cfg.type == "openai":
+            base_url, json_format = cfg.base_url, cfg.options.get("json_format", "json_schema")
+            if cfg.embedded and not base_url:
+                from components.embedded.server import LlamaServer
+                server = LlamaServer(ensure_gguf(cfg.embedded, cache_dir), alias=cfg.model or cfg.embedded,
+                                     n_ctx=cfg.n_ctx, threads=cfg.threads).start()
+                self._servers.append(server)
+                base_url, json_format = server.base_url, "json_object"
+            model = cls(model=cfg.model or cfg.embedded, base_url=base_url, api_key_env=cfg.api_key_env,
+                        supports_n=cfg.supports_n, json_format=json_format)
+        elif cfg.type == "gemini":
+            model = cls(model=cfg.model, api_key_env=cfg.api_key_env)
+        elif cfg.type == "hf":
+            if cfg.embedded:
+                from components.embedded.models import load_hf_policy
+                hf_model, tok = load_hf_policy(cfg.embedded, cache_dir)
+                model = cls(hf_model, tok, name=cfg.model or cfg.embedded)
+            else:
+                model = cls.from_pretrained(cfg.model, gguf_file=cfg.options.get("gguf_file"))
+        elif cfg.type == "llamacpp":
+            path = ensure_gguf(cfg.embedded, cache_dir) if cfg.embedded else cfg.options["model_path"]
+            model = cls(model_path=str(path), n_ctx=cfg.n_ctx, threads=cfg.threads, name=cfg.model or None)
+        else:
+            model = cls(model=cfg.model, **cfg.options)
+        if sha:
+            model.identity = f"{model.name}@{sha[:16]}"
+        return model
+
+    # -- roles ------------------------------------------------------------------------------------------
+    def _bound(self, role: str) -> list[str]:
+        if role not in self.params.llm.roles:
+            raise KeyError(f"role {role!r} is not bound in params.llm.roles; known: {sorted(self.params.llm.roles)}")
+        bound = self.params.llm.roles[role]
+        return [bound] if isinstance(bound, str) else list(bound)
+
+    def _wrap(self, role: str, backend_name: str) -> ReliableChatModel:
+        cfg = self.params.llm.backends.get(backend_name)
+        mw = self.params.llm.middleware
+        sem = self._semaphores.get(backend_name)
+        return ReliableChatModel(
+            self.backend(backend_name), role=role, settings=mw, cache=self.cache, accounting=self.accounting,
+            price_prompt_per_1k=cfg.price_prompt_per_1k if cfg else 0.0,
+            price_completion_per_1k=cfg.price_completion_per_1k if cfg else 0.0, semaphore=sem,
+        )
+
+    def role(self, role: str) -> ReliableChatModel:
+        names = self._bound(role)
+        if len(names) != 1:
+            raise KeyError(f"role {role!r} binds {len(names)} backends; use roles({role!r})")
+        return self._wrap(role, names[0])
+
+    def roles(self, role: str) -> list[ReliableChatModel]:
+        names = self._bound(role)
+        return [self._wrap(f"{role}[{i}]", name) for i, name in enumerate(names)]
+
+    def close(self) -> None:
+        for model in self._backends.values():
+            try:
+                asyncio.run(model.aclose())
+            except RuntimeError:
+                pass
+        for server in self._servers:
+            server.stop()
+        self._servers.clear()
+        self._backends.clear()
+        if self.cache is not None:
+            self.cache.close()
+
+    def __enter__(self) -> "LLMPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,214 @@
+"""Reliability middleware wrapped around every backend.
+
+``ReliableChatModel(inner, role=..., settings=...)`` adds, per call:
+- bounded concurrency (an asyncio semaphore per wrapped backend),
+- a per-attempt timeout,
+- retries with exponential backoff plus jitter on transient errors only (tenacity),
+- a persistent response cache (sqlite, key = sha256 of model + messages + sampling incl. seed), used
+  only for deterministic calls (temperature 0 or seeded),
+- accounting per role: calls, failures by type, retries, cache hits, tokens, cost, latency.
+A call that still fails comes back as a ``ChatFailure`` and is counted; nothing is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
+
+from components.llm.base import (
+    ChatFailure, ChatModel, ChatOutcome, ChatResult, Completion, LLMError, Message, Sampling, TransientLLMError,
+)
+from components.params import MiddlewareParams
+
+
+class ResponseCache:
+    """sqlite-backed map from request hash to a successful completion."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT, created REAL)")
+
+    @staticmethod
+    def key(model_identity: str, messages: list[Message], sampling: Sampling) -> str:
+        payload = {
+            "model": model_identity,
+            "messages": [m.model_dump() for m in messages],
+            "sampling": sampling.model_dump(mode="json"),
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def get(self, key: str) -> Completion | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        return Completion.model_validate_json(row[0]) if row else None
+
+    def put(self, key: str, completion: Completion) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?)", (key, completion.model_dump_json(), time.time())
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+@dataclass
+class RoleStats:
+    calls: int = 0
+    successes: int = 0
+    failures: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    latency_s: float = 0.0
+    failures_by_type: Counter = field(default_factory=Counter)
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failures / self.calls if self.calls else 0.0
+
+    def as_metrics(self, prefix: str) -> dict[str, float]:
+        out = {f"{prefix}.{k}": float(getattr(self, k)) for k in (
+            "calls", "successes", "failures", "retries", "cache_hits", "prompt_tokens", "completion_tokens",
+            "cost", "latency_s")}
+        out[f"{prefix}.failure_rate"] = self.failure_rate
+        return out
+
+
+class Accounting:
+    """Per-role statistics shared by all wrapped models of a run."""
+
+    def __init__(self) -> None:
+        self.roles: dict[str, RoleStats] = {}
+
+    def for_role(self, role: str) -> RoleStats:
+        return self.roles.setdefault(role, RoleStats())
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for role, stats in sorted(self.roles.items()):
+            out.update(stats.as_metrics(f"llm.{role}"))
+        return out
+
+
+class ReliableChatModel(ChatModel):
+    def __init__(
+        self,
+        inner: ChatModel,
+        *,
+        role: str,
+        settings: MiddlewareParams | None = None,
+        cache: ResponseCache | None = None,
+        accounting: Accounting | None = None,
+        price_prompt_per_1k: float = 0.0,
+        price_completion_per_1k: float = 0.0,
+        semaphore: asyncio.Semaphore | None = None,
+    ):
+        self.inner = inner
+        self.role = role
+        self.name = inner.name
+        self.settings = settings or MiddlewareParams()
+        self.cache = cache if self.settings.cache else None
+        self.accounting = accounting or Accounting()
+        self.stats = self.accounting.for_role(role)
+        self.prices = (price_prompt_per_1k, price_completion_per_1k)
+        self._semaphores: dict[int, asyncio.Semaphore] = {}
+        self._shared_semaphore = semaphore
+        self._sleep = asyncio.sleep  # tests may replace it to observe backoff delays
+
+    def cache_identity(self) -> str:
+        return self.inner.cache_identity()
+
+    def _sem(self) -> asyncio.Semaphore:
+        if self._shared_semaphore is not None:
+            return self._shared_semaphore
+        # one semaphore per event loop: a semaphore cannot be shared across asyncio.run() calls
+        loop_id = id(asyncio.get_running_loop())
+        if loop_id not in self._semaphores:
+            self._semaphores = {loop_id: asyncio.Semaphore(self.settings.max_concurrency)}
+        return self._semaphores[loop_id]
+
+    async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
+        async with self._sem():
+            try:
+                return await asyncio.wait_for(self.inner._complete(messages, sampling), self.settings.timeout_s)
+            except asyncio.TimeoutError:
+                raise TransientLLMError(f"timed out after {self.settings.timeout_s}s") from None
+
+    async def chat(self, messages: list[Message], sampling: Sampling | None = None) -> ChatOutcome:
+        sampling = sampling or Sampling()
+        messages = list(messages)
+        self.stats.calls += 1
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+
+        key = None
+        if self.cache is not None and sampling.deterministic:
+            key = ResponseCache.key(self.cache_identity(), messages, sampling)
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.stats.successes += 1
+                self.stats.cache_hits += 1
+                return ChatResult(**hit.model_dump(), latency_s=loop.time() - start, cached=True)
+
+        s = self.settings
+        attempts = 0
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(s.max_attempts),
+            wait=wait_exponential(multiplier=s.backoff_initial_s, max=s.backoff_max_s) + wait_random(0, s.backoff_jitter_s),
+            retry=retry_if_exception_type(TransientLLMError),
+            sleep=lambda seconds: self._sleep(seconds),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    completion = await self._complete(messages, sampling)
+        except LLMError as exc:
+            return self._failed(exc, attempts, loop.time() - start)
+        except Exception as exc:  # a backend bug must not take the run down; it is reported as a failure
+            return self._failed(exc, attempts, loop.time() - start)
+
+        self.stats.retries += attempts - 1
+        self.stats.successes += 1
+        self.stats.prompt_tokens += completion.prompt_tokens
+        self.stats.completion_tokens += completion.completion_tokens
+        self.stats.cost += (completion.prompt_tokens * self.prices[0] + completion.completion_tokens * self.prices[1]) / 1000
+        latency = loop.time() - start
+        self.stats.latency_s += latency
+        if key is not None:
+            self.cache.put(key, completion)
+        return ChatResult(**completion.model_dump(), latency_s=latency, attempts=attempts)
+
+    def _failed(self, exc: Exception, attempts: int, latency: float) -> ChatFailure:
+        self.stats.retries += max(attempts - 1, 0)
+        self.stats.failures += 1
+        self.stats.failures_by_type[type(exc).__name__] += 1
+        self.stats.latency_s += latency
+        return ChatFailure(
+            error_type=type(exc).__name__, message=str(exc), status_code=getattr(exc, "status_code", None),
+            transient=isinstance(exc, TransientLLMError), attempts=max(attempts, 1), latency_s=latency,
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

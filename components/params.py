@@ -1,0 +1,285 @@
+"""Typed ``params.yaml``: one pydantic model per section, profiles, and errors that name the key.
+
+``params.yaml`` holds the embedded profile's values at the top level; ``profiles.<name>`` holds
+overrides that are deep-merged on top when ``profile: <name>`` is selected (the ``paper`` profile carries
+the papers' hyperparameters). Unknown keys and bad values raise ``ParamsError`` with file, line and
+dotted key:
+
+    params.yaml:42: collect.mmr_lambda: Input should be less than or equal to 1 (got 1.5)
+
+    from components.params import load_params
+    params = load_params("params.yaml")            # profile from the file
+    params = load_params("params.yaml", "paper")   # or forced
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunParams(Section):
+    out_dir: str = Field(default="outputs", description="Root folder of stage outputs.")
+    mlflow_tracking_uri: str = Field(default="sqlite:///mlflow.db", description="MLflow tracking store (SQLite).")
+    mlflow_artifact_root: str = Field(default="mlruns", description="Folder of MLflow artifacts.")
+    experiment: str = Field(default="rubricflow", description="MLflow experiment name.")
+    cache_dir: str = Field(default=".cache", description="Local caches: assembled models, LLM responses.")
+
+
+class DataParams(Section):
+    source: Literal["world", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"] = Field(
+        default="world", description="Question source for train/dev/test."
+    )
+    benchmarks_dir: str = Field(default="../shared/data/benchmarks", description="Folder of benchmark subsets.")
+    n_train: int = Field(default=40, ge=0, description="Training questions.")
+    n_dev: int = Field(default=20, ge=0, description="Development questions.")
+    n_test: int = Field(default=50, ge=0, description="Test questions (evaluation).")
+    bamboogle_corpus: str | None = Field(
+        default=None,
+        description="JSONL of Documents Bamboogle searches (it ships no paragraphs); None pools the other "
+        "benchmarks' paragraphs.",
+    )
+
+
+class WorldParams(Section):
+    n_people: int = Field(default=80, ge=4, description="People in the fictional world.")
+    n_films: int = Field(default=30, ge=2, description="Films.")
+    n_cities: int = Field(default=20, ge=2, description="Cities.")
+    n_companies: int = Field(default=15, ge=2, description="Companies.")
+    distractors_per_entity: int = Field(default=1, ge=0, description="Look-alike paragraphs per entity.")
+    question_mix: dict[str, float] = Field(
+        default_factory=lambda: {"bridge": 0.3, "comparison": 0.25, "inference": 0.2, "compositional": 0.25},
+        description="Share of each question type.",
+    )
+
+
+class RetrievalParams(Section):
+    method: Literal["bm25", "dense", "hybrid"] = Field(default="bm25", description="Retriever behind `search`.")
+    top_k: int = Field(default=3, ge=1, description="Hits returned per search call.")
+    snippet_chars: int = Field(default=300, ge=20, description="Characters of each hit shown.")
+    rrf_k: int = Field(default=60, ge=1, description="Reciprocal-rank-fusion constant for hybrid.")
+    embedder: str = Field(default="embedded-minilm", description="Sentence embedder for dense retrieval.")
+
+
+class AgentParams(Section):
+    max_turns: int = Field(default=8, ge=1, description="Turn budget per episode.")
+    max_search_calls: int = Field(default=5, ge=1, description="Tool-call budget per episode.")
+    observation_max_chars: int = Field(default=1200, ge=50, description="Observation truncation.")
+    max_tokens: int = Field(default=256, ge=8, description="Completion tokens per policy turn.")
+    temperature: float = Field(default=0.0, ge=0, le=2, description="Policy temperature at evaluation.")
+
+
+class MiddlewareParams(Section):
+    max_concurrency: int = Field(default=2, ge=1, description="Concurrent calls per backend.")
+    timeout_s: float = Field(default=180.0, gt=0, description="Per-call timeout.")
+    max_attempts: int = Field(default=4, ge=1, description="Attempts per call (1 = no retry).")
+    backoff_initial_s: float = Field(default=0.5, ge=0, description="First backoff delay.")
+    backoff_max_s: float = Field(default=20.0, ge=0, description="Backoff ceiling.")
+    backoff_jitter_s: float = Field(default=0.5, ge=0, description="Uniform jitter added to each delay.")
+    cache: bool = Field(default=True, description="Persist deterministic (temperature 0 or seeded) responses.")
+
+
+class BackendParams(Section):
+    type: str = Field(description="Backend registry name: openai, gemini, hf, llamacpp, vllm, scripted.")
+    model: str = Field(default="", description="Model name sent to the server / loaded.")
+    base_url: str | None = Field(default=None, description="OpenAI-compatible base URL (…/v1).")
+    api_key_env: str | None = Field(default=None, description="Environment variable holding the API key.")
+    embedded: str | None = Field(
+        default=None, description="Embedded model to serve locally (starts llama.cpp's server for `openai`)."
+    )
+    n_ctx: int = Field(default=4096, ge=256, description="Context length for local models.")
+    threads: int = Field(default=2, ge=1, description="CPU threads for local models.")
+    supports_n: bool = Field(default=False, description="Server honours n>1 in one request.")
+    price_prompt_per_1k: float = Field(default=0.0, ge=0, description="Cost accounting, per 1k prompt tokens.")
+    price_completion_per_1k: float = Field(default=0.0, ge=0, description="Per 1k completion tokens.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific extras.")
+
+
+class LLMParams(Section):
+    middleware: MiddlewareParams = Field(default_factory=MiddlewareParams)
+    backends: dict[str, BackendParams] = Field(description="Named backend configurations.")
+    roles: dict[str, str | list[str]] = Field(description="Role -> backend name (or list, for councils/pools).")
+
+    @model_validator(mode="after")
+    def _roles_bind_known_backends(self) -> "LLMParams":
+        for role, bound in self.roles.items():
+            for name in [bound] if isinstance(bound, str) else bound:
+                if name not in self.backends:
+                    raise ValueError(f"role {role!r} names unknown backend {name!r}; known: {sorted(self.backends)}")
+        return self
+
+
+class EvaluationParams(Section):
+    llm_judge: bool = Field(default=True, description="Score answers with the answer-judge role too.")
+    benchmarks: list[str] = Field(default_factory=lambda: ["world"], description="Sources evaluated.")
+    n_questions: int = Field(default=50, ge=1, description="Questions per benchmark.")
+
+
+class CollectParams(Section):
+    n_questions: int = Field(default=6, ge=1, description="Training questions expanded into branching points.")
+    temperatures: list[float] = Field(default_factory=lambda: [0.4, 1.0], description="Per candidate policy.")
+    samples_per_temperature: int = Field(default=1, ge=1, description="Samples per (policy, temperature).")
+    slate_size: int = Field(default=4, ge=2, description="k actions per slate.")
+    mmr_lambda: float = Field(default=0.5, ge=0, le=1, description="MMR weight on relevance vs diversity.")
+    min_valid_judges: int = Field(default=2, ge=1, description="Keep a point only with this many valid rankings.")
+    max_depth: int = Field(default=4, ge=1, description="Depth-wise expansion limit per question.")
+
+
+class RubricGeneratorParams(Section):
+    group_size: int = Field(default=4, ge=2, description="G rubrics sampled per branching point.")
+    reward_weights: tuple[float, float, float] = Field(
+        default=(0.75, 0.15, 0.10), description="(Spearman, atomicity, format) reward weights."
+    )
+    repetition_ngram: int = Field(default=4, ge=1, description="n of the repetition gate.")
+    repetition_max_rate: float = Field(default=0.4, ge=0, le=1, description="Gate: n-gram repetition above this zeroes the reward.")
+    epochs: int = Field(default=1, ge=1, description="Passes over the branching points.")
+    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
+    kl_coef: float = Field(default=5e-3, ge=0, description="KL coefficient against the frozen reference.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    temperature: float = Field(default=0.7, ge=0, description="Sampling temperature at inference.")
+    top_p: float = Field(default=0.95, gt=0, le=1, description="Nucleus sampling at inference.")
+    max_tokens: int = Field(default=256, ge=16, description="Tokens per rubric.")
+
+
+class CoReActParams(Section):
+    tau: float = Field(default=0.5, ge=0, le=1, description="Accept when weighted satisfied fraction exceeds tau.")
+    max_retries: int = Field(default=1, ge=0, description="Retries per step after a failed verification.")
+    token_budget: int = Field(default=6000, ge=256, description="Trajectory truncation before rewriting.")
+    best_of_n: int = Field(default=4, ge=1, description="N for the Best-of-N baseline.")
+    best_of_n_temperature: float = Field(default=0.7, ge=0, description="Sampling temperature for Best-of-N.")
+
+
+class GRPOParams(Section):
+    group_size: int = Field(default=4, ge=2, description="Rollouts per prompt.")
+    clip_eps: float = Field(default=0.2, gt=0, description="Clip range of the importance ratio.")
+    kl_coef: float = Field(default=1e-3, ge=0, description="KL (k3) coefficient to the frozen reference.")
+    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate.")
+    std_normalize: bool = Field(default=True, description="Divide group-centred rewards by the group std.")
+    adv_eps: float = Field(default=1e-6, gt=0, description="Epsilon in the std division.")
+    loss_agg: Literal["token_mean", "seq_mean_token_mean"] = Field(default="token_mean", description="Aggregation.")
+    ppo_epochs: int = Field(default=1, ge=1, description="Updates per batch of rollouts.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    lora_r: int = Field(default=8, ge=0, description="LoRA rank (0 = full fine-tuning).")
+    lora_alpha: int = Field(default=16, ge=1, description="LoRA alpha.")
+    lora_dropout: float = Field(default=0.0, ge=0, lt=1, description="LoRA dropout.")
+    steps: int = Field(default=20, ge=1, description="Optimizer steps.")
+    prompts_per_step: int = Field(default=2, ge=1, description="Prompts per step.")
+    max_new_tokens: int = Field(default=128, ge=1, description="Tokens per policy turn in rollouts.")
+    temperature: float = Field(default=1.0, ge=0, description="Rollout sampling temperature.")
+    checkpoint_every: int = Field(default=10, ge=1, description="Steps between checkpoints.")
+
+
+class SFTParams(Section):
+    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
+    epochs: int = Field(default=1, ge=1, description="Epochs.")
+    batch_size: int = Field(default=2, ge=1, description="Sequences per step.")
+    samples_per_question: int = Field(default=2, ge=1, description="Teacher trajectories per question.")
+    min_f1: float = Field(default=1.0, ge=0, le=1, description="Rejection sampling keeps trajectories at or above this F1.")
+
+
+class Params(Section):
+    profile: str = Field(default="embedded", description="Profile whose overrides are applied.")
+    seed: int = Field(default=1234, description="Global seed; every stage derives its own from it.")
+    run: RunParams = Field(default_factory=RunParams)
+    data: DataParams = Field(default_factory=DataParams)
+    world: WorldParams = Field(default_factory=WorldParams)
+    retrieval: RetrievalParams = Field(default_factory=RetrievalParams)
+    agent: AgentParams = Field(default_factory=AgentParams)
+    llm: LLMParams
+    evaluation: EvaluationParams = Field(default_factory=EvaluationParams)
+    collect: CollectParams = Field(default_factory=CollectParams)
+    rubric_generator: RubricGeneratorParams = Field(default_factory=RubricGeneratorParams)
+    coreact: CoReActParams = Field(default_factory=CoReActParams)
+    grpo: GRPOParams = Field(default_factory=GRPOParams)
+    sft: SFTParams = Field(default_factory=SFTParams)
+
+
+class ParamsError(ValueError):
+    """A params file problem, located by file, line and dotted key."""
+
+
+def _deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _line_of(node: yaml.Node | None, path: list[str]) -> int | None:
+    """1-based line of the key at ``path`` in a composed YAML tree, or of its deepest found ancestor."""
+    line = None
+    for key in path:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        for key_node, value_node in node.value:
+            if key_node.value == key:
+                line, node = key_node.start_mark.line + 1, value_node
+                break
+        else:
+            break
+    return line
+
+
+def apply_overrides(raw: dict, overrides: list[str] | None) -> dict:
+    """Apply ``key.sub=value`` strings (values parsed as YAML) to a raw params mapping."""
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ParamsError(f"override {item!r}: expected key.path=value")
+        node = raw
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"override {item!r}: {part!r} is not a section")
+        node[parts[-1]] = yaml.safe_load(value)
+    return raw
+
+
+def load_params(path: str | Path = "params.yaml", profile: str | None = None,
+                overrides: list[str] | None = None) -> Params:
+    """Validated params of ``path`` with ``profile`` applied, then ``overrides`` (``key=value``)."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = yaml.safe_load(text) or {}
+        tree = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ParamsError(f"{path}:{mark.line + 1 if mark else '?'}: invalid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}:1: expected a mapping at the top level")
+    profiles = raw.pop("profiles", {}) or {}
+    chosen = profile or raw.get("profile", "embedded")
+    if chosen not in profiles and chosen != "embedded":
+        raise ParamsError(f"{path}: profile {chosen!r} is not defined under 'profiles' (known: {sorted(profiles)})")
+    merged = apply_overrides(_deep_merge(raw, profiles.get(chosen) or {}), overrides)
+    merged["profile"] = chosen
+    try:
+        return Params.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        keys = [str(p) for p in err["loc"]]
+        if err["type"] == "value_error" and not keys:
+            keys = []
+        dotted = ".".join(keys) or "(top level)"
+        line = None
+        if chosen in profiles:
+            line = _line_of(tree, ["profiles", chosen, *keys])
+            if line is not None and _line_of(tree, ["profiles", chosen]) == line:
+                line = None  # only the profile itself was found, not the key inside it
+        line = line or _line_of(tree, keys) or 1
+        got = f" (got {err['input']!r})" if err["type"] != "missing" and not isinstance(err["input"], dict) else ""
+        hint = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ParamsError(f"{path}:{line}: {dotted}: {hint}{got}") from None

@@ -1,0 +1,72 @@
+"""A real HTTP server on 127.0.0.1 that speaks the chat-completions protocol and fails on purpose.
+
+Each request pops the next behaviour from a queue: ("ok", text), ("status", code), ("sleep", seconds),
+("malformed", body). When the queue is empty it answers ("ok", "default").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeOpenAIServer:
+    def __init__(self):
+        self.behaviours: list[tuple] = []
+        self.requests: list[dict] = []
+        self.request_times: list[float] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                outer.request_times.append(time.monotonic())
+                kind, arg = outer.behaviours.pop(0) if outer.behaviours else ("ok", "default")
+                if kind == "sleep":
+                    time.sleep(arg)
+                    kind, arg = "ok", "late"
+                if kind == "status":
+                    self._send(arg, json.dumps({"error": {"message": f"status {arg}"}}).encode())
+                elif kind == "malformed":
+                    self._send(200, arg.encode())
+                else:
+                    n = body.get("n", 1)
+                    payload = {
+                        "model": body["model"],
+                        "choices": [{"index": i, "message": {"role": "assistant", "content": f"{arg}"},
+                                     "finish_reason": "stop"} for i in range(n)],
+                        "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+                    }
+                    self._send(200, json.dumps(payload).encode())
+
+            def _send(self, code, data):
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

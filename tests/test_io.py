@@ -1,0 +1,86 @@
+import json
+
+import pytest
+
+from components.io import JsonlAppender, RecordError, read_jsonl, read_parquet, write_jsonl, write_parquet
+from components.schemas import Document, Question, Step, ToolCall, Trajectory
+
+
+def _questions():
+    return [
+        Question(id="q1", question="Who?", answers=["Ada", "A. L."], source="world", supporting_doc_ids=["d1"]),
+        Question(id="q2", question="Where?", answers=["Paris"], source="world", type="bridge"),
+    ]
+
+
+def test_jsonl_round_trip(tmp_path):
+    path = tmp_path / "q.jsonl"
+    assert write_jsonl(path, _questions()) == 2
+    assert read_jsonl(path, Question) == _questions()
+
+
+def test_bad_field_names_file_line_and_field(tmp_path):
+    path = tmp_path / "q.jsonl"
+    lines = [q.model_dump_json() for q in _questions()]
+    bad = json.loads(lines[1])
+    bad["answers"] = []
+    path.write_text(lines[0] + "\n\n" + json.dumps(bad) + "\n")
+    with pytest.raises(RecordError) as err:
+        read_jsonl(path, Question)
+    assert err.value.line == 3 and err.value.field == "answers"
+    assert str(err.value).startswith(f"{path}:3: field 'answers'")
+
+
+def test_unknown_and_nested_fields_are_named(tmp_path):
+    path = tmp_path / "t.jsonl"
+    traj = Trajectory(question_id="q", question="?", steps=[Step(index=0, tool_call=ToolCall(name="search"))])
+    data = traj.model_dump(mode="json")
+    data["steps"][0]["tool_call"]["argumnts"] = {}
+    path.write_text(json.dumps(data) + "\n")
+    with pytest.raises(RecordError) as err:
+        read_jsonl(path, Trajectory)
+    assert err.value.field == "steps.0.tool_call.argumnts"
+
+
+def test_invalid_json_names_the_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(Document(id="a", title="A", text="x").model_dump_json() + "\n{not json\n")
+    with pytest.raises(RecordError, match=r"d\.jsonl:2: invalid JSON"):
+        read_jsonl(path, Document)
+
+
+def test_failed_write_keeps_the_previous_file(tmp_path):
+    path = tmp_path / "q.jsonl"
+    write_jsonl(path, _questions())
+
+    def exploding():
+        yield _questions()[0]
+        raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        write_jsonl(path, exploding())
+    assert read_jsonl(path, Question) == _questions()
+    assert [p.name for p in tmp_path.iterdir()] == ["q.jsonl"]  # no temp file left behind
+
+
+def test_appender_survives_a_torn_last_line(tmp_path):
+    path = tmp_path / "a.jsonl"
+    with JsonlAppender(path) as out:
+        out.append(_questions()[0])
+    with path.open("a") as fh:
+        fh.write('{"id": "q2", "quest')  # a crash in the middle of a line
+    assert read_jsonl(path, Question, skip_torn_tail=True) == _questions()[:1]
+    with pytest.raises(RecordError):
+        read_jsonl(path, Question)
+    with JsonlAppender(path) as out:  # reopening repairs the tail and appends cleanly
+        out.append(_questions()[1])
+    assert read_jsonl(path, Question) == _questions()
+
+
+def test_parquet_round_trip_with_nested_fields(tmp_path):
+    path = tmp_path / "t.parquet"
+    trajs = [Trajectory(question_id="q", question="?", steps=[Step(index=0, action="search[x]",
+                        tool_call=ToolCall(name="search", arguments={"query": "x"}, doc_ids=["d1"]))],
+                        final_answer="y", docs_seen=["d1"])]
+    write_parquet(path, trajs)
+    assert read_parquet(path, Trajectory) == trajs
