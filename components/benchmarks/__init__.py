@@ -1,0 +1,33 @@
+"""Loaders for the multi-hop QA benchmarks (HotpotQA, 2WikiMultiHopQA, MuSiQue, Bamboogle).
+
+    from components.benchmarks import load_benchmark
+    questions, corpus = load_benchmark("hotpotqa", "../shared/data/benchmarks", limit=20)
+
+See ``loaders`` for what is mapped where and for the Bamboogle corpus choice, ``records`` for the
+accepted line layouts and error messages.
+"""
+
+from components.benchmarks.loaders import (
+    BENCHMARKS,
+    PARAGRAPH_BENCHMARKS,
+    bamboogle_corpus,
+    doc_id,
+    load_benchmark,
+    read_benchmark,
+    resolve_path,
+)
+from components.benchmarks.records import Example, Paragraph, iter_examples, parse_example
+
+__all__ = [
+    "BENCHMARKS",
+    "PARAGRAPH_BENCHMARKS",
+    "Example",
+    "Paragraph",
+    "bamboogle_corpus",
+    "doc_id",
+    "iter_examples",
+    "load_benchmark",
+    "parse_example",
+    "read_benchmark",
+    "resolve_path",
+]
