@@ -1,0 +1,166 @@
+"""The ReAct search agent: reason, act with a tool, observe, repeat, then answer.
+
+The policy sees a system prompt that teaches three actions (``search[query]``, ``browse[doc_id]``,
+``finish[answer]``) with one worked example, then the question; each policy turn is followed by an
+``Observation:`` message. Budgets: ``max_turns`` turns and ``max_search_calls`` tool calls; once the tool
+budget is spent, further tool calls are refused with a message asking for the answer. Observations are
+cut to ``observation_max_chars``. A policy call that fails after the middleware's retries ends the episode
+with ``finish_reason="llm_failure"`` (no answer, never a guessed one).
+
+    agent = ReActAgent(policy=pool.role("policy"), toolbox=toolbox, settings=params.agent)
+    trajectory = asyncio.run(agent.run(question))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from components.agents.parsing import ParsedAction, parse_turn
+from components.llm.base import ChatModel, Message, Sampling, assistant, system, user
+from components.params import AgentParams
+from components.schemas import Question, Step, ToolCall, Trajectory
+
+SYSTEM_PROMPT = """\
+You answer questions by looking facts up in an encyclopedia. You cannot rely on memory: every name in \
+these questions is only described in the encyclopedia.
+
+Each turn, write one line starting with "Thought:" (what you know so far and what you need next), then \
+one line starting with "Action:" containing exactly one of:
+  search[words]    look up one entity at a time, starting with the one named in the question
+  browse[doc_id]   read the full paragraph of a search result
+  finish[answer]   give the final answer itself (a short name, year, number, or yes/no), e.g. finish[1987]
+After each action you receive an Observation. Read it, take the new name it gives you, and search for \
+that name next: never repeat a search you already made. Stop as soon as you can answer.
+
+Example
+Question: Which river flows through the home town of the architect of the Velmora Library?
+Thought: I need the architect of the Velmora Library first.
+Action: search[Velmora Library]
+Observation: [1] (d7) Velmora Library: The Velmora Library was designed by architect Ossian Threll ...
+Thought: The architect is Ossian Threll. Now I need his home town.
+Action: search[Ossian Threll]
+Observation: [1] (d12) Ossian Threll: Ossian Threll was born in the town of Kestrow ...
+Thought: He comes from Kestrow. Now the river of Kestrow.
+Action: search[Kestrow]
+Observation: [1] (d30) Kestrow: Kestrow is a town on the banks of the river Ammel ...
+Thought: The river is the Ammel.
+Action: finish[Ammel]
+"""
+
+FORMAT_REMINDER = (
+    "I could not read an action in your reply. Reply with a Thought: line and then exactly one "
+    "Action: line, such as Action: search[name] or Action: finish[answer]."
+)
+REPEAT_NOTE = (
+    "(You already made exactly this call; its result is repeated below. Use the new names in it and "
+    "look up the next entity, or answer.)\n"
+)
+BUDGET_MESSAGE = "The search budget is used up. Give your final answer now with Action: finish[answer]."
+
+
+@dataclass
+class EpisodeState:
+    """What the loop carries between turns; agents built on ReAct (Co-ReAct, RubricEM) extend it."""
+
+    question: Question
+    messages: list[Message]
+    steps: list[Step] = field(default_factory=list)
+    docs_seen: list[str] = field(default_factory=list)
+    tool_calls: int = 0
+
+
+class ReActAgent:
+    def __init__(self, policy: ChatModel, toolbox, settings: AgentParams | None = None,
+                 system_prompt: str = SYSTEM_PROMPT, name: str | None = None):
+        self.policy = policy
+        self.toolbox = toolbox
+        self.settings = settings or AgentParams()
+        self.system_prompt = system_prompt
+        self.name = name or getattr(policy, "name", "policy")
+
+    # -- pieces subclasses and other methods reuse -------------------------------------------------------
+    def start(self, question: Question) -> EpisodeState:
+        return EpisodeState(question, [system(self.system_prompt), user(f"Question: {question.question}")])
+
+    def sampling(self, temperature: float | None = None, seed: int | None = None, n: int = 1) -> Sampling:
+        return Sampling(
+            temperature=self.settings.temperature if temperature is None else temperature,
+            max_tokens=self.settings.max_tokens, stop=("\nObservation:", "Observation:"), seed=seed, n=n,
+        )
+
+    def truncate(self, text: str) -> str:
+        limit = self.settings.observation_max_chars
+        return text if len(text) <= limit else text[: limit - 15].rstrip() + " ...[truncated]"
+
+    def act(self, state: EpisodeState, parsed: ParsedAction) -> tuple[ToolCall | None, str]:
+        """Run the parsed action's tool (if any); return the tool call and the observation text."""
+        if parsed.kind == "invalid":
+            return None, FORMAT_REMINDER
+        if state.tool_calls >= self.settings.max_search_calls:
+            return None, BUDGET_MESSAGE
+        repeated = any(s.action == parsed.text and s.tool_call is not None for s in state.steps)
+        call = self.toolbox.call(parsed.kind, parsed.argument)
+        state.tool_calls += 1
+        if repeated:
+            call = call.model_copy(update={"observation": REPEAT_NOTE + call.observation})
+        for doc_id in call.doc_ids:
+            if doc_id not in state.docs_seen:
+                state.docs_seen.append(doc_id)
+        observation = self.truncate(call.observation)
+        return call.model_copy(update={"observation": observation}), observation
+
+    def commit(self, state: EpisodeState, raw: str, parsed: ParsedAction, *, prompt_tokens: int = 0,
+               completion_tokens: int = 0, latency_s: float = 0.0, **step_fields) -> Step:
+        """Append one turn to the episode: the step record and the messages the policy sees next."""
+        step = Step(index=len(state.steps), raw=raw, thought=parsed.thought, action=parsed.text,
+                    parse_error=parsed.error, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                    latency_s=latency_s, **step_fields)
+        state.messages.append(assistant(raw.strip()))
+        if parsed.kind == "finish":
+            step.final_answer = parsed.argument
+        else:
+            start = time.perf_counter()
+            call, observation = self.act(state, parsed)
+            step.tool_call = call
+            step.latency_s += time.perf_counter() - start
+            state.messages.append(user(f"Observation: {observation}"))
+        state.steps.append(step)
+        return step
+
+    def finish(self, state: EpisodeState, reason: str, started: float, answer: str | None = None,
+               **metadata) -> Trajectory:
+        return Trajectory(
+            question_id=state.question.id, question=state.question.question, steps=state.steps,
+            final_answer=answer, finish_reason=reason, docs_seen=state.docs_seen, policy=self.name,
+            prompt_tokens=sum(s.prompt_tokens for s in state.steps),
+            completion_tokens=sum(s.completion_tokens for s in state.steps),
+            wall_s=time.perf_counter() - started, metadata=metadata,
+        )
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    async def run(self, question: Question, seed: int | None = None) -> Trajectory:
+        started = time.perf_counter()
+        state = self.start(question)
+        for turn in range(self.settings.max_turns):
+            out = await self.policy.chat(state.messages, self.sampling(seed=None if seed is None else seed + turn))
+            if not out.ok:
+                return self.finish(state, "llm_failure", started, error=out.message)
+            step = self.commit(state, out.text, parse_turn(out.text), prompt_tokens=out.prompt_tokens,
+                               completion_tokens=out.completion_tokens, latency_s=out.latency_s)
+            if step.final_answer is not None:
+                return self.finish(state, "answer", started, step.final_answer)
+        reason = "search_budget" if state.tool_calls >= self.settings.max_search_calls else "max_turns"
+        return self.finish(state, reason, started)
+
+    async def run_many(self, questions: list[Question], seed: int | None = None, progress=None) -> list[Trajectory]:
+        """Episodes concurrently (the policy's middleware bounds the concurrency), in input order."""
+
+        async def one(i: int, q: Question) -> Trajectory:
+            traj = await self.run(q, seed=None if seed is None else seed + 1000 * i)
+            if progress is not None:
+                progress.update(1)
+            return traj
+
+        return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(questions))))

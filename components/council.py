@@ -1,0 +1,331 @@
+"""The expert council of Co-ReAct 3.1: permuted listwise judging of a slate, parsing, Borda consensus.
+
+Every judge sees the slate under its own random permutation, relabelled with neutral ids (X, Y, Z, W,
+then V, U, ... for larger slates), and returns a full best-to-worst ranking with a short rationale.
+Rankings are parsed strictly (every label exactly once, ties allowed) and mapped back to slate
+positions. A judge whose call failed or whose reply does not parse gives an invalid vote, which is
+recorded with its error and left out of the Borda count: it is never a score. A branching point is
+kept only when at least ``min_valid`` judges gave a valid ranking.
+
+    votes, consensus, scores, kept = await judge_slate(
+        judges, question, render_prefix(steps), [c.action for c in slate], rng_seed=17, min_valid=2)
+    consensus[0]          # slate position of the council's best action
+    agreement(votes)      # mean pairwise Kendall tau, label of each judge's top pick
+
+Borda: with k candidates a ranking gives k-1 points to its first place down to 0 for its last; a tie
+group shares the mean of the points of the places it spans. Scores are summed over valid votes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from scipy.stats import kendalltau
+
+from components.llm.base import ChatModel, Message, Sampling
+from components.schemas import JudgeVote, Step
+
+BASE_LABELS = ["X", "Y", "Z", "W"] + [c for c in "VUTSRQPONMLKJIHGFEDCBA"]
+
+SYSTEM_PROMPT = (
+    "You review the work of a question-answering agent that searches a document collection. "
+    "You compare possible next steps and rank them by how much each one helps reach a correct, "
+    "well-supported answer."
+)
+
+
+def neutral_labels(k: int) -> list[str]:
+    if not 1 <= k <= len(BASE_LABELS):
+        raise ValueError(f"slates of 1..{len(BASE_LABELS)} candidates are supported, got {k}")
+    return BASE_LABELS[:k]
+
+
+def ranking_schema(labels: Sequence[str]) -> dict[str, Any]:
+    """JSON schema of a judge reply, for backends with structured output."""
+    label = {"type": "string", "enum": list(labels)}
+    return {
+        "type": "object",
+        "properties": {
+            "rationale": {"type": "string", "description": "One or two sentences on what decided the order."},
+            "ranking": {
+                "type": "array", "minItems": 1, "maxItems": len(labels),
+                "description": "Labels from best to worst; an inner list groups equally good candidates.",
+                "items": {"anyOf": [label, {"type": "array", "items": label, "minItems": 1}]},
+            },
+        },
+        "required": ["rationale", "ranking"],
+        "additionalProperties": False,
+    }
+
+
+def render_prefix(steps: Sequence[Step], max_observation_chars: int = 600) -> str:
+    """The committed steps as numbered action / observation lines (what the judges are shown)."""
+    lines = []
+    for s in steps:
+        lines.append(f"Step {s.index + 1} action: {s.action or s.raw.strip()}")
+        if s.tool_call is not None:
+            obs = s.tool_call.observation
+            if len(obs) > max_observation_chars:
+                obs = obs[:max_observation_chars].rstrip() + " [...]"
+            lines.append(f"Step {s.index + 1} observation: {obs}")
+    return "\n".join(lines)
+
+
+def build_messages(question: str, prefix_text: str, shown: Sequence[tuple[str, str]]) -> list[Message]:
+    """The listwise ranking prompt; ``shown`` is (label, action) in the order the judge sees them."""
+    labels = [lab for lab, _ in shown]
+    candidates = "\n".join(f"[{lab}] {' '.join(action.split())}" for lab, action in shown)
+    history = prefix_text.strip() or "(nothing yet: this is the first step)"
+    user = (
+        f"Question:\n{question}\n\n"
+        f"What the agent has done so far:\n{history}\n\n"
+        f"Candidate next actions (the labels are arbitrary and say nothing about quality):\n{candidates}\n\n"
+        f"Rank all {len(labels)} candidates from the most useful next step to the least useful. "
+        "A useful step looks up a fact the answer still depends on, follows the chain of facts the "
+        "question needs, does not repeat a search whose results are already in the history, and "
+        "answers only once the evidence supports the answer.\n\n"
+        "Reply with one JSON object and nothing else, in this form:\n"
+        '{"rationale": "<one or two sentences>", "ranking": ["<best label>", ..., "<worst label>"]}\n'
+        f"Use each of the labels {', '.join(labels)} exactly once. If two candidates are equally good, put "
+        'their labels together in an inner list, e.g. [["<label>", "<label>"], ...].'
+    )
+    return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=user)]
+
+
+# ---------------------------------------------------------------- parsing
+
+
+class ParsedRanking(NamedTuple):
+    groups: list[list[str]] | None  # tie groups of labels, best first; None when invalid
+    rationale: str
+    error: str | None
+
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+_SEP = r"(?:>>?|=+|,|->|→|≻)"
+_TOKEN = r"[\[\(\"'`*]*\s*[A-Za-z]\s*[\]\)\"'`*]*"
+_LEAD = re.compile(  # a "Final ranking:" style prefix before a ranking line
+    r"^\s*[#>*\-\s]*[\"']?(?:final\s+)?(?:ranking|answer|order)[\"']?\s*[:=]\s*", re.IGNORECASE
+)
+_LINE = re.compile(rf"^\s*{_TOKEN}(?:\s*{_SEP}\s*{_TOKEN})+\s*\.?\s*$")
+
+
+def _clean(token: Any) -> str:
+    return str(token).strip().strip("[]()\"'`* .").upper()
+
+
+def _json_objects(text: str) -> list[dict]:
+    """JSON objects found in fenced blocks, then anywhere in the text, in order. A reply cut off
+    just before its closing brace (token limit) is read as if the brace were there."""
+    found, decoder = [], json.JSONDecoder()
+    for chunk in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
+        for start in [i for i, ch in enumerate(chunk) if ch == "{"]:
+            try:
+                obj, _ = decoder.raw_decode(chunk, start)
+            except json.JSONDecodeError:
+                try:
+                    obj = json.loads(chunk[start:].rstrip().rstrip("`").rstrip() + "}")
+                except json.JSONDecodeError:
+                    continue
+            if isinstance(obj, dict):
+                found.append(obj)
+    return found
+
+
+def _split_ranking_string(s: str) -> list[list[str]]:
+    groups = re.split(r"\s*(?:>>?|,|->|→|≻)\s*", s.strip().rstrip("."))
+    return [[t for t in re.split(r"\s*=+\s*", g) if t.strip()] for g in groups if g.strip()]
+
+
+def _groups_from_json(value: Any) -> list[list[str]] | str:
+    """Tie groups from a JSON ranking value, or an error message."""
+    if isinstance(value, str):
+        return _split_ranking_string(value)
+    if not isinstance(value, list):
+        return f"'ranking' must be a list or a string, got {type(value).__name__}"
+    groups = []
+    for item in value:
+        if isinstance(item, list):
+            if not item or not all(isinstance(t, str) for t in item):
+                return "a tie group must be a non-empty list of labels"
+            groups.append(list(item))
+        elif isinstance(item, str):
+            groups.extend(_split_ranking_string(item) if re.search(r"[>=,]", item) else [[item]])
+        else:
+            return f"unexpected ranking item {item!r}"
+    return groups
+
+
+def _validate(groups: list[list[str]], labels: Sequence[str]) -> tuple[list[list[str]] | None, str | None]:
+    cleaned = [[_clean(t) for t in g] for g in groups]
+    flat = [t for g in cleaned for t in g]
+    unknown = [t for t in flat if t not in labels]
+    if unknown:
+        return None, f"unknown label {unknown[0]!r} (expected {', '.join(labels)})"
+    repeated = [t for t, c in Counter(flat).items() if c > 1]
+    if repeated:
+        return None, f"label {repeated[0]!r} appears more than once"
+    missing = [lab for lab in labels if lab not in flat]
+    if missing:
+        return None, f"partial ranking: missing {', '.join(missing)}"
+    return cleaned, None
+
+
+def parse_ranking(text: str, labels: Sequence[str]) -> ParsedRanking:
+    """Parse a judge reply: a JSON object with 'ranking' (fenced or with text around), else the last
+    line that is only labels joined by '>', '=', ',' or '->'. A JSON 'ranking' that fails validation
+    makes the reply invalid (no fallback to other text)."""
+    if not text or not text.strip():
+        return ParsedRanking(None, "", "empty reply")
+    for obj in _json_objects(text):
+        if "ranking" not in obj:
+            continue
+        rationale = str(obj.get("rationale") or obj.get("reason") or obj.get("explanation") or "")
+        groups = _groups_from_json(obj["ranking"])
+        if isinstance(groups, str):
+            return ParsedRanking(None, rationale, groups)
+        valid, error = _validate(groups, labels)
+        return ParsedRanking(valid, rationale, error)
+    lines = text.strip().splitlines()
+    for n in range(len(lines) - 1, -1, -1):
+        line = _LEAD.sub("", lines[n])
+        line = line.replace("**", "").strip()
+        if _LINE.match(line):
+            rationale = "\n".join(lines[:n] + lines[n + 1:]).strip()
+            valid, error = _validate(_split_ranking_string(line), labels)
+            return ParsedRanking(valid, rationale, error)
+    return ParsedRanking(None, "", "no ranking found in the reply")
+
+
+# ---------------------------------------------------------------- judging
+
+
+def permutations_for(n_judges: int, k: int, rng_seed: int) -> list[list[int]]:
+    """One random permutation of the slate per judge, reproducible from ``rng_seed``."""
+    rng = random.Random(rng_seed)
+    return [rng.sample(range(k), k) for _ in range(n_judges)]
+
+
+def vote_from_reply(judge: str, permutation: list[int], labels: list[str], outcome: Any) -> JudgeVote:
+    """Turn a ``ChatResult`` / ``ChatFailure`` into a vote; a failure is an invalid vote with its error."""
+    base = {"judge": judge, "permutation": permutation, "labels": labels,
+            "latency_s": getattr(outcome, "latency_s", 0.0)}
+    if not getattr(outcome, "ok", False):
+        msg = f"{getattr(outcome, 'error_type', 'error')}: {getattr(outcome, 'message', outcome)}"
+        return JudgeVote(**base, valid=False, error=f"judge call failed: {msg}")
+    parsed = parse_ranking(outcome.text, labels)
+    if parsed.groups is None:
+        return JudgeVote(**base, rationale=parsed.rationale, valid=False, error=parsed.error)
+    ranking = [[permutation[labels.index(lab)] for lab in g] for g in parsed.groups]
+    return JudgeVote(**base, ranking=ranking, rationale=parsed.rationale, valid=True)
+
+
+async def _ask(judge: ChatModel, messages: list[Message], sampling: Sampling) -> Any:
+    try:
+        return await judge.chat(messages, sampling)
+    except Exception as exc:  # noqa: BLE001 - a misbehaving backend is one invalid vote, not a crash
+        return _Raised(type(exc).__name__, str(exc))
+
+
+class _Raised(NamedTuple):
+    error_type: str
+    message: str
+    ok: bool = False
+    latency_s: float = 0.0
+
+
+def borda(votes: Sequence[JudgeVote], k: int) -> list[float]:
+    """Borda score per slate position over the valid votes (ties share their places' mean points)."""
+    scores = [0.0] * k
+    for vote in votes:
+        if not vote.valid:
+            continue
+        if sorted(p for g in vote.ranking for p in g) != list(range(k)):
+            raise ValueError(f"vote of {vote.judge!r} is marked valid but does not rank 0..{k - 1} once each")
+        place = 0
+        for group in vote.ranking:
+            points = sum(k - 1 - p for p in range(place, place + len(group))) / len(group)
+            for pos in group:
+                scores[pos] += points
+            place += len(group)
+    return scores
+
+
+def consensus_order(scores: Sequence[float]) -> list[int]:
+    """Slate positions by Borda score, best first; equal scores keep slate order."""
+    return sorted(range(len(scores)), key=lambda p: (-scores[p], p))
+
+
+class CouncilOutcome(NamedTuple):
+    votes: list[JudgeVote]
+    consensus: list[int]
+    scores: list[float]
+    kept: bool
+
+
+async def judge_slate(
+    judges: Sequence[ChatModel], question: str, prefix_text: str, slate_actions: Sequence[str],
+    rng_seed: int, min_valid: int = 2, sampling: Sampling | None = None,
+) -> CouncilOutcome:
+    """Ask every judge concurrently; Borda over the valid votes; keep only with ``min_valid`` of them."""
+    k = len(slate_actions)
+    labels = neutral_labels(k)
+    perms = permutations_for(len(judges), k, rng_seed)
+    base = sampling or Sampling(temperature=0.0, max_tokens=512)
+    sampling = base.model_copy(update={"json_schema": ranking_schema(labels)})
+    prompts = [
+        build_messages(question, prefix_text, [(labels[j], slate_actions[p]) for j, p in enumerate(perm)])
+        for perm in perms
+    ]
+    outcomes = await asyncio.gather(*(_ask(j, m, sampling) for j, m in zip(judges, prompts, strict=True)))
+    votes = [vote_from_reply(getattr(j, "name", f"judge{i}"), perm, labels, out)
+             for i, (j, perm, out) in enumerate(zip(judges, perms, outcomes, strict=True))]
+    scores = borda(votes, k)
+    kept = sum(v.valid for v in votes) >= min_valid
+    return CouncilOutcome(votes, consensus_order(scores), scores, kept)
+
+
+# ---------------------------------------------------------------- agreement
+
+
+def rank_vector(vote: JudgeVote, k: int) -> list[int]:
+    """Place (0 = best) of each slate position; tied positions share a place."""
+    places = [0] * k
+    for place, group in enumerate(vote.ranking):
+        for pos in group:
+            places[pos] = place
+    return places
+
+
+class Agreement(NamedTuple):
+    mean_tau: float | None      # mean pairwise Kendall tau-b between valid votes (None: no usable pair)
+    n_pairs: int                # pairs that entered the mean
+    winner_labels: Counter      # label under which each valid judge saw the consensus winner
+    top_labels: Counter         # labels each valid judge put in its first tie group
+
+
+def agreement(votes: Sequence[JudgeVote], scores: Sequence[float] | None = None) -> Agreement:
+    """Inter-judge agreement and position-bias counts for one slate (sum the Counters over many)."""
+    valid = [v for v in votes if v.valid]
+    k = len(valid[0].permutation) if valid else 0
+    taus = []
+    for a, b in itertools.combinations(valid, 2):
+        tau = kendalltau(rank_vector(a, k), rank_vector(b, k)).statistic
+        if not math.isnan(tau):
+            taus.append(float(tau))
+    winner_labels: Counter = Counter()
+    top_labels: Counter = Counter()
+    if valid:
+        winner = consensus_order(scores if scores is not None else borda(valid, k))[0]
+        for v in valid:
+            winner_labels[v.labels[v.permutation.index(winner)]] += 1
+            top_labels.update(v.labels[v.permutation.index(p)] for p in v.ranking[0])
+    return Agreement(sum(taus) / len(taus) if taus else None, len(taus), winner_labels, top_labels)

@@ -1,0 +1,58 @@
+"""LLM-judge accuracy: the answer-judge role decides whether a prediction means the same as a gold answer.
+
+A judge call that fails (after the middleware's retries) or whose reply cannot be read gives ``None``:
+the question is counted as unjudged and left out of the accuracy, never scored 0. An empty prediction is
+wrong without a call.
+
+    verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, predictions))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+from components.llm.base import ChatModel, Sampling, system, user
+from components.schemas import Question
+
+JUDGE_SYSTEM = (
+    "You grade short answers to questions. Say whether the predicted answer refers to the same thing as at "
+    "least one reference answer. Ignore differences of spelling, capitalisation, articles, formatting or "
+    "extra harmless words; a different person, place, date, number or a yes/no flip is incorrect. "
+    'Reply only with JSON: {"correct": true} or {"correct": false}.'
+)
+JUDGE_SCHEMA = {"type": "object", "properties": {"correct": {"type": "boolean"}}, "required": ["correct"]}
+
+
+def judge_prompt(question: Question, prediction: str) -> list:
+    refs = " | ".join(question.answers)
+    return [system(JUDGE_SYSTEM),
+            user(f"Question: {question.question}\nReference answers: {refs}\nPredicted answer: {prediction}")]
+
+
+def parse_verdict(text: str) -> bool | None:
+    start, end = text.find("{"), text.rfind("}")
+    if start >= 0 and end > start:
+        try:
+            value = json.loads(text[start : end + 1]).get("correct")
+            if isinstance(value, bool):
+                return value
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    words = re.findall(r"\b(true|false|yes|no|correct|incorrect)\b", text.lower())
+    if len(set(words)) == 1 or (words and words[0] in ("incorrect", "false")):
+        return words[0] in ("true", "yes", "correct")
+    return None
+
+
+async def judge_answer(judge: ChatModel, question: Question, prediction: str | None) -> bool | None:
+    if not prediction or not prediction.strip():
+        return False
+    out = await judge.chat(judge_prompt(question, prediction),
+                           Sampling(temperature=0.0, max_tokens=16, json_schema=JUDGE_SCHEMA))
+    return parse_verdict(out.text) if out.ok else None
+
+
+async def judge_answers(judge: ChatModel, questions: list[Question], predictions: list[str | None]) -> list[bool | None]:
+    return list(await asyncio.gather(*(judge_answer(judge, q, p) for q, p in zip(questions, predictions))))

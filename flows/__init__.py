@@ -1,0 +1,1 @@
+"""Prefect flows: they order stages and choose where they run; the work lives in tasks/ and components/."""

@@ -1,0 +1,151 @@
+"""Stage `evaluate`: run an agent on the test questions; score EM, F1, LLM-judge accuracy and search
+behaviour; log everything to MLflow.
+
+    python -m tasks.evaluate [--set evaluation.n_questions=10]
+
+Reads outputs/data/test.jsonl, outputs/data/corpus.jsonl and outputs/index/. Writes, under
+outputs/eval/<method>/: trajectories.jsonl (appended one episode at a time, so a crash loses nothing and
+a re-run resumes; a run with different params starts afresh), per_question.csv, metrics.json
+(deterministic: identical params give an identical file) and timings.json (wall times, not a DVC metric).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections import Counter
+
+import pandas as pd
+from prefect import task
+from pydantic import BaseModel
+from tqdm import tqdm
+
+from components.agents.react import ReActAgent
+from components.evaluation.behaviour import behaviour_stats
+from components.evaluation.judge import judge_answers
+from components.evaluation.metrics import exact_match, f1_score
+from components.io import JsonlAppender, read_json, read_jsonl, write_json
+from components.llm.factory import LLMPool
+from components.params import Params
+from components.retrieval import load_index, make_toolbox
+from components.schemas import Document, Question, Trajectory
+from tasks.runtime import out_path, params_from_args, resolve, stage_argparser, tracking
+
+
+class EvalResult(BaseModel):
+    method: str
+    metrics: dict[str, float]
+    trajectories: str
+    per_question: str
+
+
+def run_key(params: Params, method: str) -> str:
+    relevant = {"method": method, "seed": params.seed, "data": params.data.model_dump(),
+                "world": params.world.model_dump(), "retrieval": params.retrieval.model_dump(),
+                "agent": params.agent.model_dump(), "llm": params.llm.model_dump(),
+                "n": params.evaluation.n_questions}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+
+
+def _resume(path, key_path, key: str) -> dict[str, Trajectory]:
+    if path.exists() and key_path.exists() and read_json(key_path) == {"run_key": key}:
+        return {t.question_id: t for t in read_jsonl(path, Trajectory, skip_torn_tail=True)}
+    path.unlink(missing_ok=True)
+    write_json(key_path, {"run_key": key})
+    return {}
+
+
+def score(questions: list[Question], trajs: list[Trajectory], verdicts: list[bool | None]) -> tuple[pd.DataFrame, dict]:
+    rows = []
+    for q, t, v in zip(questions, trajs, verdicts):
+        pred = t.final_answer or ""
+        rows.append({"question_id": q.id, "type": q.type, "prediction": pred, "gold": q.answers[0],
+                     "em": exact_match(pred, q.answers), "f1": f1_score(pred, q.answers), "judge": v,
+                     "finish_reason": t.finish_reason, **behaviour_stats(t, q)})
+    table = pd.DataFrame(rows)
+    judged = table["judge"].dropna()
+    metrics = {
+        "n": float(len(table)), "em": float(table["em"].mean()), "f1": float(table["f1"].mean()),
+        "judge_accuracy": float(judged.astype(float).mean()) if len(judged) else float("nan"),
+        "judged": float(len(judged)), "judge_failures": float(table["judge"].isna().sum()),
+        "tool_calls_per_question": float(table["tool_calls"].mean()),
+        "unique_docs_retrieved": float(table["unique_docs_retrieved"].mean()),
+        "unique_docs_cited": float(table["unique_docs_cited"].mean()),
+        "gold_recall": float(table["gold_recall"].dropna().mean()) if table["gold_recall"].notna().any() else float("nan"),
+        "answered_rate": float(table["answered"].mean()),
+        "parse_errors_per_question": float(table["parse_errors"].mean()),
+    }
+    for reason, count in Counter(table["finish_reason"]).items():
+        metrics[f"finish.{reason}"] = float(count)
+    for qtype, group in table.groupby("type"):
+        metrics[f"em.{qtype}"] = float(group["em"].mean())
+        metrics[f"f1.{qtype}"] = float(group["f1"].mean())
+    return table, {k: round(v, 6) for k, v in metrics.items()}
+
+
+@task(name="evaluate")
+def evaluate(params: Params | None = None, method: str = "react", parent_run_id: str | None = None,
+             pool: LLMPool | None = None) -> EvalResult:
+    params = resolve(params)
+    questions = read_jsonl(out_path(params, "data", "test.jsonl"), Question)[: params.evaluation.n_questions]
+    docs = read_jsonl(out_path(params, "data", "corpus.jsonl"), Document)
+    index = load_index(out_path(params, "index", "manifest.json").parent, docs=docs)
+    toolbox = make_toolbox(index, docs, top_k=params.retrieval.top_k, snippet_chars=params.retrieval.snippet_chars,
+                           browse_chars=params.agent.observation_max_chars)
+    folder = out_path(params, "eval", method, "metrics.json").parent
+    traj_path = folder / "trajectories.jsonl"
+    done = _resume(traj_path, folder / "run_key.json", run_key(params, method))
+
+    own_pool = pool is None
+    pool = pool or LLMPool(params)
+    started = time.perf_counter()
+    try:
+        agent = ReActAgent(pool.role("policy"), toolbox, params.agent, name=params.llm.roles["policy"])
+        todo = [q for q in questions if q.id not in done]
+        with JsonlAppender(traj_path) as out, tqdm(total=len(questions), initial=len(done), desc=f"evaluate {method}") as bar:
+            async def run_all():
+                async def one(i: int, q: Question):
+                    t = await agent.run(q, seed=params.seed + i)
+                    out.append(t)  # written as soon as it exists: a crash keeps finished episodes
+                    done[q.id] = t
+                    bar.update(1)
+                await asyncio.gather(*(one(i, q) for i, q in enumerate(todo)))
+            asyncio.run(run_all())
+        agent_s = time.perf_counter() - started
+        trajs = [done[q.id] for q in questions]
+        if params.evaluation.llm_judge:
+            verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, [t.final_answer for t in trajs]))
+        else:
+            verdicts = [None] * len(questions)
+        llm_metrics = pool.accounting.metrics()
+    finally:
+        if own_pool:
+            pool.close()
+
+    table, metrics = score(questions, trajs, verdicts)
+    table.to_csv(folder / "per_question.csv", index=False)
+    write_json(folder / "metrics.json", metrics)
+    timings = {"wall_s": time.perf_counter() - started, "agent_s": agent_s,
+               "s_per_question": agent_s / max(len(todo), 1), "resumed": len(questions) - len(todo)}
+    write_json(folder / "timings.json", timings)
+    with tracking(params, f"evaluate@{method}", parent_run_id, tags={"method": method}) as tracker:
+        tracker.log_params({"method": method, "data": params.data.model_dump(), "agent": params.agent.model_dump(),
+                            "retrieval": params.retrieval.model_dump(), "policy": params.llm.roles["policy"]})
+        tracker.log_metrics({**metrics, **timings, **llm_metrics})
+        tracker.log_artifact(traj_path)
+        tracker.log_table(table, "per_question.json")
+    return EvalResult(method=method, metrics=metrics, trajectories=str(traj_path), per_question=str(folder / "per_question.csv"))
+
+
+def main() -> None:
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--method", default="react")
+    args = parser.parse_args()
+    result = evaluate.fn(params_from_args(args), method=args.method)
+    print(json.dumps(result.metrics, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""What every stage shares: params loading with ``--set`` overrides, output paths, MLflow tracking.
+
+MLflow tracks to SQLite (``run.mlflow_tracking_uri``) with ``run.mlflow_artifact_root`` as the artifact
+root. ``RUBRICFLOW_MLFLOW=0`` swaps in a null tracker that records nothing (for unit tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from components.params import Params, load_params
+
+PARAMS_PATH = os.environ.get("RUBRICFLOW_PARAMS", "params.yaml")
+
+
+def stage_argparser(doc: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0] if doc else None)
+    parser.add_argument("--params", default=PARAMS_PATH, help="params file (default: params.yaml)")
+    parser.add_argument("--profile", default=None, help="profile to apply (default: the file's)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a parameter, e.g. --set data.source=hotpotqa (repeatable)")
+    return parser
+
+
+def params_from_args(args: argparse.Namespace) -> Params:
+    return load_params(args.params, args.profile, args.overrides)
+
+
+def resolve(params: Params | None) -> Params:
+    """A flow or task given None reads params.yaml now."""
+    return params if params is not None else load_params(PARAMS_PATH)
+
+
+def out_path(params: Params, *parts: str) -> Path:
+    path = Path(params.run.out_dir).joinpath(*parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+class NullTracker:
+    run_id = None
+
+    def log_params(self, params: dict) -> None: ...
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None: ...
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None: ...
+    def log_table(self, data, artifact_file: str) -> None: ...
+    def log_figure(self, figure, artifact_file: str) -> None: ...
+    def set_tags(self, tags: dict) -> None: ...
+
+
+class MlflowTracker(NullTracker):
+    def __init__(self, mlflow, run):
+        self.mlflow, self.run_id = mlflow, run.info.run_id
+
+    def log_params(self, params: dict) -> None:
+        flat = {k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in flatten(params).items()}
+        items = list(flat.items())
+        for i in range(0, len(items), 100):  # MLflow caps a batch at 100 params
+            self.mlflow.log_params(dict(items[i : i + 100]), run_id=self.run_id)
+
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.mlflow.log_metrics(numeric, step=step, run_id=self.run_id)
+
+    def log_artifact(self, path, artifact_path=None) -> None:
+        self.mlflow.log_artifact(str(path), artifact_path=artifact_path, run_id=self.run_id)
+
+    def log_table(self, data, artifact_file: str) -> None:
+        self.mlflow.log_table(data=data, artifact_file=artifact_file, run_id=self.run_id)
+
+    def log_figure(self, figure, artifact_file: str) -> None:
+        self.mlflow.log_figure(figure, artifact_file, run_id=self.run_id)
+
+    def set_tags(self, tags: dict) -> None:
+        for k, v in tags.items():
+            self.mlflow.set_tag(k, v)
+
+
+@contextlib.contextmanager
+def tracking(params: Params, run_name: str, parent_run_id: str | None = None, tags: dict | None = None):
+    """An MLflow run for a stage (nested under ``parent_run_id`` when given), or a null tracker."""
+    if os.environ.get("RUBRICFLOW_MLFLOW", "1") == "0":
+        yield NullTracker()
+        return
+    import mlflow
+
+    mlflow.set_tracking_uri(params.run.mlflow_tracking_uri)
+    experiment = mlflow.get_experiment_by_name(params.run.experiment)
+    if experiment is None:
+        root = Path(params.run.mlflow_artifact_root).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        experiment_id = mlflow.create_experiment(params.run.experiment, artifact_location=root.as_uri())
+    else:
+        experiment_id = experiment.experiment_id
+    run_tags = {"stage": run_name, "profile": params.profile, **(tags or {})}
+    if parent_run_id:
+        run_tags["mlflow.parentRunId"] = parent_run_id
+    client = mlflow.MlflowClient()
+    run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
+    tracker = MlflowTracker(mlflow, run)
+    status = "FAILED"
+    try:
+        yield tracker
+        status = "FINISHED"
+    finally:
+        client.set_terminated(run.info.run_id, status=status)

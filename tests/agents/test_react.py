@@ -1,0 +1,88 @@
+"""The ReAct loop with a scripted policy and an in-memory toolbox."""
+
+import asyncio
+
+from components.agents.react import BUDGET_MESSAGE, FORMAT_REMINDER, REPEAT_NOTE, ReActAgent
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import PermanentLLMError
+from components.llm.middleware import ReliableChatModel
+from components.params import AgentParams, MiddlewareParams
+from components.schemas import Question, ToolCall
+
+Q = Question(id="q1", question="Where was the director of Nightfall Harbor born?", answers=["Kestrow"],
+             source="world")
+
+
+class DictToolbox:
+    """search returns the doc whose title is the query; browse returns a long text."""
+
+    def __init__(self):
+        self.calls = []
+
+    def call(self, name, argument):
+        self.calls.append((name, argument))
+        if name == "search":
+            return ToolCall(name="search", arguments={"query": argument},
+                            observation=f"[1] (d-{argument}) {argument}: about {argument}", doc_ids=[f"d-{argument}"])
+        return ToolCall(name="browse", arguments={"doc_id": argument}, observation="x" * 5000, doc_ids=[argument])
+
+
+def run(replies, **settings):
+    policy = ScriptedChatModel(replies)
+    tools = DictToolbox()
+    agent = ReActAgent(policy, tools, AgentParams(**{"max_turns": 6, "max_search_calls": 3,
+                                                     "observation_max_chars": 100, **settings}))
+    return asyncio.run(agent.run(Q)), policy, tools
+
+
+def test_full_episode_records_steps_docs_and_answer():
+    traj, policy, tools = run([
+        "Thought: find the film\nAction: search[Nightfall Harbor]",
+        "Thought: now the director\nAction: search[Ossian Threll]",
+        "Thought: read\nAction: browse[d-Ossian Threll]",
+        "Thought: got it\nAction: finish[Kestrow]",
+    ])
+    assert traj.finish_reason == "answer" and traj.final_answer == "Kestrow"
+    assert [s.action for s in traj.steps] == ["search[Nightfall Harbor]", "search[Ossian Threll]",
+                                              "browse[d-Ossian Threll]", "finish[Kestrow]"]
+    assert traj.docs_seen == ["d-Nightfall Harbor", "d-Ossian Threll"]
+    assert traj.n_tool_calls == 3
+    # the long browse observation was truncated before the policy saw it
+    assert len(traj.steps[2].tool_call.observation) <= 100
+    last_prompt = policy.requests[-1][0]
+    assert last_prompt[-1].content.startswith("Observation: xxx") and len(last_prompt[-1].content) <= 114
+    assert traj.completion_tokens > 0
+
+
+def test_unparseable_turn_gets_a_reminder_and_no_tool_call():
+    traj, policy, tools = run(["I think maybe something", "Action: finish[Kestrow]"])
+    assert traj.steps[0].parse_error and traj.steps[0].tool_call is None
+    assert policy.requests[1][0][-1].content == f"Observation: {FORMAT_REMINDER}"
+    assert tools.calls == [] and traj.final_answer == "Kestrow"
+
+
+def test_search_budget_is_enforced():
+    traj, policy, tools = run(["Action: search[a]"] * 6, max_search_calls=2)
+    assert len(tools.calls) == 2
+    assert traj.finish_reason == "search_budget" and traj.final_answer is None
+    assert policy.requests[3][0][-1].content == f"Observation: {BUDGET_MESSAGE}"
+
+
+def test_turn_budget_ends_the_episode():
+    traj, _, _ = run(["no action"] * 6, max_turns=3)
+    assert traj.finish_reason == "max_turns" and len(traj.steps) == 3
+
+
+def test_policy_failure_ends_with_llm_failure_not_an_answer():
+    policy = ReliableChatModel(ScriptedChatModel([PermanentLLMError("bad request", 400)]), role="policy",
+                               settings=MiddlewareParams(cache=False))
+    traj = asyncio.run(ReActAgent(policy, DictToolbox()).run(Q))
+    assert traj.finish_reason == "llm_failure" and traj.final_answer is None
+    assert "bad request" in traj.metadata["error"]
+
+
+def test_repeated_call_is_flagged_to_the_policy():
+    traj, policy, tools = run(["Action: search[a]", "Action: search[a]", "Action: finish[x]"])
+    assert not traj.steps[0].tool_call.observation.startswith(REPEAT_NOTE)
+    assert traj.steps[1].tool_call.observation.startswith(REPEAT_NOTE[:40])
+    assert len(tools.calls) == 2
