@@ -286,7 +286,8 @@ async def judge_slate(
         for perm in perms
     ]
     outcomes = await asyncio.gather(*(_ask(j, m, sampling) for j, m in zip(judges, prompts, strict=True)))
-    votes = [vote_from_reply(getattr(j, "name", f"judge{i}"), perm, labels, out)
+    # the role (e.g. council_judges[1]) tells judges apart even when two share one backend model
+    votes = [vote_from_reply(getattr(j, "role", None) or getattr(j, "name", f"judge{i}"), perm, labels, out)
              for i, (j, perm, out) in enumerate(zip(judges, perms, outcomes, strict=True))]
     scores = borda(votes, k)
     kept = sum(v.valid for v in votes) >= min_valid

@@ -151,6 +151,12 @@ class BranchingPoint(Record):
     votes: list[JudgeVote] = Field(default_factory=list, description="Per-judge rankings.")
     consensus: list[int] = Field(default_factory=list, description="Slate positions ordered by Borda, best first.")
     borda_scores: list[float] = Field(default_factory=list, description="Borda score per slate position.")
+    n_distinct: int = Field(default=0, ge=0, description="Distinct actions in the pool after de-duplication.")
+    kept: bool = Field(default=True, description="Whether the point enters the training set.")
+    drop_reason: str | None = Field(
+        default=None, description="Why it was dropped: too_few_distinct, too_few_valid_judges, final_answer."
+    )
+    committed: int | None = Field(default=None, description="Index into candidates of the action executed next.")
 
 
 class Criterion(Record):

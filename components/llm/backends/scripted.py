@@ -32,8 +32,10 @@ class ScriptedChatModel(ChatModel):
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
         self.requests.append((messages, sampling))
         texts = []
-        for _ in range(sampling.n):
-            reply = self._next(messages, sampling)
+        for i in range(sampling.n):
+            # like the HTTP fan-out, sample i of a seeded request is seeded with seed + i
+            one = sampling if sampling.seed is None else sampling.model_copy(update={"seed": sampling.seed + i})
+            reply = self._next(messages, one)
             if isinstance(reply, LLMError):
                 raise reply
             texts.append(reply)
