@@ -29,9 +29,8 @@ from components.evaluation.metrics import exact_match, f1_score
 from components.io import JsonlAppender, read_json, read_jsonl, write_json
 from components.llm.factory import LLMPool
 from components.params import Params
-from components.retrieval import load_index, make_toolbox
-from components.schemas import Document, Question, Trajectory
-from tasks.runtime import out_path, params_from_args, resolve, stage_argparser, tracking
+from components.schemas import Question, Trajectory
+from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
 
 
 class EvalResult(BaseModel):
@@ -90,10 +89,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
              pool: LLMPool | None = None) -> EvalResult:
     params = resolve(params)
     questions = read_jsonl(out_path(params, "data", "test.jsonl"), Question)[: params.evaluation.n_questions]
-    docs = read_jsonl(out_path(params, "data", "corpus.jsonl"), Document)
-    index = load_index(out_path(params, "index", "manifest.json").parent, docs=docs)
-    toolbox = make_toolbox(index, docs, top_k=params.retrieval.top_k, snippet_chars=params.retrieval.snippet_chars,
-                           browse_chars=params.agent.observation_max_chars)
+    toolbox = load_toolbox(params)
     folder = out_path(params, "eval", method, "metrics.json").parent
     traj_path = folder / "trajectories.jsonl"
     done = _resume(traj_path, folder / "run_key.json", run_key(params, method))

@@ -1,0 +1,143 @@
+"""Stage `collect` (Co-ReAct 3.1): branching points with candidate pools, MMR slates, per-judge rankings
+and Borda consensus, from the training questions.
+
+    python -m tasks.collect                         # all questions
+    python -m tasks.collect --shard 0 --num-shards 4   # one of four shards (run them anywhere)
+
+Resumable: points are appended to outputs/collect/shard-<i>-of-<n>/points.jsonl as they are made and a
+question is listed in done.jsonl once finished; a re-run skips finished questions and discards the
+partial points of an unfinished one. When every shard is done, the kept points are merged into
+outputs/collect/branching_points.parquet and outputs/collect/metrics.json (kept/dropped by reason, judge
+validity per judge, mean pairwise Kendall tau, slate diversity, label distributions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from prefect import task
+from pydantic import BaseModel
+from tqdm import tqdm
+
+from components.agents.react import ReActAgent
+from components.coreact.collect import BranchingCollector
+from components.coreact.collect_metrics import summarize
+from components.io import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl, write_parquet
+from components.llm.factory import LLMPool
+from components.params import Params
+from components.schemas import BranchingPoint, Question
+from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
+
+
+class CollectResult(BaseModel):
+    shard_dir: str
+    complete: bool
+    dataset: str | None
+    metrics: dict[str, float]
+
+
+class DoneRecord(BaseModel):
+    question_id: str
+    stop: str
+    samples: int
+    unparseable: int
+    failed_calls: int
+    wall_s: float
+
+
+def shard_dir(params: Params, shard: int, num_shards: int) -> Path:
+    return out_path(params, "collect", f"shard-{shard}-of-{num_shards}", "points.jsonl").parent
+
+
+def _resume(folder: Path) -> set[str]:
+    done_path, points_path = folder / "done.jsonl", folder / "points.jsonl"
+    done = {r.question_id for r in read_jsonl(done_path, DoneRecord, skip_torn_tail=True)} if done_path.exists() else set()
+    if points_path.exists():
+        points = read_jsonl(points_path, BranchingPoint, skip_torn_tail=True)
+        write_jsonl(points_path, [p for p in points if p.question_id in done])  # drop half-expanded questions
+    return done
+
+
+def merge(params: Params, num_shards: int) -> tuple[bool, str | None, dict[str, float]]:
+    folders = [shard_dir(params, i, num_shards) for i in range(num_shards)]
+    questions = _questions(params)
+    done, points, records = set(), [], []
+    for f in folders:
+        if (f / "done.jsonl").exists():
+            recs = read_jsonl(f / "done.jsonl", DoneRecord)
+            records += recs
+            done |= {r.question_id for r in recs}
+        if (f / "points.jsonl").exists():
+            points += read_jsonl(f / "points.jsonl", BranchingPoint)
+    if not {q.id for q in questions} <= done:
+        return False, None, {}
+    metrics = summarize(points)
+    samples = sum(r.samples for r in records)
+    metrics.update({"questions": float(len(records)), "pool_samples": float(samples),
+                    "pool_unparseable_rate": round(sum(r.unparseable for r in records) / max(samples, 1), 6),
+                    "pool_failed_calls": float(sum(r.failed_calls for r in records))})
+    dataset = out_path(params, "collect", "branching_points.parquet")
+    write_parquet(dataset, sorted((p for p in points if p.kept), key=lambda p: (p.question_id, p.depth)))
+    write_json(out_path(params, "collect", "metrics.json"), metrics)
+    wall = sum(r.wall_s for r in records)
+    write_json(out_path(params, "collect", "timings.json"),
+               {"wall_s": wall, "s_per_point": wall / max(len(points), 1)})
+    return True, str(dataset), metrics
+
+
+def _questions(params: Params) -> list[Question]:
+    return read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.collect.n_questions]
+
+
+@task(name="collect")
+def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, parent_run_id: str | None = None,
+            pool: LLMPool | None = None) -> CollectResult:
+    params = resolve(params)
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"shard {shard} is not in [0, {num_shards})")
+    questions = _questions(params)
+    mine = [(i, q) for i, q in enumerate(questions) if i % num_shards == shard]
+    folder = shard_dir(params, shard, num_shards)
+    done = _resume(folder)
+    own_pool = pool is None
+    pool = pool or LLMPool(params)
+    try:
+        agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
+        collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
+                                       params.collect, seed=params.seed)
+        with JsonlAppender(folder / "points.jsonl") as points_out, JsonlAppender(folder / "done.jsonl") as done_out:
+            for i, q in tqdm([x for x in mine if x[1].id not in done], desc=f"collect shard {shard}/{num_shards}"):
+                start = time.perf_counter()
+                result = asyncio.run(collector.expand(q, params.seed + 7919 * i))
+                for point in result.points:
+                    points_out.append(point)
+                done_out.append(DoneRecord(question_id=q.id, stop=result.stop, samples=result.pool.samples,
+                                           unparseable=result.pool.unparseable,
+                                           failed_calls=result.pool.failed_calls, wall_s=time.perf_counter() - start))
+        llm_metrics = pool.accounting.metrics()
+    finally:
+        if own_pool:
+            pool.close()
+    complete, dataset, metrics = merge(params, num_shards)
+    if complete:
+        with tracking(params, "collect", parent_run_id) as tracker:
+            tracker.log_params({"collect": params.collect.model_dump(), "roles": {
+                r: params.llm.roles[r] for r in ("policy", "candidate_policies", "council_judges")}})
+            tracker.log_metrics({**metrics, **read_json(out_path(params, "collect", "timings.json")), **llm_metrics})
+            tracker.log_artifact(dataset)
+    return CollectResult(shard_dir=str(folder), complete=complete, dataset=dataset, metrics=metrics)
+
+
+def main() -> None:
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--shard", type=int, default=0)
+    parser.add_argument("--num-shards", type=int, default=1)
+    args = parser.parse_args()
+    result = collect.fn(params_from_args(args), shard=args.shard, num_shards=args.num_shards)
+    print(result.model_dump_json(indent=2))
+
+
+if __name__ == "__main__":
+    main()

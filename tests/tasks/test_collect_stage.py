@@ -1,0 +1,97 @@
+"""The collect stage on a tiny world with scripted candidate policies and judges: sharding, a crash and
+resume, and the merged dataset."""
+
+import json
+import re
+
+import pytest
+
+from components.council import SYSTEM_PROMPT as JUDGE_SYSTEM
+from components.io import read_json, read_jsonl, read_parquet
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.factory import LLMPool
+from components.params import load_params
+from components.schemas import BranchingPoint, Question
+from components.world.oracle import gold_search_queries
+from tasks.collect import DoneRecord, collect, shard_dir
+from tasks.index import index
+from tasks.prepare import prepare
+
+
+class SimulatedCrash(BaseException):
+    pass
+
+
+@pytest.fixture
+def params(repo_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("RUBRICFLOW_MLFLOW", "0")
+    p = load_params(repo_root / "params.yaml", overrides=[
+        f"run.out_dir={tmp_path / 'out'}", f"run.cache_dir={tmp_path / 'cache'}", "data.n_train=4",
+        "data.n_dev=1", "data.n_test=1", "collect.n_questions=4", "collect.max_depth=3",
+        "collect.samples_per_temperature=3", "llm.middleware.cache=false",
+    ])
+    prepare.fn(p)
+    index.fn(p)
+    return p
+
+
+def scripted_world(params, crash_after=None):
+    questions = {q.question: q for q in read_jsonl(f"{params.run.out_dir}/data/train.jsonl", Question)}
+    calls = {"n": 0}
+
+    def respond(messages, sampling):
+        calls["n"] += 1
+        if crash_after is not None and calls["n"] > crash_after:
+            raise SimulatedCrash()
+        if messages[0].content == JUDGE_SYSTEM:  # a judge: prefer gold queries, then display order
+            shown = dict(re.findall(r"^\[([A-Z])\] (.+)$", messages[1].content, flags=re.M))
+            q = next(q for text, q in questions.items() if text in messages[1].content)
+            gold = set(gold_search_queries(q))
+            order = sorted(shown, key=lambda lab: (re.sub(r"^search\[(.*)\]$", r"\1", shown[lab]) not in gold,
+                                                   list(shown).index(lab)))
+            return json.dumps({"rationale": "gold first", "ranking": order})
+        q = questions[messages[1].content.removeprefix("Question: ")]
+        depth = sum(1 for m in messages if m.role == "assistant")
+        queries = gold_search_queries(q)
+        options = [f"search[{queries[min(depth, len(queries) - 1)]}]", f"search[{q.question[:20]}]",
+                   f"search[{queries[0]} history]", f"search[list of {depth}]", "browse[nothing]"]
+        return f"Thought: t\nAction: {options[(sampling.seed or 0) % len(options)]}"
+
+    return ScriptedChatModel(respond)
+
+
+def run(params, model, shard=0, num_shards=1):
+    with LLMPool(params, overrides={"embedded-0.5b": model, "embedded-1.5b": model}) as pool:
+        return collect.fn(params, shard=shard, num_shards=num_shards, pool=pool)
+
+
+def test_two_shards_resume_and_merge(params):
+    first = run(params, scripted_world(params), shard=0, num_shards=2)
+    assert not first.complete and first.dataset is None  # shard 1 has not run yet
+    with pytest.raises(SimulatedCrash):
+        run(params, scripted_world(params, crash_after=40), shard=1, num_shards=2)
+    folder = shard_dir(params, 1, 2)
+    crashed_done = read_jsonl(folder / "done.jsonl", DoneRecord, skip_torn_tail=True)
+    result = run(params, scripted_world(params), shard=1, num_shards=2)
+    assert result.complete
+    kept = read_parquet(result.dataset, BranchingPoint)
+    assert kept and all(p.kept and len(p.slate) == 4 and len(p.votes) == 2 for p in kept)
+    assert len({p.question_id for p in kept}) == 4
+    # no question appears twice at the same depth: the crash left no duplicated partial points
+    keys = [(p.question_id, p.depth) for p in kept]
+    assert len(keys) == len(set(keys))
+    metrics = read_json(f"{params.run.out_dir}/collect/metrics.json")
+    assert metrics["questions"] == 4 and metrics["judge_validity.council_judges[0]"] == 1.0
+    assert metrics["kept"] == len(kept) and 0 < metrics["slate_diversity"] <= 1
+    done = read_jsonl(folder / "done.jsonl", DoneRecord)
+    assert sorted(r.question_id for r in done) == sorted({r.question_id for r in done})  # none redone
+    assert len(done) == 2 and len(crashed_done) < 2
+    # the judges prefer gold queries: whenever one is on the slate, it is what gets committed
+    questions = {q.id: q for q in read_jsonl(f"{params.run.out_dir}/data/train.jsonl", Question)}
+    checked = 0
+    for p in kept:
+        gold = {f"search[{g}]" for g in gold_search_queries(questions[p.question_id])}
+        if any(p.candidates[i].action in gold for i in p.slate):
+            assert p.candidates[p.committed].action in gold
+            checked += 1
+    assert checked >= 2
