@@ -102,8 +102,13 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
         todo = [q for q in questions if q.id not in done]
         with JsonlAppender(traj_path) as out, tqdm(total=len(questions), initial=len(done), desc=f"evaluate {method}") as bar:
             async def run_all():
+                # whole episodes are bounded too: interleaved turns of many episodes would evict each
+                # other from a local server's prompt cache
+                episodes = asyncio.Semaphore(params.llm.middleware.max_concurrency)
+
                 async def one(i: int, q: Question):
-                    t = await agent.run(q, seed=params.seed + i)
+                    async with episodes:
+                        t = await agent.run(q, seed=params.seed + i)
                     out.append(t)  # written as soon as it exists: a crash keeps finished episodes
                     done[q.id] = t
                     bar.update(1)
