@@ -82,6 +82,9 @@ class Step(Record):
     thought: str = Field(default="", description="Reasoning text extracted from the output.")
     action: str = Field(default="", description="Normalised action string, e.g. 'search[Nightfall Harbor]'.")
     tool_call: ToolCall | None = Field(default=None, description="The tool call, if the action called a tool.")
+    observation: str = Field(
+        default="", description="What the policy was shown after this turn: tool output, format reminder or budget note."
+    )
     final_answer: str | None = Field(default=None, description="Answer, if this turn answered.")
     parse_error: str | None = Field(default=None, description="Why the output could not be parsed, if it could not.")
     stage: Stage | None = Field(default=None, description="RubricEM stage of this turn, when staged.")

@@ -65,10 +65,13 @@ class EpisodeState:
     """What the loop carries between turns; agents built on ReAct (Co-ReAct, RubricEM) extend it."""
 
     question: Question
-    messages: list[Message]
     steps: list[Step] = field(default_factory=list)
     docs_seen: list[str] = field(default_factory=list)
     tool_calls: int = 0
+
+    @property
+    def last_observation(self) -> str:
+        return self.steps[-1].observation if self.steps else ""
 
 
 class ReActAgent:
@@ -82,7 +85,31 @@ class ReActAgent:
 
     # -- pieces subclasses and other methods reuse -------------------------------------------------------
     def start(self, question: Question) -> EpisodeState:
-        return EpisodeState(question, [system(self.system_prompt), user(f"Question: {question.question}")])
+        return EpisodeState(question)
+
+    def messages(self, state: EpisodeState) -> list[Message]:
+        """What the policy sees before its next turn, in the configured history format:
+        ``chat`` replays earlier turns as assistant/observation messages; ``scratchpad`` puts the question
+        and a numbered action/observation history into one fresh user message (small models copy their
+        own earlier assistant turns verbatim, and loop, when shown them as chat turns)."""
+        head = [system(self.system_prompt)]
+        if self.settings.history_format == "chat":
+            msgs = head + [user(f"Question: {state.question.question}")]
+            for step in state.steps:
+                msgs.append(assistant(step.raw.strip()))
+                if step.final_answer is None:
+                    msgs.append(user(f"Observation: {step.observation}"))
+            return msgs
+        lines = [f"Question: {state.question.question}", ""]
+        if not state.steps:
+            lines.append("You have not made any step yet.")
+        else:
+            lines.append("Your steps so far:")
+            for step in state.steps:
+                lines.append(f"{step.index + 1}. Action: {step.action or '(unreadable)'}")
+                lines.append(f"   Observation: {step.observation}")
+        lines += ["", "Write your next Thought and Action."]
+        return head + [user("\n".join(lines))]
 
     def sampling(self, temperature: float | None = None, seed: int | None = None, n: int = 1) -> Sampling:
         return Sampling(
@@ -117,15 +144,13 @@ class ReActAgent:
         step = Step(index=len(state.steps), raw=raw, thought=parsed.thought, action=parsed.text,
                     parse_error=parsed.error, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                     latency_s=latency_s, **step_fields)
-        state.messages.append(assistant(raw.strip()))
         if parsed.kind == "finish":
             step.final_answer = parsed.argument
         else:
             start = time.perf_counter()
             call, observation = self.act(state, parsed)
-            step.tool_call = call
+            step.tool_call, step.observation = call, observation
             step.latency_s += time.perf_counter() - start
-            state.messages.append(user(f"Observation: {observation}"))
         state.steps.append(step)
         return step
 
@@ -144,7 +169,7 @@ class ReActAgent:
         started = time.perf_counter()
         state = self.start(question)
         for turn in range(self.settings.max_turns):
-            out = await self.policy.chat(state.messages, self.sampling(seed=None if seed is None else seed + turn))
+            out = await self.policy.chat(self.messages(state), self.sampling(seed=None if seed is None else seed + turn))
             if not out.ok:
                 return self.finish(state, "llm_failure", started, error=out.message)
             step = self.commit(state, out.text, parse_turn(out.text), prompt_tokens=out.prompt_tokens,

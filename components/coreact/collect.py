@@ -61,7 +61,7 @@ class BranchingCollector:
         requests = [(p, t) for p in self.policies for t in sorted(self.settings.temperatures)]
         n = self.settings.samples_per_temperature
         outs = await asyncio.gather(*(
-            p.chat(state.messages, self.agent.sampling(temperature=t, seed=seed + 97 * i, n=n))
+            p.chat(self.agent.messages(state), self.agent.sampling(temperature=t, seed=seed + 97 * i, n=n))
             for i, (p, t) in enumerate(requests)
         ))
         pool = []
@@ -94,7 +94,7 @@ class BranchingCollector:
                 break
             point = BranchingPoint(question_id=question.id, question=question.question, depth=depth,
                                    prefix=list(state.steps), candidates=pool)
-            last_obs = state.messages[-1].content if depth else ""
+            last_obs = state.last_observation
             selection = select_slate([c.action for c in pool], k=s.slate_size, lam=s.mmr_lambda,
                                      context=slate_context(question.question, last_obs))
             point.n_distinct = selection.n_distinct

@@ -86,3 +86,24 @@ def test_repeated_call_is_flagged_to_the_policy():
     assert not traj.steps[0].tool_call.observation.startswith(REPEAT_NOTE)
     assert traj.steps[1].tool_call.observation.startswith(REPEAT_NOTE[:40])
     assert len(tools.calls) == 2
+
+
+def test_scratchpad_format_shows_one_fresh_user_message_with_numbered_history():
+    traj, policy, _ = run(["Thought: a\nAction: search[Nightfall Harbor]", "gibberish", "Action: finish[Kestrow]"],
+                          history_format="scratchpad")
+    assert traj.final_answer == "Kestrow"
+    last = policy.requests[-1][0]
+    assert [m.role for m in last] == ["system", "user"]
+    text = last[1].content
+    assert text.startswith(f"Question: {Q.question}")
+    assert "1. Action: search[Nightfall Harbor]\n   Observation: [1] (d-Nightfall Harbor)" in text
+    assert f"2. Action: (unreadable)\n   Observation: {FORMAT_REMINDER}" in text
+    first = policy.requests[0][0][1].content
+    assert "You have not made any step yet." in first
+
+
+def test_chat_format_replays_turns_and_observations():
+    traj, policy, _ = run(["Action: search[x]", "Action: finish[y]"])
+    roles = [m.role for m in policy.requests[-1][0]]
+    assert roles == ["system", "user", "assistant", "user"]
+    assert policy.requests[-1][0][-1].content.startswith("Observation: [1] (d-x)")

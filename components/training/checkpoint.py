@@ -1,0 +1,303 @@
+"""Atomic, complete training checkpoints: weights, optimizer, scheduler, RNG, data position, metrics,
+and method state (e.g. rubric memories or banks), so a resumed run continues exactly.
+
+Layout under a checkpoint root::
+
+    latest                  text file naming the newest complete checkpoint (replaced atomically)
+    step_000010/
+      weights/              peft adapter (adapter_model.safetensors + adapter_config.json) or model.safetensors
+      optimizer.pt          torch.save of optimizer.state_dict() (loaded with weights_only=True)
+      scheduler.pt
+      rng.json, rng.safetensors   python / numpy / torch (CPU and CUDA) generator states
+      trainer_state.json    step, data position, metrics history, config
+      method/state.json     the method's JSON state;  method/files/  files its writer put there
+      manifest.json         written last: file list with sizes and sha256
+
+Everything is written into ``.tmp-step_000010-<random>/`` in the same root and renamed into place in one
+``os.replace``; a crash mid-save leaves only a ``.tmp-*`` folder (ignored, and cleaned by the next save)
+and ``latest`` still names the previous checkpoint. A folder without ``manifest.json`` is never loaded.
+
+Usage::
+
+    path = save_checkpoint(root, step, model=policy.model, optimizer=opt, scheduler=sched,
+                           trainer_state={"step": step, "data": sampler.state_dict(), "history": history})
+    ckpt = load_checkpoint(root, model=policy.model, optimizer=opt, scheduler=sched)  # root or a step dir
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+from torch import nn
+
+__all__ = [
+    "LoadedCheckpoint",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "rng_state",
+    "save_checkpoint",
+    "set_rng_state",
+]
+
+FORMAT_VERSION = 1
+LATEST = "latest"
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class LoadedCheckpoint:
+    """What :func:`load_checkpoint` restored besides the objects it was handed."""
+
+    path: Path
+    step: int
+    trainer_state: dict[str, Any]
+    method_state: dict[str, Any] | None
+    method_dir: Path | None
+
+
+def _is_peft(model: nn.Module) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=1, allow_nan=True))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Python and numpy generator states (JSON) and torch CPU/CUDA states (tensors)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    py = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"torch_cuda_{i}"] = s
+    return py, tensors
+
+
+def set_rng_state(py: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
+    version, internal, gauss = py["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = py["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["torch_cpu"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("torch_cuda_"))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def _save_weights(model: nn.Module, folder: Path) -> None:
+    folder.mkdir()
+    if _is_peft(model):
+        model.save_pretrained(str(folder), safe_serialization=True)
+    else:
+        save_model(model, str(folder / "model.safetensors"))
+
+
+def _load_weights(model: nn.Module, folder: Path) -> None:
+    if _is_peft(model):
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+        file = folder / "adapter_model.safetensors"
+        if not file.exists():
+            raise FileNotFoundError(
+                f"{folder} holds no adapter_model.safetensors but the model is a peft model"
+            )
+        weights = load_file(str(file))
+        expected = set(get_peft_model_state_dict(model))
+        if set(weights) != expected:
+            raise ValueError(
+                f"adapter in {folder} does not fit the model: missing {sorted(expected - set(weights))[:3]}, "
+                f"unexpected {sorted(set(weights) - expected)[:3]}"
+            )
+        set_peft_model_state_dict(model, weights)
+    else:
+        load_model(model, str(folder / "model.safetensors"))
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    trainer_state: Mapping[str, Any] | None = None,
+    method_state: Mapping[str, Any] | None = None,
+    method_files: Callable[[Path], None] | None = None,
+    keep_last: int | None = None,
+) -> Path:
+    """Write checkpoint ``step`` under ``root`` atomically and point ``latest`` at it.
+
+    ``trainer_state`` and ``method_state`` must be JSON-serialisable. ``method_files`` is called with an
+    empty folder to write any other method files into (rubric banks, memories). ``keep_last`` deletes
+    older checkpoints beyond that many (the new one always stays).
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    name = f"step_{step:06d}"
+    tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        _save_weights(model, tmp / "weights")
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        if scheduler is not None:
+            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        py_rng, torch_rng = rng_state()
+        _write_json(tmp / "rng.json", py_rng)
+        save_file(torch_rng, str(tmp / "rng.safetensors"))
+        _write_json(
+            tmp / "trainer_state.json", {"format": FORMAT_VERSION, "step": step, **(trainer_state or {})}
+        )
+        if method_state is not None or method_files is not None:
+            (tmp / "method").mkdir()
+            if method_state is not None:
+                _write_json(tmp / "method" / "state.json", dict(method_state))
+            if method_files is not None:
+                (tmp / "method" / "files").mkdir()
+                method_files(tmp / "method" / "files")
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        for p in files:
+            _fsync(p)
+        manifest = {
+            "format": FORMAT_VERSION,
+            "step": step,
+            "files": {
+                str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files
+            },
+        }
+        _write_json(tmp / MANIFEST, manifest)
+        _fsync(tmp / MANIFEST)
+        _fsync(tmp)
+
+        final = root / name
+        if final.exists():
+            old = root / f".tmp-old-{name}-{uuid.uuid4().hex[:8]}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        _point_latest(root, name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep_last is not None:
+        _prune(root, keep=max(keep_last, 1), current=name)
+    return final
+
+
+def _point_latest(root: Path, name: str) -> None:
+    tmp = root / f".tmp-latest-{uuid.uuid4().hex[:8]}"
+    tmp.write_text(name + "\n")
+    _fsync(tmp)
+    os.replace(tmp, root / LATEST)
+    _fsync(root)
+
+
+def _prune(root: Path, keep: int, current: str) -> None:
+    complete = sorted(p for p in root.glob("step_*") if (p / MANIFEST).exists())
+    for old in complete[:-keep]:
+        if old.name == current:
+            continue
+        trash = root / f".tmp-trash-{old.name}-{uuid.uuid4().hex[:8]}"
+        os.replace(old, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The checkpoint ``latest`` names, or None when the root holds no complete checkpoint yet."""
+    root = Path(root)
+    pointer = root / LATEST
+    if not pointer.exists():
+        return None
+    path = root / pointer.read_text().strip()
+    if not (path / MANIFEST).exists():
+        raise FileNotFoundError(f"{pointer} names {path}, which is not a complete checkpoint (no {MANIFEST})")
+    return path
+
+
+def _resolve(path: Path) -> Path:
+    if (path / MANIFEST).exists():
+        return path
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise FileNotFoundError(
+            f"{path} is neither a complete checkpoint nor a root with a '{LATEST}' pointer"
+        )
+    return latest
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    restore_rng: bool = True,
+    verify: bool = True,
+) -> LoadedCheckpoint:
+    """Restore weights, optimizer, scheduler and RNG states in place from a checkpoint folder, or from
+    the one ``latest`` names when ``path`` is a root. ``verify`` checks every file against the manifest."""
+    path = _resolve(Path(path))
+    manifest = json.loads((path / MANIFEST).read_text())
+    if verify:
+        for rel, meta in manifest["files"].items():
+            f = path / rel
+            if not f.exists() or f.stat().st_size != meta["bytes"] or _sha256(f) != meta["sha256"]:
+                raise ValueError(f"checkpoint file {f} is missing or differs from {path / MANIFEST}")
+    _load_weights(model, path / "weights")
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+    if scheduler is not None:
+        scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+    if restore_rng:
+        set_rng_state(json.loads((path / "rng.json").read_text()), load_file(str(path / "rng.safetensors")))
+    state = json.loads((path / "trainer_state.json").read_text())
+    method_state_file = path / "method" / "state.json"
+    method_dir = path / "method" / "files"
+    return LoadedCheckpoint(
+        path=path,
+        step=int(state["step"]),
+        trainer_state=state,
+        method_state=json.loads(method_state_file.read_text()) if method_state_file.exists() else None,
+        method_dir=method_dir if method_dir.exists() else None,
+    )

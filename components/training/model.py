@@ -1,0 +1,149 @@
+"""The trainable policy: a causal LM, optionally wrapped with LoRA, plus its frozen reference.
+
+- :func:`load_causal_lm` loads a model from a folder or hub-style id, a GGUF file inside a folder
+  (``gguf_file=``; transformers dequantizes it), or passes an already-built model through.
+- :func:`build_policy` wraps the model with a peft LoRA adapter (``lora=LoRASettings(...)``) or leaves all
+  weights trainable (``lora=None``, full fine-tuning).
+- :class:`Policy` computes per-token log-probabilities for the current weights and for the frozen
+  reference: with LoRA the reference is the same base model with the adapter disabled (no extra memory);
+  with full fine-tuning it is a frozen deep copy taken at construction.
+
+Usage::
+
+    policy = build_policy("path/to/model", lora=LoRASettings(r=8, alpha=16))
+    logp = policy.token_logprobs(input_ids, attention_mask)
+    ref = policy.token_logprobs(input_ids, attention_mask, reference=True)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from components.training.losses import token_logprobs
+
+__all__ = ["LoRASettings", "Policy", "build_policy", "load_causal_lm"]
+
+DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoRASettings:
+    """peft LoRA hyper-parameters. ``target_modules`` are module-name suffixes (Qwen2/Llama names by
+    default; GPT-2 uses ``("c_attn", "c_proj", "c_fc")``)."""
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: Sequence[str] = field(default=DEFAULT_TARGET_MODULES)
+    bias: str = "none"
+
+
+def load_causal_lm(
+    source: str | Path | nn.Module,
+    *,
+    gguf_file: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+) -> nn.Module:
+    """Return a causal LM from ``source``: a model object (returned as is, moved to ``device``), a local
+    folder or a model id. With ``gguf_file`` the folder must contain that GGUF file."""
+    if isinstance(source, nn.Module):
+        return source.to(device)
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"dtype": dtype}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    return AutoModelForCausalLM.from_pretrained(str(source), **kwargs).to(device)
+
+
+class Policy:
+    """A trainable causal LM with a frozen reference for the KL term.
+
+    ``model`` is a peft ``PeftModel`` when ``is_lora`` and a plain transformers model otherwise.
+    """
+
+    def __init__(self, model: nn.Module, *, is_lora: bool, reference_model: nn.Module | None = None):
+        if not is_lora and reference_model is None:
+            raise ValueError("full fine-tuning needs a reference_model (a frozen copy of the start weights)")
+        self.model = model
+        self.is_lora = is_lora
+        self._reference_model = reference_model
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @contextmanager
+    def reference(self) -> Iterator[nn.Module]:
+        """Yield the frozen reference model (the base with the adapter disabled, for LoRA)."""
+        if self.is_lora:
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            yield self._reference_model
+
+    def token_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        reference: bool = False,
+    ) -> torch.Tensor:
+        """Per-token log-probabilities ``[B, T]`` (see :func:`components.training.losses.token_logprobs`).
+
+        Gradient flows for the current policy when grad mode is on; the reference is always no-grad.
+        Batches are right-padded, so the default position ids are correct.
+        """
+        if reference:
+            with torch.no_grad(), self.reference() as ref:
+                logits = ref(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        else:
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        return token_logprobs(logits, input_ids, temperature)
+
+
+def build_policy(
+    source: str | Path | nn.Module,
+    *,
+    lora: LoRASettings | None = LoRASettings(),
+    gguf_file: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    gradient_checkpointing: bool = False,
+) -> Policy:
+    """Load ``source`` and make it trainable: LoRA adapter when ``lora`` is given, else full fine-tuning."""
+    model = load_causal_lm(source, gguf_file=gguf_file, dtype=dtype, device=device)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora is None:
+        reference = copy.deepcopy(model).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        return Policy(model, is_lora=False, reference_model=reference)
+
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        bias=lora.bias,
+        task_type="CAUSAL_LM",
+    )
+    if gradient_checkpointing:
+        model.enable_input_require_grads()
+    return Policy(get_peft_model(model, config), is_lora=True)

@@ -1,0 +1,364 @@
+"""Rollout engines and the segment record that turns (multi-turn) rollouts into training batches.
+
+An engine samples continuations from the policy being trained:
+
+- :class:`HFRolloutEngine`: transformers ``generate`` on the policy object itself (CPU or GPU), so it
+  always samples from the current weights; returns the sampled ids and their log-probabilities.
+- :class:`VLLMRolloutEngine`: vLLM on GPU with the LoRA adapter hot-swapped after each update
+  (``LoRARequest``). vLLM is imported inside the class only, so CPU machines never import it.
+  It is not exercised by the test suite (no GPU, no vLLM here).
+
+A rollout is a list of :class:`RolloutSegment`: the prompt (not trainable), each policy turn (trainable,
+with its sampling log-probs) and each tool observation (not trainable). An agent loop calls
+``engine.generate([context_ids], sampling)`` once per turn, appends the generated ids as a trainable
+segment and the tool output as a non-trainable one, and hands the finished lists to :func:`assemble`,
+which right-pads them into a :class:`RolloutBatch` with ``loss_mask`` 0 on prompts and observations.
+The generated ids are kept verbatim (never re-tokenized from text), so training scores exactly the
+tokens that were sampled.
+
+Usage::
+
+    engine = HFRolloutEngine(policy.model, tokenizer)
+    gens = engine.generate(["Question: ..."], SamplingParams(max_new_tokens=64))
+    batch = assemble([[RolloutSegment(g.prompt_ids, False), RolloutSegment(g.token_ids, True, g.logprobs)]
+                      for g in gens], pad_token_id=tokenizer.pad_token_id)
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+from torch import nn
+
+__all__ = [
+    "Generation",
+    "HFRolloutEngine",
+    "RolloutBatch",
+    "RolloutEngine",
+    "RolloutSegment",
+    "SamplingParams",
+    "VLLMRolloutEngine",
+    "assemble",
+]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one continuation. ``temperature`` 0 means greedy; ``top_k`` 0 means no top-k."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class Generation:
+    """One sampled continuation: ``logprobs[i]`` is the log-probability of ``token_ids[i]`` under the
+    temperature-scaled policy that sampled it (before top-p/top-k truncation); None if unknown."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: Literal["stop", "length"]
+    text: str | None = None
+
+
+@dataclass
+class RolloutSegment:
+    """A run of tokens in a rollout. ``trainable`` segments are policy output and get loss; the rest
+    (prompt, tool observations) are context only. ``logprobs`` (one per token) are the sampling
+    log-probs when known. ``segment_id`` tags the stage/step for per-segment advantages (-1: none)."""
+
+    token_ids: list[int]
+    trainable: bool
+    logprobs: list[float] | None = None
+    segment_id: int = -1
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(f"{len(self.logprobs)} logprobs for {len(self.token_ids)} tokens")
+
+
+@dataclass
+class RolloutBatch:
+    """Right-padded token-aligned tensors ``[B, T]`` for training.
+
+    ``old_logprobs`` holds the sampling log-probs at trainable positions (None if any were missing);
+    ``segment_ids`` holds each token's ``RolloutSegment.segment_id`` (-1 on padding).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    segment_ids: torch.Tensor
+    old_logprobs: torch.Tensor | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, index: torch.Tensor | Sequence[int]) -> RolloutBatch:
+        """Rows ``index`` (for mini/micro-batches), trimmed to their longest sequence."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        width = max(int(self.attention_mask[index].sum(dim=1).max()), 1)
+
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[index, :width]
+
+        return replace(
+            self,
+            input_ids=pick(self.input_ids),
+            attention_mask=pick(self.attention_mask),
+            loss_mask=pick(self.loss_mask),
+            segment_ids=pick(self.segment_ids),
+            old_logprobs=pick(self.old_logprobs),
+        )
+
+
+def assemble(
+    rollouts: Sequence[Sequence[RolloutSegment]],
+    *,
+    pad_token_id: int,
+    max_length: int | None = None,
+) -> RolloutBatch:
+    """Concatenate each rollout's segments and right-pad them into a :class:`RolloutBatch`.
+
+    The first token of a sequence has no prefix, so it never gets loss even if trainable. Sequences
+    longer than ``max_length`` are cut at the right (their tail gets no loss).
+    """
+    if not rollouts:
+        raise ValueError("no rollouts to assemble")
+    rows = []
+    for segments in rollouts:
+        ids: list[int] = []
+        mask: list[bool] = []
+        seg: list[int] = []
+        lps: list[float] | None = []
+        for s in segments:
+            ids.extend(s.token_ids)
+            mask.extend([s.trainable] * len(s.token_ids))
+            seg.extend([s.segment_id] * len(s.token_ids))
+            if lps is not None:
+                if s.logprobs is not None:
+                    lps.extend(s.logprobs)
+                elif s.trainable:
+                    lps = None
+                else:
+                    lps.extend([0.0] * len(s.token_ids))
+        if max_length is not None:
+            ids, mask, seg = ids[:max_length], mask[:max_length], seg[:max_length]
+            lps = None if lps is None else lps[:max_length]
+        if mask:
+            mask[0] = False
+        rows.append((ids, mask, seg, lps))
+
+    width = max(max(len(r[0]) for r in rows), 1)
+    b = len(rows)
+    input_ids = torch.full((b, width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((b, width), dtype=torch.long)
+    loss_mask = torch.zeros((b, width), dtype=torch.bool)
+    segment_ids = torch.full((b, width), -1, dtype=torch.long)
+    have_lps = all(r[3] is not None for r in rows)
+    old = torch.zeros((b, width), dtype=torch.float32) if have_lps else None
+    for i, (ids, mask, seg, lps) in enumerate(rows):
+        n = len(ids)
+        input_ids[i, :n] = torch.tensor(ids, dtype=torch.long)
+        attention[i, :n] = 1
+        loss_mask[i, :n] = torch.tensor(mask, dtype=torch.bool)
+        segment_ids[i, :n] = torch.tensor(seg, dtype=torch.long)
+        if old is not None:
+            old[i, :n] = torch.tensor(lps, dtype=torch.float32)
+    return RolloutBatch(input_ids, attention, loss_mask, segment_ids, old)
+
+
+class RolloutEngine(Protocol):
+    """What the trainer and agent loops need from an engine."""
+
+    def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
+        """One continuation per prompt (token ids, or text when the engine has a tokenizer)."""
+        ...
+
+    def update_weights(self, policy: Any, step: int) -> None:
+        """Make the next ``generate`` sample from the policy's current weights."""
+        ...
+
+
+class HFRolloutEngine:
+    """Sampling with transformers ``generate`` on the trained model object itself.
+
+    Generation stops at the model's EOS token(s) and at ``SamplingParams.stop_token_ids``; the stop token
+    is kept as the last response token (it is learned too). Sampling draws from torch's global RNG, so
+    seeding (and restoring RNG state from a checkpoint) makes rollouts reproducible. Prompts of different
+    lengths are left-padded within a call.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any = None,
+        *,
+        pad_token_id: int | None = None,
+        max_batch_size: int | None = None,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        if pad_token_id is None:
+            pad_token_id = getattr(tokenizer, "pad_token_id", None)
+            if pad_token_id is None:
+                pad_token_id = getattr(tokenizer, "eos_token_id", None)
+        self.pad_token_id = 0 if pad_token_id is None else int(pad_token_id)
+        self.max_batch_size = max_batch_size
+
+    def update_weights(self, policy: Any, step: int) -> None:
+        """Nothing to do: ``generate`` runs on the very module being trained."""
+
+    def _model_eos(self) -> list[int]:
+        eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if eos is None:
+            return []
+        return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+
+    def _encode(self, prompt: Sequence[int] | str) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("text prompt given but the engine has no tokenizer")
+            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        return [int(t) for t in prompt]
+
+    def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
+        encoded = [self._encode(p) for p in prompts]
+        step = self.max_batch_size or len(encoded)
+        out: list[Generation] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(encoded), step):
+                out.extend(self._generate_batch(encoded[start : start + step], sampling))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    @torch.no_grad()
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p) :] = 1
+        greedy = sampling.temperature <= 0
+        stops = sorted(set(sampling.stop_token_ids) | set(self._model_eos()))
+        # Every sampling knob is set explicitly: generate() would otherwise fill unset ones from the
+        # model's generation_config (e.g. Qwen's repetition_penalty), and the log-probs would not match.
+        result = self.model.generate(
+            input_ids=ids.to(device),
+            attention_mask=attention.to(device),
+            do_sample=not greedy,
+            temperature=1.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=0 if greedy else sampling.top_k,
+            repetition_penalty=1.0,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=stops or None,
+            pad_token_id=self.pad_token_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        new = result.sequences[:, width:].cpu()
+        scale = 1.0 if greedy else sampling.temperature
+        lps = torch.stack(
+            [
+                torch.log_softmax(step_logits.float() / scale, dim=-1).gather(-1, new[:, k, None].to(device))[
+                    :, 0
+                ]
+                for k, step_logits in enumerate(result.logits)
+            ],
+            dim=1,
+        ).cpu()
+        gens = []
+        for i, p in enumerate(prompts):
+            toks = new[i].tolist()
+            n, reason = len(toks), "length"
+            for j, t in enumerate(toks):
+                if t in stops:
+                    n, reason = j + 1, "stop"
+                    break
+            text = (
+                None if self.tokenizer is None else self.tokenizer.decode(toks[:n], skip_special_tokens=True)
+            )
+            gens.append(Generation(list(p), toks[:n], lps[i, :n].tolist(), reason, text))
+        return gens
+
+
+class VLLMRolloutEngine:
+    """vLLM sampling with the current LoRA adapter hot-swapped in after each update (GPU only).
+
+    The base model is loaded once with ``enable_lora=True``; :meth:`update_weights` saves the peft adapter
+    to ``adapter_dir/step_N`` and points the next ``generate`` at it through a new ``LoRARequest``
+    (vLLM caches adapters by integer id, so each update gets a fresh id). Full fine-tuning is not
+    supported here (it needs in-place weight loading into the engine). vLLM's returned log-probs come
+    from its own kernels; the trainer recomputes old log-probs by default, so they are informational.
+    Not tested in this repository (no GPU/vLLM on the CI machines).
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        tokenizer: Any = None,
+        max_lora_rank: int = 8,
+        adapter_dir: str | Path | None = None,
+        seed: int = 0,
+        **llm_kwargs: Any,
+    ):
+        from vllm import LLM
+
+        self.llm = LLM(
+            model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, seed=seed, **llm_kwargs
+        )
+        self.tokenizer = tokenizer or self.llm.get_tokenizer()
+        self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="rubricflow-lora-"))
+        self._lora_request = None
+
+    def update_weights(self, policy: Any, step: int) -> None:
+        from vllm.lora.request import LoRARequest
+
+        path = self.adapter_dir / f"step_{step:06d}"
+        policy.model.save_pretrained(str(path))
+        self._lora_request = LoRARequest(f"policy-{step}", step + 1, str(path))
+
+    def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
+        from vllm import SamplingParams as VLLMSampling
+
+        params = VLLMSampling(
+            n=1,
+            temperature=max(sampling.temperature, 0.0),
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            max_tokens=sampling.max_new_tokens,
+            stop_token_ids=list(sampling.stop_token_ids),
+            logprobs=0,
+        )
+        encoded = [
+            self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p)
+            for p in prompts
+        ]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in encoded], params, lora_request=self._lora_request
+        )
+        gens = []
+        for ids, out in zip(encoded, outputs, strict=True):
+            c = out.outputs[0]
+            toks = list(c.token_ids)
+            lps = [float(d[t].logprob) for t, d in zip(toks, c.logprobs or [], strict=False)]
+            reason = "stop" if c.finish_reason == "stop" else "length"
+            gens.append(Generation(list(ids), toks, lps if len(lps) == len(toks) else None, reason, c.text))
+        return gens

@@ -1,0 +1,61 @@
+"""Group-relative advantages and their placement on tokens, against hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from components.training.advantages import broadcast_sequence_advantages, group_advantages, segment_advantages
+
+
+def test_equal_rewards_give_zero_advantage():
+    adv = group_advantages(torch.tensor([0.7, 0.7, 0.7, 0.7]), [0, 0, 0, 0])
+    assert torch.equal(adv, torch.zeros(4))
+    adv = group_advantages(torch.tensor([0.7, 0.7, 0.7, 0.7]), [0, 0, 0, 0], normalize_std=False)
+    assert torch.equal(adv, torch.zeros(4))
+
+
+def test_std_normalisation_on_and_off():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    # mean 0.5, population std 0.5
+    on = group_advantages(rewards, [0] * 4, eps=0.0)
+    assert on.tolist() == pytest.approx([1.0, -1.0, -1.0, 1.0])
+    off = group_advantages(rewards, [0] * 4, normalize_std=False)
+    assert off.tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    # Bessel-corrected std: sqrt(1/3)
+    unbiased = group_advantages(rewards, [0] * 4, eps=0.0, unbiased_std=True)
+    a = 0.5 / math.sqrt(1 / 3)
+    assert unbiased.tolist() == pytest.approx([a, -a, -a, a])
+    # eps is added to the std
+    assert group_advantages(rewards, [0] * 4, eps=0.5)[0].item() == pytest.approx(0.5 / 1.0)
+
+
+def test_groups_are_independent_and_need_not_be_contiguous():
+    rewards = torch.tensor([3.0, 10.0, 1.0, 20.0, 5.0])
+    groups = [0, 1, 0, 1, 2]
+    adv = group_advantages(rewards, groups, normalize_std=False)
+    # group 0: mean 2 -> [1, -1]; group 1: mean 15 -> [-5, 5]; group 2 has one sample -> 0
+    assert adv.tolist() == pytest.approx([1.0, -5.0, -1.0, 5.0, 0.0])
+
+
+def test_stagewise_matrix_normalised_per_column():
+    # 2 rollouts x 2 stages; column 0: [1, 3] -> mean 2, std 1; column 1: [0.5, 0.5] -> 0
+    returns = torch.tensor([[1.0, 0.5], [3.0, 0.5]])
+    adv = group_advantages(returns, [0, 0], eps=0.0)
+    assert adv.flatten().tolist() == pytest.approx([-1.0, 0.0, 1.0, 0.0])
+
+
+def test_broadcast_puts_scalar_on_trainable_tokens_only():
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1]]).bool()
+    out = broadcast_sequence_advantages(torch.tensor([2.0, -1.0]), mask)
+    assert out.tolist() == [[0.0, 2.0, 2.0, 0.0], [0.0, 0.0, -1.0, -1.0]]
+
+
+def test_segment_advantages_per_stage_and_masked_observations():
+    values = torch.tensor([[10.0, 20.0, 30.0]])
+    segment_ids = torch.tensor([[-1, 0, 0, 1, 1, 2, -1]])
+    mask = torch.tensor([[0, 1, 1, 1, 0, 1, 0]]).bool()  # position 4 is an observation inside stage 1
+    out = segment_advantages(values, segment_ids, mask)
+    assert out.tolist() == [[0.0, 10.0, 10.0, 20.0, 0.0, 30.0, 0.0]]
+    with pytest.raises(ValueError, match="out of range"):
+        segment_advantages(values, torch.tensor([[3, 0, 0, 0, 0, 0, 0]]), mask)

@@ -1,0 +1,170 @@
+"""Clipped surrogate, k3 KL, aggregation and masking checked against numbers computed by hand."""
+
+import math
+
+import pytest
+import torch
+
+from components.training.losses import aggregate, clipped_surrogate, kl_k3, policy_loss, token_logprobs
+
+EPS = 0.2
+
+
+@pytest.mark.parametrize(
+    ("ratio", "adv", "expected_loss", "expected_grad", "clipped"),
+    [
+        # inside the clip range: loss = -ratio * A, d loss / d logp = -ratio * A
+        (1.1, 2.0, -2.2, -2.2, False),
+        (0.9, -3.0, 2.7, 2.7, False),
+        # A > 0, ratio above 1 + eps: objective capped at 1.2 * A, no gradient
+        (1.5, 1.0, -1.2, 0.0, True),
+        # A > 0, ratio below 1 - eps: the unclipped term is smaller, gradient flows
+        (0.5, 1.0, -0.5, -0.5, False),
+        # A < 0, ratio above 1 + eps: unclipped -1.5 is smaller, gradient flows
+        (1.5, -1.0, 1.5, 1.5, False),
+        # A < 0, ratio below 1 - eps: objective capped at 0.8 * A, no gradient
+        (0.5, -1.0, 0.8, 0.0, True),
+    ],
+)
+def test_clipped_surrogate_matches_hand_values(ratio, adv, expected_loss, expected_grad, clipped):
+    logp = torch.tensor([math.log(ratio)], dtype=torch.float64, requires_grad=True)
+    old = torch.zeros(1, dtype=torch.float64)
+    loss, r, was_clipped = clipped_surrogate(logp, old, torch.tensor([adv], dtype=torch.float64), EPS, EPS)
+    loss.sum().backward()
+    assert loss.item() == pytest.approx(expected_loss, abs=1e-12)
+    assert r.item() == pytest.approx(ratio, abs=1e-12)
+    assert logp.grad.item() == pytest.approx(expected_grad, abs=1e-12)
+    assert bool(was_clipped.item()) is clipped
+
+
+def test_asymmetric_clip_high():
+    logp = torch.tensor([math.log(1.25)], dtype=torch.float64)
+    adv = torch.tensor([1.0], dtype=torch.float64)
+    old = torch.zeros(1, dtype=torch.float64)
+    assert clipped_surrogate(logp, old, adv, 0.2, 0.28)[0].item() == pytest.approx(-1.25)
+    assert clipped_surrogate(logp, old, adv, 0.2, 0.2)[0].item() == pytest.approx(-1.2)
+
+
+def test_k3_on_known_values():
+    # p(token) = 0.5 under the policy, 0.25 under the reference: exp(d) - d - 1 with d = ln 0.5
+    got = kl_k3(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])).item()
+    assert got == pytest.approx(0.5 - math.log(0.5) - 1.0, abs=1e-7)  # 0.193147...
+    assert got == pytest.approx(0.1931471806, abs=1e-7)
+    assert kl_k3(torch.tensor([-1.3]), torch.tensor([-1.3])).item() == 0.0
+
+
+def test_k3_expectation_is_exact_kl_for_two_outcome_distributions():
+    p = [0.5, 0.5]
+    q = [0.25, 0.75]
+    k3 = kl_k3(
+        torch.log(torch.tensor(p, dtype=torch.float64)), torch.log(torch.tensor(q, dtype=torch.float64))
+    )
+    expected = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)  # 0.1438410362
+    assert float((torch.tensor(p, dtype=torch.float64) * k3).sum()) == pytest.approx(expected, abs=1e-12)
+    assert expected == pytest.approx(0.1438410362, abs=1e-9)
+
+
+def _batch():
+    ratios = [[1.0, 1.1, 1.5, 0.7], [0.5, 1.0, 1.3, 1.0]]
+    advs = [[0.0, 2.0, 1.0, -1.0], [-1.0, 0.5, 0.5, 9.0]]
+    mask = [[0, 1, 1, 1], [0, 1, 1, 0]]
+    logp = torch.log(torch.tensor(ratios, dtype=torch.float64))
+    return logp, torch.zeros_like(logp), torch.tensor(advs, dtype=torch.float64), torch.tensor(mask).bool()
+
+
+def _hand_token_losses():
+    # -min(r*A, clip(r, 0.8, 1.2)*A) for the unmasked tokens of _batch()
+    row0 = [-min(1.1 * 2.0, 1.1 * 2.0), -min(1.5 * 1.0, 1.2 * 1.0), -min(0.7 * -1.0, 0.8 * -1.0)]
+    row1 = [-min(1.0 * 0.5, 1.0 * 0.5), -min(1.3 * 0.5, 1.2 * 0.5)]
+    return row0, row1  # [-2.2, -1.2, 0.8], [-0.5, -0.6]
+
+
+def test_policy_loss_aggregations_match_hand_values():
+    logp, old, adv, mask = _batch()
+    row0, row1 = _hand_token_losses()
+    assert row0 == pytest.approx([-2.2, -1.2, 0.8]) and row1 == pytest.approx([-0.5, -0.6])
+    expected = {
+        "token_mean": (sum(row0) + sum(row1)) / 5,
+        "seq_mean_token_mean": (sum(row0) / 3 + sum(row1) / 2) / 2,
+        "seq_mean_token_sum": (sum(row0) + sum(row1)) / 2,
+    }
+    for agg, value in expected.items():
+        loss, _ = policy_loss(logp, old, adv, mask, clip_eps=EPS, agg=agg)
+        assert loss.item() == pytest.approx(value, abs=1e-12), agg
+    _, m = policy_loss(logp, old, adv, mask, clip_eps=EPS)
+    assert m.num_tokens == 5
+    assert m.clip_fraction == pytest.approx(3 / 5)  # r=1.5 and r=1.3 with A>0, r=0.7 with A<0
+    assert m.ratio_mean == pytest.approx((1.1 + 1.5 + 0.7 + 1.0 + 1.3) / 5)
+    assert (m.ratio_min, m.ratio_max) == pytest.approx((0.7, 1.5))
+
+
+def test_policy_loss_adds_weighted_k3():
+    logp, old, adv, mask = _batch()
+    ref = logp + math.log(0.5)  # reference gives half the probability to every token
+    loss, m = policy_loss(logp, old, adv, mask, ref, clip_eps=EPS, kl_coef=0.1)
+    k3 = 0.5 - math.log(0.5) - 1.0
+    pg = (sum(_hand_token_losses()[0]) + sum(_hand_token_losses()[1])) / 5
+    assert m.kl == pytest.approx(k3, abs=1e-12)
+    assert loss.item() == pytest.approx(pg + 0.1 * k3, abs=1e-12)
+    with pytest.raises(ValueError, match="reference"):
+        policy_loss(logp, old, adv, mask, None, kl_coef=0.1)
+
+
+def test_masked_positions_never_change_loss_or_gradient():
+    logp, old, adv, mask = _batch()
+    ref = logp - 0.3
+
+    def run(lp, o, a, r):
+        lp = lp.clone().requires_grad_(True)
+        loss, _ = policy_loss(lp, o, a, mask, r, clip_eps=EPS, kl_coef=0.05)
+        loss.backward()
+        return loss.detach(), lp.grad
+
+    base_loss, base_grad = run(logp, old, adv, ref)
+    lp2, old2, adv2, ref2 = logp.clone(), old.clone(), adv.clone(), ref.clone()
+    masked = ~mask
+    lp2[masked] = torch.tensor([float("inf"), -50.0, float("nan")], dtype=torch.float64)
+    old2[masked] = 7.0
+    adv2[masked] = -123.0
+    ref2[masked] = float("nan")
+    loss2, grad2 = run(lp2, old2, adv2, ref2)
+    assert torch.equal(base_loss, loss2)
+    assert torch.equal(base_grad, grad2)
+    assert torch.all(grad2[masked] == 0)
+    assert torch.all(base_grad[mask] != 0)  # the unmasked positions do carry gradient
+
+
+def test_micro_batches_with_global_denominators_sum_to_full_loss():
+    logp, old, adv, mask = _batch()
+    for agg in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"):
+        full, _ = policy_loss(logp, old, adv, mask, agg=agg)
+        parts = sum(
+            policy_loss(
+                logp[i : i + 1],
+                old[i : i + 1],
+                adv[i : i + 1],
+                mask[i : i + 1],
+                agg=agg,
+                num_tokens=5,
+                num_seqs=2,
+            )[0]
+            for i in range(2)
+        )
+        assert parts.item() == pytest.approx(full.item(), abs=1e-12), agg
+
+
+def test_aggregate_rejects_unknown_mode():
+    with pytest.raises(ValueError, match="aggregation"):
+        aggregate(torch.ones(1, 2), torch.ones(1, 2), "sum_everything")
+
+
+def test_token_logprobs_alignment():
+    # vocab 3; logits at position t predict token t+1
+    logits = torch.tensor([[[0.0, 0.0, 0.0], [math.log(1.0), math.log(3.0), 0.0], [9.0, 9.0, 9.0]]])
+    ids = torch.tensor([[2, 1, 0]])
+    lp = token_logprobs(logits, ids)
+    assert lp[0, 0].item() == 0.0
+    assert lp[0, 1].item() == pytest.approx(math.log(1 / 3))
+    assert lp[0, 2].item() == pytest.approx(math.log(1 / 5))
+    lp_t = token_logprobs(logits, ids, temperature=2.0)
+    assert lp_t[0, 2].item() == pytest.approx(math.log(1 / (1 + math.sqrt(3) + 1)))

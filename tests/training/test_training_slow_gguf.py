@@ -1,0 +1,53 @@
+"""GRPO on the embedded Qwen2.5-Coder-0.5B policy (GGUF dequantized by transformers), opt in with -m slow.
+
+Set RUBRICFLOW_POLICY_GGUF to the assembled .gguf file; the test is skipped otherwise. The task is a
+one-word bandit with a verifiable reward: asked to name a colour, the base model mostly says "Red"; the
+reward is 1 when the answer is "blue". Each step is slow on CPU (the 0.5B needs tens of seconds per
+update for 8 short rollouts on two shared cores), so the run is 10 steps and the check is only that the
+mean reward of the last 3 steps beats the first 3.
+
+Run::
+
+    RUBRICFLOW_POLICY_GGUF=/path/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf python -m pytest -m slow \
+        tests/training/test_training_slow_gguf.py -s
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from components.training.model import LoRASettings, build_policy
+from components.training.rollout import HFRolloutEngine, SamplingParams
+from components.training.trainer import GRPOConfig, GRPOTrainer
+
+GGUF = os.environ.get("RUBRICFLOW_POLICY_GGUF")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not GGUF, reason="set RUBRICFLOW_POLICY_GGUF to the policy .gguf file")
+def test_grpo_raises_reward_on_embedded_policy():
+    from transformers import AutoTokenizer
+
+    path = Path(GGUF)
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    torch.manual_seed(0)
+    policy = build_policy(path.parent, gguf_file=path.name, lora=LoRASettings(r=8, alpha=16))
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Name one colour. Answer with one word."}],
+        add_generation_prompt=True,
+        tokenize=True,
+    )["input_ids"]
+
+    def reward(samples):
+        return [1.0 if "blue" in (s.text or "").lower() else 0.0 for s in samples]
+
+    config = GRPOConfig(
+        group_size=8, learning_rate=1e-4, kl_coef=5e-3, sampling=SamplingParams(max_new_tokens=4), seed=0
+    )
+    trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tok), reward, [prompt], config)
+    history = trainer.train(10)
+    rewards = [m["reward/mean"] for m in history]
+    print("reward curve:", rewards)
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3, rewards
