@@ -8,6 +8,8 @@ The ``openai`` backend then talks to it over HTTP, exactly as it talks to vLLM i
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
 import signal
 import socket
@@ -22,6 +24,15 @@ import httpx
 
 class ServerStartError(RuntimeError):
     """The server exited or did not answer in time; the message carries the tail of its log."""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM us when the parent dies, so a killed pipeline never
+    leaves a model server behind."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: the atexit hook still stops the server on a normal exit
 
 
 def free_port() -> int:
@@ -59,7 +70,9 @@ class LlamaServer:
             "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
         ]
         env = dict(os.environ, HF_HUB_OFFLINE="1")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+        atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
