@@ -110,11 +110,16 @@ class BackendParams(Section):
 
 class LLMParams(Section):
     middleware: MiddlewareParams = Field(default_factory=MiddlewareParams)
-    backends: dict[str, BackendParams] = Field(description="Named backend configurations.")
+    backends: dict[str, BackendParams] = Field(
+        description="Named backend configurations (names without dots, so `--set llm.backends.NAME.KEY=V` works)."
+    )
     roles: dict[str, str | list[str]] = Field(description="Role -> backend name (or list, for councils/pools).")
 
     @model_validator(mode="after")
     def _roles_bind_known_backends(self) -> "LLMParams":
+        for name in self.backends:
+            if "." in name:
+                raise ValueError(f"backend name {name!r} contains a dot; dotted overrides could not address it")
         for role, bound in self.roles.items():
             for name in [bound] if isinstance(bound, str) else bound:
                 if name not in self.backends:

@@ -3,8 +3,8 @@
 A training text is a list of ``(text, trainable)`` segments, e.g. system prompt and question (False),
 the assistant's thought and tool call (True), the tool's output (False), the next assistant turn (True).
 Each segment is tokenized on its own and the ids concatenated, so span boundaries are exact token
-boundaries (chat templates end segments with special tokens, so this matches whole-text tokenization
-for them). The loss is next-token cross-entropy at trainable positions only, with the same
+boundaries (when segments end at chat-template special tokens this equals tokenizing the whole text;
+elsewhere a merge across a boundary can differ). The loss is next-token cross-entropy at trainable positions only, with the same
 aggregation options as the RL loss.
 
 Usage::

@@ -13,6 +13,7 @@ from components.llm.factory import LLMPool
 from components.params import load_params
 from components.schemas import BranchingPoint, Question
 from components.world.oracle import gold_search_queries
+from tests.agents.prompt_reading import depth_of, question_of
 from tasks.collect import DoneRecord, collect, shard_dir
 from tasks.index import index
 from tasks.prepare import prepare
@@ -50,8 +51,8 @@ def scripted_world(params, crash_after=None):
             order = sorted(shown, key=lambda lab: (re.sub(r"^search\[(.*)\]$", r"\1", shown[lab]) not in gold,
                                                    list(shown).index(lab)))
             return json.dumps({"rationale": "gold first", "ranking": order})
-        q = questions[messages[1].content.removeprefix("Question: ")]
-        depth = sum(1 for m in messages if m.role == "assistant")
+        q = questions[question_of(messages)]
+        depth = depth_of(messages)
         queries = gold_search_queries(q)
         options = [f"search[{queries[min(depth, len(queries) - 1)]}]", f"search[{q.question[:20]}]",
                    f"search[{queries[0]} history]", f"search[list of {depth}]", "browse[nothing]"]
@@ -61,7 +62,7 @@ def scripted_world(params, crash_after=None):
 
 
 def run(params, model, shard=0, num_shards=1):
-    with LLMPool(params, overrides={"embedded-0.5b": model, "embedded-1.5b": model}) as pool:
+    with LLMPool(params, overrides={"embedded-0_5b": model, "embedded-1_5b": model}) as pool:
         return collect.fn(params, shard=shard, num_shards=num_shards, pool=pool)
 
 

@@ -15,6 +15,7 @@ from components.params import load_params
 from components.schemas import Question, Trajectory
 from components.world.oracle import gold_search_queries
 from tasks.evaluate import evaluate
+from tests.agents.prompt_reading import depth_of, question_of
 from tasks.index import index
 from tasks.prepare import prepare
 
@@ -35,11 +36,11 @@ def oracle_policy(params):
     questions = {q.question: q for q in read_jsonl(f"{params.run.out_dir}/data/test.jsonl", Question)}
 
     def respond(messages, sampling):
-        q = questions[messages[1].content.removeprefix("Question: ")]
-        searched = [m.content for m in messages if m.role == "assistant"]
+        q = questions[question_of(messages)]
+        searched = depth_of(messages)
         queries = gold_search_queries(q)
-        if len(searched) < min(len(queries), params.agent.max_search_calls):
-            return f"Thought: look up the next entity.\nAction: search[{queries[len(searched)]}]"
+        if searched < min(len(queries), params.agent.max_search_calls):
+            return f"Thought: look up the next entity.\nAction: search[{queries[searched]}]"
         return f"Thought: I have it.\nAction: finish[{q.answers[0]}]"
 
     return ScriptedChatModel(respond, name="oracle")
@@ -55,7 +56,7 @@ def judge_policy():
 
 
 def run_eval(params, policy):
-    with LLMPool(params, overrides={"embedded-0.5b": policy, "embedded-1.5b": judge_policy()}) as pool:
+    with LLMPool(params, overrides={"embedded-0_5b": policy, "embedded-1_5b": judge_policy()}) as pool:
         return evaluate.fn(params, pool=pool)
 
 
@@ -72,7 +73,7 @@ def test_oracle_policy_scores_perfectly_and_retrieves_gold(params):
 def test_wrong_answers_score_zero_and_judge_failures_are_not_zeros(params):
     policy = ScriptedChatModel(lambda m, s: "Action: finish[Nobody In Particular]")
     broken_judge = ScriptedChatModel(lambda m, s: "I cannot tell.")
-    with LLMPool(params, overrides={"embedded-0.5b": policy, "embedded-1.5b": broken_judge}) as pool:
+    with LLMPool(params, overrides={"embedded-0_5b": policy, "embedded-1_5b": broken_judge}) as pool:
         m = evaluate.fn(params, pool=pool).metrics
     assert m["em"] == 0.0 and m["answered_rate"] == 1.0
     assert m["judge_failures"] == 8 and m["judged"] == 0  # unreadable verdicts are not counted as wrong
@@ -109,5 +110,5 @@ def test_crash_keeps_finished_episodes_and_rerun_resumes(params):
     resumed = oracle_policy(params)
     m = run_eval(params, resumed).metrics
     assert m["n"] == 8 and m["em"] == 1.0
-    first_questions = {r[0][1].content for r in resumed.requests if len(r[0]) == 2}
+    first_questions = {question_of(r[0]) for r in resumed.requests if depth_of(r[0]) == 0}
     assert len(first_questions) == 8 - len(saved)  # finished questions were not re-run
