@@ -49,8 +49,9 @@ def validate_record(model: type[M], data: object, path: str | Path, line: int) -
         raise RecordError(path, line, field, msg) from None
 
 
-def iter_jsonl(path: str | Path, model: type[M], *, skip_torn_tail: bool = False) -> Iterator[M]:
-    """Yield validated records. ``skip_torn_tail`` tolerates an unterminated, unparseable last line."""
+def iter_json_objects(path: str | Path, *, skip_torn_tail: bool = False) -> Iterator[tuple[int, dict]]:
+    """Yield (1-based line number, object) for each non-blank line; a line that is not a JSON object
+    raises RecordError. ``skip_torn_tail`` tolerates an unterminated, unparseable last line (a crash)."""
     path = Path(path)
     with path.open("r", encoding="utf-8") as fh:
         lines = fh.readlines()
@@ -63,6 +64,14 @@ def iter_jsonl(path: str | Path, model: type[M], *, skip_torn_tail: bool = False
             if skip_torn_tail and number == len(lines) and not text.endswith("\n"):
                 return
             raise RecordError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(data, dict):
+            raise RecordError(path, number, None, f"expected a JSON object, got {type(data).__name__}")
+        yield number, data
+
+
+def iter_jsonl(path: str | Path, model: type[M], *, skip_torn_tail: bool = False) -> Iterator[M]:
+    """Yield validated records. ``skip_torn_tail`` tolerates an unterminated, unparseable last line."""
+    for number, data in iter_json_objects(path, skip_torn_tail=skip_torn_tail):
         yield validate_record(model, data, path, number)
 
 

@@ -129,7 +129,6 @@ class LLMParams(Section):
 
 class EvaluationParams(Section):
     llm_judge: bool = Field(default=True, description="Score answers with the answer-judge role too.")
-    benchmarks: list[str] = Field(default_factory=lambda: ["world"], description="Sources evaluated.")
     n_questions: int = Field(default=50, ge=1, description="Questions per benchmark.")
 
 

@@ -33,13 +33,12 @@ Point ``path`` at a real corpus (e.g. a Wikipedia paragraph dump) for comparable
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 from components.benchmarks.records import Example, iter_examples
-from components.io import RecordError
+from components.io import RecordError, iter_json_objects
 from components.registry import Registry
 from components.schemas import Document, Question, SubQuestion
 
@@ -222,30 +221,19 @@ def bamboogle_corpus(
 
 def _read_corpus_file(path: Path) -> list[Document]:
     docs: dict[str, Document] = {}
-    with path.open("r", encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordError(
-                    path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
-            if not isinstance(raw, dict):
-                raise RecordError(path, number, None, f"expected a JSON object, got {type(raw).__name__}")
-            for key in ("title", "text") + tuple(k for k in ("id", "source") if k in raw):
-                if not isinstance(raw.get(key), str):
-                    problem = "missing" if key not in raw else f"expected str, got {type(raw[key]).__name__}"
-                    raise RecordError(path, number, key, problem)
-            source = raw.get("source", "corpus")
-            doc = Document(
-                id=raw.get("id") or doc_id(source, raw["title"], raw["text"]),
-                title=raw["title"],
-                text=raw["text"],
-                source=source,
-            )
-            if doc.id in docs and (docs[doc.id].title, docs[doc.id].text) != (doc.title, doc.text):
-                raise RecordError(path, number, "id", f"duplicate id {doc.id!r} with a different paragraph")
-            docs.setdefault(doc.id, doc)
+    for number, raw in iter_json_objects(path):
+        for key in ("title", "text") + tuple(k for k in ("id", "source") if k in raw):
+            if not isinstance(raw.get(key), str):
+                problem = "missing" if key not in raw else f"expected str, got {type(raw[key]).__name__}"
+                raise RecordError(path, number, key, problem)
+        source = raw.get("source", "corpus")
+        doc = Document(
+            id=raw.get("id") or doc_id(source, raw["title"], raw["text"]),
+            title=raw["title"],
+            text=raw["text"],
+            source=source,
+        )
+        if doc.id in docs and (docs[doc.id].title, docs[doc.id].text) != (doc.title, doc.text):
+            raise RecordError(path, number, "id", f"duplicate id {doc.id!r} with a different paragraph")
+        docs.setdefault(doc.id, doc)
     return list(docs.values())

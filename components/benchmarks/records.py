@@ -15,13 +15,12 @@ Unknown extra keys are ignored.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.io import RecordError
+from components.io import RecordError, iter_json_objects
 
 _NAMES = {str: "str", list: "list", dict: "object", bool: "bool", int: "int"}
 
@@ -194,18 +193,11 @@ def iter_examples(path: str | Path, limit: int | None = None) -> Iterator[Exampl
     """Yield checked examples from a JSONL file (blank lines skipped), at most ``limit`` of them."""
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be None or an integer >= 0, got {limit!r}")
+    if limit == 0:
+        return
     count = 0
-    with Path(path).open("r", encoding="utf-8") as fh:
-        for number, text in enumerate(fh, start=1):
-            if limit is not None and count >= limit:
-                return
-            if not text.strip():
-                continue
-            try:
-                raw = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RecordError(
-                    path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})"
-                ) from None
-            yield parse_example(raw, path, number)
-            count += 1
+    for number, raw in iter_json_objects(path):
+        yield parse_example(raw, path, number)
+        count += 1
+        if limit is not None and count >= limit:
+            return  # lines past the limit are never parsed
