@@ -75,6 +75,11 @@ class AgentParams(Section):
     observation_max_chars: int = Field(default=1200, ge=50, description="Observation truncation.")
     max_tokens: int = Field(default=256, ge=8, description="Completion tokens per policy turn.")
     temperature: float = Field(default=0.0, ge=0, le=2, description="Policy temperature at evaluation.")
+    force_answer: bool = Field(
+        default=True,
+        description="When the turn or search budget ends without an answer, make one more policy call that "
+        "must answer (the episode keeps its finish reason; metadata.forced_answer marks it).",
+    )
     history_format: Literal["chat", "scratchpad"] = Field(
         default="chat",
         description="How earlier turns are shown: as chat turns, or as one numbered history in a fresh user "

@@ -57,6 +57,10 @@ REPEAT_NOTE = (
     "(You already made exactly this call; its result is repeated below. Use the new names in it and "
     "look up the next entity, or answer.)\n"
 )
+FORCE_MESSAGE = (
+    "You have no steps left. Based only on the observations above, give your best final answer now, "
+    "as one line: Action: finish[answer]"
+)
 BUDGET_MESSAGE = "The search budget is used up. Give your final answer now with Action: finish[answer]."
 
 
@@ -177,7 +181,22 @@ class ReActAgent:
             if step.final_answer is not None:
                 return self.finish(state, "answer", started, step.final_answer)
         reason = "search_budget" if state.tool_calls >= self.settings.max_search_calls else "max_turns"
-        return self.finish(state, reason, started)
+        if not self.settings.force_answer:
+            return self.finish(state, reason, started)
+        answer = await self.force_answer(state, seed)
+        return self.finish(state, reason, started, answer, forced_answer=True)
+
+    async def force_answer(self, state: EpisodeState, seed: int | None = None) -> str | None:
+        """One last policy call that must answer; its reply is parsed like any turn (None if it does not
+        answer or the call fails)."""
+        messages = self.messages(state) + [user(FORCE_MESSAGE)]
+        if self.settings.history_format == "scratchpad":  # keep one user message
+            messages = messages[:-2] + [user(messages[-2].content.rsplit("\n", 1)[0] + "\n" + FORCE_MESSAGE)]
+        out = await self.policy.chat(messages, self.sampling(seed=seed))
+        if not out.ok:
+            return None
+        parsed = parse_turn(out.text)
+        return parsed.argument if parsed.kind == "finish" else None
 
     async def run_many(self, questions: list[Question], seed: int | None = None, progress=None) -> list[Trajectory]:
         """Episodes concurrently (the policy's middleware bounds the concurrency), in input order."""

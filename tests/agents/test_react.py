@@ -62,14 +62,14 @@ def test_unparseable_turn_gets_a_reminder_and_no_tool_call():
 
 
 def test_search_budget_is_enforced():
-    traj, policy, tools = run(["Action: search[a]"] * 6, max_search_calls=2)
+    traj, policy, tools = run(["Action: search[a]"] * 6, max_search_calls=2, force_answer=False)
     assert len(tools.calls) == 2
     assert traj.finish_reason == "search_budget" and traj.final_answer is None
     assert policy.requests[3][0][-1].content == f"Observation: {BUDGET_MESSAGE}"
 
 
 def test_turn_budget_ends_the_episode():
-    traj, _, _ = run(["no action"] * 6, max_turns=3)
+    traj, _, _ = run(["no action"] * 6, max_turns=3, force_answer=False)
     assert traj.finish_reason == "max_turns" and len(traj.steps) == 3
 
 
@@ -107,3 +107,20 @@ def test_chat_format_replays_turns_and_observations():
     roles = [m.role for m in policy.requests[-1][0]]
     assert roles == ["system", "user", "assistant", "user"]
     assert policy.requests[-1][0][-1].content.startswith("Observation: [1] (d-x)")
+
+
+def test_forced_answer_after_the_budget_keeps_the_finish_reason():
+    from components.agents.react import FORCE_MESSAGE
+
+    traj, policy, tools = run(["Action: search[a]", "Action: search[b]", "Action: finish[Kestrow]"],
+                              max_turns=2, history_format="scratchpad")
+    assert traj.final_answer == "Kestrow" and traj.finish_reason == "max_turns"
+    assert traj.metadata == {"forced_answer": True}
+    forced = policy.requests[-1][0]
+    assert [m.role for m in forced] == ["system", "user"] and forced[1].content.endswith(FORCE_MESSAGE)
+    assert "2. Action: search[b]" in forced[1].content
+
+
+def test_forced_answer_that_is_not_an_answer_gives_none():
+    traj, _, _ = run(["Action: search[a]", "Thought: hmm\nAction: search[c]"], max_turns=1)
+    assert traj.final_answer is None and traj.metadata == {"forced_answer": True}
