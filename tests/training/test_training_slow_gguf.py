@@ -1,6 +1,7 @@
 """GRPO on the embedded Qwen2.5-Coder-0.5B policy (GGUF dequantized by transformers), opt in with -m slow.
 
-Set RUBRICFLOW_POLICY_GGUF to the assembled .gguf file; the test is skipped otherwise. The task is a
+The policy GGUF is the verified embedded 0.5B (components.embedded.models.ensure_gguf), or the file named
+by RUBRICFLOW_POLICY_GGUF; the test is skipped when neither is available. The task is a
 one-word bandit with a verifiable reward: asked to name a colour, the base model mostly says "Red"; the
 reward is 1 when the answer is "blue". Each step is slow on CPU (the 0.5B needs tens of seconds per
 update for 8 short rollouts on two shared cores), so the run is 10 steps and the check is only that the
@@ -22,11 +23,22 @@ from components.training.model import LoRASettings, build_policy
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOConfig, GRPOTrainer
 
-GGUF = os.environ.get("RUBRICFLOW_POLICY_GGUF")
+def _policy_gguf() -> str | None:
+    if os.environ.get("RUBRICFLOW_POLICY_GGUF"):
+        return os.environ["RUBRICFLOW_POLICY_GGUF"]
+    try:
+        from components.embedded.models import ensure_gguf
+
+        return str(ensure_gguf("qwen2.5-coder-0.5b-instruct", Path(__file__).resolve().parents[2] / ".cache"))
+    except Exception:  # the [embedded] extra is not installed
+        return None
+
+
+GGUF = _policy_gguf()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not GGUF, reason="set RUBRICFLOW_POLICY_GGUF to the policy .gguf file")
+@pytest.mark.skipif(not GGUF, reason="needs the [embedded] extra or RUBRICFLOW_POLICY_GGUF")
 def test_grpo_raises_reward_on_embedded_policy():
     from transformers import AutoTokenizer
 

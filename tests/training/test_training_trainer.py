@@ -214,7 +214,9 @@ def test_stage_advantages_reach_update_per_token():
         adv = group_advantages(torch.tensor(rewards), [s.group for s in samples], eps=0.0)
         return segment_advantages(adv, batch.segment_ids, batch.loss_mask)
 
-    config = GRPOConfig(group_size=4, kl_coef=0.0, learning_rate=1e-3, sampling=SamplingParams(max_new_tokens=3))
+    config = GRPOConfig(
+        group_size=4, kl_coef=0.0, learning_rate=1e-3, sampling=SamplingParams(max_new_tokens=3)
+    )
     trainer = make_trainer(
         config, reward=lambda samples: stage_rewards, rollout_fn=rollout, advantage_fn=advantages
     )
