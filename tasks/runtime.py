@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,10 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): data}
 
 
+def mlflow_name(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_\-./: ]", "_", name).replace("__", "_").rstrip("_") or "_"
+
+
 class NullTracker:
     run_id = None
 
@@ -73,7 +78,9 @@ class MlflowTracker(NullTracker):
             self.mlflow.log_params(dict(items[i : i + 100]), run_id=self.run_id)
 
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
-        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        # MLflow allows only alphanumerics and _-./: in names; role names like council_judges[0] have brackets
+        numeric = {mlflow_name(k): float(v) for k, v in metrics.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
         self.mlflow.log_metrics(numeric, step=step, run_id=self.run_id)
 
     def log_artifact(self, path, artifact_path=None) -> None:

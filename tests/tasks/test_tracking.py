@@ -41,3 +41,12 @@ def test_a_failing_stage_marks_its_run_failed(params):
     mlflow.set_tracking_uri(params.run.mlflow_tracking_uri)
     runs = mlflow.search_runs(experiment_names=["test"])
     assert list(runs["status"]) == ["FAILED"]
+
+
+def test_metric_names_are_made_acceptable_to_mlflow(params):
+    with tracking(params, "collect") as tracker:
+        tracker.log_metrics({"judge_validity.council_judges[0]": 1.0, "llm.council_judges[1].calls": 3})
+    mlflow.set_tracking_uri(params.run.mlflow_tracking_uri)
+    run = mlflow.search_runs(experiment_names=["test"]).iloc[0]
+    assert run["metrics.judge_validity.council_judges_0"] == 1.0
+    assert run["metrics.llm.council_judges_1_.calls"] == 3.0
