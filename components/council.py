@@ -49,16 +49,17 @@ def neutral_labels(k: int) -> list[str]:
 
 
 def ranking_schema(labels: Sequence[str]) -> dict[str, Any]:
-    """JSON schema of a judge reply, for backends with structured output."""
-    label = {"type": "string", "enum": list(labels)}
+    """JSON schema of a judge reply, for backends with structured output. It asks for exactly k plain
+    labels: grammar-constrained decoders (llama.cpp, vLLM) then cannot stop after the top one or two,
+    which small judges otherwise do. Ties stay possible in free-text replies, which the parser accepts."""
     return {
         "type": "object",
         "properties": {
             "rationale": {"type": "string", "description": "One or two sentences on what decided the order."},
             "ranking": {
-                "type": "array", "minItems": 1, "maxItems": len(labels),
-                "description": "Labels from best to worst; an inner list groups equally good candidates.",
-                "items": {"anyOf": [label, {"type": "array", "items": label, "minItems": 1}]},
+                "type": "array", "minItems": len(labels), "maxItems": len(labels), "uniqueItems": True,
+                "description": "Every label once, from best to worst.",
+                "items": {"type": "string", "enum": list(labels)},
             },
         },
         "required": ["rationale", "ranking"],

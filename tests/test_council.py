@@ -49,10 +49,12 @@ def test_neutral_labels():
         neutral_labels(0)
 
 
-def test_schema_lists_the_labels():
+def test_schema_demands_a_full_ranking_of_the_labels():
     schema = ranking_schema(LABELS)
     assert schema["required"] == ["rationale", "ranking"]
-    assert schema["properties"]["ranking"]["items"]["anyOf"][0]["enum"] == LABELS
+    ranking = schema["properties"]["ranking"]
+    assert ranking["items"]["enum"] == LABELS
+    assert ranking["minItems"] == ranking["maxItems"] == len(LABELS) and ranking["uniqueItems"]
 
 
 def _shown(messages):
