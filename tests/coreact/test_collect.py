@@ -4,7 +4,6 @@ import asyncio
 import json
 import re
 
-import pytest
 
 from components.agents.react import ReActAgent
 from components.coreact.collect import BranchingCollector
