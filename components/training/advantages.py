@@ -8,6 +8,7 @@ per-step rewards. The loss in :mod:`components.training.losses` therefore takes 
 shape ``[B, T]``, and this module builds them:
 
 - :func:`group_advantages` normalises rewards within groups (1-D rewards or ``[n, K]`` stage returns);
+- :func:`episode_group_advantages` does it per episode when one episode spans several rows;
 - :func:`broadcast_sequence_advantages` spreads one scalar per sequence over its trainable tokens;
 - :func:`segment_advantages` places one value per segment (stage, step, turn) on that segment's tokens.
 
@@ -19,11 +20,16 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
-__all__ = ["broadcast_sequence_advantages", "group_advantages", "segment_advantages"]
+__all__ = [
+    "broadcast_sequence_advantages",
+    "episode_group_advantages",
+    "group_advantages",
+    "segment_advantages",
+]
 
 
 def group_advantages(
@@ -61,6 +67,37 @@ def group_advantages(
             centred = centred / (torch.where(std > 0, std, torch.ones_like(std)) + eps)
         out[rows] = centred
     return out
+
+
+def episode_group_advantages(
+    rewards: Sequence[float],
+    groups: Sequence[Hashable],
+    episodes: Sequence[Hashable],
+    *,
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Group-relative advantages ``[B]`` for rows that may share an episode.
+
+    A multi-turn episode can be several training rows (one per turn when each turn has a fresh prompt);
+    it counts once in its group's mean and std, and each of its rows gets the episode's advantage.
+    Rows of one episode must carry the same reward. With all-distinct ``episodes`` this is
+    :func:`group_advantages`.
+    """
+    first: dict[Hashable, int] = {}
+    for i, key in enumerate(episodes):
+        if key in first and rewards[first[key]] != rewards[i]:
+            raise ValueError(f"rows of episode {key!r} have different rewards: {rewards[first[key]]} != {rewards[i]}")
+        first.setdefault(key, i)
+    order = list(first)
+    per_episode = group_advantages(
+        torch.tensor([float(rewards[first[k]]) for k in order], dtype=torch.float32),
+        [groups[first[k]] for k in order],
+        normalize_std=normalize_std,
+        eps=eps,
+    )
+    position = {k: j for j, k in enumerate(order)}
+    return per_episode[torch.tensor([position[k] for k in episodes], dtype=torch.long)]
 
 
 def broadcast_sequence_advantages(advantages: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:

@@ -49,13 +49,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample one continuation. ``temperature`` 0 means greedy; ``top_k`` 0 means no top-k."""
+    """How to sample one continuation. ``temperature`` 0 means greedy; ``top_k`` 0 means no top-k.
+
+    ``stop_strings`` end a continuation at the token that completes one of them; that token (and the
+    ones before it) stay in ``Generation.token_ids``, the stop string is cut from ``Generation.text``.
+    """
 
     max_new_tokens: int = 128
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -190,11 +195,46 @@ class RolloutEngine(Protocol):
         ...
 
 
+def _find_stop(
+    tokens: Sequence[int], stop_ids: Sequence[int], stop_strings: Sequence[str], decode: Any
+) -> tuple[int, Literal["stop", "length"]]:
+    """Length to keep and why: through the first stop token, or the token that completes a stop string."""
+    for j, t in enumerate(tokens):
+        if t in stop_ids:
+            return j + 1, "stop"
+        if stop_strings:
+            text = decode(tokens[: j + 1])
+            if any(s in text for s in stop_strings):
+                return j + 1, "stop"
+    return len(tokens), "length"
+
+
+def _cut_text(text: str, stop_strings: Sequence[str]) -> str:
+    cut = min((text.find(s) for s in stop_strings if s in text), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+class _StopStrings:
+    """A transformers stopping criterion: a row is done once its continuation contains a stop string.
+    Works with any tokenizer that has ``decode`` (transformers' own ``stop_strings`` needs a HF vocab)."""
+
+    def __init__(self, stop_strings: Sequence[str], decode: Any, prompt_width: int):
+        self.stop_strings, self.decode, self.prompt_width = tuple(stop_strings), decode, prompt_width
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        done = [
+            any(s in self.decode(row[self.prompt_width :].tolist()) for s in self.stop_strings)
+            for row in input_ids
+        ]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
 class HFRolloutEngine:
     """Sampling with transformers ``generate`` on the trained model object itself.
 
-    Generation stops at the model's EOS token(s) and at ``SamplingParams.stop_token_ids``; the stop token
-    is kept as the last response token (it is learned too). Sampling draws from torch's global RNG, so
+    Generation stops at the model's EOS token(s), at ``SamplingParams.stop_token_ids`` and at
+    ``stop_strings`` (those need a tokenizer); the stop token is kept as the last response token (it is
+    learned too). Sampling draws from torch's global RNG, so
     seeding (and restoring RNG state from a checkpoint) makes rollouts reproducible. Prompts of different
     lengths are left-padded within a call.
     """
@@ -256,6 +296,15 @@ class HFRolloutEngine:
             attention[i, width - len(p) :] = 1
         greedy = sampling.temperature <= 0
         stops = sorted(set(sampling.stop_token_ids) | set(self._model_eos()))
+        stop_strings = tuple(sampling.stop_strings)
+        if stop_strings and self.tokenizer is None:
+            raise ValueError("stop_strings need an engine with a tokenizer")
+        decode = None if self.tokenizer is None else self.tokenizer.decode
+        criteria = None
+        if stop_strings:
+            from transformers import StoppingCriteriaList
+
+            criteria = StoppingCriteriaList([_StopStrings(stop_strings, decode, width)])
         # Every sampling knob is set explicitly: generate() would otherwise fill unset ones from the
         # model's generation_config (e.g. Qwen's repetition_penalty), and the log-probs would not match.
         result = self.model.generate(
@@ -271,6 +320,7 @@ class HFRolloutEngine:
             pad_token_id=self.pad_token_id,
             return_dict_in_generate=True,
             output_logits=True,
+            stopping_criteria=criteria,
         )
         new = result.sequences[:, width:].cpu()
         scale = 1.0 if greedy else sampling.temperature
@@ -286,14 +336,8 @@ class HFRolloutEngine:
         gens = []
         for i, p in enumerate(prompts):
             toks = new[i].tolist()
-            n, reason = len(toks), "length"
-            for j, t in enumerate(toks):
-                if t in stops:
-                    n, reason = j + 1, "stop"
-                    break
-            text = (
-                None if self.tokenizer is None else self.tokenizer.decode(toks[:n], skip_special_tokens=True)
-            )
+            n, reason = _find_stop(toks, stops, stop_strings, decode)
+            text = None if decode is None else _cut_text(decode(toks[:n], skip_special_tokens=True), stop_strings)
             gens.append(Generation(list(p), toks[:n], lps[i, :n].tolist(), reason, text))
         return gens
 
@@ -345,6 +389,7 @@ class VLLMRolloutEngine:
             top_k=sampling.top_k if sampling.top_k > 0 else -1,
             max_tokens=sampling.max_new_tokens,
             stop_token_ids=list(sampling.stop_token_ids),
+            stop=list(sampling.stop_strings),
             logprobs=0,
         )
         encoded = [

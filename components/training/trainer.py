@@ -3,8 +3,9 @@
 One :meth:`GRPOTrainer.step`:
 
 1. take the next ``prompts_per_step`` prompts (seeded shuffle, position saved in checkpoints);
-2. sample ``group_size`` rollouts per prompt with ``rollout_fn`` (single turn by default; an agent loop
-   plugs in here and returns segments with tool observations marked non-trainable);
+2. sample ``group_size`` rollouts per prompt with ``rollout_fn`` (single turn by default;
+   :func:`components.training.agent_rollout.make_agent_rollout` runs the ReAct agent loop instead and
+   returns segments with tool observations marked non-trainable);
 3. score them with ``reward_fn``; a ``None`` score drops that sample from its group (never scored 0);
 4. turn rewards into per-token advantages (group-normalised scalar by default; ``advantage_fn`` lets
    SS-GRPO / ARCO place per-stage or per-step values);
@@ -39,7 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from components.training.advantages import broadcast_sequence_advantages, group_advantages
+from components.training.advantages import broadcast_sequence_advantages, episode_group_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.losses import LossAgg, policy_loss
 from components.training.model import Policy
@@ -204,9 +205,11 @@ class GRPOTrainer:
     def _default_advantages(
         self, samples: list[Sample], rewards: list[Any], batch: RolloutBatch
     ) -> torch.Tensor:
-        adv = group_advantages(
-            torch.tensor(rewards, dtype=torch.float32),
+        # Rows of one multi-turn episode (info["episode"]) share one advantage and count once per group.
+        adv = episode_group_advantages(
+            [float(r) for r in rewards],
             [s.group for s in samples],
+            [s.info.get("episode", ("row", i)) for i, s in enumerate(samples)],
             normalize_std=self.config.normalize_std,
             eps=self.config.adv_eps,
         )
