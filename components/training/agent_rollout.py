@@ -34,7 +34,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -107,7 +107,7 @@ class TurnBatcher:
             try:
                 gens = self.engine.generate([p[1] for p in group], sampling)
                 self.calls += 1
-            except Exception as exc:  # the episodes see it as a failed policy call
+            except Exception as exc:  # noqa: BLE001 - handed to every waiting episode as its failed call
                 for p in group:
                     p[3].set_exception(exc)
                 continue

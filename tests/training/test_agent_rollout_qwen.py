@@ -30,7 +30,7 @@ def _gguf() -> Path | None:
         from components.embedded.models import ensure_gguf
 
         return ensure_gguf(MODEL, ROOT / ".cache")
-    except Exception:  # the [embedded] extra is not installed
+    except Exception:  # noqa: BLE001 - the [embedded] extra is not installed, or the parts are missing
         return None
 
 
@@ -67,7 +67,7 @@ def test_spliced_chat_row_equals_the_templates_own_tokens(tokenizer):
     replies = ["Thought: I need the architect.\nAction: search[Velmora Library]",
                "Thought: It is Ossian Threll.\nAction: finish[Ossian Threll]"]
     q = Question(id="q", question="Who designed the Velmora Library?", answers=["Ossian Threll"], source="world")
-    agent = lambda p: ReActAgent(p, Toolbox(), AgentParams(history_format="chat", force_answer=False))  # noqa: E731
+    agent = lambda p: ReActAgent(p, Toolbox(), AgentParams(history_format="chat", force_answer=False))
     [sample] = make_agent_rollout(agent, tokenizer)(Replay(tokenizer, replies), [q], 1, SamplingParams())
 
     trajectory = sample.info["trajectory"]

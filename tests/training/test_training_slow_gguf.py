@@ -23,6 +23,7 @@ from components.training.model import LoRASettings, build_policy
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOConfig, GRPOTrainer
 
+
 def _policy_gguf() -> str | None:
     if os.environ.get("RUBRICFLOW_POLICY_GGUF"):
         return os.environ["RUBRICFLOW_POLICY_GGUF"]
@@ -30,7 +31,7 @@ def _policy_gguf() -> str | None:
         from components.embedded.models import ensure_gguf
 
         return str(ensure_gguf("qwen2.5-coder-0.5b-instruct", Path(__file__).resolve().parents[2] / ".cache"))
-    except Exception:  # the [embedded] extra is not installed
+    except Exception:  # noqa: BLE001 - the [embedded] extra is not installed, or the parts are missing
         return None
 
 
