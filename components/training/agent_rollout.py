@@ -84,7 +84,6 @@ class TurnBatcher:
         self.engine, self.sampling = engine, sampling
         self._pending: list[tuple[int, list[int], SamplingParams, asyncio.Future]] = []
         self._flush_scheduled = False
-        self.calls = 0
 
     async def generate(self, episode: int, context_ids: list[int], sampling: SamplingParams) -> Generation:
         future = asyncio.get_running_loop().create_future()
@@ -106,7 +105,6 @@ class TurnBatcher:
         for sampling, group in by_sampling.items():
             try:
                 gens = self.engine.generate([p[1] for p in group], sampling)
-                self.calls += 1
             except Exception as exc:  # noqa: BLE001 - handed to every waiting episode as its failed call
                 for p in group:
                     p[3].set_exception(exc)

@@ -39,12 +39,7 @@ class Toolbox:
                         observation=f"[1] (d-{argument}) {argument}: born in Kestrow")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

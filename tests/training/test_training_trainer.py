@@ -22,13 +22,7 @@ TARGET = TOK.encode("e")[0]
 PROMPTS = ["abc", "bcd", "cde", "def", "efg", "fgh", "ghi", "hij"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matmuls on 2 shared cores are much slower (and jittery) with intra-op threads.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def target_fraction(samples):
