@@ -10,13 +10,10 @@ from components.council import SYSTEM_PROMPT as JUDGE_SYSTEM
 from components.io import read_json, read_jsonl, read_parquet
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
-from components.params import load_params
 from components.schemas import BranchingPoint, Question
 from components.world.oracle import gold_search_queries
 from tests.agents.prompt_reading import depth_of, question_of
 from tasks.collect import DoneRecord, collect, shard_dir
-from tasks.index import index
-from tasks.prepare import prepare
 
 
 class SimulatedCrash(BaseException):
@@ -24,16 +21,12 @@ class SimulatedCrash(BaseException):
 
 
 @pytest.fixture
-def params(repo_root, tmp_path, monkeypatch):
-    monkeypatch.setenv("RUBRICFLOW_MLFLOW", "0")
-    p = load_params(repo_root / "params.yaml", overrides=[
-        f"run.out_dir={tmp_path / 'out'}", f"run.cache_dir={tmp_path / 'cache'}", "data.n_train=4",
+def params(prepared_params):
+    return prepared_params(
+        "data.n_train=4",
         "data.n_dev=1", "data.n_test=1", "collect.n_questions=4", "collect.max_depth=3",
         "collect.samples_per_temperature=3", "llm.middleware.cache=false",
-    ])
-    prepare.fn(p)
-    index.fn(p)
-    return p
+    )
 
 
 def scripted_world(params, crash_after=None):

@@ -11,25 +11,18 @@ import pytest
 from components.io import read_jsonl
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
-from components.params import load_params
 from components.schemas import Question, Trajectory
 from components.world.oracle import gold_search_queries
 from tasks.evaluate import evaluate
 from tests.agents.prompt_reading import depth_of, question_of
-from tasks.index import index
-from tasks.prepare import prepare
 
 
 @pytest.fixture
-def params(repo_root, tmp_path, monkeypatch):
-    monkeypatch.setenv("RUBRICFLOW_MLFLOW", "0")
-    p = load_params(repo_root / "params.yaml", overrides=[
-        f"run.out_dir={tmp_path / 'out'}", f"run.cache_dir={tmp_path / 'cache'}", "data.n_train=4",
+def params(prepared_params):
+    return prepared_params(
+        "data.n_train=4",
         "data.n_dev=2", "data.n_test=8", "evaluation.n_questions=8", "evaluation.llm_judge=true",
-    ])
-    prepare.fn(p)
-    index.fn(p)
-    return p
+    )
 
 
 def oracle_policy(params):
