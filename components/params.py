@@ -2,14 +2,16 @@
 
 ``params.yaml`` holds the embedded profile's values at the top level; ``profiles.<name>`` holds
 overrides that are deep-merged on top when ``profile: <name>`` is selected (the ``paper`` profile carries
-the papers' hyperparameters). Unknown keys and bad values raise ``ParamsError`` with file, line and
-dotted key:
+the papers' hyperparameters); ``--set KEY=VALUE`` overrides (values parsed as YAML) come last. Unknown
+keys and bad values raise a one-line ``ParamsError`` naming where the value came from and the dotted key:
 
     params.yaml:42: collect.mmr_lambda: Input should be less than or equal to 1 (got 1.5)
+    --set grpo.lrr=1: unknown key grpo.lrr
 
     from components.params import load_params
     params = load_params("params.yaml")            # profile from the file
     params = load_params("params.yaml", "paper")   # or forced
+    params = load_params("params.yaml", overrides=["data.n_test=10"])
 """
 
 from __future__ import annotations
@@ -147,30 +149,6 @@ class CollectParams(Section):
     max_depth: int = Field(default=4, ge=1, description="Depth-wise expansion limit per question.")
 
 
-class RubricGeneratorParams(Section):
-    group_size: int = Field(default=4, ge=2, description="G rubrics sampled per branching point.")
-    reward_weights: tuple[float, float, float] = Field(
-        default=(0.75, 0.15, 0.10), description="(Spearman, atomicity, format) reward weights."
-    )
-    repetition_ngram: int = Field(default=4, ge=1, description="n of the repetition gate.")
-    repetition_max_rate: float = Field(default=0.4, ge=0, le=1, description="Gate: n-gram repetition above this zeroes the reward.")
-    epochs: int = Field(default=1, ge=1, description="Passes over the branching points.")
-    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
-    kl_coef: float = Field(default=5e-3, ge=0, description="KL coefficient against the frozen reference.")
-    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
-    temperature: float = Field(default=0.7, ge=0, description="Sampling temperature at inference.")
-    top_p: float = Field(default=0.95, gt=0, le=1, description="Nucleus sampling at inference.")
-    max_tokens: int = Field(default=256, ge=16, description="Tokens per rubric.")
-
-
-class CoReActParams(Section):
-    tau: float = Field(default=0.5, ge=0, le=1, description="Accept when weighted satisfied fraction exceeds tau.")
-    max_retries: int = Field(default=1, ge=0, description="Retries per step after a failed verification.")
-    token_budget: int = Field(default=6000, ge=256, description="Trajectory truncation before rewriting.")
-    best_of_n: int = Field(default=4, ge=1, description="N for the Best-of-N baseline.")
-    best_of_n_temperature: float = Field(default=0.7, ge=0, description="Sampling temperature for Best-of-N.")
-
-
 class GRPOParams(Section):
     group_size: int = Field(default=4, ge=2, description="Rollouts per prompt.")
     clip_eps: float = Field(default=0.2, gt=0, description="Clip range of the importance ratio.")
@@ -210,14 +188,12 @@ class Params(Section):
     llm: LLMParams
     evaluation: EvaluationParams = Field(default_factory=EvaluationParams)
     collect: CollectParams = Field(default_factory=CollectParams)
-    rubric_generator: RubricGeneratorParams = Field(default_factory=RubricGeneratorParams)
-    coreact: CoReActParams = Field(default_factory=CoReActParams)
     grpo: GRPOParams = Field(default_factory=GRPOParams)
     sft: SFTParams = Field(default_factory=SFTParams)
 
 
 class ParamsError(ValueError):
-    """A params file problem, located by file, line and dotted key."""
+    """A params problem in one line: where (``file:line`` or ``--set KEY=VALUE``), the dotted key, what."""
 
 
 def _deep_merge(base: dict, override: dict) -> dict:
@@ -245,55 +221,108 @@ def _line_of(node: yaml.Node | None, path: list[str]) -> int | None:
     return line
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line for a YAML error (PyYAML's own message spans several lines)."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc)
+    return " ".join(str(problem).split())
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    key, sep, value = item.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise ParamsError(f"--set {item}: expected KEY=VALUE with a dotted key, e.g. data.n_test=10")
+    try:
+        return parts, yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"--set {item}: value is not valid YAML: {_yaml_problem(exc)}") from None
+
+
 def apply_overrides(raw: dict, overrides: list[str] | None) -> dict:
-    """Apply ``key.sub=value`` strings (values parsed as YAML) to a raw params mapping."""
+    """Apply ``key.sub=value`` strings (values parsed as YAML) to a raw params mapping, in place."""
     for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ParamsError(f"override {item!r}: expected key.path=value")
+        parts, value = _parse_override(item)
         node = raw
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ParamsError(f"override {item!r}: {part!r} is not a section")
-        node[parts[-1]] = yaml.safe_load(value)
+                section = ".".join(parts[: depth + 1])
+                raise ParamsError(f"--set {item}: {section} is a value, not a section")
+        node[parts[-1]] = value
     return raw
+
+
+def _describe(err: dict) -> str:
+    """``unknown key a.b`` or ``a.b: <what is wrong> (got <value>)`` for a pydantic error."""
+    dotted = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"unknown key {dotted}"
+    got = f" (got {err['input']!r})" if err["type"] != "missing" and not isinstance(err["input"], dict) else ""
+    return f"{dotted}: {err['msg']}{got}"
+
+
+def _first_error(data: dict) -> dict | None:
+    try:
+        Params.model_validate(data)
+    except ValidationError as exc:
+        return exc.errors()[0]
+    return None
+
+
+def _same(a: dict, b: dict | None) -> bool:
+    return b is not None and (a["loc"], a["type"], a["msg"]) == (b["loc"], b["type"], b["msg"])
 
 
 def load_params(path: str | Path = "params.yaml", profile: str | None = None,
                 overrides: list[str] | None = None) -> Params:
-    """Validated params of ``path`` with ``profile`` applied, then ``overrides`` (``key=value``)."""
+    """Validated params of ``path`` with ``profile`` applied, then ``overrides`` (``key=value``).
+
+    An error names where it comes from: the ``--set`` text when an override introduced it, else the
+    file line of the offending key (inside ``profiles.<name>`` when the profile set it)."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParamsError(f"{path}: cannot read params file: {exc.strerror if isinstance(exc, OSError) else exc}") from None
     try:
         raw = yaml.safe_load(text) or {}
         tree = yaml.compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ParamsError(f"{path}:{mark.line + 1 if mark else '?'}: invalid YAML: {exc}") from None
+        raise ParamsError(f"{path}:{mark.line + 1 if mark else '?'}: invalid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise ParamsError(f"{path}:1: expected a mapping at the top level")
     profiles = raw.pop("profiles", {}) or {}
-    chosen = profile or raw.get("profile", "embedded")
+    if not isinstance(profiles, dict):
+        raise ParamsError(f"{path}:{_line_of(tree, ['profiles'])}: profiles: expected a mapping of profile names")
+    overrides = list(overrides or [])
+    parsed = [(item, *_parse_override(item)) for item in overrides]
+    chosen = profile or next((v for _, k, v in reversed(parsed) if k == ["profile"]), None) or raw.get("profile", "embedded")
     if chosen not in profiles and chosen != "embedded":
         raise ParamsError(f"{path}: profile {chosen!r} is not defined under 'profiles' (known: {sorted(profiles)})")
-    merged = apply_overrides(_deep_merge(raw, profiles.get(chosen) or {}), overrides)
+    if not isinstance(profiles.get(chosen) or {}, dict):
+        raise ParamsError(f"{path}:{_line_of(tree, ['profiles', chosen])}: profiles.{chosen}: expected a mapping")
+    base = _deep_merge(raw, profiles.get(chosen) or {})
+    base["profile"] = chosen
+    merged = apply_overrides(copy.deepcopy(base), overrides)
     merged["profile"] = chosen
     try:
         return Params.model_validate(merged)
     except ValidationError as exc:
         err = exc.errors()[0]
-        keys = [str(p) for p in err["loc"]]
-        if err["type"] == "value_error" and not keys:
-            keys = []
-        dotted = ".".join(keys) or "(top level)"
-        line = None
-        if chosen in profiles:
-            line = _line_of(tree, ["profiles", chosen, *keys])
-            if line is not None and _line_of(tree, ["profiles", chosen]) == line:
-                line = None  # only the profile itself was found, not the key inside it
-        line = line or _line_of(tree, keys) or 1
-        got = f" (got {err['input']!r})" if err["type"] != "missing" and not isinstance(err["input"], dict) else ""
-        hint = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ParamsError(f"{path}:{line}: {dotted}: {hint}{got}") from None
+    # blame the first override after which this very error appears; if the file alone has it, the file
+    for k in range(len(parsed) + 1):
+        partial = apply_overrides(copy.deepcopy(base), overrides[:k])
+        partial["profile"] = chosen
+        if _same(err, _first_error(partial)):
+            if k:
+                raise ParamsError(f"--set {parsed[k - 1][0]}: {_describe(err)}")
+            break
+    keys = [str(p) for p in err["loc"]]
+    line = None
+    if chosen in profiles:
+        line = _line_of(tree, ["profiles", chosen, *keys])
+        if line is not None and _line_of(tree, ["profiles", chosen]) == line:
+            line = None  # only the profile itself was found, not the key inside it
+    line = line or _line_of(tree, keys) or 1
+    raise ParamsError(f"{path}:{line}: {_describe(err)}")

@@ -10,8 +10,7 @@ def test_repository_params_load_in_both_profiles(repo_root):
     paper = load_params(repo_root / "params.yaml", "paper")
     assert embedded.profile == "embedded" and paper.profile == "paper"
     # the paper profile carries Co-ReAct appendix A's values
-    assert paper.rubric_generator.group_size == 8
-    assert paper.rubric_generator.lr == 2e-6
+    assert paper.collect.max_depth == 12 and paper.data.n_train == 11406
     assert paper.collect.temperatures == [0.1, 0.4, 0.7, 1.0]
     assert len(paper.llm.roles["candidate_policies"]) * len(paper.collect.temperatures) == 12
     # nothing in the default profile points at a scripted backend
@@ -67,3 +66,74 @@ def test_role_bound_to_unknown_backend_is_an_error(tmp_path):
 def test_unknown_profile_is_an_error(tmp_path):
     with pytest.raises(ParamsError, match="profile 'fast'"):
         load_params(_write(tmp_path, BASE), "fast")
+
+
+def test_unknown_key_given_with_set_names_the_override_not_a_file_line(tmp_path):
+    path = _write(tmp_path, BASE + "collect:\n  slate_size: 4\n")
+    with pytest.raises(ParamsError) as err:
+        load_params(path, overrides=["data.n_test=3", "collect.slate_sise=5"])
+    assert str(err.value) == "--set collect.slate_sise=5: unknown key collect.slate_sise"
+
+
+def test_bad_value_given_with_set_names_the_override_and_the_value(tmp_path):
+    with pytest.raises(ParamsError) as err:
+        load_params(_write(tmp_path, BASE), overrides=["collect.mmr_lambda=1.5"])
+    assert str(err.value) == (
+        "--set collect.mmr_lambda=1.5: collect.mmr_lambda: Input should be less than or equal to 1 (got 1.5)")
+
+
+def test_override_that_breaks_a_cross_field_rule_is_named(tmp_path):
+    with pytest.raises(ParamsError, match=r"^--set llm\.roles\.policy=nope: llm: .*unknown backend 'nope'"):
+        load_params(_write(tmp_path, BASE), overrides=["llm.roles.policy=nope"])
+
+
+def test_file_error_stays_at_its_line_when_an_unrelated_override_is_given(tmp_path):
+    path = _write(tmp_path, BASE + "collect:\n  mmr_lambda: 1.5\n")
+    with pytest.raises(ParamsError) as err:
+        load_params(path, overrides=["data.n_test=3"])
+    assert str(err.value).startswith(f"{path}:8: collect.mmr_lambda:")
+
+
+def test_override_may_repair_the_file_and_a_later_one_is_blamed(tmp_path):
+    path = _write(tmp_path, BASE + "collect:\n  mmr_lambda: 1.5\n")
+    assert load_params(path, overrides=["collect.mmr_lambda=0.3"]).collect.mmr_lambda == 0.3
+    with pytest.raises(ParamsError, match=r"^--set data\.n_test=-1: data\.n_test: "):
+        load_params(path, overrides=["collect.mmr_lambda=0.3", "data.n_test=-1"])
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("collect", "--set collect: expected KEY=VALUE with a dotted key, e.g. data.n_test=10"),
+    ("=3", "--set =3: expected KEY=VALUE with a dotted key, e.g. data.n_test=10"),
+    ("data..n_test=3", "--set data..n_test=3: expected KEY=VALUE with a dotted key, e.g. data.n_test=10"),
+    ("seed.value=3", "--set seed.value=3: seed is a value, not a section"),
+    ("data.n_test.x=3", "--set data.n_test.x=3: data.n_test is a value, not a section"),
+    ("data.n_test=[1,", "--set data.n_test=[1,: value is not valid YAML: expected the node content, but found '<stream end>'"),
+    ("nosuch.key=1", "--set nosuch.key=1: unknown key nosuch"),
+])
+def test_malformed_overrides_are_one_line_errors_naming_the_override(tmp_path, override, message):
+    with pytest.raises(ParamsError) as err:
+        load_params(_write(tmp_path, BASE + "seed: 7\ndata:\n  n_test: 5\n"), overrides=[override])
+    assert str(err.value) == message
+
+
+def test_set_profile_selects_the_profile(tmp_path):
+    path = _write(tmp_path, BASE + "collect:\n  max_depth: 2\nprofiles:\n  paper:\n    collect: {max_depth: 9}\n")
+    params = load_params(path, overrides=["profile=paper"])
+    assert params.profile == "paper" and params.collect.max_depth == 9
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("profile: [\n", ":2: invalid YAML: expected the node content"),
+    ("- a\n- b\n", ":1: expected a mapping at the top level"),
+    (BASE + "profiles: [paper]\n", ":7: profiles: expected a mapping of profile names"),
+])
+def test_bad_params_files_are_one_line_errors_with_file_and_line(tmp_path, text, message):
+    path = _write(tmp_path, text)
+    with pytest.raises(ParamsError) as err:
+        load_params(path)
+    assert str(err.value).startswith(f"{path}{message}") and "\n" not in str(err.value)
+
+
+def test_missing_params_file_is_a_params_error(tmp_path):
+    with pytest.raises(ParamsError, match=r"nope\.yaml: cannot read params file: No such file"):
+        load_params(tmp_path / "nope.yaml")
