@@ -10,6 +10,12 @@ The objective is Co-ReAct Eq. 4 / RubricEM Eq. 1 with per-token advantages::
     loss = -agg(min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)) + kl_coef * agg(k3)
     ratio = exp(logp - old_logp),  k3 = exp(ref - logp) - (ref - logp) - 1
 
+Log-probabilities come from a *selective* log-softmax: the log-sum-exp is taken in chunks of rows and only
+the target logit is gathered, so no fp32 ``[B, T, V]`` log-softmax is ever materialised (bf16 logits are
+upcast one chunk at a time) and the backward pass recomputes the softmax chunk by chunk.
+:func:`span_logprobs` scores only a span of positions (:func:`trainable_span` gives the span a loss mask
+needs), which is what :meth:`components.training.model.Policy.token_logprobs` uses with ``span=``.
+
 Usage::
 
     loss, metrics = policy_loss(logp, old_logp, advantages, loss_mask, ref_logp, kl_coef=5e-3)
@@ -30,7 +36,10 @@ __all__ = [
     "clipped_surrogate",
     "kl_k3",
     "policy_loss",
+    "selective_log_softmax",
+    "span_logprobs",
     "token_logprobs",
+    "trainable_span",
 ]
 
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
@@ -58,19 +67,134 @@ class LossMetrics:
         return asdict(self)
 
 
+# fp32 scratch per chunk of the selective log-softmax (rows x vocab x 4 bytes): ~100 rows of Qwen's vocab.
+_CHUNK_BYTES = 64 << 20
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """``log_softmax(logits / temperature)[target]`` for logits ``[B, S, V]``, in chunks of rows.
+
+    Forward keeps only the per-row log-sum-exp; backward recomputes the softmax of each chunk, so the
+    peak extra memory is one fp32 chunk rather than several fp32 copies of the whole block. Chunks are
+    taken per batch row, so a strided view (``logits[:, :-1]``) is never copied.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature, chunk_rows):
+        acc = torch.promote_types(logits.dtype, torch.float32)
+        lse = torch.empty(targets.shape, dtype=acc, device=logits.device)
+        picked = torch.empty_like(lse)
+        for b, lo in _chunks(targets.shape, chunk_rows):
+            x = logits[b, lo : lo + chunk_rows].to(acc)
+            if temperature != 1.0:
+                x = x / temperature
+            lse[b, lo : lo + chunk_rows] = torch.logsumexp(x, dim=-1)
+            picked[b, lo : lo + chunk_rows] = x.gather(-1, targets[b, lo : lo + chunk_rows, None])[:, 0]
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        return picked - lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        logits, targets, lse = ctx.saved_tensors
+        temperature, chunk_rows = ctx.temperature, ctx.chunk_rows
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        grad_out = grad_out.to(lse.dtype) / temperature
+        for b, lo in _chunks(targets.shape, chunk_rows):
+            rows = slice(lo, lo + chunk_rows)
+            g_row = grad_out[b, rows, None]
+            # d/dx [x_t / T - logsumexp(x / T)] = (onehot(t) - softmax(x / T)) / T
+            x = logits[b, rows].to(lse.dtype)
+            if temperature != 1.0:
+                x = x / temperature
+            g = torch.exp(x - lse[b, rows, None]).mul_(-g_row)
+            g.scatter_add_(-1, targets[b, rows, None], g_row)
+            grad[b, rows] = g
+        return grad, None, None, None
+
+
+def _chunks(shape: torch.Size, chunk_rows: int) -> list[tuple[int, int]]:
+    return [(b, lo) for b in range(shape[0]) for lo in range(0, shape[1], chunk_rows)]
+
+
+def selective_log_softmax(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, *, chunk_rows: int | None = None
+) -> torch.Tensor:
+    """``log_softmax(logits / temperature, -1)`` at ``targets``, without a full-vocabulary log-softmax.
+
+    ``logits`` is ``[..., V]`` in any float dtype, ``targets`` the matching ``[...]`` ids. The result is
+    fp32 (fp64 for fp64 logits), computed in fp32 whatever the input dtype, with gradient to ``logits``.
+    ``chunk_rows`` rows are upcast at a time (default: about 64 MiB of fp32).
+    """
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} do not match targets {tuple(targets.shape)}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    vocab = logits.shape[-1]
+    rows = chunk_rows or max(1, _CHUNK_BYTES // (4 * vocab))
+    if logits.dim() == 3 and not _viewable_as_rows(logits):
+        return _SelectiveLogSoftmax.apply(logits, targets.long(), float(temperature), rows)
+    flat = logits.reshape(1, -1, vocab)  # a view unless logits is an odd strided slice
+    out = _SelectiveLogSoftmax.apply(flat, targets.reshape(1, -1).long(), float(temperature), rows)
+    return out.reshape(targets.shape)
+
+
+def _viewable_as_rows(logits: torch.Tensor) -> bool:
+    try:
+        logits.view(-1, logits.shape[-1])
+    except RuntimeError:
+        return False
+    return True
+
+
+def trainable_span(loss_mask: torch.Tensor) -> tuple[int, int]:
+    """The positions ``[start, end)`` from the first to the last loss-mask position of any row.
+
+    Position 0 has no prefix, so ``start >= 1``. An all-zero mask gives the one-position span
+    ``(T - 1, T)`` so that a loss over it still has a graph (and zero gradient).
+    """
+    width = loss_mask.shape[-1]
+    cols = loss_mask.reshape(-1, width).bool().any(dim=0).nonzero()
+    if width < 2:
+        raise ValueError(f"a loss mask needs at least 2 positions, got {width}")
+    if len(cols) == 0:
+        return width - 1, width
+    return max(1, int(cols[0])), int(cols[-1]) + 1
+
+
+def span_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, span: tuple[int, int], temperature: float = 1.0
+) -> torch.Tensor:
+    """Log-probabilities ``[B, T]`` of ``input_ids[:, start:end]``, zero outside ``span = (start, end)``.
+
+    ``logits`` ``[B, end - start, V]`` are the model outputs at positions ``start - 1 ... end - 2``, the
+    ones that predict the span's tokens (``logits_to_keep`` gives exactly these; see
+    :meth:`components.training.model.Policy.token_logprobs`).
+    """
+    start, end = span
+    width = input_ids.shape[1]
+    if not 1 <= start < end <= width:
+        raise ValueError(f"span {span} must satisfy 1 <= start < end <= {width}")
+    if logits.shape[:2] != (input_ids.shape[0], end - start):
+        raise ValueError(
+            f"logits {tuple(logits.shape)} do not cover span {span} of input_ids {tuple(input_ids.shape)}"
+        )
+    picked = selective_log_softmax(logits, input_ids[:, start:end], temperature)
+    return torch.nn.functional.pad(picked, (start, width - end), value=0.0)
+
+
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-probability of each token given its prefix, ``[B, T]``; position 0 (no prefix) is 0.
 
     ``logits`` is the model output ``[B, T, V]`` for ``input_ids`` ``[B, T]``. ``temperature`` divides the
     logits, so training sees the same distribution that sampling used.
     """
-    scaled = logits[:, :-1]
-    scaled = scaled.to(torch.promote_types(scaled.dtype, torch.float32))
-    if temperature != 1.0:
-        scaled = scaled / temperature
-    targets = input_ids[:, 1:].unsqueeze(-1)
-    picked = torch.gather(scaled, -1, targets).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
-    return torch.nn.functional.pad(picked, (1, 0), value=0.0)
+    width = input_ids.shape[1]
+    if width < 2:
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        return torch.zeros(input_ids.shape, dtype=dtype, device=logits.device)
+    return span_logprobs(logits[:, :-1], input_ids, (1, width), temperature)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,21 @@
-"""Clipped surrogate, k3 KL, aggregation and masking checked against numbers computed by hand."""
+"""Clipped surrogate, k3 KL, aggregation and masking checked against numbers computed by hand; the
+selective log-softmax checked against the full fp32 log-softmax it replaced (values and gradients)."""
 
 import math
 
 import pytest
 import torch
 
-from components.training.losses import aggregate, clipped_surrogate, kl_k3, policy_loss, token_logprobs
+from components.training.losses import (
+    aggregate,
+    clipped_surrogate,
+    kl_k3,
+    policy_loss,
+    selective_log_softmax,
+    span_logprobs,
+    token_logprobs,
+    trainable_span,
+)
 
 EPS = 0.2
 
@@ -168,3 +178,106 @@ def test_token_logprobs_alignment():
     assert lp[0, 2].item() == pytest.approx(math.log(1 / 5))
     lp_t = token_logprobs(logits, ids, temperature=2.0)
     assert lp_t[0, 2].item() == pytest.approx(math.log(1 / (1 + math.sqrt(3) + 1)))
+
+
+def full_log_softmax_token_logprobs(logits, input_ids, temperature=1.0):
+    """The implementation before the selective log-softmax: an fp32 log-softmax over the whole block."""
+    scaled = logits[:, :-1]
+    scaled = scaled.to(torch.promote_types(scaled.dtype, torch.float32))
+    if temperature != 1.0:
+        scaled = scaled / temperature
+    targets = input_ids[:, 1:].unsqueeze(-1)
+    picked = torch.gather(scaled, -1, targets).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+    return torch.nn.functional.pad(picked, (1, 0), value=0.0)
+
+
+def _random_logits(dtype, shape=(3, 9, 40), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(*shape, generator=g) * 4).to(dtype)
+    ids = torch.randint(0, shape[-1], shape[:-1], generator=g)
+    weights = torch.randn(shape[:-1], generator=g)  # a non-uniform upstream gradient
+    return logits, ids, weights
+
+
+def _value_and_grad(fn, logits, *args):
+    x = logits.clone().requires_grad_(True)
+    out = fn(x, *args)
+    return out, x
+
+
+@pytest.mark.parametrize(
+    ("dtype", "temperature"),
+    [(torch.float32, 1.0), (torch.float32, 0.7), (torch.bfloat16, 1.0), (torch.bfloat16, 1.3)],
+)
+def test_token_logprobs_equal_the_full_log_softmax_values_and_gradients(dtype, temperature):
+    logits, ids, weights = _random_logits(dtype)
+    old, x_old = _value_and_grad(full_log_softmax_token_logprobs, logits, ids, temperature)
+    new, x_new = _value_and_grad(token_logprobs, logits, ids, temperature)
+    assert new.dtype == torch.float32 and new.shape == ids.shape
+    assert torch.allclose(new, old, atol=1e-5, rtol=0)
+    (old * weights).sum().backward()
+    (new * weights).sum().backward()
+    assert x_new.grad.dtype == dtype
+    # bf16 gradients are fp32 gradients rounded once: they may differ by one bf16 ulp at most
+    tol = dict(atol=1e-6, rtol=0) if dtype == torch.float32 else dict(atol=1e-6, rtol=2**-7)
+    assert torch.allclose(x_new.grad.float(), x_old.grad.float(), **tol)
+    assert x_new.grad.abs().sum() > 1.0
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 2, 5, None])
+def test_selective_log_softmax_chunks_give_the_same_result(chunk_rows):
+    logits, ids, weights = _random_logits(torch.float32, shape=(2, 7, 30), seed=1)
+    ref, x_ref = _value_and_grad(
+        lambda x: torch.log_softmax(x / 0.8, dim=-1).gather(-1, ids[..., None])[..., 0], logits
+    )
+    out, x = _value_and_grad(lambda x: selective_log_softmax(x, ids, 0.8, chunk_rows=chunk_rows), logits)
+    assert torch.allclose(out, ref, atol=1e-6)
+    (ref * weights).sum().backward()
+    (out * weights).sum().backward()
+    assert torch.allclose(x.grad, x_ref.grad, atol=1e-6)
+    flat = selective_log_softmax(logits[0], ids[0], 0.8, chunk_rows=chunk_rows)  # [N, V] input
+    assert torch.allclose(flat, ref[0].detach(), atol=1e-6)
+
+
+def test_selective_log_softmax_gradcheck_in_fp64():
+    logits, ids, _ = _random_logits(torch.float64, shape=(2, 4, 6), seed=2)
+    x = logits.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda t: selective_log_softmax(t, ids, 0.6, chunk_rows=3), (x,))
+    assert torch.autograd.gradcheck(lambda t: selective_log_softmax(t[:, :-1], ids[:, 1:], 1.0), (x,))
+
+
+def test_bf16_logits_keep_no_fp32_copy_for_backward():
+    logits, ids, _ = _random_logits(torch.bfloat16, shape=(2, 16, 512), seed=3)
+    full_block = 2 * 15 * 512
+
+    def saved_fp32_elements(fn):
+        saved = []
+        x = logits.clone().requires_grad_(True)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            fn(x, ids).sum()
+        return sum(t.numel() for t in saved if t.dtype == torch.float32)
+
+    assert saved_fp32_elements(full_log_softmax_token_logprobs) >= full_block  # the old graph holds one
+    assert saved_fp32_elements(token_logprobs) < full_block / 100  # only the per-row log-sum-exp
+
+
+def test_trainable_span():
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 0, 0]], dtype=torch.bool)
+    assert trainable_span(mask) == (2, 5)
+    assert trainable_span(torch.tensor([[1, 1, 0]])) == (1, 2)  # position 0 has no prefix
+    assert trainable_span(torch.zeros(2, 5)) == (4, 5)  # nothing to learn: one position, zero gradient
+    with pytest.raises(ValueError, match="2 positions"):
+        trainable_span(torch.ones(1, 1))
+
+
+def test_span_logprobs_are_the_full_values_inside_and_zero_outside():
+    logits, ids, _ = _random_logits(torch.float32, shape=(2, 8, 20), seed=4)
+    full = token_logprobs(logits, ids, 0.9)
+    part = span_logprobs(logits[:, 2:5], ids, (3, 6), 0.9)  # logits at positions 2..4 predict tokens 3..5
+    assert part.shape == ids.shape
+    assert torch.allclose(part[:, 3:6], full[:, 3:6], atol=1e-6)
+    assert torch.all(part[:, :3] == 0) and torch.all(part[:, 6:] == 0)
+    with pytest.raises(ValueError, match="span"):
+        span_logprobs(logits[:, 0:3], ids, (0, 3))
+    with pytest.raises(ValueError, match="do not cover"):
+        span_logprobs(logits[:, 2:5], ids, (3, 7))
