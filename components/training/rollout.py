@@ -35,6 +35,8 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import nn
 
+from components.training.losses import selective_log_softmax
+
 __all__ = [
     "Generation",
     "HFRolloutEngine",
@@ -195,17 +197,45 @@ class RolloutEngine(Protocol):
         ...
 
 
+class _StopScanner:
+    """Says, token by token, when the decoded continuation first contains a stop string; linear time.
+
+    The text is decoded incrementally as vLLM's detokenizer does: each new token is decoded together with
+    the few tokens since the last complete character (``decode(window) - decode(window minus new)``), so
+    a character split over several tokens, or a tokenizer that drops a leading space, reads the same as
+    decoding the whole continuation. Each check looks only at the new text plus the last
+    ``len(longest stop) - 1`` characters before it, so no stop string is missed or re-scanned.
+    """
+
+    def __init__(self, stop_strings: Sequence[str], decode: Any):
+        self.stop_strings, self.decode = tuple(stop_strings), decode
+        self.overlap = max(0, max(len(s) for s in self.stop_strings) - 1)
+        self.tokens: list[int] = []
+        self.tail = ""  # the last `overlap` characters of the settled text
+        self.prefix = 0  # window start: the tokens before it never change the text again
+        self.read = 0  # tokens whose text is settled
+
+    def push(self, token: int) -> bool:
+        """Add one token; True if the continuation so far contains a stop string."""
+        self.tokens.append(token)
+        settled = self.decode(self.tokens[self.prefix : self.read])
+        new = self.decode(self.tokens[self.prefix :])[len(settled) :]
+        found = any(s in self.tail + new for s in self.stop_strings)
+        if new and not new.endswith("\ufffd"):  # an incomplete character decodes as U+FFFD: wait for it
+            self.tail = (self.tail + new)[-self.overlap :] if self.overlap else ""
+            self.prefix, self.read = self.read, len(self.tokens)
+        return found
+
+
 def _find_stop(
     tokens: Sequence[int], stop_ids: Sequence[int], stop_strings: Sequence[str], decode: Any
 ) -> tuple[int, Literal["stop", "length"]]:
     """Length to keep and why: through the first stop token, or the token that completes a stop string."""
+    stop_ids = set(stop_ids)
+    scanner = _StopScanner(stop_strings, decode) if stop_strings else None
     for j, t in enumerate(tokens):
-        if t in stop_ids:
+        if t in stop_ids or (scanner is not None and scanner.push(t)):
             return j + 1, "stop"
-        if stop_strings:
-            text = decode(tokens[: j + 1])
-            if any(s in text for s in stop_strings):
-                return j + 1, "stop"
     return len(tokens), "length"
 
 
@@ -216,17 +246,27 @@ def _cut_text(text: str, stop_strings: Sequence[str]) -> str:
 
 class _StopStrings:
     """A transformers stopping criterion: a row is done once its continuation contains a stop string.
-    Works with any tokenizer that has ``decode`` (transformers' own ``stop_strings`` needs a HF vocab)."""
+    Works with any tokenizer that has ``decode`` (transformers' own ``stop_strings`` needs a HF vocab).
+    One scanner per row reads only the tokens added since the last call."""
 
     def __init__(self, stop_strings: Sequence[str], decode: Any, prompt_width: int):
         self.stop_strings, self.decode, self.prompt_width = tuple(stop_strings), decode, prompt_width
+        self.scanners: list[_StopScanner] = []
+        self.done: list[bool] = []
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-        done = [
-            any(s in self.decode(row[self.prompt_width :].tolist()) for s in self.stop_strings)
-            for row in input_ids
-        ]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+        if not self.scanners:
+            self.scanners = [_StopScanner(self.stop_strings, self.decode) for _ in range(len(input_ids))]
+            self.done = [False] * len(input_ids)
+        for i, row in enumerate(input_ids):
+            scanner = self.scanners[i]
+            if self.done[i]:
+                continue
+            for t in row[self.prompt_width + len(scanner.tokens) :].tolist():
+                if scanner.push(t):
+                    self.done[i] = True
+                    break
+        return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
 
 
 class HFRolloutEngine:
@@ -326,9 +366,7 @@ class HFRolloutEngine:
         scale = 1.0 if greedy else sampling.temperature
         lps = torch.stack(
             [
-                torch.log_softmax(step_logits.float() / scale, dim=-1).gather(-1, new[:, k, None].to(device))[
-                    :, 0
-                ]
+                selective_log_softmax(step_logits, new[:, k].to(device), scale)
                 for k, step_logits in enumerate(result.logits)
             ],
             dim=1,
