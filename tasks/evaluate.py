@@ -1,7 +1,11 @@
-"""Stage `evaluate`: run an agent on the test questions; score EM, F1, LLM-judge accuracy and search
-behaviour; log everything to MLflow.
+"""Stage `evaluate@<method>`: run a method's agent on the test questions; score EM, F1, LLM-judge accuracy
+and search behaviour; log everything to MLflow.
 
-    python -m tasks.evaluate [--set evaluation.n_questions=10]
+    python -m tasks.evaluate --method react [--set evaluation.n_questions=10]
+
+The method is an entry of ``params.methods``: an agent from the agent registry
+(``components.agents.react.AGENTS``) and the role rebindings it runs with (e.g. the policy served with an
+SFT adapter).
 
 Reads outputs/data/test.jsonl, outputs/data/corpus.jsonl and outputs/index/. Writes, under
 outputs/eval/<method>/: trajectories.jsonl (appended one episode at a time, so a crash loses nothing and
@@ -22,13 +26,13 @@ from prefect import task
 from pydantic import BaseModel
 from tqdm import tqdm
 
-from components.agents.react import ReActAgent
+from components.agents.react import build_agent
 from components.evaluation.behaviour import behaviour_stats
-from components.evaluation.judge import judge_answers
+from components.judges.answer import judge_answers
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import JsonlAppender, read_json, read_jsonl, write_json
 from components.llm.factory import LLMPool
-from components.params import Params
+from components.params import Params, for_method
 from components.schemas import Question, Trajectory
 from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
 
@@ -41,7 +45,8 @@ class EvalResult(BaseModel):
 
 
 def run_key(params: Params, method: str) -> str:
-    relevant = {"method": method, "seed": params.seed, "data": params.data.model_dump(),
+    relevant = {"method": method, "spec": params.methods[method].model_dump(), "seed": params.seed,
+                "data": params.data.model_dump(),
                 "world": params.world.model_dump(), "retrieval": params.retrieval.model_dump(),
                 "agent": params.agent.model_dump(), "llm": params.llm.model_dump(),
                 "n": params.evaluation.n_questions}
@@ -87,7 +92,7 @@ def score(questions: list[Question], trajs: list[Trajectory], verdicts: list[boo
 @task(name="evaluate")
 def evaluate(params: Params | None = None, method: str = "react", parent_run_id: str | None = None,
              pool: LLMPool | None = None) -> EvalResult:
-    params = resolve(params)
+    params, spec = for_method(resolve(params), method)
     questions = read_jsonl(out_path(params, "data", "test.jsonl"), Question)[: params.evaluation.n_questions]
     toolbox = load_toolbox(params)
     folder = out_path(params, "eval", method, "metrics.json").parent
@@ -98,13 +103,12 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     pool = pool or LLMPool(params)
     started = time.perf_counter()
     try:
-        agent = ReActAgent(pool.role("policy"), toolbox, params.agent, name=params.llm.roles["policy"])
+        agent = build_agent(spec.agent, pool.role, toolbox, params.agent, spec.options)
+        agent.name = params.llm.roles["policy"]
         todo = [q for q in questions if q.id not in done]
         with JsonlAppender(traj_path) as out, tqdm(total=len(questions), initial=len(done), desc=f"evaluate {method}") as bar:
             async def run_all():
-                # whole episodes are bounded too: interleaved turns of many episodes would evict each
-                # other from a local server's prompt cache
-                episodes = asyncio.Semaphore(params.llm.middleware.max_concurrency)
+                episodes = asyncio.Semaphore(params.evaluation.episode_concurrency)
 
                 async def one(i: int, q: Question):
                     async with episodes:
@@ -132,7 +136,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
                "s_per_question": agent_s / max(len(todo), 1), "resumed": len(questions) - len(todo)}
     write_json(folder / "timings.json", timings)
     with tracking(params, f"evaluate@{method}", parent_run_id, tags={"method": method}) as tracker:
-        tracker.log_params({"method": method, "data": params.data.model_dump(), "agent": params.agent.model_dump(),
+        tracker.log_params({"method": method, "agent_name": spec.agent, "data": params.data.model_dump(), "agent": params.agent.model_dump(),
                             "retrieval": params.retrieval.model_dump(), "policy": params.llm.roles["policy"]})
         tracker.log_metrics({**metrics, **timings, **llm_metrics})
         tracker.log_artifact(traj_path)
@@ -149,4 +153,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from tasks.runtime import run_stage
+
+    run_stage(main)

@@ -6,6 +6,8 @@
 - ``Final Answer: ...`` / ``Answer: ...`` as a finish.
 
 The last action in the text wins (a model that drafts and then corrects itself meant the correction).
+A finish whose argument is a placeholder (``finish[answer]``, ``finish[...]``, ``finish[<answer>]``) is not an
+answer: small policies copy such slots from instructions, so it is unparseable too.
 Anything else is unparseable: the agent records ``parse_error`` on the step and shows the policy a short
 format reminder as the observation; the turn counts against the turn budget but not the search budget.
 """
@@ -43,6 +45,16 @@ def _clean(arg: str) -> str:
     if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
         arg = arg[1:-1].strip()
     return arg
+
+
+PLACEHOLDERS = {"answer", "the answer", "your answer", "final answer", "short answer", "...", "…", "<answer>",
+                "answer here", "<the answer>", "<your answer>"}
+
+
+def _finish_or_placeholder(arg: str, thought: str) -> ParsedAction:
+    if arg.lower().strip(" .") in PLACEHOLDERS or arg.strip() in PLACEHOLDERS:
+        return ParsedAction("invalid", thought=thought, error=f"placeholder {arg!r} instead of an answer")
+    return ParsedAction("finish", arg, thought)
 
 
 def _from_json(text: str) -> tuple[str, str] | None:
@@ -84,14 +96,16 @@ def parse_turn(text: str) -> ParsedAction:
         kind = "finish" if kind in FINISH else kind
         arg = _clean(arg)
         if arg:
-            return ParsedAction(kind, arg, thought)
+            return _finish_or_placeholder(arg, thought) if kind == "finish" else ParsedAction(kind, arg, thought)
         return ParsedAction("invalid", thought=thought, error=f"empty argument for {kind}")
     as_json = _from_json(tail)
     if as_json:
+        if as_json[0] == "finish":
+            return _finish_or_placeholder(_clean(as_json[1]), thought)
         return ParsedAction(as_json[0], _clean(as_json[1]), thought)
     final = _FINAL.findall(text)
     if final and _clean(final[-1]):
-        return ParsedAction("finish", _clean(final[-1]), thought)
+        return _finish_or_placeholder(_clean(final[-1]), thought)
     return ParsedAction("invalid", thought=thought or text.strip()[:200],
                         error="no action found (expected search[...], browse[...] or finish[...])")
 

@@ -1,4 +1,4 @@
-"""The ReAct search agent: reason, act with a tool, observe, repeat, then answer.
+"""The ReAct search agent: reason, act with a tool, observe, repeat, then answer; and the agent registry.
 
 The policy sees a system prompt that teaches three actions (``search[query]``, ``browse[doc_id]``,
 ``finish[answer]``) with one worked example, then the question; each policy turn is followed by an
@@ -6,6 +6,20 @@ The policy sees a system prompt that teaches three actions (``search[query]``, `
 budget is spent, further tool calls are refused with a message asking for the answer. Observations are
 cut to ``observation_max_chars``. A policy call that fails after the middleware's retries ends the episode
 with ``finish_reason="llm_failure"`` (no answer, never a guessed one).
+
+The loop is split into seams that variants override instead of copying the loop:
+
+- :meth:`ReActAgent.propose` asks the policy for one turn and parses it into a :class:`Proposal`
+  (Co-ReAct injects a rubric here, verifies the draft and retries; RubricEM runs its stage scaffold);
+- :meth:`ReActAgent.commit` records the turn as a :class:`Step` and runs its tool off the event loop;
+- :meth:`ReActAgent.call_policy` is the one way an agent calls the policy: it tags the call with a
+  :class:`~components.llm.base.PolicyCall` (trainable or not, stage/step segments) that training reads
+  and the trajectory records;
+- :meth:`ReActAgent.messages`, :meth:`ReActAgent.sampling`, :meth:`ReActAgent.force_answer` and
+  :meth:`ReActAgent.finish` are reused as they are.
+
+Agents register under a name (``@AGENTS.register("react")``) and are built from params by
+:func:`build_agent`; ``evaluate --method NAME`` picks the method's agent from ``params.methods``.
 
     agent = ReActAgent(policy=pool.role("policy"), toolbox=toolbox, settings=params.agent)
     trajectory = asyncio.run(agent.run(question))
@@ -16,11 +30,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from components.agents.parsing import ParsedAction, parse_turn
-from components.llm.base import ChatModel, Message, Sampling, assistant, system, user
+from components.llm.base import ChatModel, ChatOutcome, Message, PolicyCall, Sampling, assistant, system, user
 from components.params import AgentParams
+from components.registry import Registry
 from components.schemas import Question, Step, ToolCall, Trajectory
+
+AGENTS: Registry[type] = Registry("agent")
 
 SYSTEM_PROMPT = """\
 You answer questions by looking facts up in an encyclopedia. You cannot rely on memory: every name in \
@@ -30,7 +48,8 @@ Each turn, write one line starting with "Thought:" (what you know so far and wha
 one line starting with "Action:" containing exactly one of:
   search[words]    look up one entity at a time, starting with the one named in the question
   browse[doc_id]   read the full paragraph of a search result
-  finish[answer]   give the final answer itself (a short name, year, number, or yes/no), e.g. finish[1987]
+  finish[...]      give the final answer itself inside the brackets (a short name, year, number, or
+                   yes/no), e.g. finish[1987]
 After each action you receive an Observation. Read it, take the new name it gives you, and search for \
 that name next: never repeat a search you already made. Stop as soon as you can answer.
 
@@ -57,27 +76,59 @@ REPEAT_NOTE = (
     "(You already made exactly this call; its result is repeated below. Use the new names in it and "
     "look up the next entity, or answer.)\n"
 )
+# The answer slot is described, not shown as a bracketed word: a small policy copies a placeholder such as
+# finish[answer] literally and answers "answer".
 FORCE_MESSAGE = (
-    "You have no steps left. Based only on the observations above, give your best final answer now, "
-    "as one line: Action: finish[answer]"
+    "You have no steps left. Based only on the observations above, give your best final answer now: one "
+    "line that starts with Action: finish[ and puts the short answer itself inside the brackets."
 )
-BUDGET_MESSAGE = "The search budget is used up. Give your final answer now with Action: finish[answer]."
+BUDGET_MESSAGE = (
+    "The search budget is used up. Give your final answer now: Action: finish[ followed by the short answer "
+    "itself and a closing bracket."
+)
 
 
 @dataclass
 class EpisodeState:
-    """What the loop carries between turns; agents built on ReAct (Co-ReAct, RubricEM) extend it."""
+    """What the loop carries between turns; agents built on ReAct (Co-ReAct, RubricEM) extend it.
+    ``toolbox`` is the question's view of the tools (question-scoped retrieval); ``calls`` every policy
+    call of the episode, in order."""
 
     question: Question
+    toolbox: Any = None
     steps: list[Step] = field(default_factory=list)
     docs_seen: list[str] = field(default_factory=list)
     tool_calls: int = 0
+    calls: list[PolicyCall] = field(default_factory=list)
 
     @property
     def last_observation(self) -> str:
         return self.steps[-1].observation if self.steps else ""
 
 
+@dataclass
+class Proposal:
+    """One proposed turn: the raw reply, its parse, the call's accounting and tag, and extra fields for
+    the :class:`Step` (a rubric, verification verdicts, retries)."""
+
+    raw: str
+    parsed: ParsedAction
+    call: PolicyCall | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    step_fields: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_text(cls, raw: str, **step_fields: Any) -> Proposal:
+        return cls(raw=raw, parsed=parse_turn(raw), step_fields=step_fields)
+
+
+class PolicyFailure(Exception):
+    """A policy call failed after the middleware's retries; the episode ends with ``llm_failure``."""
+
+
+@AGENTS.register("react")
 class ReActAgent:
     def __init__(self, policy: ChatModel, toolbox, settings: AgentParams | None = None,
                  system_prompt: str = SYSTEM_PROMPT, name: str | None = None):
@@ -87,9 +138,16 @@ class ReActAgent:
         self.system_prompt = system_prompt
         self.name = name or getattr(policy, "name", "policy")
 
+    @classmethod
+    def from_roles(cls, roles, toolbox, settings: AgentParams, options: dict[str, Any]) -> ReActAgent:
+        """Build from role-bound models (``roles(name)`` returns the model of a role); ``options`` come
+        from the method's entry in ``params.methods``."""
+        return cls(roles("policy"), toolbox, settings, **options)
+
     # -- pieces subclasses and other methods reuse -------------------------------------------------------
     def start(self, question: Question) -> EpisodeState:
-        return EpisodeState(question)
+        scoped = getattr(self.toolbox, "for_question", None)
+        return EpisodeState(question, toolbox=scoped(question) if scoped is not None else self.toolbox)
 
     def messages(self, state: EpisodeState) -> list[Message]:
         """What the policy sees before its next turn, in the configured history format:
@@ -125,14 +183,16 @@ class ReActAgent:
         limit = self.settings.observation_max_chars
         return text if len(text) <= limit else text[: limit - 15].rstrip() + " ...[truncated]"
 
-    def act(self, state: EpisodeState, parsed: ParsedAction) -> tuple[ToolCall | None, str]:
-        """Run the parsed action's tool (if any); return the tool call and the observation text."""
+    async def act(self, state: EpisodeState, parsed: ParsedAction) -> tuple[ToolCall | None, str]:
+        """Run the parsed action's tool (if any) in a worker thread (dense retrieval encodes on the CPU and
+        must not block other episodes); return the tool call and the observation text."""
         if parsed.kind == "invalid":
             return None, FORMAT_REMINDER
         if state.tool_calls >= self.settings.max_search_calls:
             return None, BUDGET_MESSAGE
         repeated = any(s.action == parsed.text and s.tool_call is not None for s in state.steps)
-        call = self.toolbox.call(parsed.kind, parsed.argument)
+        toolbox = state.toolbox if state.toolbox is not None else self.toolbox
+        call = await asyncio.to_thread(toolbox.call, parsed.kind, parsed.argument)
         state.tool_calls += 1
         if repeated:
             call = call.model_copy(update={"observation": REPEAT_NOTE + call.observation})
@@ -142,17 +202,34 @@ class ReActAgent:
         observation = self.truncate(call.observation)
         return call.model_copy(update={"observation": observation}), observation
 
-    def commit(self, state: EpisodeState, raw: str, parsed: ParsedAction, *, prompt_tokens: int = 0,
-               completion_tokens: int = 0, latency_s: float = 0.0, **step_fields) -> Step:
-        """Append one turn to the episode: the step record and the messages the policy sees next."""
-        step = Step(index=len(state.steps), raw=raw, thought=parsed.thought, action=parsed.text,
-                    parse_error=parsed.error, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                    latency_s=latency_s, **step_fields)
+    async def call_policy(self, state: EpisodeState, messages: list[Message], sampling: Sampling, *,
+                          kind: str = "turn", trainable: bool = True) -> tuple[ChatOutcome, PolicyCall]:
+        """Call the policy, tagged for training: the tag's segment defaults to the index of the step being
+        made; callers may change the tag after the reply (``call.trainable = False`` for a rejected draft)."""
+        call = PolicyCall(kind=kind, trainable=trainable, segment=len(state.steps))
+        state.calls.append(call)
+        return await self.policy.chat(messages, sampling, call=call), call
+
+    async def propose(self, state: EpisodeState, seed: int | None = None) -> Proposal:
+        """Ask the policy for the next turn. Raises :class:`PolicyFailure` when the call fails."""
+        out, call = await self.call_policy(state, self.messages(state), self.sampling(seed=seed))
+        if not out.ok:
+            raise PolicyFailure(out.message)
+        return Proposal(raw=out.text, parsed=parse_turn(out.text), call=call, prompt_tokens=out.prompt_tokens,
+                        completion_tokens=out.completion_tokens, latency_s=out.latency_s)
+
+    async def commit(self, state: EpisodeState, proposal: Proposal) -> Step:
+        """Append one turn to the episode: the step record (and the tool's observation the policy sees next)."""
+        parsed = proposal.parsed
+        step = Step(index=len(state.steps), raw=proposal.raw, thought=parsed.thought, action=parsed.text,
+                    parse_error=parsed.error, prompt_tokens=proposal.prompt_tokens,
+                    completion_tokens=proposal.completion_tokens, latency_s=proposal.latency_s,
+                    **proposal.step_fields)
         if parsed.kind == "finish":
             step.final_answer = parsed.argument
         else:
             start = time.perf_counter()
-            call, observation = self.act(state, parsed)
+            call, observation = await self.act(state, parsed)
             step.tool_call, step.observation = call, observation
             step.latency_s += time.perf_counter() - start
         state.steps.append(step)
@@ -165,7 +242,9 @@ class ReActAgent:
             final_answer=answer, finish_reason=reason, docs_seen=state.docs_seen, policy=self.name,
             prompt_tokens=sum(s.prompt_tokens for s in state.steps),
             completion_tokens=sum(s.completion_tokens for s in state.steps),
-            wall_s=time.perf_counter() - started, metadata=metadata,
+            wall_s=time.perf_counter() - started,
+            metadata={**metadata, "policy_calls": [
+                {"kind": c.kind, "trainable": c.trainable} for c in state.calls]} if state.calls else metadata,
         )
 
     # -- the loop ----------------------------------------------------------------------------------------
@@ -173,11 +252,11 @@ class ReActAgent:
         started = time.perf_counter()
         state = self.start(question)
         for turn in range(self.settings.max_turns):
-            out = await self.policy.chat(self.messages(state), self.sampling(seed=None if seed is None else seed + turn))
-            if not out.ok:
-                return self.finish(state, "llm_failure", started, error=out.message)
-            step = self.commit(state, out.text, parse_turn(out.text), prompt_tokens=out.prompt_tokens,
-                               completion_tokens=out.completion_tokens, latency_s=out.latency_s)
+            try:
+                proposal = await self.propose(state, seed=None if seed is None else seed + turn)
+            except PolicyFailure as exc:
+                return self.finish(state, "llm_failure", started, error=str(exc))
+            step = await self.commit(state, proposal)
             if step.final_answer is not None:
                 return self.finish(state, "answer", started, step.final_answer)
         reason = "search_budget" if state.tool_calls >= self.settings.max_search_calls else "max_turns"
@@ -192,7 +271,7 @@ class ReActAgent:
         messages = self.messages(state) + [user(FORCE_MESSAGE)]
         if self.settings.history_format == "scratchpad":  # keep one user message
             messages = messages[:-2] + [user(messages[-2].content.rsplit("\n", 1)[0] + "\n" + FORCE_MESSAGE)]
-        out = await self.policy.chat(messages, self.sampling(seed=seed))
+        out, _ = await self.call_policy(state, messages, self.sampling(seed=seed), kind="forced_answer")
         if not out.ok:
             return None
         parsed = parse_turn(out.text)
@@ -208,3 +287,8 @@ class ReActAgent:
             return traj
 
         return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(questions))))
+
+
+def build_agent(name: str, roles, toolbox, settings: AgentParams, options: dict[str, Any] | None = None):
+    """The agent registered as ``name`` (or a dotted import path), built from role-bound models."""
+    return AGENTS.get(name).from_roles(roles, toolbox, settings, dict(options or {}))

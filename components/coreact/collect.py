@@ -3,9 +3,9 @@
 For one question, starting from the empty prefix, at each depth:
 1. sample a candidate pool: every candidate policy at every temperature (``samples_per_temperature``
    each), parsed into normalised actions; unparseable samples and failed calls are counted, not kept;
-2. de-duplicate and pick a slate of k actions by MMR with BM25 similarity (``components.slates``);
+2. de-duplicate and pick a slate of k actions by MMR with BM25 similarity (``components.coreact.slates``);
 3. ask the council: each judge sees its own random permutation under neutral labels, rankings are
-   aggregated by Borda over the valid votes (``components.council``);
+   aggregated by Borda over the valid votes (``components.judges.council``);
 4. commit the consensus top action, run its tool, and go one level deeper.
 
 Every point is recorded; only kept ones train the rubric generator. A point is dropped when
@@ -24,12 +24,12 @@ import asyncio
 from dataclasses import dataclass, field
 
 from components.agents.parsing import parse_turn
-from components.agents.react import EpisodeState, ReActAgent
-from components.council import judge_slate, render_prefix
+from components.agents.react import EpisodeState, Proposal, ReActAgent
+from components.judges.council import judge_slate, render_prefix
 from components.llm.base import ChatModel, Sampling
 from components.params import CollectParams
 from components.schemas import BranchingPoint, Candidate, Question
-from components.slates import select_slate, slate_context
+from components.coreact.slates import select_slate, slate_context
 
 
 @dataclass
@@ -120,7 +120,7 @@ class BranchingCollector:
                 result.stop = "final_answer"
                 break
             chosen = pool[committed]
-            self.agent.commit(state, chosen.raw, parse_turn(chosen.raw))
+            await self.agent.commit(state, Proposal.from_text(chosen.raw))
             if chosen.action.startswith("finish["):
                 result.stop = "final_answer"
                 break

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -111,6 +112,24 @@ class Completion(BaseModel):
     finish_reasons: list[str] = Field(default_factory=list)
 
 
+@dataclass
+class PolicyCall:
+    """How one policy call of an agent episode counts for training; backends that do not train ignore it.
+
+    The agent creates it, passes it to ``chat(..., call=...)`` and may change it after the reply, since a
+    draft is known to be rejected only once it has been verified. ``kind`` names the call (``turn``,
+    ``draft``, ``forced_answer``, ``verify``...); ``trainable`` False keeps the reply as context only (no
+    loss); ``segment`` is the stage/step id of the whole reply (None: the episode's turn index);
+    ``spans`` splits the reply by character offset into segments, ``[(0, 0), (57, 1)]`` = the first 57
+    characters belong to segment 0, the rest to segment 1 (one reply may close a stage and open the next).
+    """
+
+    kind: str = "turn"
+    trainable: bool = True
+    segment: int | None = None
+    spans: list[tuple[int, int]] | None = None
+
+
 class ChatModel(abc.ABC):
     """A backend. Subclasses implement ``_complete``; everyone else calls ``chat`` / ``chat_batch``."""
 
@@ -126,13 +145,18 @@ class ChatModel(abc.ABC):
         changes its output, such as a weights checksum)."""
         return self.identity or self.name
 
-    async def chat(self, messages: list[Message], sampling: Sampling | None = None) -> ChatOutcome:
+    async def _complete_call(self, messages: list[Message], sampling: Sampling, call: PolicyCall | None) -> Completion:
+        """``_complete`` with the call's training tag; only models that train (an episode's policy) read it."""
+        return await self._complete(messages, sampling)
+
+    async def chat(self, messages: list[Message], sampling: Sampling | None = None, *,
+                   call: PolicyCall | None = None) -> ChatOutcome:
         """Unwrapped call (no retries): a failure is still returned, not raised."""
         sampling = sampling or Sampling()
         loop = asyncio.get_running_loop()
         start = loop.time()
         try:
-            c = await self._complete(list(messages), sampling)
+            c = await self._complete_call(list(messages), sampling, call)
         except LLMError as exc:
             return ChatFailure(
                 error_type=type(exc).__name__, message=str(exc), status_code=exc.status_code,

@@ -8,9 +8,12 @@ per-step rewards. The loss in :mod:`components.training.losses` therefore takes 
 shape ``[B, T]``, and this module builds them:
 
 - :func:`group_advantages` normalises rewards within groups (1-D rewards or ``[n, K]`` stage returns);
-- :func:`episode_group_advantages` does it per episode when one episode spans several rows;
+  a missing value (NaN: a failed judge, an unscored stage) is left out of its group's mean and std and
+  stays NaN;
 - :func:`broadcast_sequence_advantages` spreads one scalar per sequence over its trainable tokens;
-- :func:`segment_advantages` places one value per segment (stage, step, turn) on that segment's tokens.
+- :func:`segment_advantages` places one value per segment (stage, step, turn) on that segment's tokens;
+- :func:`place_episode_advantages` puts per-episode values ``[n, K]`` on the token rows of the episodes
+  (an episode may be several rows) and masks the tokens whose value is missing out of the loss.
 
 Usage::
 
@@ -26,8 +29,8 @@ import torch
 
 __all__ = [
     "broadcast_sequence_advantages",
-    "episode_group_advantages",
     "group_advantages",
+    "place_episode_advantages",
     "segment_advantages",
 ]
 
@@ -44,9 +47,11 @@ def group_advantages(
 
     ``rewards`` is ``[n]`` or ``[n, K]`` (K stages, normalised column by column, as SS-GRPO does).
     ``group_ids[i]`` names the group of row ``i``; rows of a group need not be contiguous.
-    A group of one sample, or a group whose rewards are all equal, gets advantage 0: there is nothing
-    to compare against. ``unbiased_std`` picks Bessel's correction (torch's default, TRL's choice); the
-    default population std matches the papers' ``Std``.
+    NaN marks a missing value: it takes no part in its column's mean and std and its advantage stays NaN
+    (the trainer masks such tokens out of the loss; a missing score is never a 0).
+    A group column with fewer than two values, or whose values are all equal, gets advantage 0: there is
+    nothing to compare against. ``unbiased_std`` picks Bessel's correction (torch's default, TRL's
+    choice); the default population std matches the papers' ``Std``.
     """
     rewards = torch.as_tensor(rewards)
     rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
@@ -55,49 +60,23 @@ def group_advantages(
         raise ValueError(f"rewards must be [n] or [n, K], got shape {tuple(rewards.shape)}")
     if groups.shape != rewards.shape[:1]:
         raise ValueError(f"group_ids has {groups.shape[0]} entries for {rewards.shape[0]} rewards")
-    out = torch.zeros_like(rewards)
+    out = torch.where(torch.isnan(rewards), rewards, torch.zeros_like(rewards))
     for g in torch.unique(groups):
         rows = groups == g
         r = rewards[rows]
-        if r.shape[0] < 2:
-            continue
-        centred = r - r.mean(dim=0, keepdim=True)
+        valid = ~torch.isnan(r)
+        count = valid.sum(dim=0, keepdim=True)
+        filled = torch.where(valid, r, torch.zeros_like(r))
+        mean = filled.sum(dim=0, keepdim=True) / count.clamp(min=1)
+        centred = torch.where(valid, r - mean, torch.zeros_like(r))
         if normalize_std:
-            std = r.std(dim=0, unbiased=unbiased_std, keepdim=True)
+            dof = (count - 1) if unbiased_std else count
+            var = (centred**2).sum(dim=0, keepdim=True) / dof.clamp(min=1)
+            std = var.sqrt()
             centred = centred / (torch.where(std > 0, std, torch.ones_like(std)) + eps)
-        out[rows] = centred
+        centred = torch.where(count >= 2, centred, torch.zeros_like(centred))
+        out[rows] = torch.where(valid, centred, r)
     return out
-
-
-def episode_group_advantages(
-    rewards: Sequence[float],
-    groups: Sequence[Hashable],
-    episodes: Sequence[Hashable],
-    *,
-    normalize_std: bool = True,
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """Group-relative advantages ``[B]`` for rows that may share an episode.
-
-    A multi-turn episode can be several training rows (one per turn when each turn has a fresh prompt);
-    it counts once in its group's mean and std, and each of its rows gets the episode's advantage.
-    Rows of one episode must carry the same reward. With all-distinct ``episodes`` this is
-    :func:`group_advantages`.
-    """
-    first: dict[Hashable, int] = {}
-    for i, key in enumerate(episodes):
-        if key in first and rewards[first[key]] != rewards[i]:
-            raise ValueError(f"rows of episode {key!r} have different rewards: {rewards[first[key]]} != {rewards[i]}")
-        first.setdefault(key, i)
-    order = list(first)
-    per_episode = group_advantages(
-        torch.tensor([float(rewards[first[k]]) for k in order], dtype=torch.float32),
-        [groups[first[k]] for k in order],
-        normalize_std=normalize_std,
-        eps=eps,
-    )
-    position = {k: j for j, k in enumerate(order)}
-    return per_episode[torch.tensor([position[k] for k in episodes], dtype=torch.long)]
 
 
 def broadcast_sequence_advantages(advantages: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -131,3 +110,37 @@ def segment_advantages(
     idx = segment_ids.clamp(min=0).long()
     out = torch.gather(values, 1, idx)
     return out * ((segment_ids >= 0) & loss_mask.bool()).to(values.dtype)
+
+
+def place_episode_advantages(
+    values: torch.Tensor, row_episode: Sequence[int] | torch.Tensor, segment_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token advantages ``[B, T]`` and the loss mask they leave, from per-episode values ``[n, K]``.
+
+    Row ``b`` of the batch belongs to episode ``row_episode[b]``. With ``K == 1`` every trainable token of
+    the row gets the episode's value; with ``K > 1`` a token gets the value of its segment
+    (``segment_ids``: the stage or step the rollout tagged it with), and a trainable token outside
+    ``[0, K)`` is an error (an untagged span would otherwise be silently trained or dropped). A NaN value
+    (missing score) removes its tokens from the returned mask and gets advantage 0.
+    """
+    values = torch.as_tensor(values, dtype=torch.float32)
+    if values.ndim == 1:
+        values = values[:, None]
+    rows = torch.as_tensor(row_episode, dtype=torch.long)
+    if rows.shape[0] != segment_ids.shape[0] or segment_ids.shape != loss_mask.shape:
+        raise ValueError(f"shapes do not fit: {rows.shape[0]} rows, segment_ids {tuple(segment_ids.shape)}, "
+                         f"loss_mask {tuple(loss_mask.shape)}")
+    per_row = values[rows]  # [B, K]
+    mask = loss_mask.bool()
+    if values.shape[1] == 1:
+        token = per_row[:, :1].expand(-1, mask.shape[1])
+    else:
+        outside = mask & ((segment_ids < 0) | (segment_ids >= values.shape[1]))
+        if outside.any():
+            b, t = (int(i) for i in outside.nonzero()[0])
+            raise ValueError(f"row {b} token {t}: trainable token in segment {int(segment_ids[b, t])}, outside "
+                             f"the {values.shape[1]} scored segments")
+        token = torch.gather(per_row, 1, segment_ids.clamp(min=0).long())
+    keep = mask & ~torch.isnan(token)
+    return torch.where(keep, token, torch.zeros_like(token)), keep

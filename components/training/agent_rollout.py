@@ -14,15 +14,20 @@ Token layout of one episode:
   the reply text. The episode is one row: ``[prompt | turn 1 | observation 1 | turn 2 | ...]``, trainable
   on sampled tokens only.
 - **scratchpad history** (each turn is one fresh prompt): a row per turn, ``[prompt with history | turn]``.
-  Rows of one episode carry the same ``info["episode"]``; the trainer's default advantages
-  (:func:`~components.training.advantages.episode_group_advantages`) normalise over episodes, not rows,
-  and give every row its episode's advantage.
+  The rows belong to one :class:`~components.training.episodes.Episode`, so a reward sees the episode
+  once and the trainer gives every row its episode's advantage.
 
 Either way observations are context only (``loss_mask`` 0), and the sampled log-probs are those of the
 very context the trainer scores, which ``tests/training/test_agent_rollout.py`` checks token by token.
 
-Concurrent episodes of a group share one :class:`TurnBatcher`: all turns that are waiting at the same
-time go to the engine as one batch (in episode order, so sampling is reproducible under a fixed seed).
+The agent tags each policy call with a :class:`~components.llm.base.PolicyCall`: a call marked not
+trainable (a rejected draft, a verifier or forced-answer call on the shared backbone) stays in its row as
+context without loss; ``segment`` / ``spans`` give its tokens stage or step ids (by character offset in
+the reply, so one reply may close one stage and open the next); untagged replies get their turn index.
+
+Concurrent episodes share one :class:`TurnBatcher`: it samples as soon as every live episode is waiting
+for a turn (in episode order, so sampling is reproducible under a fixed seed), so episodes that await
+other models (judges, verifiers) between turns still batch.
 
 Usage::
 
@@ -38,8 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from components.llm.base import ChatModel, Completion, Message, PermanentLLMError, Sampling
+from components.llm.base import ChatModel, Completion, Message, PermanentLLMError, PolicyCall, Sampling
 from components.schemas import Question, Trajectory
+from components.training.episodes import Episode
 from components.training.rollout import Generation, RolloutEngine, RolloutSegment, SamplingParams
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
     "TurnBatcher",
     "TurnRecord",
     "chat_template_renderer",
+    "engine_sampling",
     "make_agent_rollout",
 ]
 
@@ -65,6 +72,13 @@ def chat_template_renderer(tokenizer: Any) -> Renderer:
     return render
 
 
+def engine_sampling(chat: Sampling, trainer: SamplingParams) -> SamplingParams:
+    """The one conversion from an agent's chat :class:`Sampling` to the engine's :class:`SamplingParams`
+    during training: temperature, top-p and top-k are the trainer's (the policy is sampled as configured
+    for RL); ``max_tokens`` and the stop strings are the agent's, since they are part of its protocol."""
+    return replace(trainer, max_new_tokens=chat.max_tokens, stop_strings=tuple(chat.stop))
+
+
 @dataclass
 class TurnRecord:
     """One policy call of an episode. ``context_ids`` is everything the model saw; ``new_context`` is the
@@ -75,29 +89,40 @@ class TurnRecord:
     new_context: list[int]
     generation: Generation
     extends_previous: bool
+    call: PolicyCall | None = None
 
 
 class TurnBatcher:
-    """Collects the turns that concurrent episodes request and samples them in one engine call."""
+    """Collects the turns that concurrent episodes request and samples them in one engine call.
+
+    Episodes announce themselves with :meth:`start` and leave with :meth:`end`; the pending turns go to the
+    engine as soon as every live episode is waiting for one (with no announced episode, at once).
+    """
 
     def __init__(self, engine: RolloutEngine, sampling: SamplingParams):
         self.engine, self.sampling = engine, sampling
         self._pending: list[tuple[int, list[int], SamplingParams, asyncio.Future]] = []
-        self._flush_scheduled = False
+        self._live: set[int] = set()
+        self.flushes = 0
+
+    def start(self, episode: int) -> None:
+        self._live.add(episode)
+
+    def end(self, episode: int) -> None:
+        self._live.discard(episode)
+        self._maybe_flush()
 
     async def generate(self, episode: int, context_ids: list[int], sampling: SamplingParams) -> Generation:
         future = asyncio.get_running_loop().create_future()
         self._pending.append((episode, context_ids, sampling, future))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().create_task(self._flush())
+        self._maybe_flush()
         return await future
 
-    async def _flush(self) -> None:
-        # Let every episode that is runnable now reach its next turn before sampling.
-        for _ in range(3):
-            await asyncio.sleep(0)
-        pending, self._pending, self._flush_scheduled = self._pending, [], False
+    def _maybe_flush(self) -> None:
+        if not self._pending or not {p[0] for p in self._pending} >= self._live:
+            return
+        pending, self._pending = self._pending, []
+        self.flushes += 1
         pending.sort(key=lambda p: p[0])
         by_sampling: dict[SamplingParams, list[tuple[int, list[int], SamplingParams, asyncio.Future]]] = {}
         for p in pending:
@@ -161,6 +186,9 @@ class EpisodePolicy(ChatModel):
         return last.context_ids + list(sampled) + new, new
 
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
+        return await self._complete_call(messages, sampling, None)
+
+    async def _complete_call(self, messages: list[Message], sampling: Sampling, call: PolicyCall | None) -> Completion:
         if sampling.n != 1:
             raise PermanentLLMError("a training episode samples one reply per turn (n=1)")
         extension = self._extension(messages)
@@ -169,21 +197,43 @@ class EpisodePolicy(ChatModel):
             new, extends = context, False
         else:
             (context, new), extends = extension, True
-        engine_sampling = replace(
-            self.batcher.sampling, max_new_tokens=sampling.max_tokens, stop_strings=tuple(sampling.stop)
-        )
-        gen = await self.batcher.generate(self.episode, context, engine_sampling)
-        self.turns.append(TurnRecord(list(messages), context, new, gen, extends))
+        gen = await self.batcher.generate(self.episode, context, engine_sampling(sampling, self.batcher.sampling))
+        self.turns.append(TurnRecord(list(messages), context, new, gen, extends, call))
         text = gen.text if gen.text is not None else self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         return Completion(texts=[text], model=self.name, prompt_tokens=len(context),
                           completion_tokens=len(gen.token_ids), finish_reasons=[gen.finish_reason])
+
+    def reply_segments(self, index: int) -> list[RolloutSegment]:
+        """The sampled tokens of turn ``index`` as segments: one non-trainable segment when its call is not
+        trainable, else trainable segments split at the call's ``spans`` (default: the turn index)."""
+        turn = self.turns[index]
+        g, call = turn.generation, turn.call or PolicyCall()
+        ids, lps = list(g.token_ids), g.logprobs
+        if not call.trainable:
+            return [RolloutSegment(ids, False, lps)]
+        default = index if call.segment is None else call.segment
+        spans = sorted(call.spans or [(0, default)])
+        # a token belongs to the segment in which its first character falls
+        starts, text_len = [], 0
+        for j in range(len(ids)):
+            starts.append(text_len)
+            text_len = len(self.tokenizer.decode(ids[: j + 1], skip_special_tokens=False))
+        out: list[RolloutSegment] = []
+        for j, start in enumerate(starts):
+            seg = next((s for off, s in reversed(spans) if start >= off), spans[0][1])
+            if out and out[-1].segment_id == seg:
+                out[-1].token_ids.append(ids[j])
+                if lps is not None:
+                    out[-1].logprobs.append(lps[j])
+            else:
+                out.append(RolloutSegment([ids[j]], True, None if lps is None else [lps[j]], seg))
+        return out
 
     def rows(self) -> list[list[RolloutSegment]]:
         """The episode's training rows: turns that extend the previous one are appended to its row."""
         rows: list[list[RolloutSegment]] = []
         for i, turn in enumerate(self.turns):
-            g = turn.generation
-            segs = [RolloutSegment(turn.new_context, False), RolloutSegment(list(g.token_ids), True, g.logprobs, i)]
+            segs = [RolloutSegment(turn.new_context, False), *self.reply_segments(i)]
             if turn.extends_previous and rows:
                 rows[-1].extend(segs)
             else:
@@ -197,39 +247,41 @@ def make_agent_rollout(
     *,
     render: Renderer | None = None,
     to_question: Callable[[Any], Question] | None = None,
-) -> Callable[[RolloutEngine, list[Any], int, SamplingParams], list[Any]]:
+) -> Callable[[RolloutEngine, list[Any], int, SamplingParams], list[Episode]]:
     """A ``GRPOTrainer`` ``rollout_fn`` that runs ``group_size`` agent episodes per prompt item.
 
     ``make_agent(policy)`` builds the agent around an episode's policy; prompt items are
-    :class:`Question` objects (or anything ``to_question`` maps to one). Each returned sample is one row;
-    ``info`` holds ``episode``, ``row``, ``trajectory`` (the full :class:`Trajectory`) and
-    ``final_answer``. Segment ids number the turns, so per-turn advantages can be placed with
-    ``segment_advantages``.
+    :class:`Question` objects (or anything ``to_question`` maps to one). Each returned
+    :class:`Episode` holds the episode's rows and ``info`` with ``episode``, ``trajectory`` (the full
+    :class:`Trajectory`), ``final_answer`` and ``finish_reason``.
     """
-    from components.training.trainer import Sample
-
     convert = to_question or (lambda item: item if isinstance(item, Question) else Question.model_validate(item))
 
-    def rollout(engine: RolloutEngine, prompts: list[Any], group_size: int, sampling: SamplingParams) -> list[Any]:
+    def rollout(engine: RolloutEngine, prompts: list[Any], group_size: int, sampling: SamplingParams) -> list[Episode]:
         batcher = TurnBatcher(engine, sampling)
         jobs = [(g, item) for g, item in enumerate(prompts) for _ in range(group_size)]
 
         async def episode(i: int, item: Any) -> tuple[Trajectory, EpisodePolicy]:
             policy = EpisodePolicy(batcher, tokenizer, i, render=render)
-            trajectory = await make_agent(policy).run(convert(item))
+            try:
+                trajectory = await make_agent(policy).run(convert(item))
+            finally:
+                batcher.end(i)
             return trajectory, policy
 
         async def run_all() -> list[tuple[Trajectory, EpisodePolicy]]:
+            for i in range(len(jobs)):
+                batcher.start(i)
             return list(await asyncio.gather(*(episode(i, item) for i, (_, item) in enumerate(jobs))))
 
-        samples = []
+        episodes = []
         for i, ((group, item), (trajectory, policy)) in enumerate(zip(jobs, asyncio.run(run_all()), strict=True)):
-            for r, segments in enumerate(policy.rows()):
-                text = tokenizer.decode([t for s in segments if s.trainable for t in s.token_ids],
-                                        skip_special_tokens=True)
-                samples.append(Sample(prompt=item, group=group, segments=segments, text=text, info={
-                    "episode": i, "row": r, "trajectory": trajectory, "final_answer": trajectory.final_answer,
-                    "finish_reason": trajectory.finish_reason}))
-        return samples
+            rows = policy.rows()
+            text = tokenizer.decode([t for row in rows for s in row if s.trainable for t in s.token_ids],
+                                    skip_special_tokens=True)
+            episodes.append(Episode(prompt=item, group=group, rows=rows, text=text, info={
+                "episode": i, "trajectory": trajectory, "final_answer": trajectory.final_answer,
+                "finish_reason": trajectory.finish_reason, "turns": len(policy.turns)}))
+        return episodes
 
     return rollout

@@ -6,6 +6,7 @@ Layout under a checkpoint root::
     latest                  text file naming the newest complete checkpoint (replaced atomically)
     step_000010/
       weights/              peft adapter (adapter_model.safetensors + adapter_config.json) or model.safetensors
+      extra/<name>.safetensors  extra trainable modules of a method (e.g. ARCO's score head)
       optimizer.pt          torch.save of optimizer.state_dict() (loaded with weights_only=True)
       scheduler.pt
       rng.json, rng.safetensors   python / numpy / torch (CPU and CUDA) generator states
@@ -160,13 +161,15 @@ def save_checkpoint(
     trainer_state: Mapping[str, Any] | None = None,
     method_state: Mapping[str, Any] | None = None,
     method_files: Callable[[Path], None] | None = None,
+    extra_modules: Mapping[str, nn.Module] | None = None,
     keep_last: int | None = None,
 ) -> Path:
     """Write checkpoint ``step`` under ``root`` atomically and point ``latest`` at it.
 
     ``trainer_state`` and ``method_state`` must be JSON-serialisable. ``method_files`` is called with an
     empty folder to write any other method files into (rubric banks, memories). ``keep_last`` deletes
-    older checkpoints beyond that many (the new one always stays).
+    older checkpoints beyond that many (the new one always stays). ``extra_modules`` (name -> module) are
+    trainable modules beside the model, saved as ``extra/<name>.safetensors``.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -177,6 +180,10 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         _save_weights(model, tmp / "weights")
+        if extra_modules:
+            (tmp / "extra").mkdir()
+            for extra_name, module in extra_modules.items():
+                save_model(module, str(tmp / "extra" / f"{extra_name}.safetensors"))
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         if scheduler is not None:
@@ -274,6 +281,7 @@ def load_checkpoint(
     scheduler: Any = None,
     restore_rng: bool = True,
     verify: bool = True,
+    extra_modules: Mapping[str, nn.Module] | None = None,
 ) -> LoadedCheckpoint:
     """Restore weights, optimizer, scheduler and RNG states in place from a checkpoint folder, or from
     the one ``latest`` names when ``path`` is a root. ``verify`` checks every file against the manifest."""
@@ -285,6 +293,11 @@ def load_checkpoint(
             if not f.exists() or f.stat().st_size != meta["bytes"] or _sha256(f) != meta["sha256"]:
                 raise ValueError(f"checkpoint file {f} is missing or differs from {path / MANIFEST}")
     _load_weights(model, path / "weights")
+    for extra_name, module in (extra_modules or {}).items():
+        file = path / "extra" / f"{extra_name}.safetensors"
+        if not file.exists():
+            raise FileNotFoundError(f"checkpoint {path} has no extra module {extra_name!r} ({file})")
+        load_model(module, str(file))
     if optimizer is not None:
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
     if scheduler is not None:

@@ -1,135 +1,89 @@
-"""A small GRPO loop that every method trains through (Co-ReAct's rubric generator, ARBOR, SS-GRPO, ARCO).
+"""The one GRPO loop every method trains through (Co-ReAct's rubric generator, ARBOR, SS-GRPO, ARCO).
 
 One :meth:`GRPOTrainer.step`:
 
 1. take the next ``prompts_per_step`` prompts (seeded shuffle, position saved in checkpoints);
-2. sample ``group_size`` rollouts per prompt with ``rollout_fn`` (single turn by default;
-   :func:`components.training.agent_rollout.make_agent_rollout` runs the ReAct agent loop instead and
-   returns segments with tool observations marked non-trainable);
-3. score them with ``reward_fn``; a ``None`` score drops that sample from its group (never scored 0);
-4. turn rewards into per-token advantages (group-normalised scalar by default; ``advantage_fn`` lets
-   SS-GRPO / ARCO place per-stage or per-step values);
-5. :meth:`GRPOTrainer.update`: ``ppo_epochs`` passes of clipped surrogate + k3 KL, gradient clipping,
-   AdamW, one scheduler step; then the engine picks up the new weights;
-6. log metrics to ``on_metrics(step, metrics)`` and checkpoint every ``checkpoint_every`` steps.
+2. sample ``group_size`` episodes per prompt with ``rollout_fn`` (single turn by default;
+   :func:`components.training.agent_rollout.make_agent_rollout` runs an agent loop instead): a list of
+   :class:`~components.training.episodes.Episode`, each with its token rows;
+3. score them with ``reward_fn(episodes, ctx)`` (sync or async; see :mod:`components.training.episodes`):
+   one score per episode, a scalar or one value per stage/step, any of them missing; an episode with
+   nothing scored is dropped and counted, a missing value is masked out of normalisation and loss;
+4. per-episode advantages ``[n, K]`` (group-normalised per column by default; ``advantage_fn`` lets
+   SS-GRPO, ARCO or ARBOR shape them), placed on the tokens of each episode's rows by segment;
+5. :meth:`GRPOTrainer.update`: ``ppo_epochs`` passes of clipped surrogate + k3 KL (+ a method's
+   ``loss_fn`` term, which sees hidden states), gradient clipping, AdamW; then the scheduler steps once
+   (also when a method updates twice in a step) and the engine picks up the new weights;
+6. the method's ``on_step_end`` hook, metrics to ``on_metrics(step, metrics)``, and a checkpoint every
+   ``checkpoint_every`` steps (weights, extra modules, optimizer, scheduler, RNG, data position, method
+   state).
 
-Usage::
+The configuration is ``params.grpo`` (:class:`components.params.GRPOParams`), one set of names for the
+YAML file and the code::
 
-    trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tok), reward_fn, prompts,
-                          GRPOConfig(group_size=8, learning_rate=2e-6, kl_coef=5e-3),
-                          checkpoint_dir="outputs/ckpt", on_metrics=log)
+    trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tok), reward_fn, prompts, params.grpo,
+                          seed=params.seed, checkpoint_dir="outputs/ckpt", on_metrics=log)
     trainer.resume()            # continues from outputs/ckpt/latest if there is one
-    trainer.train(num_steps=100)
+    trainer.train(params.grpo.steps)
 
-SS-GRPO / ARCO: let ``rollout_fn`` tag segments with ``segment_id`` (stage or step index), let ``reward_fn``
-return a list of K values per sample, and pass::
-
-    def advantage_fn(samples, rewards, batch):
-        adv = group_advantages(torch.tensor(rewards), [s.group for s in samples])  # [n, K], per column
-        return segment_advantages(adv, batch.segment_ids, batch.loss_mask)         # [n, T]
+SS-GRPO / ARCO: tag segments with ``segment_id`` (stage or step) in the rollout, return K values per
+episode from the reward, and the default advantages normalise each column within the group.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from components.training.advantages import broadcast_sequence_advantages, episode_group_advantages
+from components.params import GRPOParams
+from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from components.training.losses import LossAgg, policy_loss
+from components.training.episodes import (
+    Episode, MethodState, RewardFn, StepContext, call_reward, run_method_hook, score_matrix,
+)
+from components.training.losses import policy_loss, token_logprobs
 from components.training.model import Policy
 from components.training.prompts import PromptSampler
 from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "MethodState", "Sample", "single_turn_rollout"]
+__all__ = ["GRPOTrainer", "LossInputs", "rollout_sampling", "single_turn_rollout"]
+
+RolloutFn = Callable[[RolloutEngine, list[Any], int, SamplingParams], list[Episode]]
+AdvantageFn = Callable[[list[Episode], torch.Tensor, StepContext], torch.Tensor]
 
 
 @dataclass
-class GRPOConfig:
-    """GRPO hyper-parameters. Defaults follow Co-ReAct appendix A where it gives a value
-    (G=8, lr 2e-6, KL 5e-3, grad clip 1.0); ``clip_eps`` 0.2 is the usual PPO value."""
+class LossInputs:
+    """What a method's ``loss_fn`` sees for one micro-batch: its rows (``rows``: indices into the step's
+    batch; ``row_episode[rows]`` gives their episodes), the policy's per-token log-probs (with grad), the
+    last hidden states ``[b, T, H]`` (with grad), the advantages and loss mask, the mini-batch token and
+    sequence counts the main loss is divided by, and the step context."""
 
-    group_size: int = 8  # rollouts per prompt (G)
-    prompts_per_step: int = 1  # prompts (groups) per step; batch = prompts_per_step * group_size
-    ppo_epochs: int = 1  # passes over each batch
-    mini_batch_size: int | None = None  # sequences per optimizer step; None: whole batch
-    micro_batch_size: int | None = None  # sequences per forward/backward (gradient accumulation)
-    learning_rate: float = 2e-6
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    warmup_steps: int = 0  # linear warm-up, in trainer steps
-    total_steps: int | None = None  # linear decay to 0 at this step; None: constant after warm-up
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None  # None: same as clip_eps
-    kl_coef: float = 5e-3  # 0 skips the reference forward pass
-    loss_agg: LossAgg = "token_mean"
-    normalize_std: bool = True  # divide by the group std (False: Dr. GRPO)
-    adv_eps: float = 1e-6
-    max_grad_norm: float = 1.0
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    seed: int = 0  # prompt order
-    shuffle: bool = True
-    checkpoint_every: int = 0  # steps; 0: only explicit save()
-    keep_last: int | None = 2
-    recompute_old_logprobs: bool = True  # False: use the engine's sampling log-probs
-
-    def __post_init__(self) -> None:
-        positive = ("group_size", "prompts_per_step", "ppo_epochs")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"GRPOConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("mini_batch_size", "micro_batch_size"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"GRPOConfig.{name} must be >= 1 or None, got {value}")
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"GRPOConfig.clip_eps must be in (0, 1), got {self.clip_eps}")
-        if self.kl_coef < 0 or self.learning_rate <= 0 or self.max_grad_norm <= 0:
-            raise ValueError("GRPOConfig.kl_coef must be >= 0, learning_rate and max_grad_norm > 0")
-        if self.loss_agg not in LossAgg.__args__:
-            raise ValueError(f"GRPOConfig.loss_agg must be one of {LossAgg.__args__}, got {self.loss_agg!r}")
-        if isinstance(self.sampling, Mapping):
-            self.sampling = SamplingParams(**self.sampling)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    batch: RolloutBatch
+    rows: torch.Tensor
+    row_episode: torch.Tensor
+    logp: torch.Tensor
+    hidden: torch.Tensor
+    advantages: torch.Tensor
+    num_tokens: float
+    num_seqs: float
+    ctx: StepContext | None
 
 
-@dataclass
-class Sample:
-    """One rollout: the dataset item it answers, its group (prompt index within the step), its token
-    segments, decoded response text if known, and free-form ``info`` for the reward (final answer, tool
-    calls, ...)."""
-
-    prompt: Any
-    group: int
-    segments: list[RolloutSegment]
-    text: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def response_ids(self) -> list[int]:
-        return [t for s in self.segments if s.trainable for t in s.token_ids]
+LossFn = Callable[[LossInputs], "tuple[torch.Tensor, dict[str, float]]"]
 
 
-RewardFn = Callable[[list[Sample]], Sequence[Any]]
-RolloutFn = Callable[[RolloutEngine, list[Any], int, SamplingParams], list[Sample]]
-AdvantageFn = Callable[[list[Sample], list[Any], RolloutBatch], torch.Tensor]
-
-
-class MethodState(Protocol):
-    """Method-specific state stored inside each checkpoint (rubric memory, judge buffers, banks).
-    ``write_files(folder)`` is optional, for state that is not JSON."""
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any] | None, files_dir: Path | None) -> None: ...
+def rollout_sampling(config: GRPOParams, stop_token_ids: Sequence[int] = ()) -> SamplingParams:
+    """The engine sampling of a GRPO run, from its configuration."""
+    return SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                          top_p=config.top_p, top_k=config.top_k, stop_token_ids=tuple(stop_token_ids))
 
 
 def _prompt_input(item: Any) -> Any:
@@ -138,15 +92,15 @@ def _prompt_input(item: Any) -> Any:
 
 def single_turn_rollout(
     engine: RolloutEngine, prompts: list[Any], group_size: int, sampling: SamplingParams
-) -> list[Sample]:
+) -> list[Episode]:
     """``group_size`` continuations of each prompt; items are text, token ids, or mappings with "prompt"."""
     flat = [p for p in prompts for _ in range(group_size)]
     gens = engine.generate([_prompt_input(p) for p in flat], sampling)
     return [
-        Sample(
+        Episode(
             prompt=p,
             group=i // group_size,
-            segments=[RolloutSegment(g.prompt_ids, False), RolloutSegment(g.token_ids, True, g.logprobs)],
+            rows=[[RolloutSegment(g.prompt_ids, False), RolloutSegment(g.token_ids, True, g.logprobs)]],
             text=g.text,
             info={"finish_reason": g.finish_reason},
         )
@@ -155,7 +109,12 @@ def single_turn_rollout(
 
 
 class GRPOTrainer:
-    """Owns the optimizer, scheduler, prompt position and metrics history of one GRPO run."""
+    """Owns the optimizer, scheduler, prompt position and metrics history of one GRPO run.
+
+    ``extra_modules`` (name -> module) are trained beside the policy (their parameters join the optimizer)
+    and saved in checkpoints: ARCO's score head. ``loss_fn`` adds a method's term to every micro-batch's
+    loss (see :class:`LossInputs`). ``sampling`` overrides the engine sampling derived from ``config``.
+    """
 
     def __init__(
         self,
@@ -163,27 +122,38 @@ class GRPOTrainer:
         engine: RolloutEngine,
         reward_fn: RewardFn,
         prompts: Sequence[Any],
-        config: GRPOConfig,
+        config: GRPOParams,
         *,
         rollout_fn: RolloutFn = single_turn_rollout,
         advantage_fn: AdvantageFn | None = None,
+        loss_fn: LossFn | None = None,
+        extra_modules: Mapping[str, nn.Module] | None = None,
         on_metrics: Callable[[int, dict[str, float]], None] | None = None,
         checkpoint_dir: str | Path | None = None,
         method: MethodState | None = None,
         pad_token_id: int | None = None,
+        sampling: SamplingParams | None = None,
+        seed: int = 0,
+        max_length: int | None = None,
     ):
+        if not isinstance(config, GRPOParams):
+            raise TypeError(f"config must be components.params.GRPOParams (params.grpo), got {type(config).__name__}")
         self.policy, self.engine, self.reward_fn = policy, engine, reward_fn
         self.prompts, self.config = list(prompts), config
-        self.rollout_fn, self.advantage_fn, self.on_metrics = rollout_fn, advantage_fn, on_metrics
+        self.rollout_fn, self.advantage_fn, self.loss_fn = rollout_fn, advantage_fn, loss_fn
+        self.on_metrics = on_metrics
+        self.extra_modules = dict(extra_modules or {})
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.method = method
+        self.sampling = sampling or rollout_sampling(config)
+        self.max_length = max_length
         self.pad_token_id = pad_token_id if pad_token_id is not None else getattr(engine, "pad_token_id", 0)
-        self.sampler = PromptSampler(len(self.prompts), config.seed, config.shuffle)
+        self.sampler = PromptSampler(len(self.prompts), seed, config.shuffle)
+        params = policy.trainable_parameters() + [
+            p for m in self.extra_modules.values() for p in m.parameters() if p.requires_grad
+        ]
         self.optimizer = torch.optim.AdamW(
-            policy.trainable_parameters(),
-            lr=config.learning_rate,
-            betas=config.betas,
-            weight_decay=config.weight_decay,
+            params, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step_count = 0
@@ -199,24 +169,31 @@ class GRPOTrainer:
 
     @property
     def _temperature(self) -> float:
-        t = self.config.sampling.temperature
+        t = self.sampling.temperature
         return t if t > 0 else 1.0
 
-    def _default_advantages(
-        self, samples: list[Sample], rewards: list[Any], batch: RolloutBatch
-    ) -> torch.Tensor:
-        # Rows of one multi-turn episode (info["episode"]) share one advantage and count once per group.
-        adv = episode_group_advantages(
-            [float(r) for r in rewards],
-            [s.group for s in samples],
-            [s.info.get("episode", ("row", i)) for i, s in enumerate(samples)],
-            normalize_std=self.config.normalize_std,
-            eps=self.config.adv_eps,
-        )
-        return broadcast_sequence_advantages(adv, batch.loss_mask)
+    def _default_advantages(self, episodes: list[Episode], scores: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        return group_advantages(scores, [e.group for e in episodes],
+                                normalize_std=self.config.std_normalize, eps=self.config.adv_eps)
 
     def _chunks(self, index: torch.Tensor, size: int | None) -> list[torch.Tensor]:
         return list(index.split(size or len(index)))
+
+    def _trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def on_policy(self, batch_rows: int) -> bool:
+        """Whether one update of ``batch_rows`` rows is exactly on-policy: one epoch, one mini-batch, so
+        the weights that score the tokens are the weights that sampled them and the ratio is 1."""
+        c = self.config
+        return c.ppo_epochs == 1 and (c.mini_batch_size is None or c.mini_batch_size >= batch_rows)
+
+    def _forward(self, sub: RolloutBatch, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ids, mask = sub.input_ids.to(self.policy.device), sub.attention_mask.to(self.policy.device)
+        if not hidden:
+            return self.policy.token_logprobs(ids, mask, temperature=self._temperature), None
+        out = self.policy.model(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True)
+        return token_logprobs(out.logits, ids, self._temperature), out.hidden_states[-1]
 
     @torch.no_grad()
     def _logprobs(self, batch: RolloutBatch, reference: bool) -> torch.Tensor:
@@ -235,24 +212,42 @@ class GRPOTrainer:
         self.policy.model.train(was_training)
         return out
 
-    def update(self, batch: RolloutBatch, advantages: torch.Tensor) -> dict[str, float]:
+    def update(
+        self,
+        batch: RolloutBatch,
+        advantages: torch.Tensor,
+        *,
+        loss_fn: LossFn | None = None,
+        row_episode: Sequence[int] | torch.Tensor | None = None,
+        ctx: StepContext | None = None,
+    ) -> dict[str, float]:
         """Run ``ppo_epochs`` clipped-surrogate passes over ``batch`` with per-token ``advantages`` [B, T].
 
-        Callers with their own rollouts (SS-GRPO, ARCO, the rubric generator) may call this directly.
+        The scheduler is not stepped here: :meth:`step` steps it once per trainer step, so a method that
+        updates twice in a step (two heads or roles on one backbone) does not advance the schedule twice.
+        ``loss_fn`` defaults to the trainer's. Callers with their own batches (ARCO's rubric model, the
+        rubric generator) may call this directly.
         """
         c = self.config
+        loss_fn = loss_fn if loss_fn is not None else self.loss_fn
         if advantages.shape != batch.input_ids.shape:
             raise ValueError(f"advantages {tuple(advantages.shape)} != batch {tuple(batch.input_ids.shape)}")
-        if c.recompute_old_logprobs or batch.old_logprobs is None:
-            old = self._logprobs(batch, reference=False)
-        else:
+        row_episode = torch.as_tensor(range(len(batch)) if row_episode is None else row_episode, dtype=torch.long)
+        if c.old_logprobs == "engine":
+            if batch.old_logprobs is None:
+                raise ValueError("old_logprobs: engine, but the rollout engine gave no log-probs")
             old = batch.old_logprobs
+        elif c.old_logprobs == "auto" and self.on_policy(len(batch)):
+            old = None  # exactly on-policy: the current log-probs, detached, are the old ones
+        else:
+            old = self._logprobs(batch, reference=False)
         ref = self._logprobs(batch, reference=True) if c.kl_coef > 0 else None
-        params = self.policy.trainable_parameters()
+        params = self._trainable_parameters()
         device = self.policy.device
         self.policy.model.train()
         sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0}
         weighted = {"kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0}
+        extra_sums: dict[str, float] = {}
         ratio_min, ratio_max, tokens, grad_norms = float("inf"), float("-inf"), 0, []
         for _ in range(c.ppo_epochs):
             for mini in self._chunks(torch.arange(len(batch)), c.mini_batch_size):
@@ -263,12 +258,11 @@ class GRPOTrainer:
                 for micro in self._chunks(mini, c.micro_batch_size):
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
-                    logp = self.policy.token_logprobs(
-                        sub.input_ids.to(device), sub.attention_mask.to(device), temperature=self._temperature
-                    )
+                    logp, hidden = self._forward(sub, hidden=loss_fn is not None)
+                    old_sub = logp.detach() if old is None else old[micro, :w].to(device)
                     loss, m = policy_loss(
                         logp,
-                        old[micro, :w].to(device),
+                        old_sub,
                         advantages[micro, :w].to(device),
                         sub.loss_mask.to(device),
                         None if ref is None else ref[micro, :w].to(device),
@@ -279,8 +273,15 @@ class GRPOTrainer:
                         num_tokens=num_tokens,
                         num_seqs=num_seqs,
                     )
+                    if loss_fn is not None:
+                        extra, extra_metrics = loss_fn(LossInputs(
+                            batch=sub, rows=micro, row_episode=row_episode, logp=logp, hidden=hidden,
+                            advantages=advantages[micro, :w], num_tokens=num_tokens, num_seqs=num_seqs, ctx=ctx))
+                        loss = loss + extra
+                        for k, v in extra_metrics.items():
+                            extra_sums[k] = extra_sums.get(k, 0.0) + float(v)
                     loss.backward()
-                    sums["loss"] += m.loss
+                    sums["loss"] += float(loss.detach())
                     sums["pg_loss"] += m.pg_loss
                     for k in weighted:
                         weighted[k] += getattr(m, k) * m.num_tokens
@@ -289,64 +290,82 @@ class GRPOTrainer:
                     tokens += m.num_tokens
                 grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)))
                 self.optimizer.step()
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.scheduler.step()
         n_updates = len(grad_norms)
         metrics = {k: v / n_updates for k, v in sums.items()}
         metrics.update({k: v / max(tokens, 1) for k, v in weighted.items()})
+        metrics.update({f"loss_fn/{k}": v / n_updates for k, v in extra_sums.items()})
         metrics.update(
             ratio_min=ratio_min if tokens else 1.0,
             ratio_max=ratio_max if tokens else 1.0,
             grad_norm=sum(grad_norms) / n_updates,
             grad_norm_max=max(grad_norms),
-            lr=lr,
+            lr=self.optimizer.param_groups[0]["lr"],
             optimizer_steps=float(n_updates),
             tokens=float(tokens / c.ppo_epochs),
+            old_logprob_pass=float(old is not None and c.old_logprobs != "engine"),
         )
         return metrics
 
     def step(self) -> dict[str, float]:
-        """One GRPO step (rollout, reward, advantages, update); returns and logs its metrics."""
+        """One GRPO step (rollout, reward, advantages, update, method hook); returns and logs its metrics."""
         c = self.config
         t0 = time.perf_counter()
+        ctx = StepContext(step=self.step_count + 1, groups=[], method=self.method)
         prompts = [self.prompts[i] for i in self.sampler.next(c.prompts_per_step)]
-        samples = self.rollout_fn(self.engine, prompts, c.group_size, c.sampling)
+        episodes = self.rollout_fn(self.engine, prompts, c.group_size, self.sampling)
+        ctx.groups = [e.group for e in episodes]
         t1 = time.perf_counter()
-        rewards = list(self.reward_fn(samples))
-        if len(rewards) != len(samples):
-            raise ValueError(f"reward_fn returned {len(rewards)} values for {len(samples)} samples")
-        kept = [i for i, r in enumerate(rewards) if r is not None]
+        reward = call_reward(self.reward_fn, episodes, ctx)
+        scores = score_matrix(reward.scores)
+        kept = [i for i in range(len(episodes)) if not bool(torch.isnan(scores[i]).all())]
         t2 = time.perf_counter()
-        metrics: dict[str, float] = {"step": float(self.step_count + 1)}
+        metrics: dict[str, float] = {
+            "step": float(ctx.step),
+            "episodes": float(len(episodes)),
+            "episodes/unscored": float(len(episodes) - len(kept)),
+            "reward/none_fraction": 1.0 - len(kept) / max(len(episodes), 1),
+        }
+        metrics.update({f"reward/{k}": float(v) for k, v in reward.metrics.items()})
+        ctx.metrics = metrics
+        updated = False
         if kept:
-            samples_k, rewards_k = [samples[i] for i in kept], [rewards[i] for i in kept]
-            batch = assemble([s.segments for s in samples_k], pad_token_id=self.pad_token_id)
-            adv_fn = self.advantage_fn or self._default_advantages
-            advantages = adv_fn(samples_k, rewards_k, batch)
-            metrics.update(self.update(batch, advantages))
-            self.engine.update_weights(self.policy, self.step_count + 1)
-            scalar = [float(np.mean(r)) for r in rewards_k]
-            metrics.update(
-                {
-                    "reward/mean": float(np.mean(scalar)),
-                    "reward/std": float(np.std(scalar)),
-                    "advantage/abs_mean": float(advantages.abs().sum() / batch.loss_mask.sum().clamp(min=1)),
-                    "response_length": float(np.mean([len(s.response_ids) for s in samples_k])),
-                }
-            )
-        else:
-            self.scheduler.step()
-        metrics["reward/none_fraction"] = 1.0 - len(kept) / max(len(samples), 1)
+            episodes_k, scores_k = [episodes[i] for i in kept], scores[kept]
+            adv = (self.advantage_fn or self._default_advantages)(episodes_k, scores_k, ctx)
+            if adv.ndim == 1:
+                adv = adv[:, None]
+            if adv.shape != scores_k.shape:
+                raise ValueError(f"advantage_fn returned {tuple(adv.shape)} for scores {tuple(scores_k.shape)}")
+            rows, row_episode = [], []
+            for j, e in enumerate(episodes_k):
+                for row in e.rows:
+                    if any(s.trainable and s.token_ids for s in row):
+                        rows.append(row)
+                        row_episode.append(j)
+            per_episode = torch.nanmean(scores_k, dim=1)
+            metrics.update({
+                "reward/mean": float(per_episode.mean()),
+                "reward/std": float(per_episode.std(unbiased=False)) if len(kept) > 1 else 0.0,
+                "reward/missing_values": float(torch.isnan(scores_k).sum()),
+                "response_length": float(np.mean([len(e.response_ids) for e in episodes_k])),
+            })
+            if rows:
+                batch = assemble(rows, pad_token_id=self.pad_token_id, max_length=self.max_length)
+                token_adv, batch.loss_mask = place_episode_advantages(
+                    adv, row_episode, batch.segment_ids, batch.loss_mask)
+                if bool(batch.loss_mask.any()):
+                    metrics.update(self.update(batch, token_adv, row_episode=row_episode, ctx=ctx))
+                    metrics["advantage/abs_mean"] = float(token_adv.abs().sum() / batch.loss_mask.sum())
+                    updated = True
+        self.scheduler.step()
+        if updated:
+            self.engine.update_weights(self.policy, ctx.step)
+        metrics.update(run_method_hook(self.method, self, ctx, episodes, scores))
         self.step_count += 1
         self.history.append(dict(metrics))
         timings = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": time.perf_counter() - t2}
         if self.on_metrics is not None:
             self.on_metrics(self.step_count, {**metrics, **timings})
-        if (
-            self.checkpoint_dir is not None
-            and c.checkpoint_every
-            and self.step_count % c.checkpoint_every == 0
-        ):
+        if self.checkpoint_dir is not None and c.checkpoint_every and self.step_count % c.checkpoint_every == 0:
             self.save()
         return metrics
 
@@ -360,7 +379,6 @@ class GRPOTrainer:
         root = Path(root) if root is not None else self.checkpoint_dir
         if root is None:
             raise ValueError("no checkpoint directory: pass one to save() or to GRPOTrainer(checkpoint_dir=)")
-        method_files = getattr(self.method, "write_files", None)
         return save_checkpoint(
             root,
             self.step_count,
@@ -370,10 +388,11 @@ class GRPOTrainer:
             trainer_state={
                 "data": self.sampler.state_dict(),
                 "history": self.history,
-                "config": self.config.to_dict(),
+                "config": self.config.model_dump(mode="json"),
             },
             method_state=self.method.state_dict() if self.method is not None else None,
-            method_files=method_files,
+            method_files=getattr(self.method, "write_files", None),
+            extra_modules=self.extra_modules,
             keep_last=self.config.keep_last,
         )
 
@@ -384,7 +403,8 @@ class GRPOTrainer:
         if path is None or (not (path / "manifest.json").exists() and latest_checkpoint(path) is None):
             return False
         ckpt = load_checkpoint(
-            path, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler
+            path, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            extra_modules=self.extra_modules,
         )
         self.step_count = ckpt.step
         self.history = list(ckpt.trainer_state["history"])

@@ -2,6 +2,8 @@
 
 import asyncio
 
+import pytest
+
 from components.agents.react import BUDGET_MESSAGE, FORMAT_REMINDER, REPEAT_NOTE, ReActAgent
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import PermanentLLMError
@@ -115,7 +117,8 @@ def test_forced_answer_after_the_budget_keeps_the_finish_reason():
     traj, policy, tools = run(["Action: search[a]", "Action: search[b]", "Action: finish[Kestrow]"],
                               max_turns=2, history_format="scratchpad")
     assert traj.final_answer == "Kestrow" and traj.finish_reason == "max_turns"
-    assert traj.metadata == {"forced_answer": True}
+    assert traj.metadata["forced_answer"] is True
+    assert [c["kind"] for c in traj.metadata["policy_calls"]] == ["turn", "turn", "forced_answer"]
     forced = policy.requests[-1][0]
     assert [m.role for m in forced] == ["system", "user"] and forced[1].content.endswith(FORCE_MESSAGE)
     assert "2. Action: search[b]" in forced[1].content
@@ -123,4 +126,35 @@ def test_forced_answer_after_the_budget_keeps_the_finish_reason():
 
 def test_forced_answer_that_is_not_an_answer_gives_none():
     traj, _, _ = run(["Action: search[a]", "Thought: hmm\nAction: search[c]"], max_turns=1)
-    assert traj.final_answer is None and traj.metadata == {"forced_answer": True}
+    assert traj.final_answer is None and traj.metadata["forced_answer"] is True
+
+
+def test_placeholder_answers_are_not_answers():
+    from components.agents.parsing import parse_turn
+
+    for text in ("Action: finish[answer]", "Action: finish[<answer>]", "Action: finish[...]", "Final Answer: answer"):
+        parsed = parse_turn(text)
+        assert parsed.kind == "invalid" and "placeholder" in parsed.error, text
+    assert parse_turn("Action: finish[Answer Bay]").argument == "Answer Bay"
+    from components.agents.react import BUDGET_MESSAGE, FORCE_MESSAGE
+
+    for message in (BUDGET_MESSAGE, FORCE_MESSAGE):  # no copyable bracketed slot in what the policy is told
+        assert "finish[answer]" not in message and "finish[<" not in message
+
+
+def test_agent_registry_builds_react_and_refuses_unknown_names():
+    from components.agents.react import AGENTS, build_agent
+    from components.registry import RegistryError
+
+    policy, roles = ScriptedChatModel(["Action: finish[x]"]), []
+
+    def role(name):
+        roles.append(name)
+        return policy
+
+    agent = build_agent("react", role, DictToolbox(), AgentParams(), {"name": "base"})
+    assert isinstance(agent, ReActAgent) and agent.policy is policy and agent.name == "base"
+    assert roles == ["policy"] and "react" in AGENTS.names()
+    assert asyncio.run(agent.run(Q)).final_answer == "x"
+    with pytest.raises(RegistryError, match="unknown agent"):
+        build_agent("nope", role, None, AgentParams())

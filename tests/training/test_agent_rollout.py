@@ -11,16 +11,15 @@ import asyncio
 import pytest
 import torch
 
-from components.agents.react import FORMAT_REMINDER, ReActAgent
+from components.agents.react import FORMAT_REMINDER, Proposal, ReActAgent
 from components.llm.base import Message
-from components.params import AgentParams
+from components.params import AgentParams, GRPOParams
 from components.schemas import Question, ToolCall
-from components.training.advantages import episode_group_advantages
 from components.training.agent_rollout import EpisodePolicy, TurnBatcher, make_agent_rollout
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import Generation, HFRolloutEngine, SamplingParams, assemble
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOConfig, GRPOTrainer
+from components.training.trainer import GRPOTrainer
 
 TOK = CharTokenizer("".join(chr(c) for c in range(32, 127)) + "\n")
 SYSTEM = "Use search[x] or finish[x]."
@@ -74,8 +73,8 @@ def agent_factory(history_format, **settings):
     return lambda p: ReActAgent(p, Toolbox(), params, system_prompt=SYSTEM)
 
 
-def recomputed_matches_sampled(policy, samples, temperature):
-    batch = assemble([s.segments for s in samples], pad_token_id=TOK.pad_token_id)
+def recomputed_matches_sampled(policy, episodes, temperature):
+    batch = assemble([row for e in episodes for row in e.rows], pad_token_id=TOK.pad_token_id)
     with torch.no_grad():
         lp = policy.token_logprobs(batch.input_ids, batch.attention_mask, temperature=temperature)
     mask = batch.loss_mask
@@ -95,10 +94,10 @@ def test_chat_history_is_one_row_with_verbatim_turns_and_masked_observations(pol
     rollout = make_agent_rollout(agent_factory("chat"), TOK, render=render)
     samples = rollout(engine, [Q1], 1, SamplingParams(temperature=0.7, top_p=0.9))
 
-    assert len(samples) == 1
+    assert len(samples) == 1 and len(samples[0].rows) == 1
     sample = samples[0]
     assert sample.info["final_answer"] == "Kestrow" and sample.info["episode"] == 0
-    segs = sample.segments
+    segs = sample.rows[0]
     assert [s.trainable for s in segs] == [False, True, False, True]
     assert [decode(s) for s in segs if s.trainable] == REPLIES
     observation = decode(segs[2])
@@ -123,21 +122,22 @@ def test_reply_without_eos_gets_the_template_closing_before_the_observation(poli
     engine = ForcedEngine(policy.model, REPLIES, eos=False)
     rollout = make_agent_rollout(agent_factory("chat"), TOK, render=render)
     [sample] = rollout(engine, [Q1], 1, SamplingParams(temperature=1.0))
-    assert decode(sample.segments[2]).startswith("</>\n<user>Observation:")
+    assert decode(sample.rows[0][2]).startswith("</>\n<user>Observation:")
     assert recomputed_matches_sampled(policy, [sample], 1.0)[0]
 
 
 def test_scratchpad_history_gives_a_row_per_turn_of_one_episode(policy):
     engine = ForcedEngine(policy.model, REPLIES)
     rollout = make_agent_rollout(agent_factory("scratchpad"), TOK, render=render)
-    samples = rollout(engine, [Q1], 1, SamplingParams(temperature=1.0))
+    [episode] = rollout(engine, [Q1], 1, SamplingParams(temperature=1.0))
 
-    assert [s.info["episode"] for s in samples] == [0, 0] and [s.info["row"] for s in samples] == [0, 1]
-    for sample, reply in zip(samples, REPLIES, strict=True):
-        assert [seg.trainable for seg in sample.segments] == [False, True]
-        assert decode(sample.segments[1]) == reply
-    assert "Observation: [1] (d-Ossian Threll)" in decode(samples[1].segments[0])
-    assert recomputed_matches_sampled(policy, samples, 1.0)[0]
+    assert len(episode.rows) == 2 and episode.info["turns"] == 2  # one episode, a row per turn
+    for row, reply in zip(episode.rows, REPLIES, strict=True):
+        assert [seg.trainable for seg in row] == [False, True]
+        assert decode(row[1]) == reply
+    assert [row[1].segment_id for row in episode.rows] == [0, 1]  # the step each turn made
+    assert "Observation: [1] (d-Ossian Threll)" in decode(episode.rows[1][0])
+    assert recomputed_matches_sampled(policy, [episode], 1.0)[0]
 
 
 def test_sampled_episodes_are_batched_per_turn_and_reproducible(policy):
@@ -159,8 +159,8 @@ def test_sampled_episodes_are_batched_per_turn_and_reproducible(policy):
     assert engine.batch_sizes == [6, 6]  # two turns, six episodes each
     assert [s.group for s in samples] == [0, 0, 0, 1, 1, 1] and len({s.info["episode"] for s in samples}) == 6
     for s in samples:  # random text never parses: the reminder is the (masked) observation
-        assert [seg.trainable for seg in s.segments] == [False, True, False, True]
-        assert FORMAT_REMINDER in decode(s.segments[2])
+        assert [seg.trainable for seg in s.rows[0]] == [False, True, False, True]
+        assert FORMAT_REMINDER in decode(s.rows[0][2])
     assert recomputed_matches_sampled(policy, samples, 1.0)[0]
     again, _ = run()
     assert [s.response_ids for s in again] == [s.response_ids for s in samples]
@@ -180,43 +180,137 @@ def test_stop_string_ends_the_turn_and_is_cut_from_the_text(policy):
     assert cut.logprobs == pytest.approx(free.logprobs[: len(cut.token_ids)], abs=1e-6)
 
 
-def test_episode_advantages_count_each_episode_once():
-    # episode 0 has two rows (reward 1), episode 1 one row (reward 0), same group
-    adv = episode_group_advantages([1.0, 1.0, 0.0], [0, 0, 0], [0, 0, 1], eps=0.0)
-    assert adv.tolist() == pytest.approx([1.0, 1.0, -1.0])
-    # rows counted separately would give mean 2/3 and unequal magnitudes
-    assert episode_group_advantages([1.0, 1.0, 0.0], [0, 0, 0], [0, 1, 2], eps=0.0).tolist() != adv.tolist()
-    with pytest.raises(ValueError, match="different rewards"):
-        episode_group_advantages([1.0, 0.5], [0, 0], [7, 7])
-
-
 def test_grpo_step_through_the_agent_loop_trains_on_every_policy_token(policy):
     e = TOK.encode("e")[0]
 
-    def episode_reward(samples):  # the share of "e" over all turns of the episode: one value per episode
-        tokens = {}
-        for s in samples:
-            tokens.setdefault(s.info["episode"], []).extend(s.response_ids)
-        return [sum(t == e for t in tokens[s.info["episode"]]) / len(tokens[s.info["episode"]]) for s in samples]
+    def episode_reward(episodes, ctx):  # the share of "e" over all turns: one value per episode
+        return [sum(t == e for t in ep.response_ids) / len(ep.response_ids) for ep in episodes]
 
     seen = []
-    config = GRPOConfig(group_size=3, prompts_per_step=1, learning_rate=1e-2, kl_coef=1e-3,
-                        sampling=SamplingParams(temperature=1.0), seed=0)
     inner = make_agent_rollout(agent_factory("scratchpad", max_turns=2), TOK, render=render)
 
     def rollout(*args):
         seen.extend(inner(*args))
-        return seen[-6:]
+        return seen[-3:]
 
-    trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, TOK), episode_reward, [Q1, Q2], config,
-                          rollout_fn=rollout)
+    trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, TOK), episode_reward, [Q1, Q2],
+                          GRPOParams(group_size=3, prompts_per_step=1, lr=1e-2, kl_coef=1e-3),
+                          rollout_fn=rollout, sampling=SamplingParams(temperature=1.0))
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
     torch.manual_seed(0)
     metrics = trainer.step()
-    assert len(seen) == 6 and {s.info["row"] for s in seen} == {0, 1}  # 3 episodes x 2 turns
-    assert metrics["tokens"] == sum(len(s.response_ids) for s in seen)
+    assert len(seen) == 3 and all(len(ep.rows) == 2 for ep in seen)  # 3 episodes x 2 turns
+    assert metrics["tokens"] == sum(len(ep.response_ids) for ep in seen)
     changed = [n for n, p in policy.model.named_parameters() if p.requires_grad and not torch.equal(p, before[n])]
     assert changed and torch.isfinite(torch.tensor(metrics["loss"]))
+
+
+class RetryOnceAgent(ReActAgent):
+    """A Co-ReAct-shaped variant that overrides only the proposal step: it injects a hint into the prompt,
+    rejects a draft that searches before any observation, and retries once with feedback. The loop,
+    budgets, tools, parser and Trajectory record are ReAct's."""
+
+    HINT = "Hint: check each claim against an observation."
+
+    async def propose(self, state, seed=None):
+        messages = self.messages(state)
+        messages = messages[:-1] + [Message(role="user", content=messages[-1].content + "\n" + self.HINT)]
+        out, call = await self.call_policy(state, messages, self.sampling(seed=seed), kind="draft")
+        draft = Proposal.from_text(out.text)
+        if draft.parsed.kind == "search" and "retry" not in out.text and not state.steps:
+            call.trainable = False  # rejected after the fact: the draft stays context, never trained
+            retry = messages + [Message(role="assistant", content=out.text),
+                                Message(role="user", content="Feedback: that search repeats the question; retry.")]
+            out, call = await self.call_policy(state, retry, self.sampling(seed=seed), kind="retry")
+            return Proposal(raw=out.text, parsed=Proposal.from_text(out.text).parsed, call=call,
+                            step_fields={"rubric": self.HINT})
+        return Proposal(raw=out.text, parsed=draft.parsed, call=call, step_fields={"rubric": self.HINT})
+
+
+def test_agent_overriding_only_propose_gives_a_valid_trajectory_and_an_untrained_draft(policy):
+    replies = ["Thought: look\nAction: search[Where was Ossian Threll born]",
+               "Thought: retry with the name\nAction: search[Ossian Threll]",
+               "Thought: done\nAction: finish[Kestrow]"]
+    engine = ForcedEngine(policy.model, replies)
+    settings = AgentParams(history_format="chat", max_turns=4, max_search_calls=3, max_tokens=60, force_answer=False)
+    rollout = make_agent_rollout(lambda p: RetryOnceAgent(p, Toolbox(), settings, system_prompt=SYSTEM), TOK,
+                                 render=render)
+    [episode] = rollout(engine, [Q1], 1, SamplingParams(temperature=1.0))
+    trajectory = episode.info["trajectory"]
+    assert Trajectory_ok(trajectory)
+    assert [s.action for s in trajectory.steps] == ["search[Ossian Threll]", "finish[Kestrow]"]
+    assert trajectory.steps[0].rubric == RetryOnceAgent.HINT
+    assert trajectory.metadata["policy_calls"] == [
+        {"kind": "draft", "trainable": False}, {"kind": "retry", "trainable": True},
+        {"kind": "draft", "trainable": True}]
+    # the retry extends the rejected draft's conversation (one row, the draft is context without loss); the
+    # next turn's prompt shows only the accepted step, so it starts a new row
+    first, second = episode.rows
+    assert [(decode(s), s.trainable) for s in first if decode(s) in replies] == [(replies[0], False),
+                                                                                 (replies[1], True)]
+    assert [(decode(s), s.trainable) for s in second if decode(s) in replies] == [(replies[2], True)]
+    ok, batch = recomputed_matches_sampled(policy, [episode], 1.0)
+    assert ok
+    draft_tokens = len(TOK.encode(replies[0])) + 1
+    assert int(batch.loss_mask.sum()) == sum(len(TOK.encode(r)) + 1 for r in replies[1:])
+    assert draft_tokens > 1
+
+
+def Trajectory_ok(trajectory):
+    from components.schemas import Trajectory
+
+    return Trajectory.model_validate(trajectory.model_dump()) == trajectory and trajectory.finish_reason == "answer"
+
+
+def test_reply_spans_tag_stages_inside_one_turn(policy):
+    """One reply closes stage 0 and opens stage 1: the agent splits it by character offset."""
+
+    class TwoStage(ReActAgent):
+        async def propose(self, state, seed=None):
+            proposal = await super().propose(state, seed)
+            cut = proposal.raw.index("Action:")
+            proposal.call.spans = [(0, 0), (cut, 1)]
+            return proposal
+
+    engine = ForcedEngine(policy.model, ["Thought: it is Kestrow\nAction: finish[Kestrow]"])
+    rollout = make_agent_rollout(lambda p: TwoStage(p, Toolbox(), AgentParams(history_format="chat", max_tokens=60),
+                                                    system_prompt=SYSTEM), TOK, render=render)
+    [episode] = rollout(engine, [Q1], 1, SamplingParams(temperature=1.0))
+    trainable = [s for s in episode.rows[0] if s.trainable]
+    assert [s.segment_id for s in trainable] == [0, 1]
+    assert decode(trainable[0]) == "Thought: it is Kestrow\n"
+    assert decode(trainable[1]).startswith("Action: finish[Kestrow]")
+
+
+def test_batcher_waits_for_episodes_that_await_other_models(policy):
+    """Episodes that await a judge between turns (different delays) still share one engine call per turn."""
+
+    class Slow(ReActAgent):
+        async def propose(self, state, seed=None):
+            await asyncio.sleep(0.01 * (self.delay + 1))  # e.g. a rubric generator or verifier call
+            return await super().propose(state, seed)
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.batch_sizes = inner, []
+
+        def generate(self, prompts, sampling):
+            self.batch_sizes.append(len(prompts))
+            return self.inner.generate(prompts, sampling)
+
+    made = []
+
+    def factory(p):
+        agent = Slow(p, Toolbox(), AgentParams(history_format="chat", max_turns=2, max_tokens=20, force_answer=False),
+                     system_prompt=SYSTEM)
+        agent.delay = len(made)
+        made.append(agent)
+        return agent
+
+    engine = Counting(HFRolloutEngine(policy.model, TOK))
+    torch.manual_seed(0)
+    make_agent_rollout(factory, TOK, render=render)(engine, [Q1, Q2], 2, SamplingParams(temperature=1.0))
+    assert engine.batch_sizes == [4, 4]
 
 
 def test_episode_policy_refuses_several_samples_per_turn():

@@ -78,9 +78,9 @@ def test_spliced_chat_row_equals_the_templates_own_tokens(tokenizer):
     state = EpisodeState(q, steps=trajectory.steps)
     conversation = [m.model_dump() for m in messages(state)]  # ends with the final assistant reply
     expected = tokenizer.encode(tokenizer.apply_chat_template(conversation, tokenize=False), add_special_tokens=False)
-    row = [t for s in sample.segments for t in s.token_ids]
+    row = [t for s in sample.rows[0] for t in s.token_ids]
     assert row == expected[: len(row)] and tokenizer.decode(expected[len(row):]) == "\n"
-    observation = tokenizer.decode(sample.segments[2].token_ids)
+    observation = tokenizer.decode(sample.rows[0][2].token_ids)
     assert observation.startswith("\n<|im_start|>user\nObservation: [1] (d7)")  # EOS was sampled, not re-added
     assert observation.endswith("<|im_start|>assistant\n")
 
@@ -107,7 +107,7 @@ def test_real_policy_episodes_train_on_exactly_the_sampled_context(tokenizer, tm
 
     for s in samples:
         print(s.info["finish_reason"], repr(s.info["final_answer"]), [st.action for st in s.info["trajectory"].steps])
-    batch = assemble([s.segments for s in samples], pad_token_id=tokenizer.pad_token_id)
+    batch = assemble([row for s in samples for row in s.rows], pad_token_id=tokenizer.pad_token_id)
     with torch.no_grad():
         lp = policy.token_logprobs(batch.input_ids, batch.attention_mask, temperature=1.0)
     gap = (lp - batch.old_logprobs)[batch.loss_mask].abs()
@@ -116,4 +116,4 @@ def test_real_policy_episodes_train_on_exactly_the_sampled_context(tokenizer, tm
     for s in samples:  # one trainable turn per step, plus the forced-answer call when the budget ran out
         trajectory = s.info["trajectory"]
         forced = bool(trajectory.metadata.get("forced_answer"))
-        assert sum(seg.trainable for seg in s.segments) == len(trajectory.steps) + forced
+        assert sum(seg.trainable for row in s.rows for seg in row) == len(trajectory.steps) + forced

@@ -59,3 +59,33 @@ def test_segment_advantages_per_stage_and_masked_observations():
     assert out.tolist() == [[0.0, 10.0, 10.0, 20.0, 0.0, 30.0, 0.0]]
     with pytest.raises(ValueError, match="out of range"):
         segment_advantages(values, torch.tensor([[3, 0, 0, 0, 0, 0, 0]]), mask)
+
+
+def test_missing_values_leave_the_group_statistics_and_stay_missing():
+    nan = float("nan")
+    # column 0 complete; column 1 misses episode 1: its stats come from [0, 1, 1] (mean 2/3)
+    rewards = torch.tensor([[1.0, 0.0], [0.0, nan], [1.0, 1.0], [0.0, 1.0]])
+    adv = group_advantages(rewards, [0, 0, 0, 0], normalize_std=False)
+    assert adv[:, 0].tolist() == pytest.approx([0.5, -0.5, 0.5, -0.5])
+    assert math.isnan(adv[1, 1])
+    assert [adv[i, 1].item() for i in (0, 2, 3)] == pytest.approx([-2 / 3, 1 / 3, 1 / 3])
+    # a column with a single value left has nothing to compare against: 0, not NaN, for the scored one
+    lone = group_advantages(torch.tensor([[1.0], [nan]]), [0, 0])
+    assert lone[0, 0] == 0 and math.isnan(lone[1, 0])
+
+
+def test_place_episode_advantages_masks_missing_and_refuses_untagged_tokens():
+    from components.training.advantages import place_episode_advantages
+
+    nan = float("nan")
+    values = torch.tensor([[1.0, nan], [-1.0, 2.0]])
+    segment_ids = torch.tensor([[-1, 0, 0, 1, 1], [-1, 0, 1, 1, -1]])
+    mask = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0]], dtype=torch.bool)
+    adv, keep = place_episode_advantages(values, [0, 1], segment_ids, mask)
+    assert adv.tolist() == [[0, 1, 1, 0, 0], [0, -1, 2, 2, 0]]
+    assert keep.tolist() == [[False, True, True, False, False], [False, True, True, True, False]]
+    # two rows of one episode (scratchpad) share its scalar
+    adv, keep = place_episode_advantages(torch.tensor([[0.5]]), [0, 0], segment_ids, mask)
+    assert adv[keep].tolist() == [0.5] * int(mask.sum())
+    with pytest.raises(ValueError, match="outside"):
+        place_episode_advantages(values, [0, 1], torch.tensor([[-1, -1, 0, 1, 1], [-1, 0, 1, 1, -1]]), mask)

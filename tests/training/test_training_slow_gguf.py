@@ -21,7 +21,8 @@ import torch
 
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import HFRolloutEngine, SamplingParams
-from components.training.trainer import GRPOConfig, GRPOTrainer
+from components.params import GRPOParams
+from components.training.trainer import GRPOTrainer
 
 
 def _policy_gguf() -> str | None:
@@ -53,13 +54,12 @@ def test_grpo_raises_reward_on_embedded_policy():
         tokenize=True,
     )["input_ids"]
 
-    def reward(samples):
-        return [1.0 if "blue" in (s.text or "").lower() else 0.0 for s in samples]
+    def reward(episodes, ctx):
+        return [1.0 if "blue" in (e.text or "").lower() else 0.0 for e in episodes]
 
-    config = GRPOConfig(
-        group_size=8, learning_rate=1e-4, kl_coef=5e-3, sampling=SamplingParams(max_new_tokens=4), seed=0
-    )
-    trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tok), reward, [prompt], config)
+    config = GRPOParams(group_size=8, prompts_per_step=1, lr=1e-4, kl_coef=5e-3)
+    trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tok), reward, [prompt], config,
+                          sampling=SamplingParams(max_new_tokens=4))
     history = trainer.train(10)
     rewards = [m["reward/mean"] for m in history]
     print("reward curve:", rewards)

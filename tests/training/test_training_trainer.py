@@ -1,4 +1,5 @@
-"""GRPO loop: it learns a verifiable reward on a tiny model, resumes exactly, and drops unscored samples.
+"""GRPO loop: it learns a verifiable reward on a tiny model, resumes exactly, drops unscored episodes, masks
+missing stage scores, runs a method's loss hook over hidden states, and steps the scheduler once a step.
 
 Why a tiny random Qwen2 (vocab 16, width 32, 2 layers, ~30k parameters) rather than the embedded
 Qwen2.5-0.5B: the 0.5B costs ~4 s per LoRA step on this 2-core machine, so the few dozen steps a learning
@@ -12,10 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from components.params import GRPOParams
+from components.training.episodes import Episode, RewardOutput
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import HFRolloutEngine, SamplingParams
+from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOConfig, GRPOTrainer
+from components.training.trainer import GRPOTrainer
 
 TOK = CharTokenizer("abcdefghijklmn")
 TARGET = TOK.encode("e")[0]
@@ -25,13 +28,15 @@ PROMPTS = ["abc", "bcd", "cde", "def", "efg", "fgh", "ghi", "hij"]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def target_fraction(samples):
-    return [sum(t == TARGET for t in s.response_ids) / max(len(s.response_ids), 1) for s in samples]
+def target_fraction(episodes, ctx=None):
+    return [sum(t == TARGET for t in e.response_ids) / max(len(e.response_ids), 1) for e in episodes]
 
 
-def make_trainer(config, *, init_seed=0, reward=target_fraction, prompts=PROMPTS, **kwargs):
+def make_trainer(config, *, init_seed=0, reward=target_fraction, prompts=PROMPTS, max_new_tokens=4,
+                 temperature=1.0, **kwargs):
     torch.manual_seed(init_seed)
     policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0), lora=LoRASettings(r=8, alpha=16))
+    kwargs.setdefault("sampling", SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature))
     return GRPOTrainer(policy, HFRolloutEngine(policy.model, TOK), reward, prompts, config, **kwargs)
 
 
@@ -40,18 +45,16 @@ def lora_weights(trainer):
 
 
 def test_grpo_raises_reward_on_tiny_model():
-    config = GRPOConfig(
+    config = GRPOParams(
         group_size=8,
         prompts_per_step=2,
         ppo_epochs=2,
         mini_batch_size=8,
         micro_batch_size=4,
-        learning_rate=1e-2,
+        lr=1e-2,
         kl_coef=5e-3,
-        sampling=SamplingParams(max_new_tokens=8),
-        seed=0,
     )
-    trainer = make_trainer(config)
+    trainer = make_trainer(config, max_new_tokens=8)
     history = trainer.train(30)
     rewards = [m["reward/mean"] for m in history]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
@@ -81,23 +84,21 @@ class Memory:
 def _resumable(tmp_path, init_seed):
     memory = Memory()
 
-    def reward(samples):
+    def reward(episodes, ctx):
         memory.calls += 1
-        return target_fraction(samples)
+        return target_fraction(episodes)
 
-    config = GRPOConfig(
+    config = GRPOParams(
         group_size=4,
         prompts_per_step=2,
         ppo_epochs=2,
         mini_batch_size=4,
-        learning_rate=1e-2,
+        lr=1e-2,
         kl_coef=0.05,
         warmup_steps=2,
         total_steps=8,
-        sampling=SamplingParams(max_new_tokens=6, temperature=0.9),
         checkpoint_every=3,
         keep_last=1,
-        seed=1,
     )
     trainer = make_trainer(
         config,
@@ -106,6 +107,9 @@ def _resumable(tmp_path, init_seed):
         prompts=PROMPTS[:3],
         checkpoint_dir=tmp_path,
         method=memory,
+        max_new_tokens=6,
+        temperature=0.9,
+        seed=1,
     )
     return trainer, memory
 
@@ -138,90 +142,105 @@ def test_resume_without_checkpoint_is_a_no_op(tmp_path):
     assert trainer.resume() is False and trainer.step_count == 0
 
 
-def test_unscored_samples_are_dropped_not_zeroed():
+def test_unscored_episodes_are_dropped_not_zeroed():
     seen = {}
 
-    def reward(samples):
-        # one sample per group gets no score (a failed judge); the rest alternate 1, 0
-        return [None if i % 4 == 0 else float(i % 2) for i in range(len(samples))]
+    def reward(episodes, ctx):
+        # one episode per group gets no score (a failed judge); the rest alternate 1, 0
+        return [None if i % 4 == 0 else float(i % 2) for i in range(len(episodes))]
 
-    def advantages(samples, rewards, batch):
-        seen["rewards"] = list(rewards)
-        seen["rows"] = len(batch)
-        return torch.zeros(batch.input_ids.shape)
+    def advantages(episodes, scores, ctx):
+        seen["scores"] = scores[:, 0].tolist()
+        return torch.zeros_like(scores)
 
-    config = GRPOConfig(
-        group_size=4,
-        prompts_per_step=2,
-        learning_rate=1e-2,
-        kl_coef=0.0,
-        sampling=SamplingParams(max_new_tokens=4),
-    )
-    trainer = make_trainer(config, reward=reward, advantage_fn=advantages)
+    trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=2, lr=1e-2, kl_coef=0.0),
+                           reward=reward, advantage_fn=advantages)
     metrics = trainer.step()
-    assert seen["rewards"] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
-    assert seen["rows"] == 6
+    assert seen["scores"] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    assert metrics["episodes/unscored"] == 2
     assert metrics["reward/none_fraction"] == pytest.approx(2 / 8)
     assert metrics["reward/mean"] == pytest.approx(4 / 6)
 
 
 def test_step_with_no_scores_does_not_update():
-    config = GRPOConfig(group_size=4, learning_rate=1e-1, sampling=SamplingParams(max_new_tokens=4))
-    trainer = make_trainer(config, reward=lambda samples: [None] * len(samples))
+    trainer = make_trainer(GRPOParams(group_size=4, lr=1e-1), reward=lambda episodes, ctx: [None] * len(episodes))
     before = lora_weights(trainer)
     metrics = trainer.step()
     assert metrics["reward/none_fraction"] == 1.0 and "loss" not in metrics
     for name, value in lora_weights(trainer).items():
         assert torch.equal(before[name], value)
+    assert trainer.scheduler.state_dict()["last_epoch"] == 1  # the schedule still advances one step
 
 
 def test_config_errors_name_the_field():
-    with pytest.raises(ValueError, match="group_size"):
-        GRPOConfig(group_size=0)
-    with pytest.raises(ValueError, match="loss_agg"):
-        GRPOConfig(loss_agg="mean")
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="group_size"):
+        GRPOParams(group_size=0)
+    with pytest.raises(ValidationError, match="loss_agg"):
+        GRPOParams(loss_agg="mean")
+    with pytest.raises(TypeError, match="GRPOParams"):
+        make_trainer({"group_size": 4})
 
 
-def test_stage_advantages_reach_update_per_token():
-    """SS-GRPO-style use: two stages per rollout, a [n, K] reward matrix, one advantage per stage block."""
-    from components.training.advantages import group_advantages, segment_advantages
-    from components.training.rollout import RolloutSegment
-    from components.training.trainer import Sample
+def test_group_reward_reads_whole_groups_async_and_reports_metrics():
+    """ARBOR-style reward: it sees every episode of a group at once (to pick anchors, judge pairs) and returns
+    its own metrics, which reach on_metrics."""
+    logged, seen_groups = [], []
 
-    def rollout(engine, prompts, group_size, sampling):
-        samples = []
-        for g, p in enumerate(prompts):
-            for _ in range(group_size):
-                plan, answer = engine.generate([p, p], sampling)
-                segments = [
-                    RolloutSegment(plan.prompt_ids, False),
-                    RolloutSegment(plan.token_ids, True, plan.logprobs, segment_id=0),
-                    RolloutSegment(TOK.encode("mn"), False, segment_id=0),  # an observation inside stage 0
-                    RolloutSegment(answer.token_ids, True, segment_id=1),
-                ]
-                samples.append(Sample(p, g, segments))
-        return samples
+    async def group_reward(episodes, ctx):
+        by_group = {}
+        for e in episodes:
+            by_group.setdefault(e.group, []).append(e)
+        seen_groups.append(sorted(len(v) for v in by_group.values()))
+        scores = []
+        for e in episodes:  # rank within the group: the longest response scores 1, others by share
+            longest = max(len(x.response_ids) for x in by_group[e.group])
+            scores.append(len(e.response_ids) / longest)
+        return RewardOutput(scores, metrics={"judge_calls": 3.0 * len(by_group), "groups": float(len(by_group))})
 
-    stage_rewards = [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
+    trainer = make_trainer(GRPOParams(group_size=3, prompts_per_step=2, lr=1e-2, kl_coef=0.0),
+                           reward=group_reward, on_metrics=lambda step, m: logged.append(m))
+    metrics = trainer.step()
+    assert seen_groups == [[3, 3]]
+    assert metrics["reward/judge_calls"] == 6.0 and metrics["reward/groups"] == 2.0
+    assert logged[0]["reward/judge_calls"] == 6.0
 
-    def advantages(samples, rewards, batch):
-        adv = group_advantages(torch.tensor(rewards), [s.group for s in samples], eps=0.0)
-        return segment_advantages(adv, batch.segment_ids, batch.loss_mask)
 
-    config = GRPOConfig(
-        group_size=4, kl_coef=0.0, learning_rate=1e-3, sampling=SamplingParams(max_new_tokens=3)
-    )
-    trainer = make_trainer(
-        config, reward=lambda samples: stage_rewards, rollout_fn=rollout, advantage_fn=advantages
-    )
+def _two_stage_rollout(engine, prompts, group_size, sampling):
+    episodes = []
+    for g, p in enumerate(prompts):
+        for _ in range(group_size):
+            plan, answer = engine.generate([p, p], sampling)
+            rows = [[
+                RolloutSegment(plan.prompt_ids, False),
+                RolloutSegment(plan.token_ids, True, plan.logprobs, segment_id=0),
+                RolloutSegment(TOK.encode("mn"), False, segment_id=0),  # an observation inside stage 0
+                RolloutSegment(answer.token_ids, True, segment_id=1),
+            ]]
+            episodes.append(Episode(p, g, rows))
+    return episodes
+
+
+def _spy_update(trainer):
     seen = {}
     real_update = trainer.update
 
-    def spy(batch, adv):
+    def spy(batch, adv, **kwargs):
         seen["batch"], seen["adv"] = batch, adv
-        return real_update(batch, adv)
+        return real_update(batch, adv, **kwargs)
 
     trainer.update = spy
+    return seen
+
+
+def test_stage_advantages_reach_update_per_token():
+    """SS-GRPO-style use: two stages per episode, a [n, K] score matrix, one advantage per stage block."""
+    stage_scores = [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
+    trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=1, kl_coef=0.0, lr=1e-3, adv_eps=1e-12),
+                           reward=lambda episodes, ctx: stage_scores, rollout_fn=_two_stage_rollout,
+                           max_new_tokens=3)
+    seen = _spy_update(trainer)
     trainer.step()
     batch, adv = seen["batch"], seen["adv"]
     # column 0: [1, 0, 1, 0] -> +-1; column 1: [0, 0, 1, 1] -> +-1
@@ -230,5 +249,115 @@ def test_stage_advantages_reach_update_per_token():
         for stage in (0, 1):
             tokens = (batch.segment_ids[row] == stage) & batch.loss_mask[row]
             assert tokens.any()
-            assert torch.all(adv[row][tokens] == expected[stage][row])
+            assert torch.allclose(adv[row][tokens], torch.tensor(expected[stage][row]))
         assert torch.all(adv[row][~batch.loss_mask[row]] == 0)  # prompt and the observation
+
+
+def test_missing_stage_score_is_masked_not_zeroed():
+    """Episode 1's stage-1 judge failed (None): stage 1 is normalised over the other three episodes, and the
+    stage-1 tokens of episode 1 leave the loss instead of being trained towards a 0 score."""
+    stage_scores = [[1.0, 0.0], [0.0, None], [1.0, 1.0], [0.0, 1.0]]
+    trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=1, kl_coef=0.0, lr=1e-3, adv_eps=1e-12),
+                           reward=lambda episodes, ctx: stage_scores, rollout_fn=_two_stage_rollout,
+                           max_new_tokens=3)
+    seen = _spy_update(trainer)
+    metrics = trainer.step()
+    batch, adv = seen["batch"], seen["adv"]
+    assert metrics["reward/missing_values"] == 1 and metrics["episodes/unscored"] == 0
+    stage1 = batch.segment_ids == 1
+    assert not batch.loss_mask[1][stage1[1]].any()  # masked out of the loss
+    assert batch.loss_mask[1][batch.segment_ids[1] == 0].any()  # its stage 0 still trains
+    # stage 1 over episodes 0, 2, 3: [0, 1, 1], mean 2/3, population std sqrt(2)/3
+    std = (2 ** 0.5) / 3
+    for row, value in ((0, -2 / 3 / std), (2, 1 / 3 / std), (3, 1 / 3 / std)):
+        tokens = stage1[row] & batch.loss_mask[row]
+        assert torch.allclose(adv[row][tokens], torch.tensor(value), atol=1e-5)
+
+
+class ScoreHead(torch.nn.Module):
+    """Stands in for ARCO's score head: a scalar per token from the policy's last hidden state."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.proj = torch.nn.Linear(width, 1)
+
+    def forward(self, hidden):
+        return self.proj(hidden).squeeze(-1)
+
+
+def test_loss_fn_reads_hidden_states_and_its_module_resumes(tmp_path):
+    def run(root, steps, resume=False):
+        torch.manual_seed(5)
+        head = ScoreHead(tiny_qwen2(TOK.vocab_size, seed=0).config.hidden_size)
+        calls = []
+
+        def loss_fn(inputs):
+            calls.append(inputs.hidden.shape)
+            pred = head(inputs.hidden)  # [b, T]
+            mask = inputs.batch.loss_mask.to(pred.dtype)
+            target = torch.ones_like(pred)
+            term = (((pred - target) ** 2) * mask).sum() / max(inputs.num_tokens, 1.0)
+            return 0.5 * term, {"score_mse": float(term)}
+
+        trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=1, lr=1e-2, kl_coef=0.0,
+                                          checkpoint_every=2, keep_last=1),
+                               loss_fn=loss_fn, extra_modules={"score_head": head}, checkpoint_dir=root)
+        if resume:
+            assert trainer.resume()
+        before = {k: v.clone() for k, v in head.state_dict().items()}
+        history = trainer.train(steps)
+        return trainer, head, before, history, calls
+
+    trainer, head, before, history, calls = run(tmp_path / "a", 4)
+    assert calls and calls[0][-1] == head.proj.in_features
+    assert history[0]["loss_fn/score_mse"] > history[-1]["loss_fn/score_mse"]  # the head learns
+    assert not torch.equal(before["proj.weight"], head.state_dict()["proj.weight"])
+    assert (tmp_path / "a" / "step_000004" / "extra" / "score_head.safetensors").exists()
+
+    run(tmp_path / "b", 2)
+    resumed, resumed_head, _, _, _ = run(tmp_path / "b", 4, resume=True)
+    for k, v in head.state_dict().items():
+        assert torch.equal(v, resumed_head.state_dict()[k]), k
+    assert resumed.history == trainer.history
+
+
+def test_two_updates_in_one_step_advance_the_schedule_once():
+    """ARCO / RubricEM update two heads or roles on one backbone per step: the LR schedule counts steps."""
+
+    class SecondUpdate:
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state, files_dir):
+            pass
+
+        def on_step_end(self, trainer, ctx, episodes, scores):
+            batch_rows = [row for e in episodes for row in e.rows]
+            from components.training.rollout import assemble
+
+            batch = assemble(batch_rows, pad_token_id=trainer.pad_token_id)
+            m = trainer.update(batch, torch.ones(batch.input_ids.shape) * batch.loss_mask)
+            return {"second_update_steps": m["optimizer_steps"]}
+
+    trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=1, lr=1e-2, kl_coef=0.0, warmup_steps=4),
+                           method=SecondUpdate())
+    lrs = [trainer.step()["lr"] for _ in range(3)]
+    assert lrs == pytest.approx([1e-2 * k / 4 for k in (1, 2, 3)])
+    assert trainer.history[-1]["method/second_update_steps"] == 1.0
+    assert trainer.scheduler.state_dict()["last_epoch"] == 3
+
+
+def test_on_policy_update_skips_the_old_logprob_pass_and_matches_recompute():
+    results = {}
+    for mode in ("auto", "recompute"):
+        trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=1, lr=1e-2, kl_coef=1e-3,
+                                          old_logprobs=mode), max_new_tokens=6)
+        torch.manual_seed(11)
+        metrics = trainer.step()
+        results[mode] = (metrics, lora_weights(trainer))
+    assert results["auto"][0]["old_logprob_pass"] == 0.0 and results["recompute"][0]["old_logprob_pass"] == 1.0
+    assert results["auto"][0]["ratio_mean"] == 1.0
+    for name, value in results["auto"][1].items():
+        assert torch.allclose(value, results["recompute"][1][name], atol=1e-6), name
+    off_policy = make_trainer(GRPOParams(group_size=4, prompts_per_step=1, ppo_epochs=2, kl_coef=0.0))
+    assert off_policy.step()["old_logprob_pass"] == 1.0

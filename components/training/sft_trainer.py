@@ -1,0 +1,122 @@
+"""The SFT loop: masked cross-entropy over (prompt | reply | observation | reply ...) rows, resumable.
+
+The configuration is ``params.sft`` (:class:`components.params.SFTParams`): the same names in the YAML file
+and in the code. One optimizer step takes ``batch_size`` rows (in ``micro_batch_size`` chunks with
+gradient accumulation, each chunk's loss divided by the batch's token or sequence count so the sum is the
+batch loss); rows are shuffled with a seed each epoch; the LR warms up linearly over ``warmup_steps``;
+checkpoints hold weights, optimizer, scheduler, RNG and the data position, through the same atomic
+checkpoint code as GRPO.
+
+    trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=params.seed,
+                         checkpoint_dir="outputs/sft/ckpt", on_metrics=log)
+    trainer.resume()
+    history = trainer.train()        # one dict per optimizer step: loss, tokens, grad_norm, lr
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from components.params import SFTParams
+from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from components.training.losses import aggregate
+from components.training.model import Policy
+from components.training.prompts import PromptSampler
+from components.training.sft import SFTExample, collate_sft
+
+__all__ = ["SFTTrainer"]
+
+
+class SFTTrainer:
+    def __init__(
+        self,
+        policy: Policy,
+        examples: Sequence[SFTExample],
+        config: SFTParams,
+        *,
+        pad_token_id: int,
+        seed: int = 0,
+        checkpoint_dir: str | Path | None = None,
+        on_metrics: Callable[[int, dict[str, float]], None] | None = None,
+    ):
+        if not examples:
+            raise ValueError("SFT needs at least one example")
+        self.policy, self.config = policy, config
+        self.examples = [
+            SFTExample(e.input_ids[: config.max_length], e.loss_mask[: config.max_length]) for e in examples
+        ]
+        self.pad_token_id, self.on_metrics = pad_token_id, on_metrics
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.sampler = PromptSampler(len(self.examples), seed, True)
+        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr,
+                                           weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: (s + 1) / config.warmup_steps if s < config.warmup_steps else 1.0)
+        self.step_count = 0
+        self.history: list[dict[str, float]] = []
+
+    @property
+    def total_steps(self) -> int:
+        return self.config.epochs * math.ceil(len(self.examples) / self.config.batch_size)
+
+    def step(self) -> dict[str, float]:
+        c = self.config
+        rows = [self.examples[i] for i in self.sampler.next(c.batch_size)]
+        mask_all = [m for e in rows for m in e.loss_mask]
+        num_tokens = float(sum(mask_all))
+        num_seqs = float(sum(1 for e in rows if any(e.loss_mask)))
+        self.policy.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        device = self.policy.device
+        for start in range(0, len(rows), c.micro_batch_size or c.batch_size):
+            chunk = rows[start : start + (c.micro_batch_size or c.batch_size)]
+            batch = collate_sft(chunk, pad_token_id=self.pad_token_id)
+            logp = self.policy.token_logprobs(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+            loss = aggregate(-logp, batch["loss_mask"].to(device), c.loss_agg,
+                             num_tokens=num_tokens, num_seqs=num_seqs)
+            loss.backward()
+            total += float(loss.detach())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), c.max_grad_norm))
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step_count += 1
+        metrics = {"step": float(self.step_count), "loss": total, "tokens": num_tokens, "rows": float(len(rows)),
+                   "grad_norm": grad_norm, "lr": lr, "epoch": self.step_count * c.batch_size / len(self.examples)}
+        self.history.append(metrics)
+        if self.on_metrics is not None:
+            self.on_metrics(self.step_count, metrics)
+        if self.checkpoint_dir is not None and c.checkpoint_every and self.step_count % c.checkpoint_every == 0:
+            self.save()
+        return metrics
+
+    def train(self, num_steps: int | None = None) -> list[dict[str, float]]:
+        """Run optimizer steps until ``step_count`` reaches ``num_steps`` (default: ``epochs`` passes)."""
+        target = self.total_steps if num_steps is None else num_steps
+        while self.step_count < target:
+            self.step()
+        return self.history
+
+    def save(self, root: str | Path | None = None) -> Path:
+        root = Path(root) if root is not None else self.checkpoint_dir
+        if root is None:
+            raise ValueError("no checkpoint directory: pass one to save() or to SFTTrainer(checkpoint_dir=)")
+        return save_checkpoint(root, self.step_count, model=self.policy.model, optimizer=self.optimizer,
+                               scheduler=self.scheduler, keep_last=2,
+                               trainer_state={"data": self.sampler.state_dict(), "history": self.history,
+                                              "config": self.config.model_dump(mode="json")})
+
+    def resume(self, path: str | Path | None = None) -> bool:
+        path = Path(path) if path is not None else self.checkpoint_dir
+        if path is None or (not (path / "manifest.json").exists() and latest_checkpoint(path) is None):
+            return False
+        ckpt = load_checkpoint(path, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        self.step_count = ckpt.step
+        self.history = list(ckpt.trainer_state["history"])
+        self.sampler.load_state_dict(ckpt.trainer_state["data"])
+        return True

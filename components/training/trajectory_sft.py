@@ -1,0 +1,56 @@
+"""SFT rows from agent trajectories, rendered exactly as the agent prompts the policy at evaluation.
+
+A trajectory is replayed step by step through the agent's own :meth:`messages` (so system prompt, history
+format, observation truncation and wording are those of evaluation) and the tokenizer's chat template:
+
+- ``chat`` history: one row per episode, ``[prompt | reply 1 | observation 1 | reply 2 | ...]``, where each
+  turn's rendered prompt extends the previous one (checked: a template that does not extend raises);
+- ``scratchpad`` history: every turn is a fresh prompt, so one row per turn, ``[prompt with history | reply]``.
+
+Replies (``step.raw`` as the agent shows it back, plus the template's end-of-turn tokens, so the policy
+learns to stop) are trainable; prompts and observations are not.
+
+    rows = trajectory_rows(agent, trajectory, question, render)     # list of [(text, trainable), ...]
+    examples = [build_sft_example(r, tokenizer, max_length=2048) for r in rows]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from components.llm.base import Message, assistant, user
+from components.schemas import Question, Trajectory
+
+__all__ = ["reply_closing", "trajectory_rows"]
+
+Renderer = Callable[[list[Message], bool], str]
+_MARK = "\x00REPLY\x00"
+
+
+def reply_closing(render: Renderer) -> str:
+    """What the template writes after an assistant reply's text (``<|im_end|>\\n`` for ChatML)."""
+    text = render([user("u"), assistant(_MARK)], False)
+    return text[text.index(_MARK) + len(_MARK):]
+
+
+def trajectory_rows(agent, trajectory: Trajectory, question: Question,
+                    render: Renderer) -> list[list[tuple[str, bool]]]:
+    """Training rows of one trajectory under ``agent``'s prompts (see the module docstring)."""
+    closing = reply_closing(render)
+    state = agent.start(question)
+    rows: list[list[tuple[str, bool]]] = []
+    rendered = ""
+    chat = agent.settings.history_format == "chat"
+    for step in trajectory.steps:
+        prompt = render(agent.messages(state), True)
+        reply = step.raw.strip() + closing
+        if chat and rows:
+            if not prompt.startswith(rendered):
+                raise ValueError(f"{trajectory.question_id}: turn {step.index}'s prompt does not extend the "
+                                 "previous turn under this chat template")
+            rows[-1] += [(prompt[len(rendered):], False), (reply, True)]
+        else:
+            rows.append([(prompt, False), (reply, True)])
+        rendered = prompt + step.raw.strip() + closing
+        state.steps.append(step)
+    return rows

@@ -1,0 +1,106 @@
+"""Stage `sft`: the warm start. LoRA SFT of the trainable policy on the `sft_data` trajectories, rendered
+under the agent's own evaluation prompts (observations masked), so every method starts from a policy that
+can search.
+
+    python -m tasks.sft [--set sft.epochs=2]
+
+Reads outputs/sft_data/trajectories.jsonl (and the questions they answer, stored in the trajectories'
+metadata or the data splits). Writes outputs/sft/adapter/ (peft adapter), outputs/sft/loss.csv (DVC plot:
+loss per optimizer step), outputs/sft/metrics.json and outputs/sft/ckpt/ (resumable checkpoints).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+from prefect import task
+from pydantic import BaseModel
+
+from components.agents.react import ReActAgent
+from components.io import read_jsonl, write_json
+from components.params import Params
+from components.schemas import Question, Trajectory
+from components.training.agent_rollout import chat_template_renderer
+from components.training.model import LoRASettings, build_policy
+from components.training.sft import build_sft_example
+from components.training.sft_trainer import SFTTrainer
+from components.training.trajectory_sft import trajectory_rows
+from tasks.runtime import out_path, params_from_args, resolve, stage_argparser, tracking
+
+
+class SFTResult(BaseModel):
+    adapter: str
+    metrics: dict[str, float]
+
+
+def trajectory_question(trajectory: Trajectory) -> Question:
+    """The question a trajectory answers (sft_data stores it in the trajectory's metadata)."""
+    stored = trajectory.metadata.get("question")
+    if stored is None:
+        raise ValueError(f"trajectory {trajectory.question_id} carries no metadata.question")
+    return Question.model_validate(stored)
+
+
+def load_trainable_policy(params: Params):
+    """(model, tokenizer) of the role ``trainable_policy``: transformers weights that training updates."""
+    cfg = params.llm.backends[params.llm.roles["trainable_policy"]]
+    if cfg.type != "hf":
+        raise ValueError(f"trainable_policy must be bound to an 'hf' backend, got {cfg.type!r}")
+    if cfg.embedded:
+        from components.embedded.models import load_hf_policy
+
+        return load_hf_policy(cfg.embedded, params.run.cache_dir)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(cfg.model), AutoTokenizer.from_pretrained(cfg.model)
+
+
+@task(name="sft")
+def sft(params: Params | None = None, parent_run_id: str | None = None) -> SFTResult:
+    params = resolve(params)
+    import torch
+
+    torch.manual_seed(params.seed)
+    trajectories = read_jsonl(out_path(params, "sft_data", "trajectories.jsonl"), Trajectory)
+    model, tokenizer = load_trainable_policy(params)
+    render = chat_template_renderer(tokenizer)
+    agent = ReActAgent(None, None, params.agent)
+    examples = []
+    for t in trajectories:
+        for row in trajectory_rows(agent, t, trajectory_question(t), render):
+            examples.append(build_sft_example(row, tokenizer, max_length=params.sft.max_length))
+    lora = params.lora
+    policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None)
+    folder = out_path(params, "sft", "metrics.json").parent
+    started = time.perf_counter()
+    with tracking(params, "sft", parent_run_id) as tracker:
+        tracker.log_params({"sft": params.sft.model_dump(), "lora": lora.model_dump(), "agent": params.agent.model_dump()})
+        trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tokenizer.pad_token_id or 0,
+                             seed=params.seed, checkpoint_dir=folder / "ckpt",
+                             on_metrics=lambda step, m: tracker.log_metrics(m, step=step))
+        trainer.resume()
+        history = trainer.train()
+        trainer.save()
+        policy.model.save_pretrained(str(folder / "adapter"))
+        curve = pd.DataFrame(history)[["step", "loss", "tokens", "lr"]]
+        curve.to_csv(folder / "loss.csv", index=False)
+        first, last = curve["loss"].iloc[: max(1, len(curve) // 10)].mean(), curve["loss"].iloc[-max(1, len(curve) // 10):].mean()
+        metrics = {"trajectories": float(len(trajectories)), "rows": float(len(examples)),
+                   "trained_tokens": float(sum(sum(e.loss_mask) for e in examples)),
+                   "optimizer_steps": float(len(history)), "loss_first_tenth": round(float(first), 6),
+                   "loss_last_tenth": round(float(last), 6)}
+        write_json(folder / "metrics.json", metrics)
+        write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
+        tracker.log_metrics(metrics)
+        tracker.log_artifact(folder / "loss.csv")
+    return SFTResult(adapter=str(folder / "adapter"), metrics=metrics)
+
+
+def main() -> None:
+    args = stage_argparser(__doc__).parse_args()
+    print(sft.fn(params_from_args(args)).model_dump_json(indent=2))
+
+
+if __name__ == "__main__":
+    main()
