@@ -69,6 +69,12 @@ class RetrievalParams(Section):
     snippet_chars: int = Field(default=300, ge=20, description="Characters of each hit shown.")
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal-rank-fusion constant for hybrid.")
     embedder: str = Field(default="embedded-minilm", description="Sentence embedder for dense retrieval.")
+    scope: Literal["corpus", "question"] = Field(
+        default="corpus",
+        description="What a question searches: the pooled corpus, or only its own paragraphs "
+        "(metadata.paragraph_ids: a benchmark example's context, a world question's gold paragraphs, their "
+        "look-alikes and BM25 neighbours; the distractor setting of ARCO's HotpotQA code).",
+    )
 
 
 class AgentParams(Section):
@@ -90,7 +96,10 @@ class AgentParams(Section):
 
 
 class MiddlewareParams(Section):
-    max_concurrency: int = Field(default=2, ge=1, description="Concurrent calls per backend.")
+    max_concurrency: int = Field(
+        default=2, ge=1,
+        description="Concurrent requests per backend unless the backend sets its own (shared by its roles).",
+    )
     timeout_s: float = Field(default=180.0, gt=0, description="Per-call timeout.")
     max_attempts: int = Field(default=4, ge=1, description="Attempts per call (1 = no retry).")
     backoff_initial_s: float = Field(default=0.5, ge=0, description="First backoff delay.")
@@ -110,6 +119,11 @@ class BackendParams(Section):
     n_ctx: int = Field(default=4096, ge=256, description="Context length for local models.")
     threads: int = Field(default=2, ge=1, description="CPU threads for local models.")
     supports_n: bool = Field(default=False, description="Server honours n>1 in one request.")
+    max_concurrency: int | None = Field(
+        default=None, ge=1,
+        description="Requests this backend serves at once, shared by every role bound to it (a llama.cpp "
+        "server with 4 parallel slots: 4); None takes llm.middleware.max_concurrency.",
+    )
     price_prompt_per_1k: float = Field(default=0.0, ge=0, description="Cost accounting, per 1k prompt tokens.")
     price_completion_per_1k: float = Field(default=0.0, ge=0, description="Per 1k completion tokens.")
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific extras.")
@@ -137,6 +151,20 @@ class LLMParams(Section):
 class EvaluationParams(Section):
     llm_judge: bool = Field(default=True, description="Score answers with the answer-judge role too.")
     n_questions: int = Field(default=50, ge=1, description="Questions per benchmark.")
+    episode_concurrency: int = Field(
+        default=1, ge=1,
+        description="Episodes run at once. Interleaved turns of many episodes evict each other from a local "
+        "server's prompt cache, so 1 suits a single-slot llama.cpp server; raise it for servers with slots.",
+    )
+
+
+class MethodParams(Section):
+    """One evaluable method: an agent from the agent registry, the roles it rebinds, and its options."""
+
+    agent: str = Field(default="react", description="Agent registry name (or a dotted import path).")
+    roles: dict[str, str] = Field(default_factory=dict, description="Role -> backend rebindings for this method.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Keyword options of the agent.")
+    description: str = Field(default="", description="What the method is, for reports and the UI.")
 
 
 class CollectParams(Section):
@@ -149,32 +177,77 @@ class CollectParams(Section):
     max_depth: int = Field(default=4, ge=1, description="Depth-wise expansion limit per question.")
 
 
+class LoRAParams(Section):
+    r: int = Field(default=8, ge=0, description="LoRA rank of every trained policy (0 = full fine-tuning).")
+    alpha: int = Field(default=16, ge=1, description="LoRA alpha.")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="LoRA dropout.")
+
+
 class GRPOParams(Section):
-    group_size: int = Field(default=4, ge=2, description="Rollouts per prompt.")
-    clip_eps: float = Field(default=0.2, gt=0, description="Clip range of the importance ratio.")
-    kl_coef: float = Field(default=1e-3, ge=0, description="KL (k3) coefficient to the frozen reference.")
+    """The configuration of ``components.training.trainer.GRPOTrainer``: one set of names and defaults."""
+
+    group_size: int = Field(default=4, ge=1, description="Rollouts per prompt (G).")
+    prompts_per_step: int = Field(default=2, ge=1, description="Prompts (groups) per step.")
+    steps: int = Field(default=20, ge=1, description="Trainer steps of a run.")
+    ppo_epochs: int = Field(default=1, ge=1, description="Passes over each batch of rollouts.")
+    mini_batch_size: int | None = Field(default=None, ge=1, description="Rows per optimizer step; None: the whole batch.")
+    micro_batch_size: int | None = Field(default=None, ge=1, description="Rows per forward/backward (gradient accumulation).")
     lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate.")
-    std_normalize: bool = Field(default=True, description="Divide group-centred rewards by the group std.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear LR warm-up, in trainer steps.")
+    total_steps: int | None = Field(default=None, ge=1, description="Linear LR decay to 0 at this step; None: constant.")
+    clip_eps: float = Field(default=0.2, gt=0, lt=1, description="Clip range of the importance ratio (low side).")
+    clip_eps_high: float | None = Field(default=None, gt=0, description="High clip range (DAPO clip-higher); None: clip_eps.")
+    kl_coef: float = Field(default=1e-3, ge=0, description="k3 KL coefficient to the frozen reference (0 skips it).")
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = Field(
+        default="token_mean", description="Loss aggregation; seq_mean_token_sum is RubricEM Eq. 1."
+    )
+    std_normalize: bool = Field(default=True, description="Divide group-centred rewards by the group std (False: Dr. GRPO).")
     adv_eps: float = Field(default=1e-6, gt=0, description="Epsilon in the std division.")
-    loss_agg: Literal["token_mean", "seq_mean_token_mean"] = Field(default="token_mean", description="Aggregation.")
-    ppo_epochs: int = Field(default=1, ge=1, description="Updates per batch of rollouts.")
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
-    lora_r: int = Field(default=8, ge=0, description="LoRA rank (0 = full fine-tuning).")
-    lora_alpha: int = Field(default=16, ge=1, description="LoRA alpha.")
-    lora_dropout: float = Field(default=0.0, ge=0, lt=1, description="LoRA dropout.")
-    steps: int = Field(default=20, ge=1, description="Optimizer steps.")
-    prompts_per_step: int = Field(default=2, ge=1, description="Prompts per step.")
-    max_new_tokens: int = Field(default=128, ge=1, description="Tokens per policy turn in rollouts.")
-    temperature: float = Field(default=1.0, ge=0, description="Rollout sampling temperature.")
-    checkpoint_every: int = Field(default=10, ge=1, description="Steps between checkpoints.")
+    temperature: float = Field(default=1.0, ge=0, description="Rollout sampling temperature (0: greedy).")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Rollout nucleus sampling.")
+    top_k: int = Field(default=0, ge=0, description="Rollout top-k (0: off).")
+    max_new_tokens: int = Field(default=128, ge=1, description="Tokens per sampled continuation (per turn for agents).")
+    shuffle: bool = Field(default=True, description="Seeded shuffle of the prompt order each epoch.")
+    checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints (0: only explicit saves).")
+    keep_last: int | None = Field(default=2, ge=1, description="Checkpoints kept; None keeps all.")
+    old_logprobs: Literal["auto", "recompute", "engine"] = Field(
+        default="auto",
+        description="Log-probs of the sampling policy: auto skips the extra forward pass when the update is exactly "
+        "on-policy (one epoch, one mini-batch: the ratio is 1), recompute always runs it, engine trusts the "
+        "rollout engine's log-probs.",
+    )
 
 
 class SFTParams(Section):
     lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
     epochs: int = Field(default=1, ge=1, description="Epochs.")
     batch_size: int = Field(default=2, ge=1, description="Sequences per step.")
+    micro_batch_size: int | None = Field(default=None, ge=1, description="Sequences per forward/backward; None: batch_size.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear LR warm-up, in optimizer steps.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = Field(
+        default="token_mean", description="Aggregation of the masked cross-entropy."
+    )
+    max_length: int = Field(default=2048, ge=16, description="Tokens per training row (longer rows are cut at the right).")
+    checkpoint_every: int = Field(default=0, ge=0, description="Optimizer steps between checkpoints (0: at the end only).")
     samples_per_question: int = Field(default=2, ge=1, description="Teacher trajectories per question.")
     min_f1: float = Field(default=1.0, ge=0, le=1, description="Rejection sampling keeps trajectories at or above this F1.")
+    n_worlds: int = Field(
+        default=4, ge=0, description="sft_data: training worlds, generated with seeds seed+1 .. seed+n_worlds (never the "
+        "evaluation world's seed)."
+    )
+    n_oracle: int = Field(default=200, ge=0, description="sft_data: oracle trajectories, spread evenly over the training worlds.")
+    n_teacher_questions: int = Field(
+        default=2, ge=0, description="sft_data: questions the teacher role answers (world: training worlds' questions; "
+        "benchmarks: the train split)."
+    )
+    teacher_temperature: float = Field(
+        default=0.7, ge=0, le=2, description="sft_data: temperature of teacher samples after the first (greedy) one."
+    )
 
 
 class Params(Section):
@@ -188,8 +261,13 @@ class Params(Section):
     llm: LLMParams
     evaluation: EvaluationParams = Field(default_factory=EvaluationParams)
     collect: CollectParams = Field(default_factory=CollectParams)
+    lora: LoRAParams = Field(default_factory=LoRAParams)
     grpo: GRPOParams = Field(default_factory=GRPOParams)
     sft: SFTParams = Field(default_factory=SFTParams)
+    methods: dict[str, MethodParams] = Field(
+        default_factory=lambda: {"react": MethodParams(agent="react", description="Plain ReAct (baseline).")},
+        description="What `evaluate --method NAME` runs.",
+    )
 
 
 class ParamsError(ValueError):
@@ -326,3 +404,18 @@ def load_params(path: str | Path = "params.yaml", profile: str | None = None,
             line = None  # only the profile itself was found, not the key inside it
     line = line or _line_of(tree, keys) or 1
     raise ParamsError(f"{path}:{line}: {_describe(err)}")
+
+
+def for_method(params: Params, method: str) -> tuple[Params, MethodParams]:
+    """The params a method runs with (its role rebindings applied, validated) and its entry."""
+    if method not in params.methods:
+        raise ParamsError(f"unknown method {method!r}: params.methods defines {sorted(params.methods)}")
+    spec = params.methods[method]
+    if not spec.roles:
+        return params, spec
+    raw = params.model_dump()
+    raw["llm"]["roles"] = {**raw["llm"]["roles"], **spec.roles}
+    try:
+        return Params.model_validate(raw), spec
+    except ValidationError as exc:
+        raise ParamsError(f"methods.{method}.roles: {exc.errors()[0]['msg']}") from None
