@@ -27,9 +27,9 @@ M = TypeVar("M", bound=BaseModel)
 class RecordError(ValueError):
     """A record that does not parse or validate, located by file, line and field."""
 
-    def __init__(self, path: str | Path, line: int, field: str | None, message: str):
+    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str):
         self.path, self.line, self.field = str(path), line, field
-        where = f"{path}:{line}"
+        where = f"{path}:{line}" if line is not None else str(path)
         super().__init__(f"{where}: field {field!r}: {message}" if field else f"{where}: {message}")
 
 
@@ -53,9 +53,15 @@ def iter_json_objects(path: str | Path, *, skip_torn_tail: bool = False) -> Iter
     """Yield (1-based line number, object) for each non-blank line; a line that is not a JSON object
     raises RecordError. ``skip_torn_tail`` tolerates an unterminated, unparseable last line (a crash)."""
     path = Path(path)
-    with path.open("r", encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         lines = fh.readlines()
-    for number, text in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if skip_torn_tail and number == len(lines) and not raw.endswith(b"\n"):
+                return
+            raise RecordError(path, number, None, f"not UTF-8 text (byte {exc.start + 1})") from None
         if not text.strip():
             continue
         try:
@@ -183,13 +189,21 @@ def write_parquet(path: str | Path, records: Iterable[BaseModel | dict]) -> int:
 def read_parquet(path: str | Path, model: type[M]) -> list[M]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise RecordError(path, None, None, f"not a readable Parquet file ({' '.join(str(exc).split())})") from None
     meta = (table.schema.metadata or {}).get(_JSON_COLUMNS_KEY, b"").decode()
     json_columns = {c for c in meta.split(",") if c}
     out = []
     for row_number, row in enumerate(table.to_pylist(), start=1):
         for key in json_columns & row.keys():
             if isinstance(row[key], str):
-                row[key] = json.loads(row[key])
+                try:
+                    row[key] = json.loads(row[key])
+                except json.JSONDecodeError as exc:
+                    raise RecordError(path, row_number, key, f"invalid JSON ({exc.msg})") from None
         out.append(validate_record(model, row, path, row_number))
     return out

@@ -84,3 +84,33 @@ def test_parquet_round_trip_with_nested_fields(tmp_path):
                         final_answer="y", docs_seen=["d1"])]
     write_parquet(path, trajs)
     assert read_parquet(path, Trajectory) == trajs
+
+
+def test_parquet_bad_row_names_file_row_and_field(tmp_path):
+    path = tmp_path / "q.parquet"
+    rows = [q.model_dump(mode="json") for q in _questions()]
+    rows[1]["answers"] = []
+    write_parquet(path, rows)
+    with pytest.raises(RecordError) as err:
+        read_parquet(path, Question)
+    assert str(err.value) == f"{path}:2: field 'answers': List should have at least 1 item after validation, not 0"
+
+
+def test_file_that_is_not_parquet_is_a_record_error(tmp_path):
+    path = tmp_path / "t.parquet"
+    path.write_text('{"not": "parquet"}\n')
+    with pytest.raises(RecordError, match=r"t\.parquet: not a readable Parquet file \(") as err:
+        read_parquet(path, Trajectory)
+    assert err.value.line is None and "\n" not in str(err.value)
+    with pytest.raises(FileNotFoundError):  # a missing input stays what it is
+        read_parquet(tmp_path / "missing.parquet", Trajectory)
+
+
+def test_line_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    good = Document(id="a", title="A", text="x").model_dump_json().encode()
+    path.write_bytes(good + b"\n" + b'{"id": "b", "title": "\xff"}\n')
+    with pytest.raises(RecordError, match=r"d\.jsonl:2: not UTF-8 text \(byte 23\)"):
+        read_jsonl(path, Document)
+    path.write_bytes(good + b"\n" + '{"id": "b", "title": "é'.encode()[:-1])  # torn inside a character
+    assert [d.id for d in read_jsonl(path, Document, skip_torn_tail=True)] == ["a"]
