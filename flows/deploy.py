@@ -7,6 +7,7 @@ with prefect.yaml, for a single machine without a work pool).
 from __future__ import annotations
 
 from flows.pipeline import pipeline
+from tasks.runtime import run_stage
 
 
 def main() -> None:
@@ -14,4 +15,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

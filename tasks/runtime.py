@@ -1,4 +1,5 @@
-"""What every stage shares: params loading with ``--set`` overrides, output paths, MLflow tracking.
+"""What every stage shares: params loading with ``--set`` overrides, output paths, MLflow tracking, and
+``run_stage`` for the ``__main__`` block (a user error exits 2 with one line, not a traceback).
 
 MLflow tracks to SQLite (``run.mlflow_tracking_uri``) with ``run.mlflow_artifact_root`` as the artifact
 root. ``RUBRICFLOW_MLFLOW=0`` swaps in a null tracker that records nothing (for unit tests).
@@ -11,10 +12,13 @@ import contextlib
 import json
 import os
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from components.params import Params, load_params
+from components.io import RecordError
+from components.params import Params, ParamsError, load_params
 
 PARAMS_PATH = os.environ.get("RUBRICFLOW_PARAMS", "params.yaml")
 
@@ -26,6 +30,22 @@ def stage_argparser(doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a parameter, e.g. --set data.source=hotpotqa (repeatable)")
     return parser
+
+
+# Mistakes in what the user gave (an override, a params file, an input record), not bugs in the code.
+USER_ERRORS: tuple[type[Exception], ...] = (ParamsError, RecordError)
+
+
+def run_stage(main: Callable[[], object]) -> None:
+    """Run a stage's or flow's ``main``; a user error exits with status 2 and one line on stderr, in
+    argparse's form (``prepare.py: error: --set grpo.lrr=1: unknown key grpo.lrr``). Anything else
+    keeps its traceback."""
+    try:
+        main()
+    except USER_ERRORS as exc:
+        message = " ".join(str(exc).split())
+        print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def params_from_args(args: argparse.Namespace) -> Params:
