@@ -103,4 +103,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from tasks.runtime import run_stage
+
+    run_stage(main)
