@@ -1,12 +1,14 @@
 """Build the role-bound models of a run from ``params.llm``.
 
-One backend instance per backend name (so roles bound to the same server share its connection pool and
-concurrency limit), one middleware wrapper per role (so accounting is per role). Embedded backends start
-llama.cpp's server on first use and stop it on ``close()``.
+One backend instance and one ``ConcurrencyLimit`` per backend name (so roles bound to the same server share
+its connections and its slots: ``llm.backends.NAME.max_concurrency``, else ``llm.middleware.max_concurrency``),
+one middleware wrapper per role (so accounting is per role). Embedded backends start llama.cpp's server on
+first use; ``close()`` closes every backend's connections and stops the servers.
 
     with LLMPool(params) as pool:
         judge = pool.role("answer_judge")              # ReliableChatModel
         council = pool.roles("council_judges")         # list, one per bound backend
+        print(pool.slots("policy", "council_judges"))  # requests these roles' backends serve at once
         print(pool.accounting.metrics())
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from components.llm import backends  # noqa: F401  (registers the backends)
 from components.llm.base import BACKENDS, ChatModel, PermanentLLMError
-from components.llm.middleware import Accounting, ReliableChatModel, ResponseCache
+from components.llm.middleware import Accounting, ConcurrencyLimit, ReliableChatModel, ResponseCache
 from components.params import BackendParams, Params
 
 
@@ -28,8 +30,9 @@ class LLMPool:
         self.accounting = accounting or Accounting()
         self._overrides = dict(overrides or {})
         self._backends: dict[str, ChatModel] = {}
-        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._limits: dict[str, ConcurrencyLimit] = {}
         self._servers: list = []
+        self._closing: set[asyncio.Task] = set()
         mw = params.llm.middleware
         path = cache_path or Path(params.run.cache_dir) / "llm_responses.sqlite"
         self.cache = ResponseCache(path) if mw.cache else None
@@ -58,9 +61,20 @@ class LLMPool:
         if cfg.type == "openai":
             base_url, json_format = cfg.base_url, cfg.options.get("json_format", "json_schema")
             if cfg.embedded and not base_url:
-                from components.embedded.server import LlamaServer
-                server = LlamaServer(ensure_gguf(cfg.embedded, cache_dir), alias=cfg.model or cfg.embedded,
-                                     n_ctx=cfg.n_ctx, threads=cfg.threads).start()
+                gguf = ensure_gguf(cfg.embedded, cache_dir)
+                if cfg.server == "native":
+                    from components.embedded.lora_gguf import ensure_lora_gguf
+                    from components.embedded.models import sha256_file
+                    from components.embedded.native_server import NativeLlamaServer
+                    lora = ensure_lora_gguf(cfg.lora, cache_dir) if cfg.lora else None
+                    if lora is not None:  # the response cache keys on identity: a new adapter must change it
+                        sha = sha256_file(lora)
+                    server = NativeLlamaServer(gguf, alias=cfg.model or cfg.embedded, n_ctx=cfg.n_ctx,
+                                               threads=cfg.threads, parallel=cfg.parallel, lora=lora).start()
+                else:
+                    from components.embedded.server import LlamaServer
+                    server = LlamaServer(gguf, alias=cfg.model or cfg.embedded, n_ctx=cfg.n_ctx,
+                                         threads=cfg.threads).start()
                 self._servers.append(server)
                 base_url, json_format = server.base_url, "json_object"
             model = cls(model=cfg.model or cfg.embedded, base_url=base_url, api_key_env=cfg.api_key_env,
@@ -83,6 +97,19 @@ class LLMPool:
             model.identity = f"{model.name}@{sha[:16]}"
         return model
 
+    def limit(self, name: str) -> ConcurrencyLimit:
+        """The one concurrency limit of backend ``name``, shared by every role bound to it."""
+        if name not in self._limits:
+            cfg = self.params.llm.backends.get(name)
+            own = cfg.max_concurrency if cfg is not None else None
+            self._limits[name] = ConcurrencyLimit(own or self.params.llm.middleware.max_concurrency)
+        return self._limits[name]
+
+    def slots(self, *roles: str) -> int:
+        """How many requests the backends bound to ``roles`` serve at once, all together (each backend once)."""
+        names = {name for role in roles for name in self._bound(role)}
+        return sum(self.limit(name).limit for name in names)
+
     # -- roles ------------------------------------------------------------------------------------------
     def _bound(self, role: str) -> list[str]:
         if role not in self.params.llm.roles:
@@ -93,11 +120,10 @@ class LLMPool:
     def _wrap(self, role: str, backend_name: str) -> ReliableChatModel:
         cfg = self.params.llm.backends.get(backend_name)
         mw = self.params.llm.middleware
-        sem = self._semaphores.get(backend_name)
         return ReliableChatModel(
             self.backend(backend_name), role=role, settings=mw, cache=self.cache, accounting=self.accounting,
             price_prompt_per_1k=cfg.price_prompt_per_1k if cfg else 0.0,
-            price_completion_per_1k=cfg.price_completion_per_1k if cfg else 0.0, semaphore=sem,
+            price_completion_per_1k=cfg.price_completion_per_1k if cfg else 0.0, limit=self.limit(backend_name),
         )
 
     def role(self, role: str) -> ReliableChatModel:
@@ -110,18 +136,38 @@ class LLMPool:
         names = self._bound(role)
         return [self._wrap(f"{role}[{i}]", name) for i, name in enumerate(names)]
 
+    async def aclose(self) -> None:
+        """Close every backend's connections, from inside the event loop that used them; the pool stays usable
+        (a later call opens new ones)."""
+        await asyncio.gather(*(model.aclose() for model in self._backends.values()))
+
     def close(self) -> None:
-        for model in self._backends.values():
-            try:
-                asyncio.run(model.aclose())
-            except RuntimeError:
-                pass
-        for server in self._servers:
-            server.stop()
-        self._servers.clear()
+        """Close every backend's connections, stop the embedded servers and the response cache. Works outside
+        an event loop and from synchronous code running inside one (the closing then finishes on that loop
+        as soon as the caller yields to it)."""
+        models = list(self._backends.values())
         self._backends.clear()
-        if self.cache is not None:
-            self.cache.close()
+
+        async def close_all() -> None:
+            await asyncio.gather(*(model.aclose() for model in models))
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        try:
+            if loop is None:
+                asyncio.run(close_all())
+            else:
+                task = loop.create_task(close_all())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        finally:
+            for server in self._servers:
+                server.stop()
+            self._servers.clear()
+            if self.cache is not None:
+                self.cache.close()
 
     def __enter__(self) -> "LLMPool":
         return self

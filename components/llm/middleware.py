@@ -1,8 +1,10 @@
 """Reliability middleware wrapped around every backend.
 
-``ReliableChatModel(inner, role=..., settings=...)`` adds, per call:
-- bounded concurrency (an asyncio semaphore per wrapped backend),
-- a per-attempt timeout,
+``ReliableChatModel(inner, role=..., settings=..., limit=...)`` adds, per call:
+- bounded concurrency: a ``ConcurrencyLimit`` per backend, shared by every role bound to it (``LLMPool``
+  hands the same one to each wrapper); a request holds one slot, and a backend that cannot return ``n``
+  samples in one request splits the call (``inner.split`` / ``inner.join``) into requests of a slot each,
+- a per-attempt timeout that starts once the attempt holds a slot (queueing never times a call out),
 - retries with exponential backoff plus jitter on transient errors only (tenacity),
 - a persistent response cache (sqlite, key = sha256 of model + messages + sampling incl. seed), used
   only for deterministic calls (temperature 0 or seeded),
@@ -18,14 +20,15 @@ import json
 import sqlite3
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
 from components.llm.base import (
-    ChatFailure, ChatModel, ChatOutcome, ChatResult, Completion, LLMError, Message, Sampling, TransientLLMError,
+    ChatFailure, ChatModel, ChatOutcome, ChatResult, Completion, LLMError, Message, PolicyCall, Sampling,
+    TransientLLMError,
 )
 from components.params import MiddlewareParams
 
@@ -110,6 +113,64 @@ class Accounting:
         return out
 
 
+class ConcurrencyLimit:
+    """At most ``limit`` holders at once, served first come first served. Unlike ``asyncio.Semaphore`` it is
+    bound to no event loop, so one instance serves successive ``asyncio.run()`` calls and loops in other
+    threads alike.
+
+        limit = ConcurrencyLimit(2)
+        async with limit:
+            ...
+    """
+
+    def __init__(self, limit: int):
+        if limit < 1:
+            raise ValueError(f"a concurrency limit must be at least 1, got {limit}")
+        self.limit = limit
+        self.in_use = 0
+        self._lock = threading.Lock()
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = deque()
+
+    async def __aenter__(self) -> "ConcurrencyLimit":
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self.in_use < self.limit and not self._waiters:
+                self.in_use += 1
+                return self
+            waiter = (loop, loop.create_future())
+            self._waiters.append(waiter)
+        try:
+            await waiter[1]
+        except BaseException:
+            with self._lock:
+                queued = waiter in self._waiters
+                if queued:
+                    self._waiters.remove(waiter)
+            if not queued:  # the slot was handed over just as the wait was cancelled: pass it on
+                self._release()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            while self._waiters:
+                loop, future = self._waiters.popleft()
+                try:
+                    loop.call_soon_threadsafe(_wake, future)
+                    return  # the slot passes straight to the waiter
+                except RuntimeError:  # the waiter's loop has closed; nobody is waiting there any more
+                    continue
+            self.in_use -= 1
+
+
+def _wake(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class ReliableChatModel(ChatModel):
     def __init__(
         self,
@@ -121,7 +182,7 @@ class ReliableChatModel(ChatModel):
         accounting: Accounting | None = None,
         price_prompt_per_1k: float = 0.0,
         price_completion_per_1k: float = 0.0,
-        semaphore: asyncio.Semaphore | None = None,
+        limit: ConcurrencyLimit | None = None,
     ):
         self.inner = inner
         self.role = role
@@ -131,30 +192,42 @@ class ReliableChatModel(ChatModel):
         self.accounting = accounting or Accounting()
         self.stats = self.accounting.for_role(role)
         self.prices = (price_prompt_per_1k, price_completion_per_1k)
-        self._semaphores: dict[int, asyncio.Semaphore] = {}
-        self._shared_semaphore = semaphore
+        self.limit = limit or ConcurrencyLimit(self.settings.max_concurrency)
         self._sleep = asyncio.sleep  # tests may replace it to observe backoff delays
 
     def cache_identity(self) -> str:
         return self.inner.cache_identity()
 
-    def _sem(self) -> asyncio.Semaphore:
-        if self._shared_semaphore is not None:
-            return self._shared_semaphore
-        # one semaphore per event loop: a semaphore cannot be shared across asyncio.run() calls
-        loop_id = id(asyncio.get_running_loop())
-        if loop_id not in self._semaphores:
-            self._semaphores = {loop_id: asyncio.Semaphore(self.settings.max_concurrency)}
-        return self._semaphores[loop_id]
+    def _requests(self, sampling: Sampling) -> list[Sampling]:
+        split = getattr(self.inner, "split", None)
+        return split(sampling) if split is not None else [sampling]
+
+    def _join(self, parts: list[Completion]) -> Completion:
+        return self.inner.join(parts) if len(parts) > 1 else parts[0]
 
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
-        async with self._sem():
+        async with self.limit:
             try:
                 return await asyncio.wait_for(self.inner._complete(messages, sampling), self.settings.timeout_s)
             except asyncio.TimeoutError:
                 raise TransientLLMError(f"timed out after {self.settings.timeout_s}s") from None
 
-    async def chat(self, messages: list[Message], sampling: Sampling | None = None) -> ChatOutcome:
+    async def _with_retries(self, messages: list[Message], sampling: Sampling, tries: list[int], i: int) -> Completion:
+        s = self.settings
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(s.max_attempts),
+            wait=wait_exponential(multiplier=s.backoff_initial_s, max=s.backoff_max_s) + wait_random(0, s.backoff_jitter_s),
+            retry=retry_if_exception_type(TransientLLMError),
+            sleep=lambda seconds: self._sleep(seconds),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                tries[i] += 1
+                return await self._complete(messages, sampling)
+
+    async def chat(self, messages: list[Message], sampling: Sampling | None = None, *,
+                   call: PolicyCall | None = None) -> ChatOutcome:  # call: a training tag; served models ignore it
         sampling = sampling or Sampling()
         messages = list(messages)
         self.stats.calls += 1
@@ -170,26 +243,19 @@ class ReliableChatModel(ChatModel):
                 self.stats.cache_hits += 1
                 return ChatResult(**hit.model_dump(), latency_s=loop.time() - start, cached=True)
 
-        s = self.settings
-        attempts = 0
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(s.max_attempts),
-            wait=wait_exponential(multiplier=s.backoff_initial_s, max=s.backoff_max_s) + wait_random(0, s.backoff_jitter_s),
-            retry=retry_if_exception_type(TransientLLMError),
-            sleep=lambda seconds: self._sleep(seconds),
-            reraise=True,
-        )
+        requests = self._requests(sampling)
+        tries = [0] * len(requests)
+        tasks = [asyncio.ensure_future(self._with_retries(messages, r, tries, i)) for i, r in enumerate(requests)]
         try:
-            async for attempt in retrying:
-                with attempt:
-                    attempts += 1
-                    completion = await self._complete(messages, sampling)
-        except LLMError as exc:
-            return self._failed(exc, attempts, loop.time() - start)
-        except Exception as exc:  # a backend bug must not take the run down; it is reported as a failure
-            return self._failed(exc, attempts, loop.time() - start)
+            parts = await asyncio.gather(*tasks)
+        except Exception as exc:  # a backend bug must not take the run down either: it is reported as a failure
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return self._failed(exc, tries, loop.time() - start)
+        completion = self._join(parts)
 
-        self.stats.retries += attempts - 1
+        self.stats.retries += sum(tries) - len(tries)
         self.stats.successes += 1
         self.stats.prompt_tokens += completion.prompt_tokens
         self.stats.completion_tokens += completion.completion_tokens
@@ -198,10 +264,11 @@ class ReliableChatModel(ChatModel):
         self.stats.latency_s += latency
         if key is not None:
             self.cache.put(key, completion)
-        return ChatResult(**completion.model_dump(), latency_s=latency, attempts=attempts)
+        return ChatResult(**completion.model_dump(), latency_s=latency, attempts=max(tries))
 
-    def _failed(self, exc: Exception, attempts: int, latency: float) -> ChatFailure:
-        self.stats.retries += max(attempts - 1, 0)
+    def _failed(self, exc: Exception, tries: list[int], latency: float) -> ChatFailure:
+        attempts = max(tries)
+        self.stats.retries += sum(max(t - 1, 0) for t in tries)
         self.stats.failures += 1
         self.stats.failures_by_type[type(exc).__name__] += 1
         self.stats.latency_s += latency

@@ -1,7 +1,8 @@
 """A real HTTP server on 127.0.0.1 that speaks the chat-completions protocol and fails on purpose.
 
 Each request pops the next behaviour from a queue: ("ok", text), ("status", code), ("sleep", seconds),
-("malformed", body). When the queue is empty it answers ("ok", "default").
+("malformed", body). When the queue is empty it answers ``default`` (("ok", "default") unless set).
+``max_in_flight`` is the most requests it was ever handling at the same moment.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ class FakeOpenAIServer:
         self.behaviours: list[tuple] = []
         self.requests: list[dict] = []
         self.request_times: list[float] = []
+        self.default: tuple = ("ok", "default")
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -24,26 +29,38 @@ class FakeOpenAIServer:
                 pass
 
             def do_POST(self):
+                with outer._lock:
+                    outer.in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                try:
+                    code, data = self._answer()
+                finally:
+                    # counted out before the reply leaves, so a client's next request never overlaps it
+                    with outer._lock:
+                        outer.in_flight -= 1
+                self._send(code, data)
+
+            def _answer(self) -> tuple[int, bytes]:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                outer.request_times.append(time.monotonic())
-                kind, arg = outer.behaviours.pop(0) if outer.behaviours else ("ok", "default")
+                with outer._lock:
+                    outer.requests.append(body)
+                    outer.request_times.append(time.monotonic())
+                    kind, arg = outer.behaviours.pop(0) if outer.behaviours else outer.default
                 if kind == "sleep":
                     time.sleep(arg)
                     kind, arg = "ok", "late"
                 if kind == "status":
-                    self._send(arg, json.dumps({"error": {"message": f"status {arg}"}}).encode())
-                elif kind == "malformed":
-                    self._send(200, arg.encode())
-                else:
-                    n = body.get("n", 1)
-                    payload = {
-                        "model": body["model"],
-                        "choices": [{"index": i, "message": {"role": "assistant", "content": f"{arg}"},
-                                     "finish_reason": "stop"} for i in range(n)],
-                        "usage": {"prompt_tokens": 7, "completion_tokens": 3},
-                    }
-                    self._send(200, json.dumps(payload).encode())
+                    return arg, json.dumps({"error": {"message": f"status {arg}"}}).encode()
+                if kind == "malformed":
+                    return 200, arg.encode()
+                n = body.get("n", 1)
+                payload = {
+                    "model": body["model"],
+                    "choices": [{"index": i, "message": {"role": "assistant", "content": f"{arg}"},
+                                 "finish_reason": "stop"} for i in range(n)],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+                }
+                return 200, json.dumps(payload).encode()
 
             def _send(self, code, data):
                 try:

@@ -1,6 +1,8 @@
 """``gemini`` backend: Google's Gemini models through google-genai, with structured output from a JSON
 schema (build one from a pydantic model with ``Model.model_json_schema()``). The API key comes from the
-environment only (``GEMINI_API_KEY`` by default, or the variable named in params).
+environment only (``GEMINI_API_KEY`` by default, or the variable named in params). The backend opens one
+google-genai client per event loop (its async HTTP connections belong to one loop) and closes it inside that
+loop (``per_loop.PerLoop``); a client passed in belongs to the caller.
 
     model = GeminiChatModel(model="gemini-2.5-pro")
 """
@@ -12,6 +14,12 @@ import os
 from components.llm.base import (
     BACKENDS, ChatModel, Completion, Message, PermanentLLMError, Sampling, TransientLLMError, classify_status,
 )
+from components.llm.backends.per_loop import PerLoop
+
+
+async def _close_genai(client) -> None:
+    await client.aio.aclose()
+    client.close()
 
 
 @BACKENDS.register("gemini")
@@ -21,13 +29,12 @@ class GeminiChatModel(ChatModel):
 
         self.name = model
         self.model = model
-        if client is None:
-            env = api_key_env or "GEMINI_API_KEY"
-            key = os.environ.get(env)
-            if not key:
-                raise PermanentLLMError(f"gemini backend: environment variable {env} is not set")
-            client = genai.Client(api_key=key)
         self._client = client
+        env = api_key_env or "GEMINI_API_KEY"
+        key = os.environ.get(env)
+        if client is None and not key:
+            raise PermanentLLMError(f"gemini backend: environment variable {env} is not set")
+        self._clients = PerLoop(lambda: genai.Client(api_key=key), _close_genai)
 
     @staticmethod
     def _contents(messages: list[Message]):
@@ -56,8 +63,9 @@ class GeminiChatModel(ChatModel):
         from google.genai import errors
 
         system, contents = self._contents(messages)
+        client = self._client if self._client is not None else await self._clients.get()
         try:
-            resp = await self._client.aio.models.generate_content(
+            resp = await client.aio.models.generate_content(
                 model=self.model, contents=contents, config=self._config(system, sampling)
             )
         except errors.APIError as exc:
@@ -75,3 +83,6 @@ class GeminiChatModel(ChatModel):
             prompt_tokens=int(getattr(usage, "prompt_token_count", 0) or 0),
             completion_tokens=int(getattr(usage, "candidates_token_count", 0) or 0),
         )
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()

@@ -1,6 +1,9 @@
 """``openai`` backend: any OpenAI-compatible chat-completions server over HTTP (vLLM in production,
 llama.cpp's server for the embedded default). Uses httpx directly so that every failure maps onto the
-middleware's transient/permanent split; the middleware owns retries, so none happen here.
+middleware's transient/permanent split; the middleware owns retries, so none happen here. A server that
+ignores ``n`` (llama.cpp) gets ``n`` single requests with derived seeds (``split``, then ``join``; through
+the middleware each takes its own concurrency slot). The client is one per event loop, closed inside that loop
+(``per_loop.PerLoop``), unless the caller passes its own.
 
     model = OpenAIChatModel(model="Qwen/Qwen3-14B", base_url="http://127.0.0.1:8000/v1")
 """
@@ -16,6 +19,7 @@ import httpx
 from components.llm.base import (
     BACKENDS, ChatModel, Completion, Message, PermanentLLMError, Sampling, TransientLLMError, classify_status,
 )
+from components.llm.backends.per_loop import PerLoop
 
 
 @BACKENDS.register("openai")
@@ -41,31 +45,34 @@ class OpenAIChatModel(ChatModel):
         # "json_schema": OpenAI / vLLM style; "json_object": llama.cpp's {"type": "json_object", "schema": ...}
         self.json_format = json_format
         self._client = client
-        self._owns_client = client is None
-        self._client_loop = None
+        # the middleware enforces the per-call timeout; the client's only stops a stuck connect
+        self._clients = PerLoop(lambda: httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0)),
+                                lambda c: c.aclose())
 
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._owns_client and (self._client is None or self._client_loop is not loop):
-            # one client per event loop: callers may run several asyncio.run() in a row
-            # the middleware enforces the per-call timeout; this one only stops a stuck socket
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
-            self._client_loop = loop
-        return self._client
+    async def _http(self) -> httpx.AsyncClient:
+        return self._client if self._client is not None else await self._clients.get()
 
-    def _body(self, messages: list[Message], sampling: Sampling, n: int, seed: int | None) -> dict:
+    def split(self, sampling: Sampling) -> list[Sampling]:
+        """The requests ``sampling`` takes on this server: itself, or ``n`` single samples seeded
+        ``seed + i`` when the server ignores ``n``."""
+        if sampling.n == 1 or self.supports_n:
+            return [sampling]
+        seeds = [None if sampling.seed is None else sampling.seed + i for i in range(sampling.n)]
+        return [sampling.model_copy(update={"n": 1, "seed": seed}) for seed in seeds]
+
+    def _body(self, messages: list[Message], sampling: Sampling) -> dict:
         body: dict = {
             "model": self.model,
             "messages": [m.model_dump() for m in messages],
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "max_tokens": sampling.max_tokens,
-            "n": n,
+            "n": sampling.n,
         }
         if sampling.stop:
             body["stop"] = list(sampling.stop)
-        if seed is not None:
-            body["seed"] = seed
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
         if sampling.json_schema is not None:
             if self.json_format == "json_object":
                 body["response_format"] = {"type": "json_object", "schema": sampling.json_schema}
@@ -78,7 +85,8 @@ class OpenAIChatModel(ChatModel):
 
     async def _request(self, body: dict) -> Completion:
         try:
-            resp = await self._http().post(f"{self.base_url}/chat/completions", json=body, headers=self.headers)
+            client = await self._http()
+            resp = await client.post(f"{self.base_url}/chat/completions", json=body, headers=self.headers)
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             raise TransientLLMError(f"{type(exc).__name__}: {exc}") from None
         if resp.status_code != 200:
@@ -101,19 +109,20 @@ class OpenAIChatModel(ChatModel):
             prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
         )
 
-    async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
-        if sampling.n == 1 or self.supports_n:
-            return await self._request(self._body(messages, sampling, sampling.n, sampling.seed))
-        # servers that ignore n (llama.cpp) get n requests with derived seeds
-        seeds = [None if sampling.seed is None else sampling.seed + i for i in range(sampling.n)]
-        parts = await asyncio.gather(*(self._request(self._body(messages, sampling, 1, s)) for s in seeds))
+    @staticmethod
+    def join(parts: list[Completion]) -> Completion:
+        """One completion from the answers to ``split``'s requests, in request order."""
+        if len(parts) == 1:
+            return parts[0]
         return Completion(
-            texts=[p.texts[0] for p in parts], model=parts[0].model,
-            finish_reasons=[p.finish_reasons[0] if p.finish_reasons else "" for p in parts],
+            texts=[t for p in parts for t in p.texts], model=parts[0].model,
+            finish_reasons=[f for p in parts for f in p.finish_reasons],
             prompt_tokens=sum(p.prompt_tokens for p in parts), completion_tokens=sum(p.completion_tokens for p in parts),
         )
 
+    async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
+        return self.join(await asyncio.gather(*(self._request(self._body(messages, r)) for r in self.split(sampling))))
+
     async def aclose(self) -> None:
-        if self._client is not None and self._owns_client:
-            await self._client.aclose()
-            self._client = None
+        """Close the clients this backend opened (a client passed in belongs to the caller)."""
+        await self._clients.aclose()
