@@ -127,6 +127,20 @@ class BackendParams(Section):
     price_prompt_per_1k: float = Field(default=0.0, ge=0, description="Cost accounting, per 1k prompt tokens.")
     price_completion_per_1k: float = Field(default=0.0, ge=0, description="Per 1k completion tokens.")
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific extras.")
+    server: Literal["python", "native"] = Field(
+        default="python", description="Which llama.cpp server an embedded `openai` backend starts: llama-cpp-python's "
+        "(one request at a time) or the native llama-server built by scripts/setup.sh (parallel slots, LoRA)."
+    )
+    parallel: int = Field(default=4, ge=1, description="Slots of the native server (decoded together); "
+                          "set max_concurrency to the same number.")
+    lora: str | None = Field(default=None, description="LoRA adapter served by the native server: a peft adapter "
+                             "folder (converted to GGUF once) or a llama.cpp LoRA GGUF.")
+
+    @model_validator(mode="after")
+    def _lora_needs_native_server(self) -> "BackendParams":
+        if self.lora and self.server != "native":
+            raise ValueError("lora is served by the native server only: set server: native")
+        return self
 
 
 class LLMParams(Section):
@@ -221,6 +235,20 @@ class GRPOParams(Section):
     )
 
 
+class TrainPolicyParams(Section):
+    """The `train_policy@<variant>` stage: which policy it starts from and how rollouts are served."""
+
+    engine: Literal["hf", "llamacpp"] = Field(
+        default="hf", description="Rollout engine: transformers generate (reference) or the llama.cpp native server."
+    )
+    init_adapter: str | None = Field(
+        default="sft/adapter",
+        description="Adapter (under run.out_dir) merged into the base before RL, e.g. the SFT warm start; the "
+        "KL reference is then the warm-started policy. None starts from the base model.",
+    )
+    n_questions: int = Field(default=40, ge=1, description="Training questions (train split) the prompts cycle over.")
+
+
 class SFTParams(Section):
     lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
     epochs: int = Field(default=1, ge=1, description="Epochs.")
@@ -263,6 +291,7 @@ class Params(Section):
     collect: CollectParams = Field(default_factory=CollectParams)
     lora: LoRAParams = Field(default_factory=LoRAParams)
     grpo: GRPOParams = Field(default_factory=GRPOParams)
+    train_policy: TrainPolicyParams = Field(default_factory=TrainPolicyParams)
     sft: SFTParams = Field(default_factory=SFTParams)
     methods: dict[str, MethodParams] = Field(
         default_factory=lambda: {"react": MethodParams(agent="react", description="Plain ReAct (baseline).")},

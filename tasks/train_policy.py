@@ -1,0 +1,126 @@
+"""Stage `train_policy@<variant>`: GRPO of the search agent from the warm start, with a method's variant
+(grpo, dapo, and each method's own as it lands) plugged into the one trainer.
+
+    python -m tasks.train_policy --variant grpo [--set grpo.steps=4]
+
+Reads outputs/data/train.jsonl, the corpus and index, and the warm-start adapter
+(``train_policy.init_adapter``, merged into the base so the KL reference is the warm-started policy).
+Writes under outputs/train/<variant>/: adapter/ (the RL LoRA over the merged base), ckpt/ (resumable:
+weights, optimizer, scheduler, RNG, data position, method state), metrics.csv (one row per step; a DVC
+plot) and metrics.json (last step).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+from prefect import task
+from pydantic import BaseModel
+
+from components.agents.react import build_agent
+from components.io import read_jsonl, write_json
+from components.llm.factory import LLMPool
+from components.methods.variants import VARIANTS, VariantContext, get_variant
+from components.params import Params
+from components.schemas import Question
+from components.training.agent_rollout import make_agent_rollout
+from components.training.model import LoRASettings, build_policy
+from components.training.rollout import HFRolloutEngine
+from components.training.trainer import GRPOTrainer
+from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
+from tasks.sft import load_trainable_policy
+
+
+class TrainResult(BaseModel):
+    variant: str
+    adapter: str
+    metrics: dict[str, float]
+
+
+def warm_started_policy(params: Params):
+    """(Policy with a fresh RL LoRA over base + merged warm-start adapter, tokenizer)."""
+    model, tokenizer = load_trainable_policy(params)
+    init = params.train_policy.init_adapter
+    if init is not None:
+        adapter = Path(params.run.out_dir) / init
+        if not (adapter / "adapter_config.json").exists():
+            raise FileNotFoundError(f"train_policy.init_adapter: {adapter} holds no adapter (run the sft stage, "
+                                    "or set train_policy.init_adapter=null to start from the base)")
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    lora = params.lora
+    policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None)
+    return policy, tokenizer
+
+
+def make_engine(params: Params, policy, tokenizer):
+    if params.train_policy.engine == "hf":
+        return HFRolloutEngine(policy.model, tokenizer)
+    from components.training.llamacpp_engine import engine_for_policy
+
+    return engine_for_policy(params, policy, tokenizer)
+
+
+@task(name="train_policy")
+def train_policy(params: Params | None = None, variant: str = "grpo", parent_run_id: str | None = None,
+                 pool: LLMPool | None = None) -> TrainResult:
+    params = resolve(params)
+    import torch
+
+    torch.manual_seed(params.seed)
+    builder = get_variant(variant)
+    questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.train_policy.n_questions]
+    toolbox = load_toolbox(params)
+    folder = out_path(params, "train", variant, "metrics.json").parent
+    own_pool = pool is None
+    pool = pool or LLMPool(params)
+    started = time.perf_counter()
+    try:
+        parts = builder(VariantContext(params=params, roles=pool.role, toolbox=toolbox, out_dir=folder))
+        policy, tokenizer = warm_started_policy(params)
+        engine = make_engine(params, policy, tokenizer)
+        rollout_fn = make_agent_rollout(
+            lambda p: build_agent(parts.agent, lambda role: p, toolbox, params.agent, parts.agent_options), tokenizer)
+        rows: list[dict[str, float]] = []
+        with tracking(params, f"train_policy@{variant}", parent_run_id,
+                      tags={"method": variant, "variant": variant}) as tracker:
+            tracker.log_params({"variant": variant, "grpo": params.grpo.model_dump(), "lora": params.lora.model_dump(),
+                                "train_policy": params.train_policy.model_dump()})
+
+            def log(step: int, metrics: dict[str, float]) -> None:
+                rows.append({"step": step, **metrics})
+                tracker.log_metrics(metrics, step=step)
+                pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)  # kept current: a crash loses nothing
+
+            trainer = GRPOTrainer(policy, engine, parts.reward_fn, questions, params.grpo,
+                                  rollout_fn=rollout_fn, advantage_fn=parts.advantage_fn, loss_fn=parts.loss_fn,
+                                  extra_modules=parts.extra_modules, method=parts.method, on_metrics=log,
+                                  checkpoint_dir=folder / "ckpt", seed=params.seed,
+                                  pad_token_id=tokenizer.pad_token_id or 0)
+            trainer.resume()
+            history = trainer.train(params.grpo.steps)
+            trainer.save()
+            policy.model.save_pretrained(str(folder / "adapter"))
+            last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
+            write_json(folder / "metrics.json", last)
+            write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
+            tracker.log_metrics(pool.accounting.metrics())
+            tracker.log_artifact(folder / "metrics.csv")
+    finally:
+        if own_pool:
+            pool.close()
+    return TrainResult(variant=variant, adapter=str(folder / "adapter"), metrics=last)
+
+
+def main() -> None:
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--variant", default="grpo", help=f"one of {VARIANTS.names()}")
+    args = parser.parse_args()
+    print(train_policy.fn(params_from_args(args), variant=args.variant).model_dump_json(indent=2))
+
+
+if __name__ == "__main__":
+    main()
