@@ -5,7 +5,9 @@
 The embedded world is generated from ``seed`` and the ``world`` section. A benchmark is read from
 ``data.benchmarks_dir`` (never copied into the project): its questions are shuffled with the seed and cut
 into test, dev and train; the corpus pools every loaded question's paragraphs, so each question competes
-with the others' paragraphs as distractors.
+with the others' paragraphs as distractors. Every question records its own paragraphs in
+``metadata["paragraph_ids"]`` for ``retrieval.scope: question`` (a benchmark example's context paragraphs;
+for the world, see ``components.retrieval.scope``).
 Writes outputs/data/{train,dev,test}.jsonl, outputs/data/corpus.jsonl and outputs/data/summary.json.
 """
 
@@ -32,6 +34,7 @@ def build_dataset(params: Params) -> tuple[dict[str, list[Question]], list[Docum
     d = params.data
     sizes = {"test": d.n_test, "dev": d.n_dev, "train": d.n_train}
     if d.source == "world":
+        from components.retrieval.scope import world_question_paragraphs
         from components.world import generate_world
 
         w = params.world
@@ -41,8 +44,10 @@ def build_dataset(params: Params) -> tuple[dict[str, list[Question]], list[Docum
             question_mix=w.question_mix, n_questions=sum(sizes.values()),
         )
         splits = world.split(train=d.n_train, dev=d.n_dev, test=d.n_test)
-        return {name: [q.model_copy(update={"split": name}) for q in splits[name]] for name in sizes}, world.documents
-    from components.benchmarks import bamboogle_corpus, load_benchmark
+        scoped = {q.id: q for q in world_question_paragraphs(world, [q for qs in splits.values() for q in qs])}
+        return {name: [scoped[q.id].model_copy(update={"split": name}) for q in splits[name]]
+                for name in sizes}, world.documents
+    from components.datasets import bamboogle_corpus, load_benchmark
 
     questions, corpus = load_benchmark(d.source, d.benchmarks_dir)
     if d.source == "bamboogle":

@@ -148,7 +148,8 @@ def tracking(params: Params, run_name: str, parent_run_id: str | None = None, ta
 
 
 def load_toolbox(params: Params):
-    """The agent toolbox over the prepared corpus and the built index (stale indexes are refused)."""
+    """The agent toolbox over the prepared corpus and the built index (stale indexes are refused), in the
+    ``retrieval.scope`` of params: an episode uses ``toolbox.for_question(question)``."""
     from components.io import read_jsonl
     from components.retrieval import load_index, make_toolbox
     from components.schemas import Document
@@ -156,4 +157,4 @@ def load_toolbox(params: Params):
     docs = read_jsonl(out_path(params, "data", "corpus.jsonl"), Document)
     index = load_index(out_path(params, "index", "manifest.json").parent, docs=docs)
     return make_toolbox(index, docs, top_k=params.retrieval.top_k, snippet_chars=params.retrieval.snippet_chars,
-                        browse_chars=params.agent.observation_max_chars)
+                        browse_chars=params.agent.observation_max_chars, scope=params.retrieval.scope)

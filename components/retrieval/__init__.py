@@ -5,8 +5,9 @@ loaded with a manifest that detects stale indexes, and the agent's ``search`` / 
     index = build_index("bm25", docs, "data/index")
     tools = Toolbox(SearchTool(index, top_k=3, snippet_chars=300), BrowseTool({d.id: d for d in docs}))
     call = tools.call("search", "Nightfall Harbor")            # schemas.ToolCall, never raises
+    tools.for_question(question)   # retrieval.scope=question: only the question's paragraphs (``scope``)
 
-Names are imported lazily, so ``components.retrieval.text`` (used by ``components.slates``) does not
+Names are imported lazily, so ``components.retrieval.text`` (used by ``components.coreact.slates``) does not
 pull in faiss or rank-bm25.
 """
 
@@ -19,6 +20,8 @@ _EXPORTS = {
     "rrf_fuse": "hybrid", "build_index": "store", "load_index": "store", "make_index": "store",
     "IndexLoadError": "store", "StaleIndexError": "store", "corpus_sha256": "text", "make_snippet": "text",
     "tokenize": "text", "SearchTool": "tools", "BrowseTool": "tools", "Toolbox": "tools", "make_toolbox": "tools",
+    "ScopedIndex": "scope", "ScopeError": "scope", "question_paragraphs": "scope",
+    "world_question_paragraphs": "scope",
 }
 __all__ = list(_EXPORTS)
 

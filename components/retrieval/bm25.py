@@ -64,6 +64,15 @@ class BM25Index:
         scores = self.scores(query)
         return [(i, float(scores[i])) for i in top_indices(scores, k) if scores[i] > 0]
 
+    def ranked_among(self, query: str, k: int, positions: Sequence[int]) -> list[tuple[int, float]]:
+        """``ranked`` restricted to the documents at ``positions``: the same scores (corpus-wide IDF and
+        average length), computed for those documents only."""
+        tokens = tokenize(query)
+        if not tokens or not positions:
+            return []
+        scores = np.asarray(self._bm25.get_batch_scores(tokens, list(positions)), dtype=np.float64)
+        return [(positions[j], float(scores[j])) for j in top_indices(scores, k) if scores[j] > 0]
+
     def search(self, query: str, k: int, snippet_chars: int | None = None) -> list[SearchHit]:
         n = self.snippet_chars if snippet_chars is None else snippet_chars
         return [hit(self.docs[i], s, n) for i, s in self.ranked(query, k)]

@@ -90,6 +90,19 @@ class DenseIndex:
         scores, ids = self.index.search(q, min(k, len(self.docs)))
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
+    def ranked_among(self, query: str, k: int, positions: Sequence[int]) -> list[tuple[int, float]]:
+        """``ranked`` restricted to the documents at ``positions`` (their stored vectors, no re-embedding);
+        equal scores keep the order of ``positions``."""
+        if not query.strip() or not positions:
+            return []
+        q = embed(self.embedder, [query])[0]
+        vecs = np.vstack([self.index.reconstruct(int(i)) for i in positions])
+        if vecs.shape[1] != q.shape[0]:
+            raise ValueError(f"embedder gives {q.shape[0]}-d vectors but the index holds {vecs.shape[1]}-d ones")
+        scores = vecs @ q
+        order = np.lexsort((np.arange(len(scores)), -scores.astype(np.float64)))[:k]
+        return [(positions[int(j)], float(scores[j])) for j in order]
+
     def search(self, query: str, k: int, snippet_chars: int | None = None) -> list[SearchHit]:
         n = self.snippet_chars if snippet_chars is None else snippet_chars
         return [hit(self.docs[i], s, n) for i, s in self.ranked(query, k)]

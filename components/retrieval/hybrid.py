@@ -50,6 +50,12 @@ class HybridIndex:
         rankings = [[i for i, _ in r.ranked(query, depth)] for r in (self.bm25, self.dense)]
         return rrf_fuse(rankings, self.rrf_k)[:k]
 
+    def ranked_among(self, query: str, k: int, positions: Sequence[int]) -> list[tuple[int, float]]:
+        """``ranked`` restricted to the documents at ``positions``: both retrievers rank only those."""
+        depth = max(k, self.depth)
+        rankings = [[i for i, _ in r.ranked_among(query, depth, positions)] for r in (self.bm25, self.dense)]
+        return rrf_fuse(rankings, self.rrf_k)[:k]
+
     def search(self, query: str, k: int, snippet_chars: int | None = None) -> list[SearchHit]:
         n = self.snippet_chars if snippet_chars is None else snippet_chars
         return [hit(self.docs[i], s, n) for i, s in self.ranked(query, k)]

@@ -9,6 +9,7 @@ and act on; it is never raised. ``Toolbox.call`` wraps everything into a ``schem
     call.observation      # "[1] (w-doc-3) Nightfall Harbor: Nightfall Harbor is a 1998 film ..."
     call.doc_ids          # ["w-doc-3", ...]
     tools.call("browse", "w-doc-3").observation
+    tools.for_question(question)   # per episode: the same toolbox, or one scoped to the question's paragraphs
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from components.schemas import Document, SearchHit, ToolCall
+from components.retrieval.scope import SCOPES, ScopedIndex, paragraph_ids
+from components.schemas import Document, Question, SearchHit, ToolCall
 
 
 class Searchable(Protocol):
@@ -97,15 +99,43 @@ _ARG_KEYS = {"search": ("query", "q", "text"), "browse": ("doc_id", "id", "docum
 
 
 class Toolbox:
-    """Both tools behind one entry point that turns any policy input into a ``ToolCall``."""
+    """Both tools behind one entry point that turns any policy input into a ``ToolCall``.
 
-    def __init__(self, search: SearchTool, browse: BrowseTool, observation_max_chars: int | None = None):
+    ``scope`` is ``corpus`` (every question searches the whole corpus) or ``question`` (``for_question``
+    restricts search and browse to the question's own paragraphs, see ``components.retrieval.scope``).
+    """
+
+    def __init__(self, search: SearchTool, browse: BrowseTool, observation_max_chars: int | None = None,
+                 scope: str = "corpus"):
+        if scope not in SCOPES:
+            raise ValueError(f"unknown retrieval scope {scope!r}; expected one of {', '.join(SCOPES)}")
         self.tools = {"search": search, "browse": browse}
         self.observation_max_chars = observation_max_chars
+        self.scope = scope
+        self.root = self
+        self._positions: dict[str, int] | None = None
 
     @property
     def names(self) -> list[str]:
         return list(self.tools)
+
+    def for_question(self, question: Question) -> Toolbox:
+        """The tools one episode on ``question`` uses: this toolbox for the corpus scope; for the question
+        scope a view over the question's paragraphs (nothing is rebuilt; see ``ScopedIndex``). A scoped
+        toolbox scopes again from the whole corpus, so calling this on it is safe."""
+        root = self.root
+        if root.scope == "corpus":
+            return root
+        search, browse = root.tools["search"], root.tools["browse"]
+        ids = paragraph_ids(question)
+        if root._positions is None:
+            root._positions = {d.id: i for i, d in enumerate(search.index.docs)}
+        index = ScopedIndex(search.index, ids, positions=root._positions, question_id=question.id)
+        own = {d.id: d for d in index.docs}
+        scoped = Toolbox(SearchTool(index, top_k=search.top_k, snippet_chars=search.snippet_chars),
+                         BrowseTool(own, max_chars=browse.max_chars), root.observation_max_chars, scope="question")
+        scoped.root = root
+        return scoped
 
     def call(self, name: Any, argument: Any) -> ToolCall:
         tool_name = str(name).strip().lower()
@@ -151,7 +181,7 @@ def _argument(tool_name: str, argument: Any) -> str:
 
 
 def make_toolbox(index: Searchable, docs, *, top_k: int = 3, snippet_chars: int = 300,
-                 browse_chars: int = 1200) -> Toolbox:
+                 browse_chars: int = 1200, scope: str = "corpus") -> Toolbox:
     """The standard agent toolbox over an index and its corpus (the agent truncates observations)."""
     return Toolbox(SearchTool(index, top_k=top_k, snippet_chars=snippet_chars),
-                   BrowseTool({d.id: d for d in docs}, max_chars=browse_chars))
+                   BrowseTool({d.id: d for d in docs}, max_chars=browse_chars), scope=scope)

@@ -24,7 +24,7 @@ from components.schemas import Document, Question, SubQuestion
 from components.world.entities import Entities, build_entities
 from components.world.names import NameMaker
 from components.world.questions import QUESTION_TYPES, make_drafts, type_counts
-from components.world.render import build_paragraphs
+from components.world.render import build_paragraphs, distractor_sources
 
 SOURCE = "world"
 DEFAULT_MIX = {"bridge": 0.3, "comparison": 0.25, "inference": 0.2, "compositional": 0.25}
@@ -39,6 +39,8 @@ class World:
     questions: list[Question]
     entities: Entities
     distractor_ids: list[str] = field(default_factory=list)
+    lookalikes: dict[str, list[str]] = field(default_factory=dict)
+    """Id of a real paragraph -> ids of the distractor paragraphs that imitate it."""
 
     def by_title(self) -> dict[str, Document]:
         return {d.title: d for d in self.documents}
@@ -98,6 +100,12 @@ def generate_world(
         if is_distractor:
             distractor_ids.append(doc.id)
 
+    imitated = iter(distractor_sources(ents, distractors_per_entity))
+    lookalikes: dict[str, list[str]] = {}
+    for title, _, is_distractor in paragraphs:
+        if is_distractor:
+            lookalikes.setdefault(title_to_id[next(imitated)], []).append(title_to_id[title])
+
     counts = type_counts(question_mix if question_mix is not None else DEFAULT_MIX, n_questions)
     q_rng = _rng(seed, "questions")
     drafts = make_drafts(ents, q_rng, counts)
@@ -124,5 +132,6 @@ def generate_world(
         )
     assert {q.type for q in questions} <= set(QUESTION_TYPES)
     return World(
-        seed=seed, documents=documents, questions=questions, entities=ents, distractor_ids=distractor_ids
+        seed=seed, documents=documents, questions=questions, entities=ents, distractor_ids=distractor_ids,
+        lookalikes=lookalikes,
     )

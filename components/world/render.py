@@ -256,3 +256,11 @@ def build_paragraphs(
             d = _distractor_company(c, ents, names, rng)
             out.append((d.name, company_text(d, rng), True))
     return out
+
+
+def distractor_sources(ents: Entities, distractors_per_entity: int) -> list[str]:
+    """The title each distractor of ``build_paragraphs`` imitates, in the order it appends them (its
+    look-alike: "Return to The Glass Harbor" imitates "The Glass Harbor")."""
+    one_round = [c.name for c in ents.cities.values()] + [p.name for p in ents.people.values()]
+    one_round += [f.title for f in ents.films.values()] + [c.name for c in ents.companies.values()]
+    return one_round * distractors_per_entity
