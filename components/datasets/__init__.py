@@ -1,13 +1,13 @@
 """Loaders for the multi-hop QA benchmarks (HotpotQA, 2WikiMultiHopQA, MuSiQue, Bamboogle).
 
-    from components.benchmarks import load_benchmark
+    from components.datasets import load_benchmark
     questions, corpus = load_benchmark("hotpotqa", "../shared/data/benchmarks", limit=20)
 
 See ``loaders`` for what is mapped where and for the Bamboogle corpus choice, ``records`` for the
 accepted line layouts and error messages.
 """
 
-from components.benchmarks.loaders import (
+from components.datasets.loaders import (
     BENCHMARKS,
     PARAGRAPH_BENCHMARKS,
     bamboogle_corpus,
@@ -16,7 +16,7 @@ from components.benchmarks.loaders import (
     read_benchmark,
     resolve_path,
 )
-from components.benchmarks.records import Example, Paragraph, iter_examples, parse_example
+from components.datasets.records import Example, Paragraph, iter_examples, parse_example
 
 __all__ = [
     "BENCHMARKS",

@@ -1,6 +1,6 @@
 """Load HotpotQA, 2WikiMultiHopQA, MuSiQue and Bamboogle as rubricflow Questions plus a local corpus.
 
-    from components.benchmarks import load_benchmark, bamboogle_corpus
+    from components.datasets import load_benchmark, bamboogle_corpus
     questions, corpus = load_benchmark("musique", "../shared/data/benchmarks", limit=20)
     corpus = bamboogle_corpus(None, "../shared/data/benchmarks")
 
@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from components.benchmarks.records import Example, iter_examples
+from components.datasets.records import Example, iter_examples
 from components.io import RecordError, iter_json_objects
 from components.registry import Registry
 from components.schemas import Document, Question, SubQuestion
