@@ -34,19 +34,24 @@ def make_embedder(params: Params):
     return load_embedder()
 
 
+def build_from_params(params: Params, docs: list[Document], index_dir, embedder=None):
+    """Build and save the ``retrieval`` section's index over ``docs`` (also used for sft_data's worlds)."""
+    r = params.retrieval
+    opts = {"snippet_chars": r.snippet_chars}
+    if r.method != "bm25":
+        opts.update(embedder=embedder or make_embedder(params), embedder_name=r.embedder)
+    if r.method == "hybrid":
+        opts["rrf_k"] = r.rrf_k
+    return build_index(r.method, docs, index_dir, **opts)
+
+
 @task(name="index")
 def index(params: Params | None = None, parent_run_id: str | None = None) -> IndexResult:
     params = resolve(params)
     docs = read_jsonl(out_path(params, "data", "corpus.jsonl"), Document)
     index_dir = out_path(params, "index", "manifest.json").parent
     start = time.perf_counter()
-    r = params.retrieval
-    opts = {"snippet_chars": r.snippet_chars}
-    if r.method != "bm25":
-        opts.update(embedder=make_embedder(params), embedder_name=r.embedder)
-    if r.method == "hybrid":
-        opts["rrf_k"] = r.rrf_k
-    build_index(r.method, docs, index_dir, **opts)
+    build_from_params(params, docs, index_dir)
     elapsed = time.perf_counter() - start
     with tracking(params, "index", parent_run_id) as tracker:
         tracker.log_params({"retrieval": params.retrieval.model_dump()})
