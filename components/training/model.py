@@ -8,11 +8,19 @@
   reference: with LoRA the reference is the same base model with the adapter disabled (no extra memory);
   with full fine-tuning it is a frozen deep copy taken at construction.
 
+Log-probabilities can be asked for a span of positions only (``span=trainable_span(loss_mask)``): the LM
+head then runs on those positions alone (``logits_to_keep``) and a selective log-softmax scores them, so
+neither the logits nor an fp32 log-softmax of the whole ``[B, T, V]`` block is ever built. The result is
+still ``[B, T]``, zero outside the span. :meth:`Policy.forward_logprobs` also returns the final hidden
+states (the LM head's input) from the same forward pass, for losses with extra heads (ARCO's score head).
+
 Usage::
 
     policy = build_policy("path/to/model", lora=LoRASettings(r=8, alpha=16))
-    logp = policy.token_logprobs(input_ids, attention_mask)
-    ref = policy.token_logprobs(input_ids, attention_mask, reference=True)
+    span = trainable_span(loss_mask)                      # from components.training.losses
+    logp = policy.token_logprobs(input_ids, attention_mask, span=span)
+    ref = policy.token_logprobs(input_ids, attention_mask, span=span, reference=True)
+    logp, hidden = policy.forward_logprobs(input_ids, attention_mask, span=span, output_hidden_states=True)
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from components.training.losses import token_logprobs
+from components.training.losses import span_logprobs
 
 __all__ = ["LoRASettings", "Policy", "build_policy", "load_causal_lm"]
 
@@ -100,18 +108,86 @@ class Policy:
         *,
         temperature: float = 1.0,
         reference: bool = False,
+        span: tuple[int, int] | None = None,
     ) -> torch.Tensor:
-        """Per-token log-probabilities ``[B, T]`` (see :func:`components.training.losses.token_logprobs`).
+        """Per-token log-probabilities ``[B, T]``: ``logp[b, t]`` scores ``input_ids[b, t]`` given the
+        tokens before it at ``temperature``; position 0 is 0.
 
-        Gradient flows for the current policy when grad mode is on; the reference is always no-grad.
-        Batches are right-padded, so the default position ids are correct.
+        ``span = (start, end)`` computes positions ``start <= t < end`` only and leaves zeros elsewhere;
+        pass ``trainable_span(loss_mask)`` so every position with loss is inside (values in the span equal
+        the full computation; gradients too). None means the whole sequence. Gradient flows for the
+        current policy when grad mode is on; the reference is always no-grad. Batches are right-padded,
+        so the default position ids are correct.
         """
+        return self.forward_logprobs(
+            input_ids, attention_mask, temperature=temperature, reference=reference, span=span
+        )[0]
+
+    def forward_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        temperature: float = 1.0,
+        reference: bool = False,
+        span: tuple[int, int] | None = None,
+        output_hidden_states: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(logp, hidden)`` from one forward pass: ``logp`` as :meth:`token_logprobs`; ``hidden`` is
+        the last hidden state ``[B, T, H]`` at every position (the final norm's output, which the LM head
+        reads) when ``output_hidden_states``, else None. ``hidden`` carries gradient like ``logp``, so a
+        loss hook can add a term from it (a score head) and backpropagate both through one graph.
+        """
+        width = input_ids.shape[1]
+        start, end = (1, width) if span is None else span
+        if not 1 <= start < end <= width:
+            raise ValueError(f"span {(start, end)} must satisfy 1 <= start < end <= {width}")
         if reference:
             with torch.no_grad(), self.reference() as ref:
-                logits = ref(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        else:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        return token_logprobs(logits, input_ids, temperature)
+                return self._forward(
+                    ref, input_ids, attention_mask, temperature, (start, end), output_hidden_states
+                )
+        return self._forward(
+            self.model, input_ids, attention_mask, temperature, (start, end), output_hidden_states
+        )
+
+    @staticmethod
+    def _forward(
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        temperature: float,
+        span: tuple[int, int],
+        output_hidden_states: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        start, end = span
+        # The logits at positions start-1 .. end-2 predict the tokens start .. end-1.
+        keep = torch.arange(start - 1, end - 1, device=input_ids.device)
+        captured: list[torch.Tensor] = []
+        hook = None
+        if output_hidden_states:
+            hook = _decoder(model).register_forward_hook(
+                lambda _module, _args, out: captured.append(
+                    out[0] if isinstance(out, tuple) else out.last_hidden_state
+                )
+            )
+        try:
+            out = model(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=keep
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
+        logits = out.logits
+        if logits.shape[1] != end - start:  # a model that ignores logits_to_keep
+            logits = logits[:, start - 1 : end - 1]
+        return span_logprobs(logits, input_ids, span, temperature), (captured[-1] if captured else None)
+
+
+def _decoder(model: nn.Module) -> nn.Module:
+    """The transformer body under the LM head (through a peft wrapper)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder()
 
 
 def build_policy(

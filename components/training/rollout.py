@@ -375,7 +375,11 @@ class HFRolloutEngine:
         for i, p in enumerate(prompts):
             toks = new[i].tolist()
             n, reason = _find_stop(toks, stops, stop_strings, decode)
-            text = None if decode is None else _cut_text(decode(toks[:n], skip_special_tokens=True), stop_strings)
+            text = (
+                None
+                if decode is None
+                else _cut_text(decode(toks[:n], skip_special_tokens=True), stop_strings)
+            )
             gens.append(Generation(list(p), toks[:n], lps[i, :n].tolist(), reason, text))
         return gens
 

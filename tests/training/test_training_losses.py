@@ -219,7 +219,7 @@ def test_token_logprobs_equal_the_full_log_softmax_values_and_gradients(dtype, t
     (new * weights).sum().backward()
     assert x_new.grad.dtype == dtype
     # bf16 gradients are fp32 gradients rounded once: they may differ by one bf16 ulp at most
-    tol = dict(atol=1e-6, rtol=0) if dtype == torch.float32 else dict(atol=1e-6, rtol=2**-7)
+    tol = {"atol": 1e-6, "rtol": 0 if dtype == torch.float32 else 2**-7}
     assert torch.allclose(x_new.grad.float(), x_old.grad.float(), **tol)
     assert x_new.grad.abs().sum() > 1.0
 

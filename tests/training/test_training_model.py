@@ -1,12 +1,14 @@
-"""Policies (LoRA and full fine-tuning) and their frozen references; DeepSpeed configs; import hygiene."""
+"""Policies (LoRA and full fine-tuning) and their frozen references; span log-probs and hidden states
+against the full-sequence computation; DeepSpeed configs; import hygiene."""
 
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from components.training.distributed import deepspeed_config, load_config_file
-from components.training.losses import token_logprobs
+from components.training.losses import token_logprobs, trainable_span
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 
@@ -77,3 +79,129 @@ def test_training_modules_never_import_gpu_only_packages():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def full_sequence_logprobs(model, ids, mask, temperature=1.0):
+    """What ``Policy.token_logprobs`` computed before spans: logits at every position, then an fp32
+    log-softmax over the whole vocabulary."""
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+    scaled = logits[:, :-1].float()
+    if temperature != 1.0:
+        scaled = scaled / temperature
+    picked = scaled.gather(-1, ids[:, 1:, None])[..., 0] - torch.logsumexp(scaled, dim=-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+def _padded_batch():
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(2, 40, (3, 12), generator=g)
+    attention = torch.ones_like(ids)
+    attention[1, 9:] = 0  # right padding
+    ids[1, 9:] = 0
+    loss_mask = torch.zeros_like(ids, dtype=torch.bool)
+    loss_mask[0, 5:8] = True
+    loss_mask[1, 4:9] = True
+    loss_mask[2, 6:7] = True
+    weights = torch.randn(ids.shape, generator=g)
+    return ids, attention, loss_mask, weights
+
+
+def _lora_policy(dtype=torch.float32):
+    policy = build_policy(tiny_qwen2(40, seed=6).to(dtype), lora=LoRASettings(r=4, alpha=8))
+    with torch.no_grad():  # a non-trivial adapter, so its gradients are not the trivial lora_A = 0 case
+        for n, p in policy.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.3)
+    return policy
+
+
+def _grads(policy):
+    return {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_span_logprobs_equal_the_full_sequence_values_and_gradients(temperature):
+    ids, attention, loss_mask, weights = _padded_batch()
+    policy = _lora_policy()
+    span = trainable_span(loss_mask)
+    assert span == (4, 9)
+
+    full = full_sequence_logprobs(policy.model, ids, attention, temperature)
+    (full * weights * loss_mask).sum().backward()
+    expected = _grads(policy)
+    policy.model.zero_grad(set_to_none=True)
+
+    part = policy.token_logprobs(ids, attention, temperature=temperature, span=span)
+    assert part.shape == ids.shape
+    assert torch.allclose(part[:, 4:9], full[:, 4:9].detach(), atol=1e-5)
+    assert torch.all(part[:, :4] == 0) and torch.all(part[:, 9:] == 0)
+    (part * weights * loss_mask).sum().backward()
+    got = _grads(policy)
+    assert got.keys() == expected.keys() and len(got) > 0
+    for name, grad in expected.items():
+        assert torch.allclose(got[name], grad, atol=1e-5, rtol=1e-4), name
+    assert sum(float(g.abs().sum()) for g in got.values()) > 1e-2
+
+    whole = policy.token_logprobs(ids, attention, temperature=temperature)  # span=None: every position
+    assert torch.allclose(whole, full.detach(), atol=1e-5)
+    ref_part = policy.token_logprobs(ids, attention, reference=True, span=span)
+    with policy.reference() as ref:
+        ref_full = full_sequence_logprobs(ref, ids, attention).detach()
+    assert not ref_part.requires_grad
+    assert torch.allclose(ref_part[:, 4:9], ref_full[:, 4:9], atol=1e-5)
+
+
+def test_span_logprobs_in_bf16_match_the_full_sequence():
+    ids, attention, loss_mask, weights = _padded_batch()
+    policy = _lora_policy(torch.bfloat16)
+    assert policy.model(input_ids=ids).logits.dtype == torch.bfloat16
+    span = trainable_span(loss_mask)
+    full = full_sequence_logprobs(policy.model, ids, attention)
+    (full * weights * loss_mask).sum().backward()
+    expected = _grads(policy)
+    policy.model.zero_grad(set_to_none=True)
+    part = policy.token_logprobs(ids, attention, span=span)
+    assert part.dtype == torch.float32
+    # the LM head runs on fewer rows, so bf16 matmuls may round differently in the last bits
+    assert torch.allclose(part[:, 4:9], full[:, 4:9].detach(), atol=2e-2)
+    (part * weights * loss_mask).sum().backward()
+    for name, grad in _grads(
+        policy
+    ).items():  # peft keeps the adapter in fp32; the base (and logits) are bf16
+        assert torch.allclose(grad.float(), expected[name].float(), atol=2e-2, rtol=5e-2), name
+
+
+def test_bad_spans_are_rejected():
+    policy = _lora_policy()
+    ids, attention, _, _ = _padded_batch()
+    for span in ((0, 4), (5, 5), (3, 13)):
+        with pytest.raises(ValueError, match="span"):
+            policy.token_logprobs(ids, attention, span=span)
+
+
+def test_forward_logprobs_returns_hidden_states_from_the_same_pass():
+    ids, attention, loss_mask, _ = _padded_batch()
+    policy = _lora_policy()
+    score_head = torch.nn.Linear(32, 1)
+    forwards = []
+    policy.model.get_base_model().model.register_forward_hook(lambda *a: forwards.append(1))
+    span = trainable_span(loss_mask)
+    logp, hidden = policy.forward_logprobs(ids, attention, span=span, output_hidden_states=True)
+    assert len(forwards) == 1
+    assert hidden.shape == (3, 12, 32)
+    assert torch.equal(logp, policy.token_logprobs(ids, attention, span=span))
+    with torch.no_grad():
+        out = policy.model(input_ids=ids, attention_mask=attention, output_hidden_states=True)
+    assert torch.allclose(hidden, out.hidden_states[-1], atol=1e-6)  # the final norm's output
+    assert torch.allclose(
+        policy.model.get_output_embeddings()(hidden), out.logits, atol=1e-5
+    )  # the head input
+    # a loss hook adds a term from hidden states: one backward reaches the head and the adapter
+    loss = -(logp * loss_mask).sum() + score_head(hidden[:, -1]).pow(2).sum()
+    loss.backward()
+    assert score_head.weight.grad.abs().sum() > 0
+    assert all(p.grad is not None for p in policy.trainable_parameters())
+    _, none = policy.forward_logprobs(ids, attention, span=span)
+    assert none is None
+    _, ref_hidden = policy.forward_logprobs(ids, attention, reference=True, output_hidden_states=True)
+    assert not ref_hidden.requires_grad and not torch.allclose(ref_hidden, hidden.detach(), atol=1e-4)

@@ -179,11 +179,13 @@ def test_qwen_byte_level_tokens_match_the_quadratic_check(qwen_tokenizer):
     text = "Thought: 日本の首都は東京です。\nAction: search[Kyōto café]\nObservation: 東京 — déjà vu\n"
     whole = tok.encode(text, add_special_tokens=False)
     pieces = [tok.convert_tokens_to_ids(t) for t in tok.tokenize("日本の首都 éàü")]
-    stops = ("\nObservation:", "東京", "é]", "café]\nObs")
+    stops = ("\nObservation:", "東京", "é]", "café]\nObs", "本の")
     rng = random.Random(4)
-    cases = [whole] + [
-        [rng.choice(whole + pieces) for _ in range(rng.randrange(1, 40))] for _ in range(300)
-    ]
+    cases = [whole]
+    for _ in range(150):  # pieces of the real text, and random mixtures with split characters
+        start = rng.randrange(len(whole))
+        cases.append(whole[start : start + rng.randrange(1, 30)])
+        cases.append([rng.choice(whole + pieces) for _ in range(rng.randrange(1, 40))])
     hits = 0
     for tokens in cases:
         expected = quadratic_find_stop(tokens, [], stops, tok.decode)
