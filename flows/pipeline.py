@@ -1,5 +1,6 @@
-"""The whole pipeline as a Prefect flow: prepare -> index -> evaluate@react and collect (Co-ReAct's
-branching points), the same DAG as `dvc.yaml` (tests/test_dag.py holds them equal).
+"""The whole pipeline as a Prefect flow: prepare -> index -> evaluate@react, collect (Co-ReAct's
+branching points) and sft_data (warm-start trajectories), the same DAG as `dvc.yaml` (tests/test_dag.py
+holds them equal).
 
     python -m flows.pipeline                          # the embedded default, offline, CPU
     python -m flows.pipeline --set data.source=hotpotqa --set run.out_dir=outputs/hotpotqa
@@ -25,6 +26,7 @@ from tasks.evaluate import evaluate
 from tasks.index import index
 from tasks.prepare import prepare
 from tasks.runtime import params_from_args, resolve, run_stage, stage_argparser, tracking
+from tasks.sft_data import sft_data
 
 METHODS = ["react"]
 """Agents evaluated by `evaluate@<method>` (dvc.yaml's `foreach` lists the same names)."""
@@ -34,6 +36,7 @@ STAGES: dict[str, list[str]] = {
     "index": ["prepare"],
     **{f"evaluate@{m}": ["prepare", "index"] for m in METHODS},
     "collect": ["prepare", "index"],
+    "sft_data": ["prepare", "index"],
 }
 """Stage -> the stages whose outputs it reads (the edges DVC derives from dvc.yaml's deps and outs)."""
 
@@ -44,6 +47,7 @@ def _runners(params: Params, parent_run_id: str | None) -> dict[str, Callable[[l
         "prepare": lambda wait: prepare(params, parent_run_id=parent_run_id, wait_for=wait),
         "index": lambda wait: index(params, parent_run_id=parent_run_id, wait_for=wait),
         "collect": lambda wait: collect(params, parent_run_id=parent_run_id, wait_for=wait),
+        "sft_data": lambda wait: sft_data(params, parent_run_id=parent_run_id, wait_for=wait),
     }
     for m in METHODS:
         runners[f"evaluate@{m}"] = lambda wait, m=m: evaluate(params, method=m, parent_run_id=parent_run_id,

@@ -41,7 +41,7 @@ def test_flow_body_follows_stages(repo_root, monkeypatch):
             return SimpleNamespace(name=name, metrics={"score": float(len(calls))})
         return run
 
-    for stage in ("prepare", "index", "evaluate", "collect"):
+    for stage in ("prepare", "index", "evaluate", "collect", "sft_data"):
         monkeypatch.setattr(pipeline_module, stage, stub(stage))
     metrics = pipeline_module.pipeline.fn(load_params(repo_root / "params.yaml"))
 

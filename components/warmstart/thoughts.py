@@ -1,0 +1,146 @@
+"""Short thoughts for oracle trajectories, written from a hop's facts in varied wording.
+
+A world hop is a sub-question with its answer ("Who directed the film The Glass Harbor?", "Torvel
+Ashmere"). ``fact`` turns it into a statement ("The Glass Harbor was directed by Torvel Ashmere."), ``need``
+into what is looked for ("the director of The Glass Harbor"), and ``Thoughts`` joins them into one line
+per turn, picking among phrasings with a seeded ``random.Random`` so a model trained on them does not
+learn one fixed sentence.
+
+    t = Thoughts(random.Random("q-1"))
+    t.first(hop, "The Glass Harbor")     # 'I need the director of The Glass Harbor first. I will search ...'
+    t.search([hop], next_hop, "Torvel Ashmere")  # 'The Glass Harbor was directed by Torvel Ashmere. Next I need ...'
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from components.schemas import SubQuestion
+
+# sub-question pattern (components.world.hops) -> what it asks for, as a noun phrase; statements of its
+# answer ({x} is the entity asked about, {a} the answer); the kind of entity {x} is and the kind {a} is
+_HOPS = [
+    (r"Who directed the film (?P<x>.+)\?", "the director of {x}",
+     ["{x} was directed by {a}.", "The director of {x} is {a}."], "film", "person"),
+    (r"In what year was (?P<x>.+) released\?", "the release year of {x}",
+     ["{x} came out in {a}.", "{x} was released in {a}."], "film", None),
+    (r"Which company produced (?P<x>.+)\?", "the company that produced {x}",
+     ["{x} was produced by {a}.", "{a} produced {x}."], "film", "company"),
+    (r"Which film did (?P<x>.+) direct\?", "the film {x} directed",
+     ["{x} directed {a}.", "The film {x} directed is {a}."], "person", "film"),
+    (r"In which city was (?P<x>.+) born\?", "the birthplace of {x}",
+     ["{x} was born in {a}.", "{x}'s birthplace is {a}."], "person", "city"),
+    (r"In what year was (?P<x>.+) born\?", "the birth year of {x}",
+     ["{x} was born in {a}.", "{x}'s birth year is {a}."], "person", None),
+    (r"Who is the (?P<rel>father|mother|spouse) of (?P<x>.+)\?", "the {rel} of {x}",
+     ["The {rel} of {x} is {a}.", "{x}'s {rel} is {a}."], "person", "person"),
+    (r"What is the occupation of (?P<x>.+)\?", "the occupation of {x}",
+     ["{x} works as {art} {a}.", "{x}'s occupation is {a}."], "person", None),
+    (r"Which company did (?P<x>.+) work for\?", "the employer of {x}",
+     ["{x} worked for {a}.", "{x}'s employer was {a}."], "person", "company"),
+    (r"In which country is (?P<x>.+)\?", "the country of {x}", ["{x} is in {a}.", "{x} lies in {a}."], "city", None),
+    (r"In what year was (?P<x>.+) founded\?", "the founding year of {x}",
+     ["{x} was founded in {a}.", "{x} dates from {a}."], None, None),
+    (r"What is the population of (?P<x>.+)\?", "the population of {x}",
+     ["{x} has {a} inhabitants.", "{x}'s population is {a}."], "city", None),
+    (r"Who founded (?P<x>.+)\?", "the founder of {x}", ["{x} was founded by {a}.", "{a} founded {x}."],
+     "company", "person"),
+    (r"Where is (?P<x>.+) headquartered\?", "the headquarters of {x}",
+     ["{x} is headquartered in {a}.", "{x} is based in {a}."], "company", "city"),
+]
+
+_LEARNED = ["{facts}", "The result says: {facts}", "Found it. {facts}", "Now I know: {facts}"]
+_NEXT_SEARCH = ["Next I need {need}. I will search for {title}.", "Now I need {need}, so I look up {title}.",
+                "Next: {need}. Searching {title}.", "I still need {need}; let me search {title}."]
+_FIRST = ["I need {need} first. I will search for {title}.", "First: {need}. Let me look up {title}.",
+          "The question starts from {title}: I need {need}.", "To begin I must find {need}, so I search {title}."]
+_BROWSE = ["The snippet stops before that, so I will read the whole paragraph.",
+           "That is not in the snippet; I will browse the full paragraph.",
+           "The snippet is cut short, so I open the paragraph."]
+_REFINE = ["These results are about other names like {title}. I will search for the {kind} {title} more precisely.",
+           "None of these is the {kind} {title} itself; let me add the word {kind} to the search."]
+_BROWSE_SHOWN = ["{title} was already in the results ({doc_id}); I will read it.",
+                 "The paragraph on {title} ({doc_id}) appeared earlier; let me browse it."]
+
+
+def _match(hop: SubQuestion):
+    for pattern, need, statements, x_kind, a_kind in _HOPS:
+        m = re.fullmatch(pattern, hop.question)
+        if m:
+            return m.groupdict(), need, statements, x_kind, a_kind
+    return None
+
+
+def entity_kind(title: str, chain: list[SubQuestion]) -> str | None:
+    """What ``title`` is (film, person, city, company), from the hops that ask about it or answer with it."""
+    for hop in chain:
+        found = _match(hop)
+        if found and found[0].get("x") == title and found[3]:
+            return found[3]
+        if found and hop.answer == title and found[4]:
+            return found[4]
+    return None
+
+
+def need(hop: SubQuestion) -> str:
+    """What the hop asks for, as a noun phrase ('the director of X'); the sub-question itself if unknown."""
+    found = _match(hop)
+    return found[1].format(**found[0]) if found else f"the answer to '{hop.question}'"
+
+
+def fact(hop: SubQuestion, rng: random.Random) -> str:
+    """A statement of the hop's answer; a plain 'Q A.' when the sub-question is of an unknown form."""
+    found = _match(hop)
+    if found is None:
+        return f"{hop.question} {hop.answer}."
+    art = "an" if hop.answer[:1].lower() in "aeiou" else "a"
+    return rng.choice(found[2]).format(a=hop.answer, art=art, **found[0])
+
+
+class Thoughts:
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    def _learned(self, hops: list[SubQuestion]) -> str:
+        if not hops:
+            return ""
+        facts = " ".join(fact(h, self.rng) for h in hops)
+        return self.rng.choice(_LEARNED).format(facts=facts)
+
+    def first(self, hop: SubQuestion, title: str) -> str:
+        return self.rng.choice(_FIRST).format(need=need(hop), title=title)
+
+    def search(self, learned: list[SubQuestion], hop: SubQuestion, title: str) -> str:
+        wanted = self.rng.choice(_NEXT_SEARCH).format(need=need(hop), title=title)
+        return " ".join(p for p in (self._learned(learned), wanted) if p)
+
+    def browse(self, learned: list[SubQuestion], hop: SubQuestion, title: str, doc_id: str, shown_before: bool) -> str:
+        if shown_before:
+            why = self.rng.choice(_BROWSE_SHOWN).format(title=title, doc_id=doc_id)
+        else:
+            why = self.rng.choice(_BROWSE)
+        wanted = f"I need {need(hop)}. {why}"
+        return " ".join(p for p in (self._learned(learned), wanted) if p)
+
+    def refine(self, title: str, kind: str) -> str:
+        return self.rng.choice(_REFINE).format(title=title, kind=kind)
+
+    def finish(self, learned: list[SubQuestion], conclusion: str) -> str:
+        return " ".join(p for p in (self._learned(learned), conclusion) if p)
+
+
+def conclusion(answers: list[str], compare: dict | None, answer: str, rng: random.Random) -> str:
+    """The last sentence before finishing: the comparison made explicit, or the answer stated."""
+    if not compare:
+        return rng.choice(["So the answer is {a}.", "That answers the question: {a}.", "The answer is {a}."]).format(a=answer)
+    i, j = compare["value_hops"]
+    va, vb = answers[i], answers[j]
+    if compare["op"] == "same":
+        relation = "the same" if va == vb else "different"
+        return f"{va} and {vb} are {relation}, so the answer is {answer}."
+    a, b = compare["options"]
+    return rng.choice([
+        "{a}: {va}; {b}: {vb}. So the answer is {ans}.",
+        "Comparing {va} ({a}) with {vb} ({b}), the answer is {ans}.",
+    ]).format(a=a, b=b, va=va, vb=vb, ans=answer)

@@ -1,0 +1,123 @@
+"""The sft_data stage with a scripted teacher: oracle episodes from other-seed worlds, teacher episodes
+rejection-sampled with every rejection recorded, on the world (corpus scope) and on HotpotQA's train split
+(question scope)."""
+
+import json
+from pathlib import Path
+
+from components.evaluation.metrics import normalize_answer
+from components.io import read_json, read_jsonl
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.factory import LLMPool
+from components.retrieval import load_index, make_toolbox
+from components.schemas import Document, Question, Trajectory
+from components.warmstart import Rejection, plan_turns
+from tasks.sft_data import sft_data
+from tests.agents.prompt_reading import depth_of, question_of
+
+
+def run(params, model):
+    with LLMPool(params, overrides={"embedded-1_5b": model}) as pool:
+        return sft_data.fn(params, pool=pool)
+
+
+def world_teacher(params):
+    """Greedy sample: the oracle's own turns (kept); sampled ones: a blind guess (wrong answer)."""
+    cache = {}
+
+    def questions():
+        if not cache:
+            for folder in sorted(Path(params.run.out_dir, "sft_data", "worlds").iterdir()):
+                docs = read_jsonl(folder / "corpus.jsonl", Document)
+                tools = make_toolbox(load_index(folder / "index", docs), docs)
+                for q in read_jsonl(folder / "questions.jsonl", Question):
+                    cache[q.question] = (q, tools)
+        return cache
+
+    def respond(messages, sampling):
+        if sampling.temperature > 0:
+            return "Thought: I will guess.\nAction: finish[Nowhere]"
+        q, tools = questions()[question_of(messages)]
+        return plan_turns(q, tools, params.agent)[depth_of(messages)].raw
+
+    return ScriptedChatModel(respond)
+
+
+def test_world_oracle_and_teacher(prepared_params):
+    params = prepared_params("data.n_train=2", "data.n_dev=1", "data.n_test=4", "sft.n_worlds=2", "sft.n_oracle=12",
+                             "sft.n_teacher_questions=3", "sft.samples_per_question=2", "llm.middleware.cache=false")
+    result = run(params, world_teacher(params))
+    out = Path(params.run.out_dir, "sft_data")
+    kept = read_jsonl(out / "trajectories.jsonl", Trajectory)
+    rejected = read_jsonl(out / "rejections.jsonl", Rejection)
+    m = read_json(out / "metrics.json")
+    assert m["kept.oracle"] == 12 and m["kept.teacher"] == 3 and m["teacher.episodes"] == 6
+    assert m["rejected"] == 3 and m["rejected.wrong_answer"] == 3 and m["oracle.failed"] == 0
+    assert sum(v for k, v in m.items() if k.startswith("rejected.")) == m["rejected"] == len(rejected)
+    assert result.metrics == m and m["teacher.accept_rate"] == 0.5
+    assert [t.metadata["source"] for t in kept] == ["oracle"] * 12 + ["teacher"] * 3
+    assert all(r.reason == "wrong_answer" and r.source == "teacher" and r.sample == 1 for r in rejected)
+    # training questions come from the worlds seeded seed+1, seed+2 (6 oracle questions each), never the
+    # evaluation world, and none names an entity of the evaluation corpus
+    seeds = [t.metadata["world_seed"] for t in kept]
+    assert sorted(set(seeds)) == [params.seed + 1, params.seed + 2] and seeds.count(params.seed + 1) == 6 + 2
+    eval_titles = {d.title for d in read_jsonl(Path(params.run.out_dir, "data", "corpus.jsonl"), Document)}
+    worlds = {q.id: q for f in (out / "worlds").iterdir() for q in read_jsonl(f / "questions.jsonl", Question)}
+    for t in kept:
+        q = worlds[t.question_id]
+        assert t.question_id.startswith(f"s{t.metadata['world_seed']}-") and q.question == t.question
+        assert not ({*q.answers, *q.metadata["hop_titles"]} & eval_titles)
+        assert t.steps[-1].final_answer == t.final_answer and t.metadata["answers"] == q.answers
+    teacher_ids = {t.question_id for t in kept if t.metadata["source"] == "teacher"}
+    assert len(teacher_ids) == 3 and not teacher_ids & {t.question_id for t in kept[:12]}
+    # the same params give the same files
+    first = (out / "trajectories.jsonl").read_text(), (out / "metrics.json").read_text()
+    run(params, world_teacher(params))
+    again = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    strip = lambda rows: [{**r, "wall_s": 0, "steps": [{**s, "latency_s": 0} for s in r["steps"]]} for r in rows]
+    assert strip(again) == strip([json.loads(line) for line in first[0].splitlines()])
+    assert (out / "metrics.json").read_text() == first[1]
+
+
+def hotpot_teacher(params):
+    """Greedy: search a supporting title, browse it, answer the gold answer; sampled: the same search twice."""
+    train = {q.question: q for q in read_jsonl(Path(params.run.out_dir, "data", "train.jsonl"), Question)}
+    docs = {d.id: d for d in read_jsonl(Path(params.run.out_dir, "data", "corpus.jsonl"), Document)}
+
+    def respond(messages, sampling):
+        q, depth = train[question_of(messages)], depth_of(messages)
+        doc = docs[q.supporting_doc_ids[-1]]
+        if sampling.temperature > 0:
+            turns = [f"search[{doc.title}]", f"search[{doc.title}]", f"finish[{q.answers[0]}]"]
+        else:
+            turns = [f"search[{doc.title}]", f"browse[{doc.id}]", f"finish[{q.answers[0]}]"]
+        return f"Thought: step {depth}.\nAction: {turns[depth]}"
+
+    return ScriptedChatModel(respond)
+
+
+def test_benchmark_train_split_in_question_scope(prepared_params, benchmarks_dir):
+    params = prepared_params("data.source=hotpotqa", f"data.benchmarks_dir={benchmarks_dir}", "data.n_train=4",
+                             "data.n_dev=1", "data.n_test=1", "retrieval.scope=question", "sft.n_worlds=1",
+                             "sft.n_oracle=3", "sft.n_teacher_questions=4", "sft.samples_per_question=2",
+                             "llm.middleware.cache=false")
+    run(params, hotpot_teacher(params))
+    out = Path(params.run.out_dir, "sft_data")
+    kept = read_jsonl(out / "trajectories.jsonl", Trajectory)
+    rejected = read_jsonl(out / "rejections.jsonl", Rejection)
+    m = read_json(out / "metrics.json")
+    train = {q.id: q for q in read_jsonl(Path(params.run.out_dir, "data", "train.jsonl"), Question)}
+    teacher = [t for t in kept if t.metadata["source"] == "teacher"] + [r.trajectory for r in rejected]
+    assert m["kept.oracle"] == 3 and m["teacher.episodes"] == len(teacher) == 8
+    assert {t.question_id for t in teacher} == set(train)          # the train split only
+    for t in teacher:                                                # each saw only its own paragraphs
+        assert t.docs_seen and set(t.docs_seen) <= set(train[t.question_id].metadata["paragraph_ids"])
+    assert m["rejected.repeated_call"] == 4 and all(r.sample == 1 for r in rejected if r.reason == "repeated_call")
+    # a greedy episode is kept exactly when the browsed paragraph states the answer (or it is yes/no)
+    expected = 0
+    for t in teacher:
+        if t.steps[1].action.startswith("browse["):
+            answer = normalize_answer(train[t.question_id].answers[0])
+            expected += answer in ("yes", "no") or f" {answer} " in f" {normalize_answer(t.steps[1].observation)} "
+    assert m["kept.teacher"] == expected and m["rejected"] == 8 - expected
+    assert {r.reason for r in rejected} <= {"repeated_call", "ungrounded"}
