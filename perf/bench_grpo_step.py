@@ -1,87 +1,198 @@
-"""Time one GRPO step (rollout + reward + update) on CPU, for the tiny model and optionally the embedded 0.5B.
+"""Time GRPO steps (rollout + reward + update) on CPU: step time, tokens/s and peak RSS, optionally side by
+side with an older git revision in the same invocation.
 
 Run::
 
-    python benchmarks/bench_grpo_step.py          # tiny random Qwen2 only
-    RUBRICFLOW_POLICY_GGUF=/path/to/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
-        python benchmarks/bench_grpo_step.py      # and the embedded 0.5B policy
+    python perf/bench_grpo_step.py                          # this working tree, tiny random Qwen2s (< 1 min)
+    python perf/bench_grpo_step.py --baseline-rev a3fd23f   # the same on a3fd23f too, with ratios
+    RUBRICFLOW_POLICY_GGUF=/path/to/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \\
+        python perf/bench_grpo_step.py                      # and the embedded 0.5B policy (minutes)
 
-Options: ``--steps N`` (timed steps after one warm-up step), ``--threads N`` (torch intra-op threads for
-the 0.5B; the tiny model always runs on one), ``--out PATH``. Other processes on the machine change the
-numbers a lot; the JSON records the 1-minute load average. Prints a table and writes JSON to
-``benchmarks/results/grpo_step.json``.
+Cases: ``tiny`` (16-token vocabulary, 2 prompts x G=8, 8 new tokens: mostly fixed overhead) and
+``tiny-32k`` (a 64-wide Qwen2 with a 32k vocabulary, 48-token prompts, 24 new tokens and a stop string,
+at most 3 timed steps: the vocabulary-sized parts, LM head and log-softmax, dominate as in real models).
+
+Each revision runs in its own subprocess (``--worker``) with ``PYTHONPATH`` at its code: the working tree,
+or ``git archive REV`` unpacked in a temporary folder (read-only for the shared repository). The measuring
+code is this file on both sides, so both run the same benchmark. Per case: median step time over
+``--steps`` timed steps after one warm-up step, its rollout/update split, generated tokens per step and
+per second, and peak RSS during the timed steps (the kernel's high-water mark, reset after warm-up;
+``rss growth`` is that peak minus the RSS before the timed steps). Other processes on the machine change
+the numbers a lot; the JSON records the 1-minute load average. Prints a table and writes JSON to
+``perf/results/grpo_step.json`` (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import torch
-
-from components.training.model import LoRASettings, build_policy
-from components.training.rollout import HFRolloutEngine, SamplingParams
-from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOConfig, GRPOTrainer
-
+REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "grpo_step.json"
+CASES = ("tiny", "tiny-32k")
 
 
-def _time_steps(trainer: GRPOTrainer, steps: int) -> dict[str, float]:
+# ----------------------------------------------------------------------------- measuring (in the worker)
+
+
+def _rss_mib(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's RSS high-water mark (Linux: write 5 to /proc/self/clear_refs)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+class _CountingEngine:
+    """Passes calls through to the engine and counts the tokens it generates."""
+
+    def __init__(self, engine: Any):
+        self._engine, self.tokens = engine, 0
+
+    def generate(self, prompts: Any, sampling: Any) -> Any:
+        gens = self._engine.generate(prompts, sampling)
+        self.tokens += sum(len(g.token_ids) for g in gens)
+        return gens
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+def _time_steps(trainer: Any, engine: _CountingEngine, steps: int) -> dict[str, float]:
     timings: list[dict[str, float]] = []
     trainer.on_metrics = lambda step, m: timings.append(m)
     trainer.step()  # warm-up
     timings.clear()
+    rss_before = _rss_mib("VmRSS")
+    exact_peak = _reset_peak_rss()
+    walls, tokens = [], []
     for _ in range(steps):
+        engine.tokens = 0
+        t0 = time.perf_counter()
         trainer.step()
-    keys = ("time/rollout", "time/reward", "time/update")
-    out = {k.split("/")[1] + "_s": statistics.median(t[k] for t in timings) for k in keys}
-    out["step_s"] = statistics.median(sum(t[k] for k in keys) for t in timings)
-    out["tokens_per_step"] = statistics.median(t["tokens"] for t in timings)
+        walls.append(time.perf_counter() - t0)
+        tokens.append(engine.tokens)
+    peak = _rss_mib("VmHWM") if exact_peak else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    step_s = statistics.median(walls)
+    out = {
+        "step_s": step_s,
+        "rollout_s": statistics.median(t.get("time/rollout", float("nan")) for t in timings),
+        "update_s": statistics.median(t.get("time/update", float("nan")) for t in timings),
+        "tokens_per_step": statistics.median(tokens),
+        "tokens_per_s": sum(tokens) / sum(walls),
+        "peak_rss_mib": peak,
+        "rss_growth_mib": None if rss_before is None or peak is None else peak - rss_before,
+        "peak_rss_exact": exact_peak,
+    }
     return out
 
 
-def bench_tiny(steps: int) -> dict[str, object]:
-    """Runs on one thread: intra-op threads only add overhead (and jitter) for matrices this small."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _bench_tiny(steps)
-    finally:
-        torch.set_num_threads(threads)
+def _reward(items: list[Any], ctx: Any = None) -> list[float]:
+    """Fraction of even token ids: cheap, and varied enough that groups get non-zero advantages. Takes
+    samples (``reward_fn(samples)``, up to a3fd23f) or episodes and a context (``reward_fn(episodes, ctx)``)."""
+    return [sum(t % 2 == 0 for t in s.response_ids) / max(len(s.response_ids), 1) for s in items]
 
 
-def _bench_tiny(steps: int) -> dict[str, object]:
-    tok = CharTokenizer("abcdefghijklmn")
-    target = tok.encode("e")[0]
-    torch.manual_seed(0)
-    policy = build_policy(tiny_qwen2(tok.vocab_size, seed=0), lora=LoRASettings(r=8, alpha=16))
-    config = GRPOConfig(
-        group_size=8, prompts_per_step=2, learning_rate=1e-2, sampling=SamplingParams(max_new_tokens=8)
-    )
-    trainer = GRPOTrainer(
-        policy,
-        HFRolloutEngine(policy.model, tok),
-        lambda samples: [
-            sum(t == target for t in s.response_ids) / max(len(s.response_ids), 1) for s in samples
-        ],
-        ["abc", "bcd", "cde", "def"],
-        config,
-    )
-    return {
-        "model": "tiny-qwen2 (random, 32 wide, 2 layers)",
-        "batch": "2 prompts x G=8, 8 new tokens",
-        **_time_steps(trainer, steps),
+def make_trainer(
+    policy: Any,
+    engine: Any,
+    reward: Any,
+    prompts: list[Any],
+    *,
+    group_size: int,
+    prompts_per_step: int,
+    lr: float,
+    sampling: Any,
+) -> Any:
+    """The same GRPO hyper-parameters under either trainer API: ``GRPOConfig`` (up to a3fd23f) or
+    ``params.grpo`` (``GRPOParams``). Each side keeps its own defaults for how old log-probs are obtained."""
+    from components.training import trainer as tr
+
+    common = {
+        "group_size": group_size,
+        "prompts_per_step": prompts_per_step,
+        "kl_coef": 5e-3,
+        "clip_eps": 0.2,
+        "loss_agg": "token_mean",
     }
+    if hasattr(tr, "GRPOConfig"):
+        config = tr.GRPOConfig(learning_rate=lr, sampling=sampling, **common)
+        return tr.GRPOTrainer(policy, engine, reward, prompts, config)
+    from components.params import GRPOParams
+
+    config = GRPOParams(lr=lr, max_new_tokens=sampling.max_new_tokens, checkpoint_every=0, **common)
+    return tr.GRPOTrainer(policy, engine, reward, prompts, config, sampling=sampling)
 
 
-def bench_gguf(path: Path, steps: int) -> dict[str, object]:
+class _IdTokenizer:
+    """Decodes id ``i`` as one letter (``i % 26``): stop strings work on a vocabulary of any size."""
+
+    pad_token_id, eos_token_id = 0, 1
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(97 + i % 26) for i in ids if i > 1)
+
+
+def bench_case(case: str, steps: int) -> dict[str, Any]:
+    import torch
+
+    from components.training.model import LoRASettings, build_policy
+    from components.training.rollout import HFRolloutEngine, SamplingParams
+    from components.training.tiny import CharTokenizer, tiny_qwen2
+
+    torch.manual_seed(0)
+    if case == "tiny":
+        tok = CharTokenizer("abcdefghijklmn")
+        model = tiny_qwen2(tok.vocab_size, seed=0)
+        prompts: list[Any] = ["abc", "bcd", "cde", "def"]
+        sampling = SamplingParams(max_new_tokens=8)
+        batch = "2 prompts x G=8, 8 new tokens"
+    elif case == "tiny-32k":
+        tok = _IdTokenizer()
+        vocab = 32768
+        model = tiny_qwen2(vocab, hidden_size=64, intermediate_size=128, initializer_range=0.02, seed=0)
+        g = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(2, vocab, (48,), generator=g).tolist() for _ in range(4)]
+        sampling = SamplingParams(max_new_tokens=24, stop_strings=("zzz",))
+        batch = "2 prompts (48 tok) x G=8, 24 new tokens"
+        steps = max(1, min(steps, 3))
+    else:
+        raise ValueError(f"unknown case {case!r}; use one of {CASES}")
+    policy = build_policy(model, lora=LoRASettings(r=8, alpha=16))
+    engine = _CountingEngine(HFRolloutEngine(policy.model, tok))
+    trainer = make_trainer(
+        policy, engine, _reward, prompts, group_size=8, prompts_per_step=2, lr=1e-2, sampling=sampling
+    )
+    return {"case": case, "batch": batch, "timed_steps": steps, **_time_steps(trainer, engine, steps)}
+
+
+def bench_gguf(path: Path, steps: int) -> dict[str, Any]:
     from transformers import AutoTokenizer
+
+    from components.training.model import LoRASettings, build_policy
+    from components.training.rollout import HFRolloutEngine, SamplingParams
 
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     t0 = time.perf_counter()
@@ -92,58 +203,174 @@ def bench_gguf(path: Path, steps: int) -> dict[str, object]:
         add_generation_prompt=True,
         tokenize=True,
     )["input_ids"]
-    config = GRPOConfig(group_size=4, learning_rate=1e-5, sampling=SamplingParams(max_new_tokens=128))
-    trainer = GRPOTrainer(
+    engine = _CountingEngine(HFRolloutEngine(policy.model, tok))
+    trainer = make_trainer(
         policy,
-        HFRolloutEngine(policy.model, tok),
-        lambda samples: [float(len(s.response_ids) % 7) for s in samples],
+        engine,
+        _reward,
         [prompt],
-        config,
+        group_size=4,
+        prompts_per_step=1,
+        lr=1e-5,
+        sampling=SamplingParams(max_new_tokens=128),
     )
     return {
-        "model": f"{path.name} (dequantized, fp32)",
+        "case": f"{path.name} (fp32)",
         "batch": "1 prompt x G=4, <=128 new tokens",
         "load_s": load_s,
-        **_time_steps(trainer, steps),
+        **_time_steps(trainer, engine, steps),
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def worker(cases: list[str], steps: int, threads: int | None) -> list[dict[str, Any]]:
+    import torch
 
-    rows = [bench_tiny(args.steps)]
-    gguf = os.environ.get("RUBRICFLOW_POLICY_GGUF")
-    if gguf:
-        rows.append(bench_gguf(Path(gguf), max(1, min(args.steps, 3))))
+    import components
 
-    header = f"{'model':45} {'batch':34} {'rollout s':>9} {'update s':>9} {'step s':>8} {'tokens':>7}"
+    rows = []
+    for case in cases:
+        if case.startswith("gguf:"):
+            if threads:
+                torch.set_num_threads(threads)
+            rows.append(bench_gguf(Path(case[5:]), max(1, min(steps, 3))))
+            continue
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)  # tiny matrices: intra-op threads only add overhead and jitter
+        try:
+            rows.append(bench_case(case, steps))
+        finally:
+            torch.set_num_threads(before)
+    code = str(Path(components.__file__).resolve().parents[1])
+    return [{**r, "code_root": code} for r in rows]
+
+
+# ----------------------------------------------------------------------------- driving (in the parent)
+
+
+def run_worker(code_root: Path, cases: list[str], steps: int, threads: int | None) -> list[dict[str, Any]]:
+    """Run :func:`worker` in a fresh interpreter that imports ``components`` from ``code_root``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code_root), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(cases), "--steps", str(steps)]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    proc = subprocess.run(cmd, cwd=code_root, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark worker for {code_root} failed:\n{proc.stderr[-4000:]}")
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r in rows:
+        if Path(r["code_root"]) != code_root.resolve():
+            raise RuntimeError(f"worker imported components from {r['code_root']}, not {code_root}")
+    return rows
+
+
+def export_revision(rev: str, dest: Path) -> str:
+    """Unpack ``rev`` of this repository into ``dest``; return its short hash."""
+    short = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", rev], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", rev], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return short
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if _missing(value) else format(value, spec)
+
+
+def print_table(rows: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> None:
+    header = (
+        f"{'case':26} {'code':12} {'step s':>8} {'rollout s':>9} {'update s':>9} {'tok/step':>8} "
+        f"{'tok/s':>8} {'peak RSS MiB':>12} {'RSS growth':>10}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
-            f"{r['model']:45} {r['batch']:34} {r['rollout_s']:9.3f} {r['update_s']:9.3f} {r['step_s']:8.3f} "
-            f"{r['tokens_per_step']:7.0f}"
+            f"{r['case'][:26]:26} {r['code']:12} {_fmt(r['step_s'], '8.3f')} {_fmt(r['rollout_s'], '9.3f')} "
+            f"{_fmt(r['update_s'], '9.3f')} {_fmt(r['tokens_per_step'], '8.0f')} "
+            f"{_fmt(r['tokens_per_s'], '8.0f')} {_fmt(r['peak_rss_mib'], '12.0f')} "
+            f"{_fmt(r['rss_growth_mib'], '10.0f')}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for q in ratios:
+        print(
+            f"{q['case'][:26]:26} {'ratio':12} {_fmt(q['step_s'], '7.2f')}x {_fmt(q['rollout_s'], '8.2f')}x "
+            f"{_fmt(q['update_s'], '8.2f')}x {'':8} {_fmt(q['tokens_per_s'], '7.2f')}x "
+            f"{_fmt(q['peak_rss_mib'], '11.2f')}x {_fmt(q['rss_growth_mib'], '9.2f')}x"
+        )
+    if ratios:
+        print("ratio = working tree / baseline (step s < 1x and tok/s > 1x: faster)")
+
+
+def _ratio(new: Any, old: Any) -> float | None:
+    if _missing(new) or _missing(old) or not old:
+        return None
+    return new / old
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per case, after one warm-up step")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the 0.5B GGUF case")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {CASES}")
+    parser.add_argument("--baseline-rev", default=None, help="also run this git revision and print ratios")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker is not None:
+        print(json.dumps(worker(args.worker.split(","), args.steps, args.threads)))
+        return
+
+    cases = [c for c in args.cases.split(",") if c]
+    gguf = os.environ.get("RUBRICFLOW_POLICY_GGUF")
+    if gguf:
+        cases.append(f"gguf:{Path(gguf).resolve()}")
+    t0 = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    baseline_short = None
+    if args.baseline_rev:
+        with tempfile.TemporaryDirectory(prefix="rubricflow-baseline-") as tmp:
+            baseline_short = export_revision(args.baseline_rev, Path(tmp))
+            rows += [
+                {**r, "code": baseline_short} for r in run_worker(Path(tmp), cases, args.steps, args.threads)
+            ]
+    current = [{**r, "code": "working tree"} for r in run_worker(REPO, cases, args.steps, args.threads)]
+    ratios = []
+    if baseline_short:
+        for new in current:
+            old = next(r for r in rows if r["case"] == new["case"])
+            keys = ("step_s", "rollout_s", "update_s", "tokens_per_s", "peak_rss_mib", "rss_growth_mib")
+            ratios.append({"case": new["case"], **{k: _ratio(new[k], old[k]) for k in keys}})
+    rows += current
+    order = {c: i for i, c in enumerate(dict.fromkeys(r["case"] for r in rows))}
+    rows.sort(key=lambda r: order[r["case"]])
+    print_table(rows, ratios)
+
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     report = {
         "machine": {
             "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__,
             "python": platform.python_version(),
             "load_average_1m": os.getloadavg()[0],
         },
+        "working_tree_head": head,
+        "baseline_rev": baseline_short,
         "timed_steps": args.steps,
+        "wall_s": time.perf_counter() - t0,
         "results": rows,
+        "ratios": ratios,
     }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out} ({report['wall_s']:.0f} s)")
 
 
 if __name__ == "__main__":
