@@ -4,9 +4,11 @@ and Borda consensus, from the training questions.
     python -m tasks.collect                         # all questions
     python -m tasks.collect --shard 0 --num-shards 4   # one of four shards (run them anywhere)
 
-Resumable: points are appended to outputs/collect/shard-<i>-of-<n>/points.jsonl as they are made and a
-question is listed in done.jsonl once finished; a re-run skips finished questions and discards the
-partial points of an unfinished one. When every shard is done, the kept points are merged into
+A shard's questions run concurrently on one event loop, as many at once as the candidate policies' and
+judges' backends have slots (``LLMPool.slots``); each keeps the seed of its index in the question list, so
+nothing depends on which finishes first. Resumable: when a question finishes, its points are appended to
+outputs/collect/shard-<i>-of-<n>/points.jsonl and the question to done.jsonl; a re-run skips finished
+questions and discards any points of unfinished ones. When every shard is done, the kept points are merged into
 outputs/collect/branching_points.parquet and outputs/collect/metrics.json (kept/dropped by reason, judge
 validity per judge, mean pairwise Kendall tau, slate diversity, label distributions).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prefect import task
@@ -22,7 +25,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from components.agents.react import ReActAgent
-from components.coreact.collect import BranchingCollector
+from components.coreact.collect import BranchingCollector, QuestionResult
 from components.coreact.collect_metrics import summarize
 from components.io import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl, write_parquet
 from components.llm.factory import LLMPool
@@ -73,13 +76,16 @@ def merge(params: Params, num_shards: int) -> tuple[bool, str | None, dict[str, 
             points += read_jsonl(f / "points.jsonl", BranchingPoint)
     if not {q.id for q in questions} <= done:
         return False, None, {}
+    # questions finish in any order; sorting makes the merged files independent of it
+    points.sort(key=lambda p: (p.question_id, p.depth))
+    records.sort(key=lambda r: r.question_id)
     metrics = summarize(points)
     samples = sum(r.samples for r in records)
     metrics.update({"questions": float(len(records)), "pool_samples": float(samples),
                     "pool_unparseable_rate": round(sum(r.unparseable for r in records) / max(samples, 1), 6),
                     "pool_failed_calls": float(sum(r.failed_calls for r in records))})
     dataset = out_path(params, "collect", "branching_points.parquet")
-    write_parquet(dataset, sorted((p for p in points if p.kept), key=lambda p: (p.question_id, p.depth)))
+    write_parquet(dataset, [p for p in points if p.kept])
     write_json(out_path(params, "collect", "metrics.json"), metrics)
     wall = sum(r.wall_s for r in records)
     write_json(out_path(params, "collect", "timings.json"),
@@ -89,6 +95,26 @@ def merge(params: Params, num_shards: int) -> tuple[bool, str | None, dict[str, 
 
 def _questions(params: Params) -> list[Question]:
     return read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.collect.n_questions]
+
+
+async def _expand_all(collector: BranchingCollector, todo: list[tuple[int, Question]], base_seed: int,
+                      in_flight: int, finished: Callable[[Question, QuestionResult, float], None]) -> None:
+    """Expand ``todo`` (index, question) pairs, ``in_flight`` at a time; ``finished`` records each one as it ends."""
+    slots = asyncio.Semaphore(in_flight)
+
+    async def one(i: int, question: Question) -> None:
+        async with slots:
+            start = time.perf_counter()
+            result = await collector.expand(question, base_seed + 7919 * i)
+            finished(question, result, time.perf_counter() - start)
+
+    tasks = [asyncio.ensure_future(one(i, q)) for i, q in todo]
+    try:
+        await asyncio.gather(*tasks)
+    finally:  # one question's error stops the shard; finished questions are already on disk
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @task(name="collect")
@@ -107,15 +133,20 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
         agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
         collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
                                        params.collect, seed=params.seed)
-        with JsonlAppender(folder / "points.jsonl") as points_out, JsonlAppender(folder / "done.jsonl") as done_out:
-            for i, q in tqdm([x for x in mine if x[1].id not in done], desc=f"collect shard {shard}/{num_shards}"):
-                start = time.perf_counter()
-                result = asyncio.run(collector.expand(q, params.seed + 7919 * i))
+        todo = [(i, q) for i, q in mine if q.id not in done]
+        with JsonlAppender(folder / "points.jsonl") as points_out, JsonlAppender(folder / "done.jsonl") as done_out, \
+                tqdm(total=len(todo), desc=f"collect shard {shard}/{num_shards}") as progress:
+
+            def finished(q: Question, result: QuestionResult, wall_s: float) -> None:
                 for point in result.points:
                     points_out.append(point)
                 done_out.append(DoneRecord(question_id=q.id, stop=result.stop, samples=result.pool.samples,
                                            unparseable=result.pool.unparseable,
-                                           failed_calls=result.pool.failed_calls, wall_s=time.perf_counter() - start))
+                                           failed_calls=result.pool.failed_calls, wall_s=wall_s))
+                progress.update()
+
+            in_flight = pool.slots("candidate_policies", "council_judges")
+            asyncio.run(_expand_all(collector, todo, params.seed, in_flight, finished))
         llm_metrics = pool.accounting.metrics()
     finally:
         if own_pool:

@@ -169,7 +169,7 @@ class LLMPool:
             if self.cache is not None:
                 self.cache.close()
 
-    def __enter__(self) -> "LLMPool":
+    def __enter__(self) -> LLMPool:
         return self
 
     def __exit__(self, *exc) -> None:

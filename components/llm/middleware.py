@@ -27,8 +27,7 @@ from pathlib import Path
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
 from components.llm.base import (
-    ChatFailure, ChatModel, ChatOutcome, ChatResult, Completion, LLMError, Message, PolicyCall, Sampling,
-    TransientLLMError,
+    ChatFailure, ChatModel, ChatOutcome, ChatResult, Completion, Message, PolicyCall, Sampling, TransientLLMError,
 )
 from components.params import MiddlewareParams
 
@@ -131,7 +130,7 @@ class ConcurrencyLimit:
         self._lock = threading.Lock()
         self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = deque()
 
-    async def __aenter__(self) -> "ConcurrencyLimit":
+    async def __aenter__(self) -> ConcurrencyLimit:
         loop = asyncio.get_running_loop()
         with self._lock:
             if self.in_use < self.limit and not self._waiters:
@@ -209,7 +208,7 @@ class ReliableChatModel(ChatModel):
         async with self.limit:
             try:
                 return await asyncio.wait_for(self.inner._complete(messages, sampling), self.settings.timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise TransientLLMError(f"timed out after {self.settings.timeout_s}s") from None
 
     async def _with_retries(self, messages: list[Message], sampling: Sampling, tries: list[int], i: int) -> Completion:

@@ -51,7 +51,7 @@ async def flood(models, calls_each, sampling=None):
 
 def test_limits_are_per_backend_and_shared_by_its_roles(repo_root, tmp_path, servers):
     solo, quad = servers
-    solo.default = quad.default = ("sleep", 0.05)
+    solo.default, quad.default = ("sleep", 0.05), ("sleep", 0.15)
     with pool_for(repo_root, tmp_path, solo, quad) as pool:
         assert pool.limit("embedded-1_5b").limit == 1 and pool.limit("embedded-0_5b").limit == 3
         assert pool.slots("council_judges", "answer_judge") == 1 and pool.slots("candidate_policies") == 4
@@ -88,15 +88,15 @@ def test_limit_holds_across_loops_in_threads_and_for_split_samples(repo_root, tm
 
 def test_queue_time_does_not_count_against_the_timeout(repo_root, tmp_path, servers):
     solo, quad = servers
-    solo.default = ("sleep", 0.3)
-    with pool_for(repo_root, tmp_path, solo, quad, timeout_s=0.5) as pool:
+    solo.default = ("sleep", 0.25)
+    with pool_for(repo_root, tmp_path, solo, quad, timeout_s=1.5) as pool:
         models = wrappers(pool, ["answer_judge", "verifier", "teacher", "council_judges"])
-        outs = asyncio.run(flood(models, 1))
-        # five calls of 0.3 s through one slot take 1.5 s, three times the timeout; none timed out or retried
-        assert max(o.latency_s for o in outs) >= 1.2
+        outs = asyncio.run(flood(models, 2))
+        # ten calls of 0.25 s through one slot take 2.5 s, well past the timeout; none timed out or retried
+        assert max(o.latency_s for o in outs) >= 2.25
         assert all(o.attempts == 1 for o in outs) and solo.max_in_flight == 1
         # the timeout itself still bites once a call holds its slot
-        solo.behaviours = [("sleep", 0.8)]
+        solo.behaviours = [("sleep", 2.5)]
         late = asyncio.run(pool.role("verifier").chat([user("slow")]))
         assert not late.ok and late.error_type == "TransientLLMError" and "timed out" in late.message
 

@@ -1,19 +1,22 @@
 """The collect stage on a tiny world with scripted candidate policies and judges: sharding, a crash and
-resume, and the merged dataset."""
+resume, the merged dataset, and questions run concurrently without their order of completion showing."""
 
+import asyncio
 import json
 import re
+import shutil
 
 import pytest
 
-from components.council import SYSTEM_PROMPT as JUDGE_SYSTEM
 from components.io import read_json, read_jsonl, read_parquet
+from components.judges.council import SYSTEM_PROMPT as JUDGE_SYSTEM
 from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import ChatModel
 from components.llm.factory import LLMPool
 from components.schemas import BranchingPoint, Question
 from components.world.oracle import gold_search_queries
-from tests.agents.prompt_reading import depth_of, question_of
 from tasks.collect import DoneRecord, collect, shard_dir
+from tests.agents.prompt_reading import depth_of, question_of
 
 
 class SimulatedCrash(BaseException):
@@ -89,3 +92,48 @@ def test_two_shards_resume_and_merge(params):
             assert p.candidates[p.committed].action in gold
             checked += 1
     assert checked >= 2
+
+
+class Paced(ChatModel):
+    """The scripted world answering question i's calls after ``delays[i]`` seconds, recording when each
+    question's first call started and its last call ended."""
+
+    def __init__(self, inner, questions, delays):
+        self.inner, self.name, self.questions, self.delays = inner, inner.name, questions, delays
+        self.spans: dict[int, list[float]] = {}
+
+    async def _complete(self, messages, sampling):
+        i = next(i for i, text in enumerate(self.questions) if any(text in m.content for m in messages))
+        loop = asyncio.get_running_loop()
+        self.spans.setdefault(i, [loop.time(), 0.0])
+        await asyncio.sleep(self.delays[i])
+        self.spans[i][1] = loop.time()
+        return await self.inner._complete(messages, sampling)
+
+    def most_questions_at_once(self) -> int:
+        return max(sum(1 for s, e in self.spans.values() if s <= start < e) for start, _ in self.spans.values())
+
+
+def without_timings(value):
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k != "latency_s"}
+    return [without_timings(v) for v in value] if isinstance(value, list) else value
+
+
+def test_questions_run_concurrently_and_the_result_ignores_completion_order(params):
+    questions = read_jsonl(f"{params.run.out_dir}/data/train.jsonl", Question)
+    for backend in ("embedded-0_5b", "embedded-1_5b"):  # no call ever queues: each question keeps its own pace
+        params.llm.backends[backend].max_concurrency = 8
+    outputs, finish_orders = [], []
+    for delays in ([0.001, 0.02, 0.001, 0.02], [0.02, 0.001, 0.02, 0.001]):
+        shutil.rmtree(f"{params.run.out_dir}/collect", ignore_errors=True)
+        model = Paced(scripted_world(params), [q.question for q in questions], delays)
+        result = run(params, model)
+        assert model.most_questions_at_once() == 4
+        done = [r.question_id for r in read_jsonl(shard_dir(params, 0, 1) / "done.jsonl", DoneRecord)]
+        assert sorted(done) == sorted(q.id for q in questions)
+        finish_orders.append(done)
+        points = [without_timings(p.model_dump()) for p in read_parquet(result.dataset, BranchingPoint)]
+        outputs.append((points, read_json(f"{params.run.out_dir}/collect/metrics.json")))
+    assert finish_orders[0] != finish_orders[1]
+    assert outputs[0][0] and outputs[0] == outputs[1]

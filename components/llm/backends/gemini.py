@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
+from components.llm.backends.per_loop import PerLoop
 from components.llm.base import (
     BACKENDS, ChatModel, Completion, Message, PermanentLLMError, Sampling, TransientLLMError, classify_status,
 )
-from components.llm.backends.per_loop import PerLoop
 
 
 async def _close_genai(client) -> None:

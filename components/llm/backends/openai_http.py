@@ -16,10 +16,10 @@ import os
 
 import httpx
 
+from components.llm.backends.per_loop import PerLoop
 from components.llm.base import (
     BACKENDS, ChatModel, Completion, Message, PermanentLLMError, Sampling, TransientLLMError, classify_status,
 )
-from components.llm.backends.per_loop import PerLoop
 
 
 @BACKENDS.register("openai")
