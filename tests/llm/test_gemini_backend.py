@@ -64,3 +64,44 @@ def test_missing_api_key_is_a_permanent_configuration_error(monkeypatch):
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     with pytest.raises(PermanentLLMError, match="GEMINI_API_KEY"):
         GeminiChatModel("gemini-2.5-pro")
+
+
+def test_own_clients_are_one_per_event_loop_and_closed_inside_it(monkeypatch):
+    from google import genai
+
+    opened = []
+
+    class RecordingClient(FakeClient):
+        def __init__(self, api_key):
+            super().__init__(response("ok"))
+            self.api_key, self.closed = api_key, []
+            self.aio.aclose = self._aclose
+            opened.append(self)
+
+        async def _aclose(self):
+            self.closed.append(("aio", asyncio.get_running_loop().is_running()))
+
+        def close(self):
+            self.closed.append(("sync", None))
+
+    monkeypatch.setenv("GEMINI_KEY_FOR_TEST", "k")
+    monkeypatch.setattr(genai, "Client", RecordingClient)
+    model = GeminiChatModel("g", api_key_env="GEMINI_KEY_FOR_TEST")
+
+    async def twice():
+        await model._complete([user("a")], Sampling())
+        await model._complete([user("b")], Sampling())
+
+    asyncio.run(twice())
+    asyncio.run(twice())
+    assert len(opened) == 2 and all(c.api_key == "k" for c in opened)
+    # each loop's shutdown closed its own client, async side inside the loop, then the sync side
+    assert all(c.closed == [("aio", True), ("sync", None)] for c in opened)
+
+    async def use_then_close():
+        await model._complete([user("c")], Sampling())
+        await model.aclose()
+        return list(opened[-1].closed)
+
+    assert asyncio.run(use_then_close()) == [("aio", True), ("sync", None)] and len(opened) == 3
+    assert opened[-1].closed == [("aio", True), ("sync", None)]  # not closed a second time at loop end
