@@ -113,11 +113,13 @@ class Policy:
         """Per-token log-probabilities ``[B, T]``: ``logp[b, t]`` scores ``input_ids[b, t]`` given the
         tokens before it at ``temperature``; position 0 is 0.
 
-        ``span = (start, end)`` computes positions ``start <= t < end`` only and leaves zeros elsewhere;
-        pass ``trainable_span(loss_mask)`` so every position with loss is inside (values in the span equal
-        the full computation; gradients too). None means the whole sequence. Gradient flows for the
-        current policy when grad mode is on; the reference is always no-grad. Batches are right-padded,
-        so the default position ids are correct.
+        ``span = (start, end)`` computes positions ``start <= t < end`` only and leaves zeros (without
+        gradient) elsewhere: a trainer passes ``trainable_span(micro_batch.loss_mask)`` for every forward
+        (policy, old and reference log-probs), so each position with loss is inside and its value and
+        gradient equal the full computation's; code that reads ``logp`` outside the loss mask must not
+        pass a span. None means the whole sequence. Gradient flows for the current policy when grad mode
+        is on; the reference is always no-grad. Batches are right-padded, so the default position ids are
+        correct.
         """
         return self.forward_logprobs(
             input_ids, attention_mask, temperature=temperature, reference=reference, span=span
