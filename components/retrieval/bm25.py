@@ -48,6 +48,7 @@ class BM25Index:
         # rank-bm25 divides by the average length; an all-empty corpus would divide by zero
         corpus = [toks or ["\x00"] for toks in corpus]
         self._bm25 = BM25Okapi(corpus, k1=k1, b=b)
+        self._doc_len = np.asarray(self._bm25.doc_len, dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -70,8 +71,14 @@ class BM25Index:
         tokens = tokenize(query)
         if not tokens or not positions:
             return []
-        scores = np.asarray(self._bm25.get_batch_scores(tokens, list(positions)), dtype=np.float64)
-        return [(positions[j], float(scores[j])) for j in top_indices(scores, k) if scores[j] > 0]
+        # rank-bm25's get_batch_scores, without its conversion of every document length per call
+        bm, pos = self._bm25, list(positions)
+        norm = bm.k1 * (1 - bm.b + bm.b * self._doc_len[pos] / bm.avgdl)
+        scores = np.zeros(len(pos))
+        for token in tokens:
+            tf = np.array([bm.doc_freqs[i].get(token, 0) for i in pos], dtype=np.float64)
+            scores += (bm.idf.get(token) or 0) * (tf * (bm.k1 + 1) / (tf + norm))
+        return [(pos[j], float(scores[j])) for j in top_indices(scores, k) if scores[j] > 0]
 
     def search(self, query: str, k: int, snippet_chars: int | None = None) -> list[SearchHit]:
         n = self.snippet_chars if snippet_chars is None else snippet_chars
