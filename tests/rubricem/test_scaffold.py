@@ -1,0 +1,230 @@
+"""The Plan/Research/Review/Answer scaffold: stage splitting of hand-made trajectories (malformed ones too),
+the agent on the ReAct seams, stage-tagged token segments, the validator and the SFT rejection reasons."""
+
+import asyncio
+
+import pytest
+
+from components.agents.react import AGENTS
+from components.agents.scaffold import (
+    BUDGET, PLAN, REMINDER, RESEARCH, REVIEW, ANSWER, ScaffoldAgent, complete_reply, parse_scaffold_turn,
+    scaffold_problems, split_stages, stage_spans, trajectory_text, validate_scaffold,
+)
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import Message, TransientLLMError
+from components.params import AgentParams
+from components.schemas import Question, Step, ToolCall, Trajectory
+from components.training.agent_rollout import make_agent_rollout
+from components.training.rollout import Generation
+from components.training.tiny import CharTokenizer
+
+Q = Question(id="q1", question="Which river flows through the home town of Ossian Threll?", answers=["Ammel"],
+             source="world")
+
+PLAN_TEXT = ("<think>Two hops.</think>\n<structured_plan>\n<deep_analysis>Need the town, then its river."
+             "</deep_analysis>\n<rubric>- town of Ossian Threll\n- river of that town</rubric>\n"
+             "<research_plan>1. search Ossian Threll 2. search the town</research_plan>\n</structured_plan>")
+TURN1 = PLAN_TEXT + '\n<call_tool name="search">Ossian Threll</call_tool>'
+TURN2 = ("<think>He was born in Kestrow.</think>\n<state_evaluation>Town settled (d-Ossian Threll). River open."
+         '</state_evaluation>\n<call_tool name="search">Kestrow</call_tool>')
+REVIEW_TEXT = ("<think>All settled.</think>\n<state_evaluation>Both items covered.</state_evaluation>\n<review>\n"
+               '<rubric_review>Town: <cite id="d-Ossian Threll">born in Kestrow</cite>; river: '
+               '<cite id="d-Kestrow">the Ammel</cite></rubric_review>\n<writing_plan>Answer Ammel.</writing_plan>\n'
+               "</review>\n")
+TURN3 = REVIEW_TEXT + "<answer>Ammel</answer>"
+
+
+class Tools:
+    def call(self, name, argument):
+        text = {"Ossian Threll": "born in Kestrow", "Kestrow": "on the river Ammel"}.get(argument, "nothing")
+        return ToolCall(name=name, arguments={"query": argument}, observation=f"[1] (d-{argument}) {argument}: {text}",
+                        doc_ids=[f"d-{argument}"])
+
+
+def run(replies, guidance=None, **settings):
+    policy = ScriptedChatModel(replies)
+    agent = ScaffoldAgent(policy, Tools(), AgentParams(**{"max_turns": 6, "max_search_calls": 3, **settings}),
+                          guidance=guidance)
+    return asyncio.run(agent.run(Q)), policy
+
+
+def test_well_formed_episode_splits_into_the_four_stages():
+    # the engines cut the stop string, so replies arrive without their closing tag
+    traj, policy = run([TURN1.removesuffix("</call_tool>"), TURN2.removesuffix("</call_tool>"),
+                        TURN3.removesuffix("</answer>")])
+    assert traj.finish_reason == "answer" and traj.final_answer == "Ammel"
+    assert [s.action for s in traj.steps] == ["search[Ossian Threll]", "search[Kestrow]", "finish[Ammel]"]
+    assert [s.stage for s in traj.steps] == ["research", "research", "answer"]
+    assert traj.steps[0].raw == TURN1  # closing tag restored
+    text = trajectory_text(traj)
+    split = split_stages(text)
+    assert split.blocks["plan"] == PLAN_TEXT
+    research = split.blocks["research"]
+    assert research.startswith('\n<call_tool name="search">Ossian Threll') and research.endswith("</tool_output>\n")
+    assert "on the river Ammel" in research and TURN2 in research
+    assert split.blocks["review"] == REVIEW_TEXT and split.blocks["answer"] == "<answer>Ammel</answer>"
+    assert validate_scaffold(traj) == [] and scaffold_problems(traj) == []
+    # each reply was tagged with its own stage spans; read in sequence they give the whole-text split
+    first = policy.requests[0][0]
+    assert first[0].role == "system" and "<structured_plan>" in first[0].content
+    assert "Question: Which river" in first[1].content
+
+
+def test_reply_spans_compose_into_the_trajectory_split():
+    stage = PLAN
+    for reply, expected in [(TURN1, [(0, PLAN), (len(PLAN_TEXT), RESEARCH)]), (TURN2, [(0, RESEARCH)]),
+                            (TURN3, [(0, REVIEW), (len(REVIEW_TEXT), ANSWER)])]:
+        spans = stage_spans(reply, stage)
+        assert spans == expected
+        stage = spans[-1][1]
+
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("plan never closed: ends where the first tool call starts",
+     '<think>x</think><structured_plan><rubric>r</rubric><call_tool name="search">A</call_tool>'
+     "<tool_output>o</tool_output><answer>A</answer>",
+     {"plan": "<think>x</think><structured_plan><rubric>r</rubric>", "review": None, "answer": "<answer>A</answer>"}),
+    ("answer with no review: the review stage is absent",
+     PLAN_TEXT + '<call_tool name="search">A</call_tool><tool_output>o</tool_output><think>t</think><answer>A</answer>',
+     {"plan": PLAN_TEXT, "review": None, "answer": "<answer>A</answer>"}),
+    ("review without a preceding think starts at <review>",
+     PLAN_TEXT + '<call_tool name="search">A</call_tool><tool_output><think>noise</think></tool_output>'
+     "<review>r</review><answer>A</answer>",
+     {"review": "<review>r</review>", "answer": "<answer>A</answer>"}),
+    ("no tags at all: everything is plan",
+     "I think the answer is Ammel.", {"plan": "I think the answer is Ammel.", "research": None, "answer": None}),
+    ("a revised plan inside research stays research",
+     PLAN_TEXT + '<call_tool name="search">A</call_tool><tool_output>o</tool_output><structured_plan>new'
+     '</structured_plan><call_tool name="search">B</call_tool>',
+     {"plan": PLAN_TEXT, "review": None, "answer": None}),
+])
+def test_malformed_trajectories_split_best_effort(name, text, expected):
+    blocks = split_stages(text).blocks
+    for stage, block in expected.items():
+        assert blocks[stage] == block, name
+    assert "".join(b for b in blocks.values() if b is not None) == text  # the blocks tile the text
+
+
+def test_turn_parser():
+    assert parse_scaffold_turn('<call_tool name="browse"> d-7 </call_tool>').text == "browse[d-7]"
+    assert parse_scaffold_turn('x <answer><cite id="d1">\\boxed{1987}</cite></answer>').argument == "1987"
+    assert parse_scaffold_turn('<call_tool name="google">x</call_tool>').error.startswith("unknown tool")
+    assert parse_scaffold_turn("<answer>answer</answer>").kind == "invalid"
+    assert parse_scaffold_turn("<think>just thinking</think>").error.startswith("no <call_tool>")
+    assert complete_reply('<call_tool name="search">Kestrow') == '<call_tool name="search">Kestrow</call_tool>'
+    assert complete_reply("<answer>Ammel  ") == "<answer>Ammel</answer>"
+    assert complete_reply(TURN1) == TURN1
+
+
+def test_invalid_turn_gets_the_scaffold_reminder_and_budget_message():
+    traj, policy = run([TURN1, "no tags", TURN2, TURN2.replace("Kestrow</call", "Elsewhere</call"), TURN3],
+                       max_search_calls=2)
+    assert traj.steps[1].parse_error and traj.steps[1].observation == REMINDER
+    assert traj.steps[3].observation == BUDGET and traj.steps[3].tool_call is None
+    assert traj.final_answer == "Ammel"
+    issues = validate_scaffold(traj)
+    assert ("tool_syntax", "step 1: 0 <call_tool> tags (0 well-formed); exactly one is required") in issues
+
+
+def hand_trajectory(raws, observations, answer, docs):
+    steps = [Step(index=i, raw=r, observation=o, final_answer=answer if i == len(raws) - 1 and answer else None,
+                  tool_call=ToolCall(name="search", observation=o) if o else None)
+             for i, (r, o) in enumerate(zip(raws, observations))]
+    return Trajectory(question_id="q1", question=Q.question, steps=steps, final_answer=answer, docs_seen=docs,
+                      finish_reason="answer" if answer else "max_turns")
+
+
+OBS = ["[1] (d-Ossian Threll) born in Kestrow", "[1] (d-Kestrow) on the river Ammel", ""]
+DOCS = ["d-Ossian Threll", "d-Kestrow"]
+
+
+@pytest.mark.parametrize("raws, answer, reason, detail", [
+    ([TURN1.replace("<rubric>", "<rubrik>"), TURN2, TURN3], "Ammel", "stage_boundary", "plan stage: missing <rubric>"),
+    ([TURN1, TURN2.replace("<state_evaluation>", "<evaluation>").replace("</state_evaluation>", "</evaluation>"),
+      TURN3], "Ammel", "stage_boundary", "step 1: no <state_evaluation>"),
+    ([TURN1, TURN2, TURN3.replace("<writing_plan>Answer Ammel.</writing_plan>", "")], "Ammel", "stage_boundary",
+     "missing <writing_plan>"),
+    ([PLAN_TEXT + "<answer>Ammel</answer>"], "Ammel", "stage_boundary", "answered in the first reply"),
+    ([TURN1, TURN2 + '<call_tool name="search">x</call_tool>', TURN3], "Ammel", "tool_syntax", "exactly one"),
+    ([TURN1, TURN2.replace('name="search"', 'name="google_search"'), TURN3], "Ammel", "tool_syntax", "bad call"),
+    ([TURN1 + "<tool_output>made up</tool_output>", TURN2, TURN3], "Ammel", "tool_syntax", "wrote a <tool_output>"),
+    ([TURN1, TURN2, TURN3.replace("d-Kestrow", "d-99")], "Ammel", "citation", "cites d-99, which no tool returned"),
+    ([TURN1, TURN2, TURN3.replace('<cite id="d-Kestrow">the Ammel</cite>', '<cite id="">the Ammel</cite>')], "Ammel",
+     "citation", "empty citation"),
+    ([TURN1, TURN2, TURN3.replace("Ammel", "Danube")], "Danube", "grounding", "'Danube' is in no tool output"),
+    ([TURN1, TURN2], None, "stage_boundary", "never reaches the <answer> stage"),
+])
+def test_rejection_reasons(raws, answer, reason, detail):
+    traj = hand_trajectory(raws, OBS[: len(raws) - 1] + [""] if answer else OBS[: len(raws)], answer, DOCS)
+    found = scaffold_problems(traj)
+    assert any(r == reason and detail in d for r, d in found), found
+    good = hand_trajectory([TURN1, TURN2, TURN3], OBS, "Ammel", DOCS)
+    assert scaffold_problems(good) == []
+
+
+def test_forced_answer_is_recorded_and_policy_failure_ends_the_episode():
+    traj, policy = run([TURN1, TURN2, TURN3.removesuffix("</answer>")], max_turns=2)
+    assert traj.finish_reason == "max_turns" and traj.final_answer == "Ammel"
+    assert traj.steps[-1].stage == "answer" and traj.steps[-1].final_answer == "Ammel"
+    assert "no lookups left" in policy.requests[-1][0][-1].content
+    assert split_stages(trajectory_text(traj)).blocks["review"] == REVIEW_TEXT
+    failed, _ = run([TURN1, TransientLLMError("down")])
+    assert failed.finish_reason == "llm_failure" and len(failed.steps) == 1
+
+
+def test_guidance_block_precedes_the_question_and_is_recorded():
+    def guidance(question):
+        return "<reference_examples>lesson</reference_examples>", {"mode": "within", "hit": True}
+
+    traj, policy = run([TURN1, TURN2, TURN3], guidance=guidance, history_format="chat")
+    first_user = policy.requests[0][0][1].content
+    assert first_user.startswith("<reference_examples>lesson</reference_examples>\n\nQuestion: Which river")
+    assert traj.metadata["retrieval"] == {"mode": "within", "hit": True}
+    later = policy.requests[1][0]
+    assert [m.role for m in later] == ["system", "user", "assistant", "user"]
+    assert later[-1].content.startswith("<tool_output>") and "born in Kestrow" in later[-1].content
+
+
+# -------------------------------------------------------------------- stage tags on trained tokens
+
+TOK = CharTokenizer("".join(chr(c) for c in range(32, 127)) + "\n")
+
+
+def render(messages: list[Message], add_generation_prompt: bool) -> str:
+    return "".join(f"<{m.role}>{m.content}</>\n" for m in messages) + ("<assistant>" if add_generation_prompt else "")
+
+
+class ReplayEngine:
+    """Replies in order; like the real engines, the ids keep the stop string and the text drops it."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+
+    def generate(self, prompts, sampling):
+        out = []
+        for p in prompts:
+            reply = self.replies.pop(0)
+            cut = min((reply.find(s) + len(s) for s in sampling.stop_strings if s in reply), default=len(reply))
+            ids = TOK.encode(reply[:cut])
+            text = reply[:cut]
+            for s in sampling.stop_strings:
+                text = text.removesuffix(s)
+            out.append(Generation(list(p), ids, [-0.5] * len(ids), "stop", text))
+        return out
+
+
+@pytest.mark.parametrize("history_format", ["chat", "scratchpad"])
+def test_stage_k_tokens_carry_segment_id_k(history_format):
+    settings = AgentParams(history_format=history_format, max_turns=4, max_search_calls=3, max_tokens=400)
+    rollout = make_agent_rollout(lambda p: AGENTS.get("scaffold")(p, Tools(), settings), TOK, render=render)
+    from components.training.rollout import SamplingParams
+
+    (episode,) = rollout(ReplayEngine([TURN1, TURN2, TURN3]), [Q], 1, SamplingParams())
+    trained = [(s.segment_id, TOK.decode(s.token_ids)) for row in episode.rows for s in row if s.trainable]
+    by_stage: dict[int, str] = {}
+    for seg, text in trained:
+        by_stage[seg] = by_stage.get(seg, "") + text
+    assert by_stage == {0: PLAN_TEXT, 1: '\n<call_tool name="search">Ossian Threll</call_tool>' + TURN2,
+                        2: REVIEW_TEXT, 3: "<answer>Ammel</answer>"}
+    observations = [TOK.decode(s.token_ids) for row in episode.rows for s in row if not s.trainable]
+    assert any("<tool_output>" in o and "born in Kestrow" in o for o in observations)
