@@ -35,21 +35,19 @@ class PerLoop(Generic[T]):
     async def get(self) -> T:
         loop = asyncio.get_running_loop()
         self._forget_closed_loops()
-        if loop not in self._owners:
-            resource = self._make()
-            owner = _owner(resource, self._close)
-            self._owners[loop] = (resource, owner)
-            # a started async generator is finalised by the loop's shutdown: that is what closes the client
-            await owner.__anext__()
-        return self._owners[loop][0]
-
-    def __len__(self) -> int:
-        self._forget_closed_loops()
-        return len(self._owners)
+        entry = self._owners.get(loop)
+        if entry is not None:
+            return entry[0]
+        resource = self._make()
+        owner = _owner(resource, self._close)
+        self._owners[loop] = (resource, owner)
+        # a started async generator is finalised by the loop's shutdown: that is what closes the client
+        await owner.__anext__()
+        return resource
 
     def _forget_closed_loops(self) -> None:
-        for loop in [loop for loop in self._owners if loop.is_closed()]:
-            del self._owners[loop]  # its shutdown already closed the client
+        for loop in [loop for loop in list(self._owners) if loop.is_closed()]:
+            self._owners.pop(loop, None)  # its shutdown already closed the client
 
     async def aclose(self) -> None:
         current = asyncio.get_running_loop()
