@@ -43,8 +43,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from components.params import ArborParams
 
 __all__ = [
-    "AdmissionResult", "CommonRubric", "admission", "ConsolidationEvents", "Draft", "GroupRecord", "PearsonStats",
-    "RubricMemory", "RubricText", "StepEvents", "pearson", "variance",
+    "AdmissionResult",
+    "CommonRubric",
+    "ConsolidationEvents",
+    "Draft",
+    "GroupRecord",
+    "PearsonStats",
+    "RubricMemory",
+    "RubricText",
+    "StepEvents",
+    "admission",
+    "pearson",
+    "variance",
 ]
 
 Embed = Callable[[list[str]], np.ndarray]
