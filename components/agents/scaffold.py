@@ -87,12 +87,12 @@ REMINDER = ("I could not read a tool call or an answer in your reply. End each r
             "after the <review>, <answer>the short answer</answer>.")
 BUDGET = "The lookup budget is used up. Write the <review> and then <answer>the short answer</answer> now."
 
-_CALL = re.compile(r'<call_tool\s+name\s*=\s*"?([A-Za-z_]+)"?\s*>(.*?)</call_tool>', re.S)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
-_CITE = re.compile(r"<cite\b([^>]*)>(.*?)</cite>", re.S)
+_CALL = re.compile(r'<call_tool\s+name\s*=\s*"?([A-Za-z_]+)"?\s*>(.*?)</call_tool>', re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_CITE = re.compile(r"<cite\b([^>]*)>(.*?)</cite>", re.DOTALL)
 _CITE_ID = re.compile(r'^\s*id\s*=\s*"([^"]*)"\s*$')
-_THINK = re.compile(r"<think>(.*?)</think>", re.S)
-_BOXED = re.compile(r"^\\boxed\{(.*)\}$", re.S)
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_BOXED = re.compile(r"^\\boxed\{(.*)\}$", re.DOTALL)
 _TAGS = ("think", "structured_plan", "deep_analysis", "rubric", "research_plan", "state_evaluation", "review",
          "rubric_review", "writing_plan", "answer", "call_tool")
 
@@ -103,7 +103,7 @@ def _open(text: str, tag: str, start: int = 0) -> int:
 
 
 def _inner(text: str, tag: str) -> str | None:
-    m = re.search(rf"<{tag}\b[^>]*>(.*?)</{tag}>", text, re.S)
+    m = re.search(rf"<{tag}\b[^>]*>(.*?)</{tag}>", text, re.DOTALL)
     return m.group(1) if m else None
 
 
@@ -183,7 +183,7 @@ def trajectory_text(trajectory: Trajectory) -> str:
 
 def self_rubrics(trajectory: Trajectory) -> list[str]:
     """The ``<rubric>`` blocks the agent wrote for itself (the first plan and any revisions), in order."""
-    return [m.strip() for m in re.findall(r"<rubric>(.*?)</rubric>", trajectory_text(trajectory), re.S) if m.strip()]
+    return [m.strip() for m in re.findall(r"<rubric>(.*?)</rubric>", trajectory_text(trajectory), re.DOTALL) if m.strip()]
 
 
 # ----------------------------------------------------------------------------------------- one turn
@@ -291,8 +291,8 @@ def validate_scaffold(trajectory: Trajectory) -> list[tuple[str, str]]:
                 out.append(("tool_syntax", f"step {i}: a tool call in the answering turn"))
         else:
             if n_open != 1 or n_calls != 1:
-                out.append(("tool_syntax", f"step {i}: {n_open} <call_tool> tags ({n_calls} well-formed); "
-                                           "exactly one is required"))
+                why = f"step {i}: {n_open} <call_tool> tags ({n_calls} well-formed); exactly one is required"
+                out.append(("tool_syntax", why))
             elif not body.endswith("</call_tool>"):
                 out.append(("tool_syntax", f"step {i}: text after </call_tool>"))
             else:

@@ -7,31 +7,39 @@ import pytest
 
 from components.agents.react import AGENTS
 from components.agents.scaffold import (
-    BUDGET, PLAN, REMINDER, RESEARCH, REVIEW, ANSWER, ScaffoldAgent, complete_reply, parse_scaffold_turn,
-    scaffold_problems, split_stages, stage_spans, trajectory_text, validate_scaffold,
+    ANSWER,
+    BUDGET,
+    PLAN,
+    REMINDER,
+    RESEARCH,
+    REVIEW,
+    ScaffoldAgent,
+    complete_reply,
+    parse_scaffold_turn,
+    scaffold_problems,
+    split_stages,
+    stage_spans,
+    trajectory_text,
+    validate_scaffold,
 )
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import Message, TransientLLMError
 from components.params import AgentParams
-from components.schemas import Question, Step, ToolCall, Trajectory
+from components.schemas import ToolCall
 from components.training.agent_rollout import make_agent_rollout
 from components.training.rollout import Generation
 from components.training.tiny import CharTokenizer
-
-Q = Question(id="q1", question="Which river flows through the home town of Ossian Threll?", answers=["Ammel"],
-             source="world")
-
-PLAN_TEXT = ("<think>Two hops.</think>\n<structured_plan>\n<deep_analysis>Need the town, then its river."
-             "</deep_analysis>\n<rubric>- town of Ossian Threll\n- river of that town</rubric>\n"
-             "<research_plan>1. search Ossian Threll 2. search the town</research_plan>\n</structured_plan>")
-TURN1 = PLAN_TEXT + '\n<call_tool name="search">Ossian Threll</call_tool>'
-TURN2 = ("<think>He was born in Kestrow.</think>\n<state_evaluation>Town settled (d-Ossian Threll). River open."
-         '</state_evaluation>\n<call_tool name="search">Kestrow</call_tool>')
-REVIEW_TEXT = ("<think>All settled.</think>\n<state_evaluation>Both items covered.</state_evaluation>\n<review>\n"
-               '<rubric_review>Town: <cite id="d-Ossian Threll">born in Kestrow</cite>; river: '
-               '<cite id="d-Kestrow">the Ammel</cite></rubric_review>\n<writing_plan>Answer Ammel.</writing_plan>\n'
-               "</review>\n")
-TURN3 = REVIEW_TEXT + "<answer>Ammel</answer>"
+from tests.rubricem.trajectories import (
+    DOCS,
+    OBS,
+    PLAN_TEXT,
+    REVIEW_TEXT,
+    TURN1,
+    TURN2,
+    TURN3,
+    Q,
+    hand_trajectory,
+)
 
 
 class Tools:
@@ -81,8 +89,8 @@ def test_reply_spans_compose_into_the_trajectory_split():
 
 @pytest.mark.parametrize("name, text, expected", [
     ("plan never closed: ends where the first tool call starts",
-     '<think>x</think><structured_plan><rubric>r</rubric><call_tool name="search">A</call_tool>'
-     "<tool_output>o</tool_output><answer>A</answer>",
+     ('<think>x</think><structured_plan><rubric>r</rubric><call_tool name="search">A</call_tool>'
+      "<tool_output>o</tool_output><answer>A</answer>"),
      {"plan": "<think>x</think><structured_plan><rubric>r</rubric>", "review": None, "answer": "<answer>A</answer>"}),
     ("answer with no review: the review stage is absent",
      PLAN_TEXT + '<call_tool name="search">A</call_tool><tool_output>o</tool_output><think>t</think><answer>A</answer>',
@@ -117,25 +125,13 @@ def test_turn_parser():
 
 
 def test_invalid_turn_gets_the_scaffold_reminder_and_budget_message():
-    traj, policy = run([TURN1, "no tags", TURN2, TURN2.replace("Kestrow</call", "Elsewhere</call"), TURN3],
+    traj, _ = run([TURN1, "no tags", TURN2, TURN2.replace("Kestrow</call", "Elsewhere</call"), TURN3],
                        max_search_calls=2)
     assert traj.steps[1].parse_error and traj.steps[1].observation == REMINDER
     assert traj.steps[3].observation == BUDGET and traj.steps[3].tool_call is None
     assert traj.final_answer == "Ammel"
     issues = validate_scaffold(traj)
     assert ("tool_syntax", "step 1: 0 <call_tool> tags (0 well-formed); exactly one is required") in issues
-
-
-def hand_trajectory(raws, observations, answer, docs):
-    steps = [Step(index=i, raw=r, observation=o, final_answer=answer if i == len(raws) - 1 and answer else None,
-                  tool_call=ToolCall(name="search", observation=o) if o else None)
-             for i, (r, o) in enumerate(zip(raws, observations))]
-    return Trajectory(question_id="q1", question=Q.question, steps=steps, final_answer=answer, docs_seen=docs,
-                      finish_reason="answer" if answer else "max_turns")
-
-
-OBS = ["[1] (d-Ossian Threll) born in Kestrow", "[1] (d-Kestrow) on the river Ammel", ""]
-DOCS = ["d-Ossian Threll", "d-Kestrow"]
 
 
 @pytest.mark.parametrize("raws, answer, reason, detail", [

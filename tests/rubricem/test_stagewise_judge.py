@@ -1,0 +1,192 @@
+"""The stagewise evolving judge with scripted judges: hand-computed stage scores (weights, negative rubrics
+inverted, the persistent F1 rubric, absent stages), buffer caps and pruning as a state machine over steps,
+and judges that fail or answer malformed JSON on some calls."""
+
+import asyncio
+import json
+import re
+
+import pytest
+
+from components.judges.stagewise import GeneratedRubrics, QuestionBuffer, StagewiseJudge, json_schema_of
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import ChatModel, Completion, TransientLLMError
+from components.rewards.stage_returns import StagewiseReward
+from components.training.episodes import Episode, StepContext, score_matrix
+from tests.rubricem.trajectories import Q, episode_trajectory
+
+
+def drafts(**stages):
+    """JSON of a generation reply: stages given as {k: [(title, weight, negative), ...]} by stage number."""
+    out = {}
+    for k in range(1, 5):
+        items = stages.get(f"s{k}", [])
+        out[f"stage_{k}"] = {
+            "positive_rubrics": [{"title": t, "description": f"checks {t}", "weight": w} for t, w, neg in items if not neg],
+            "negative_rubrics": [{"title": t, "description": f"checks {t}", "weight": w} for t, w, neg in items if neg]}
+    return json.dumps(out)
+
+
+def respond_with(table, fail=()):
+    """A scripted evaluator's replies: the attempt is named by its marker (A, B, C...) in the plan;
+    ``table[marker][title]`` is the 0/1/2 score; markers in ``fail`` raise a transient error (a call that still
+    failed after the middleware's retries)."""
+
+    def respond(messages, sampling=None):
+        text = messages[-1].content
+        marker = re.search(r"Two hops\. (\w+)", text).group(1)
+        if marker in fail:
+            return TransientLLMError("judge overloaded")
+        listed = re.findall(r"^(\d+)\. \[[A-Z]+, stage \d \w+\] (.+?): checks", text, re.MULTILINE)
+        return json.dumps({"scores": [{"index": int(i), "justification": f"{title} seen", "score": table[marker][title]}
+                                      for i, title in listed]})
+
+    return respond
+
+
+def scorer(table, fail=()):
+    return ScriptedChatModel(respond_with(table, fail), name="evaluator")
+
+
+GENERATION = drafts(s1=[("Names both hops", 2, False)],
+                    s2=[("Searches the town", 3, False), ("Repeats a search", 1, True)],
+                    s3=[("Cites each fact", 2, False)],
+                    s4=[("Gives only the river", 1, False)])
+TABLE = {
+    "A": {"Names both hops": 2, "Searches the town": 2, "Repeats a search": 0, "Cites each fact": 1,
+          "Gives only the river": 2},
+    "B": {"Names both hops": 1, "Searches the town": 1, "Repeats a search": 2, "Gives only the river": 2},
+    "C": {"Names both hops": 0, "Searches the town": 1, "Repeats a search": 1, "Cites each fact": 0,
+          "Gives only the river": 0},
+}
+
+
+def group():
+    return [episode_trajectory("A"), episode_trajectory("B", review=False), episode_trajectory("C", answer="Danube")]
+
+
+def test_stage_scores_by_hand():
+    generator = ScriptedChatModel([GENERATION], name="generator")
+    judge = StagewiseJudge(generator, scorer(TABLE))
+    results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    a, b, c = results[0]
+    # A: plan 2/2; research (3*1 + 1*(1-0)) / 4; review 1/2; answer (3*F1 + 1*1) / 4 with F1("Ammel") = 1
+    assert a.scores == pytest.approx([1.0, 1.0, 0.5, 1.0])
+    # B has no review stage: it scores 0 there (its review rubric is not asked); research (3*.5 + 1*(1-1)) / 4
+    assert b.scores == pytest.approx([0.5, 0.375, 0.0, 1.0])
+    # C answered "Danube": F1 0; research (3*.5 + 1*.5) / 4
+    assert c.scores == pytest.approx([0.0, 0.5, 0.0, 0.0])
+    assert metrics["judge/rubrics_added"] == 5 and metrics["judge/scoring_calls"] == 3
+    assert metrics["judge/generation_failures"] == 0 and metrics["judge/scoring_failures"] == 0
+    assert metrics["stage/research_mean"] == pytest.approx((1.0 + 0.375 + 0.5) / 3)
+    evaluator_prompts = [m[-1].content for m, _ in judge.evaluator.requests]
+    b_prompt = next(p for p in evaluator_prompts if "Two hops. B" in p)
+    assert "Cites each fact" not in b_prompt and "(this stage never happens)" in b_prompt
+    # generation saw the group's attempts and their own rubrics as references; calls asked for structured output
+    gen_prompt = generator.requests[0][0][-1].content
+    assert "=== Attempt 3 ===" in gen_prompt and "- Attempt 1: - town of Ossian Threll" in gen_prompt
+    assert generator.requests[0][1].json_schema == json_schema_of(GeneratedRubrics)
+    assert "$ref" not in json.dumps(json_schema_of(GeneratedRubrics))
+    assert "review 0.50" in a.feedback() and "Searches the town" in a.feedback()
+
+
+def test_buffer_pruning_lowest_variance_first_unscored_last_older_first():
+    buf = QuestionBuffer(question_id="q")
+    for step, title in [(1, "r1"), (1, "r2"), (2, "r3"), (2, "r4")]:
+        buf.add(1, title, "d", 2, False, step)
+    assert buf.add(1, " R1 ", "again", 3, False, 3) is None  # same title: not added twice
+    removed = buf.prune(1, 2, {"s1-1": 0.25, "s1-2": 0.0, "s1-3": None, "s1-4": 0.0})
+    assert [r.title for r in removed] == ["r2", "r4"] and [r.title for r in buf.active[1]] == ["r1", "r3"]
+    buf.add(1, "r5", "d", 1, False, 4)
+    removed = buf.prune(1, 2, {"s1-1": 0.1, "s1-3": 0.1, "s1-5": 0.1})  # a three-way tie: the oldest goes
+    assert [r.title for r in removed] == ["r1"]
+    assert buf.prune(1, 2, {}) == []  # at the cap: nothing to do
+
+
+def test_caps_and_pruning_over_steps_keep_persistent_rubrics():
+    # step 1 proposes 4 answer rubrics (cap 3) and 3 research rubrics (cap 2)
+    step1 = drafts(s2=[("Searches the town", 3, False), ("Browses", 1, False), ("Repeats a search", 1, True)],
+                   s4=[("Short", 1, False), ("Names a river", 2, False), ("Hedges", 1, True), ("Cites", 1, False)])
+    step2 = drafts(s2=[("Browses", 2, False), ("Reads the river", 2, False)])
+    scores = {m: {"Searches the town": s, "Browses": 1, "Repeats a search": r, "Short": sh, "Names a river": n,
+                  "Hedges": h, "Cites": 0, "Reads the river": rr}
+              for m, s, r, sh, n, h, rr in [("A", 2, 0, 2, 2, 0, 2), ("B", 0, 0, 1, 2, 2, 0), ("C", 1, 1, 2, 1, 1, 2)]}
+    judge = StagewiseJudge(ScriptedChatModel([step1, step2]), scorer(scores))
+    asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    buf = judge.buffer(Q)
+    # research: "Browses" gave 1 everywhere (variance 0) -> pruned; answer: "Cites" always 0 -> pruned
+    assert [r.title for r in buf.active[1]] == ["Searches the town", "Repeats a search"]
+    assert [r.title for r in buf.active[3]] == ["Short", "Names a river", "Hedges"]
+    assert [r.id for r in buf.persistent] == ["p-answer"]
+    # step 2: "Browses" is proposed again (it was pruned, so it returns) with a new rubric; 4 > cap 2 again:
+    # Browses (variance 0) and "Repeats a search" (values 1, 1, .5) are now the least discriminative
+    asyncio.run(judge.judge_groups([(Q, group())], step=2))
+    assert [r.title for r in buf.active[1]] == ["Searches the town", "Reads the river"]
+    assert [r.id for r in buf.persistent] == ["p-answer"]
+    # buffers survive a checkpoint as JSON
+    restored = StagewiseJudge(ScriptedChatModel([]), scorer(scores))
+    restored.load_state_dict(json.loads(json.dumps(judge.state_dict())))
+    assert restored.buffer(Q).model_dump() == buf.model_dump()
+
+
+def test_failed_and_malformed_scoring_fall_back_to_the_answer_score():
+    def malformed_for_c(messages, sampling):
+        text = messages[-1].content
+        if "Two hops. C" in text:
+            return '{"scores": [{"index": 0, "justification": "x", "score": 2}]}'  # skips the other indices
+        return respond_with(TABLE, fail={"B"})(messages, sampling)
+
+    judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(malformed_for_c))
+    results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    a, b, c = results[0]
+    assert a.scores == pytest.approx([1.0, 1.0, 0.5, 1.0]) and not a.failed
+    assert b.failed and "judge overloaded" in b.error and b.scores == [None, None, None, 1.0]  # F1 only
+    assert c.failed and "expected each of 0..4 once" in c.error and c.scores == [None, None, None, 0.0]
+    assert metrics["judge/scoring_failures"] == 2 and metrics["judge/fallback_fraction"] == pytest.approx(2 / 3)
+    assert metrics["stage/plan_missing"] == 2
+    # the failed episodes' missing stages become NaN for the trainer, never 0
+    m = score_matrix([r.scores for r in results[0]])
+    assert m.shape == (3, 4) and int(m.isnan().sum()) == 6
+
+
+def test_failed_generation_adds_nothing_and_is_counted():
+    judge = StagewiseJudge(ScriptedChatModel([TransientLLMError("down")]), ScriptedChatModel([]))
+    results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    assert metrics["judge/generation_failures"] == 1 and metrics["judge/rubrics_added"] == 0
+    assert metrics["judge/scoring_calls"] == 0  # nothing to ask an LLM: only the persistent F1 rubric
+    assert [r.scores for r in results[0]] == [[None, None, None, 1.0], [None, None, None, 1.0],
+                                              [None, None, None, 0.0]]
+    bad_json = StagewiseJudge(ScriptedChatModel([('{"stage_1": {"positive_rubrics": [{"title": "t", '
+                                                 '"description": "d", "weight": 5}]}}')]), ScriptedChatModel([]))
+    _, metrics = asyncio.run(bad_json.judge_groups([(Q, group())], step=1))
+    assert metrics["judge/generation_failures"] == 1 and bad_json.buffer(Q).rubrics(0) == []
+
+
+class Slow(ChatModel):
+    """Counts how many calls are in flight at once."""
+
+    def __init__(self, reply):
+        self.reply, self.live, self.peak = reply, 0, 0
+
+    async def _complete(self, messages, sampling):
+        self.live += 1
+        self.peak = max(self.peak, self.live)
+        await asyncio.sleep(0.01)
+        self.live -= 1
+        text = self.reply(messages) if callable(self.reply) else self.reply
+        return Completion(texts=[text], model="slow")
+
+
+def test_reward_runs_calls_concurrently_and_leaves_results_for_the_reflection_judge():
+    q2 = Q.model_copy(update={"id": "q2"})
+    generator = Slow(GENERATION)
+    evaluator = Slow(respond_with(TABLE))
+    reward = StagewiseReward(StagewiseJudge(generator, evaluator))
+    trajs = group() + group()
+    episodes = [Episode(prompt=Q if i < 3 else q2, group=i // 3, rows=[], info={"trajectory": t})
+                for i, t in enumerate(trajs)]
+    out = asyncio.run(reward(episodes, StepContext(step=1, groups=[e.group for e in episodes])))
+    assert generator.peak == 2 and evaluator.peak == 6
+    assert out.scores[0] == pytest.approx([1.0, 1.0, 0.5, 1.0]) and out.scores[3] == out.scores[0]
+    assert episodes[4].info["stagewise"].scores == pytest.approx([0.5, 0.375, 0.0, 1.0])
+    assert set(reward.judge.buffers) == {"q1", "q2"}
