@@ -104,7 +104,8 @@ class MlflowTracker(NullTracker):
         self.mlflow.log_metrics(numeric, step=step, run_id=self.run_id)
 
     def log_artifact(self, path, artifact_path=None) -> None:
-        self.mlflow.log_artifact(str(path), artifact_path=artifact_path, run_id=self.run_id)
+        log = self.mlflow.log_artifacts if Path(path).is_dir() else self.mlflow.log_artifact
+        log(str(path), artifact_path=artifact_path, run_id=self.run_id)
 
     def log_table(self, data, artifact_file: str) -> None:
         self.mlflow.log_table(data=data, artifact_file=artifact_file, run_id=self.run_id)

@@ -109,6 +109,8 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
             write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
             tracker.log_metrics(pool.accounting.metrics())
             tracker.log_artifact(folder / "metrics.csv")
+            for snapshots in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in ("ckpt", "adapter")):
+                tracker.log_artifact(snapshots, artifact_path=f"method_state/{snapshots.name}")  # memories, banks
     finally:
         if own_pool:
             pool.close()
