@@ -1,0 +1,173 @@
+"""RubricEM's reflection branch (paper 3.4, D.4, D.6.1-2): what the shared backbone is asked for a reflection,
+how a candidate is parsed, and the privileged judge that scores the candidates.
+
+A reflection is exactly two blocks, ``<reflection_rubrics>`` (what mattered: critical requirements, approach,
+pitfalls) and ``<reflection_takeaways>`` (1-4 portable lessons). The judge sees the question, the trajectory,
+its stage scores and the evaluator's justifications, and every valid candidate; for each it rates diagnostic
+accuracy, specificity and scope & balance in [0, 1], once for a retry of this question (within-episode) and
+once for similar questions (cross-episode). ``u = (u_within + u_cross) / 2`` with each ``u`` the weighted sum
+(0.4 / 0.3 / 0.3). A candidate that does not parse scores 0 (a policy format failure, not a judge failure);
+a judge call that fails or does not score every valid candidate leaves all of them unscored (None) and is
+counted.
+
+    messages = reflection_messages(question, trajectory_text(trajectory))          # for the policy
+    parsed = [parse_reflection(text) for text in candidate_texts]
+    u, error = asyncio.run(ReflectionJudge(pool.role("reflection_judge")).score(question, text, feedback, parsed))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from components.judges.stagewise import ask, json_schema_of, parse_reply
+from components.llm.base import ChatModel, Message, Sampling
+from components.schemas import Question
+
+__all__ = ["DIMENSIONS", "Reflection", "ReflectionJudge", "parse_reflection", "reflection_messages"]
+
+DIMENSIONS = ("diagnostic_accuracy", "specificity", "scope")
+DEFAULT_WEIGHTS = {"diagnostic_accuracy": 0.4, "specificity": 0.3, "scope": 0.3}
+
+POLICY_SYSTEM = """\
+You review a finished attempt by a research agent and write guidance for later attempts. You do not answer \
+the question again and do not rewrite the answer.
+
+Read the final <answer> first: is it right and well supported? Then find the two to four strengths or \
+weaknesses that mattered most, trace each to what the agent visibly did, and turn them into guidance that \
+fits this question and carries over to similar ones. Stay with what the attempt shows: no invented flaws, \
+no guesses about hidden reasoning, no generic advice such as "be careful".
+
+Reply with exactly these two blocks and nothing else:
+<reflection_rubrics>
+Critical requirements: ...
+Approach: ...
+Pitfalls: ...
+</reflection_rubrics>
+<reflection_takeaways>
+1. ... (one to four short lessons)
+</reflection_takeaways>"""
+
+
+def reflection_messages(question: Question, trajectory: str) -> list[Message]:
+    """The prompt the shared backbone answers with a reflection candidate."""
+    return [Message(role="system", content=POLICY_SYSTEM),
+            Message(role="user", content=f"Question: {question.question}\n\nThe attempt:\n{trajectory.strip()}\n\n"
+                                         "Write the two blocks.")]
+
+
+_BLOCK = {name: re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL) for name in ("reflection_rubrics", "reflection_takeaways")}
+
+
+@dataclass
+class Reflection:
+    """A parsed candidate: both blocks, or the reason it is invalid."""
+
+    rubrics: str = ""
+    takeaways: str = ""
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+
+def parse_reflection(text: str) -> Reflection:
+    """Exactly one non-empty rubrics block followed by one non-empty takeaways block, nothing else of substance."""
+    found = {name: pattern.findall(text) for name, pattern in _BLOCK.items()}
+    for name, blocks in found.items():
+        if len(blocks) != 1 or not blocks[0].strip():
+            return Reflection(error=f"expected one non-empty <{name}> block, found {len(blocks)}")
+    if text.find("<reflection_rubrics>") > text.find("<reflection_takeaways>"):
+        return Reflection(error="<reflection_takeaways> comes before <reflection_rubrics>")
+    rest = text
+    for pattern in _BLOCK.values():
+        rest = pattern.sub("", rest)
+    if rest.strip():
+        return Reflection(error=f"text outside the two blocks: {rest.strip()[:60]!r}")
+    return Reflection(found["reflection_rubrics"][0].strip(), found["reflection_takeaways"][0].strip())
+
+
+class Ratings(BaseModel):
+    diagnostic_accuracy: float = Field(ge=0, le=1)
+    specificity: float = Field(ge=0, le=1)
+    scope: float = Field(ge=0, le=1)
+
+
+class CandidateRating(BaseModel):
+    index: int = Field(ge=1)
+    within: Ratings
+    cross: Ratings
+
+
+class RatingSheet(BaseModel):
+    candidates: list[CandidateRating]
+
+
+JUDGE_SYSTEM = """\
+You judge reflections a research agent wrote about one of its own attempts. You know how the attempt was \
+graded. Rate each reflection as guidance for the future, not the attempt itself: a reflection on a perfect \
+attempt can be poor if it is generic, and one on a failed attempt can be excellent if it names the real cause.
+
+Rate each from 0.0 to 1.0 on:
+- diagnostic_accuracy: does it name the main strengths and weaknesses, in line with the grader's \
+justifications and the visible attempt? Penalise missing a failure the grader flagged, invented problems and \
+wrong root causes.
+- specificity: is it concrete and actionable for this question? Penalise generic advice, checklists that fit \
+any task, and mere repetition of the grader's words.
+- scope: does it also help on other questions, with takeaways that complement each other? Penalise a missing \
+important aspect and the same point made twice.
+Give one set of ratings for a retry of this same question ("within") and one for similar new questions \
+("cross")."""
+
+
+class ReflectionJudge:
+    """Scores reflection candidates: ``u = mean(u_within, u_cross)``, ``u_x = sum_d weight_d * rating_d``."""
+
+    def __init__(self, judge: ChatModel, weights: Mapping[str, float] | None = None, max_tokens: int = 1024,
+                 trajectory_chars: int = 4000):
+        self.judge, self.max_tokens, self.trajectory_chars = judge, max_tokens, trajectory_chars
+        self.weights = dict(weights or DEFAULT_WEIGHTS)
+        if set(self.weights) != set(DIMENSIONS):
+            raise ValueError(f"reflection weights must name exactly {DIMENSIONS}, got {sorted(self.weights)}")
+
+    def messages(self, question: Question, trajectory: str, feedback: str,
+                 candidates: Sequence[tuple[int, Reflection]]) -> list[Message]:
+        text = trajectory.strip()
+        if len(text) > self.trajectory_chars:
+            text = text[: self.trajectory_chars // 2] + "\n[...]\n" + text[-(self.trajectory_chars // 2):]
+        shown = "\n\n".join(f"--- Reflection {i} ---\n<reflection_rubrics>\n{c.rubrics}\n</reflection_rubrics>\n"
+                            f"<reflection_takeaways>\n{c.takeaways}\n</reflection_takeaways>" for i, c in candidates)
+        answers = f"Reference answer: {' / '.join(question.answers)}\n" if question.answers else ""
+        user = (f"Question: {question.question}\n{answers}\nThe attempt:\n{text}\n\nHow it was graded:\n{feedback}\n\n"
+                f"Reflections:\n{shown}\n\n"
+                'Reply with one JSON object: {"candidates": [{"index": 1, "within": {"diagnostic_accuracy": 0.5, '
+                '"specificity": 0.5, "scope": 0.5}, "cross": {...}}, ...]} rating every reflection number '
+                f"({', '.join(str(i) for i, _ in candidates)}) exactly once.")
+        return [Message(role="system", content=JUDGE_SYSTEM), Message(role="user", content=user)]
+
+    def utility(self, ratings: Ratings) -> float:
+        return sum(self.weights[d] * getattr(ratings, d) for d in DIMENSIONS)
+
+    async def score(self, question: Question, trajectory: str, feedback: str,
+                    candidates: Sequence[Reflection]) -> tuple[list[float | None], str | None]:
+        """One score per candidate (0 for an invalid one), or all None with the reason when the judge fails."""
+        valid = [(i + 1, c) for i, c in enumerate(candidates) if c.valid]
+        scores: list[float | None] = [0.0] * len(candidates)
+        if not valid:
+            return scores, None
+        sampling = Sampling(temperature=0.0, max_tokens=self.max_tokens, json_schema=json_schema_of(RatingSheet))
+        out = await ask(self.judge, self.messages(question, trajectory, feedback, valid), sampling)
+        sheet, error = parse_reply(out, RatingSheet)
+        if sheet is not None:
+            got = sorted(c.index for c in sheet.candidates)
+            if got != [i for i, _ in valid]:
+                error = f"rated reflections {got}, expected {[i for i, _ in valid]}"
+        if error is not None:
+            return [None] * len(candidates), error
+        for rating in sheet.candidates:
+            scores[rating.index - 1] = (self.utility(rating.within) + self.utility(rating.cross)) / 2
+        return scores, None

@@ -1,0 +1,243 @@
+"""The reflection meta-policy: candidate parsing, the reflection judge's weighted scores and failures, the
+one-step deferred update through a stand-in trainer, the windowed curriculum's prompt order, the method state
+through checkpoints, and the registered variants."""
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from components.judges.reflection import ReflectionJudge, parse_reflection
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import TransientLLMError
+from components.methods.rubricem import ReflectionBranch, RubricEMState, windowed_curriculum
+from components.methods.variants import VariantContext, get_variant
+from components.params import GRPOParams, load_params
+from components.rewards.stage_returns import StageReturns, StagewiseReward
+from components.rubrics.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank
+from components.schemas import Question
+from components.training.episodes import Episode, StepContext
+from components.training.prompts import PromptSampler
+from components.training.rollout import Generation, SamplingParams
+from tests.rubricem.test_bank import TableEmbedder
+from tests.rubricem.trajectories import episode_trajectory
+
+GOOD = "<reflection_rubrics>\nCritical: find the town first.\n</reflection_rubrics>\n<reflection_takeaways>\n1. Follow the new name.\n</reflection_takeaways>"
+
+
+def test_reflection_parser():
+    ok = parse_reflection(GOOD)
+    assert ok.valid and ok.rubrics == "Critical: find the town first." and ok.takeaways == "1. Follow the new name."
+    assert "found 0" in parse_reflection("<reflection_rubrics>x</reflection_rubrics>").error
+    assert "non-empty <reflection_rubrics>" in parse_reflection(GOOD.replace("Critical: find the town first.", " ")).error
+    swapped = GOOD.split("\n<reflection_takeaways>")
+    assert "comes before" in parse_reflection("<reflection_takeaways>" + swapped[1] + swapped[0]).error
+    assert "text outside" in parse_reflection("Sure! " + GOOD).error
+
+
+def ratings(*triples):
+    return json.dumps({"candidates": [
+        {"index": i, "within": dict(zip(("diagnostic_accuracy", "specificity", "scope"), w)),
+         "cross": dict(zip(("diagnostic_accuracy", "specificity", "scope"), c))} for i, w, c in triples]})
+
+
+Q = Question(id="q1", question="Which river flows through Kestrow?", answers=["Ammel"], source="world")
+
+
+def test_reflection_judge_weights_and_failures():
+    judge = ReflectionJudge(ScriptedChatModel([ratings((1, (1.0, 0.5, 0.0), (0.0, 1.0, 1.0)), (3, (0.5, 0.5, 0.5), (1, 1, 1)))]))
+    scores, error = asyncio.run(judge.score(Q, "traj", "plan 0.5", [parse_reflection(GOOD), parse_reflection("junk"),
+                                                                     parse_reflection(GOOD)]))
+    # u_within = .4*1 + .3*.5 + .3*0 = .55; u_cross = .4*0 + .3 + .3 = .6; u = (.55 + .6) / 2
+    assert error is None and scores == pytest.approx([0.575, 0.0, 0.75])  # the invalid candidate scores 0
+    prompt = judge.judge.requests[0][0][-1].content
+    assert "--- Reflection 1 ---" in prompt and "--- Reflection 3 ---" in prompt and "Reflection 2" not in prompt
+    assert "How it was graded:\nplan 0.5" in prompt
+    partial = ReflectionJudge(ScriptedChatModel([ratings((1, (1, 1, 1), (1, 1, 1)))]))
+    scores, error = asyncio.run(partial.score(Q, "t", "f", [parse_reflection(GOOD)] * 2))
+    assert scores == [None, None] and "expected [1, 2]" in error
+    down = ReflectionJudge(ScriptedChatModel([TransientLLMError("503")]))
+    scores, error = asyncio.run(down.score(Q, "t", "f", [parse_reflection(GOOD)]))
+    assert scores == [None] and "503" in error
+    with pytest.raises(ValueError, match="must name exactly"):
+        ReflectionJudge(ScriptedChatModel([]), {"specificity": 1.0})
+
+
+def test_windowed_curriculum_order():
+    qs = [Question(id=f"q{i}", question=f"question {i}", answers=["x"], source="world") for i in range(7)]
+    order = windowed_curriculum(qs, batch_size=2, window=3)
+    got = [(q.id, q.metadata[PHASE_KEY]) for q in order]
+    cross = [(f"q{i}", "cross") for i in (0, 1, 2, 3, 4, 5)]
+    within = [(f"q{i}", "within") for i in (0, 1, 2, 3, 4, 5)]
+    assert got == cross + within + [("q6", "cross"), ("q0", "cross"), ("q6", "within"), ("q0", "within")]
+    # the trainer's sampler, unshuffled, walks it step by step: B1 B2 B3 (cross) then B1 B2 B3 (within)
+    sampler = PromptSampler(len(order), seed=0, shuffle=False)
+    steps = [[(order[i].id, order[i].metadata[PHASE_KEY]) for i in sampler.next(2)] for _ in range(6)]
+    assert steps[0] == [("q0", "cross"), ("q1", "cross")] and steps[3] == [("q0", "within"), ("q1", "within")]
+    assert steps[5] == [("q4", "within"), ("q5", "within")]
+    assert qs[0].metadata == {}  # the dataset's questions are not modified
+
+
+# ------------------------------------------------------------------------------ a stand-in trainer
+
+
+class ChatTok:
+    """Character ids with a trivial chat template."""
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + ("<assistant>" if add_generation_prompt else "")
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i) for i in ids)
+
+
+class Engine:
+    def __init__(self, replies):
+        self.tokenizer, self.replies, self.calls, self.refreshed = ChatTok(), list(replies), [], []
+
+    def generate(self, prompts, sampling):
+        self.calls.append((len(prompts), sampling))
+        out = []
+        for p in prompts:
+            text = self.replies.pop(0)
+            out.append(Generation(list(p), [ord(c) for c in text], [-1.0] * len(text), "stop", text))
+        return out
+
+    def update_weights(self, policy, step):
+        self.refreshed.append(step)
+
+
+@dataclass
+class Trainer:
+    engine: Engine
+    config: GRPOParams = field(default_factory=GRPOParams)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    pad_token_id: int = 0
+    max_length: int | None = None
+    policy: object = None
+    updates: list = field(default_factory=list)
+
+    def update(self, batch, advantages, *, row_episode=None, ctx=None):
+        self.updates.append((batch, advantages, ctx.step))
+        return {"loss": 0.25}
+
+
+def step_episodes(questions, per_group=2):
+    eps = []
+    for g, q in enumerate(questions):
+        for i in range(per_group):
+            eps.append(Episode(prompt=q, group=g, rows=[], info={"trajectory": episode_trajectory(f"E{g}{i}")}))
+    return eps
+
+
+def branch(judge_replies, defer=True, m=2):
+    bank = RubricBank(TableEmbedder())
+    judge = ReflectionJudge(ScriptedChatModel(judge_replies))
+    return ReflectionBranch(judge, bank, candidates=m, defer=defer, seed=1), bank
+
+
+QA = Question(id="qa", question="Which river flows through Kestrow?", answers=["Ammel"], source="world",
+              metadata={PHASE_KEY: "cross"})
+QB = Question(id="qb", question="Who directed Nightfall Harbor?", answers=["Ossian Threll"], source="world",
+              metadata={PHASE_KEY: "within"})
+
+
+def test_deferred_reflection_update_lands_one_step_later():
+    br, bank = branch([ratings((1, (1, 1, 1), (1, 1, 1)))])  # only the valid candidate goes to the judge
+    trainer = Trainer(Engine([GOOD.replace("town first", "town"), "not a reflection"]))
+    scores = torch.tensor([[0.5], [1.0], [0.0], [0.0]])
+    # step 1: QA (new-query phase) gets m=2 candidates; QB is a repeat and is skipped (D.4); judging is deferred
+    m1 = br.step_end(trainer, StepContext(step=1, groups=[0, 0, 1, 1]), step_episodes([QA, QB]), scores)
+    assert m1 == {} and trainer.updates == [] and len(bank) == 0
+    assert trainer.engine.calls[0][0] == 2 and trainer.engine.calls[0][1].temperature == 0.7
+    # step 2: step 1's judged batch is trained on and its best valid candidate enters the bank
+    trainer.engine.replies = []
+    m2 = br.step_end(trainer, StepContext(step=2, groups=[0, 0, 1, 1]), step_episodes([QB]), scores[:2])
+    assert m2["reflection/bank_writes"] == 1 and m2["reflection/updated"] == 1 and m2["reflection/loss"] == 0.25
+    assert m2["reflection/valid_fraction"] == 0.5 and m2["reflection/best_score"] == pytest.approx(1.0)
+    assert bank.exact(QA.question).rubrics == "Critical: find the town."
+    (batch, adv, step), = trainer.updates
+    assert step == 2 and trainer.engine.refreshed == [2]
+    # candidate scores 1.0 and 0.0 (invalid) -> advantages +1 / -1 on the reflection tokens only
+    assert batch.input_ids.shape[0] == 2
+    for row, sign in ((0, 1.0), (1, -1.0)):
+        trained = adv[row][batch.loss_mask[row]]
+        assert len(trained) > 0 and torch.allclose(trained, torch.full_like(trained, sign), atol=1e-4)
+    prompt = ChatTok().decode(batch.input_ids[0][~batch.loss_mask[0] & batch.attention_mask[0].bool()].tolist())
+    assert "Which river flows through Kestrow?" in prompt and "Two hops." in prompt  # question + trajectory: context
+    assert ChatTok().decode(batch.input_ids[0][batch.loss_mask[0]].tolist()) in GOOD.replace("town first", "town")
+    # which trajectory was reflected on is drawn uniformly but reproducibly
+    feedback = br.judge.judge.requests[0][0][-1].content
+    assert re.search(r"Two hops\. E0[01]", feedback) and "outcome reward" in feedback
+
+
+def test_synchronous_mode_and_a_failed_judge():
+    br, bank = branch([TransientLLMError("judge down")], defer=False)
+    trainer = Trainer(Engine([GOOD, GOOD]))
+    out = br.step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.zeros(2, 1))
+    assert out["reflection/judge_failures"] == 1 and out["reflection/bank_writes"] == 0
+    assert trainer.updates == [] and len(bank) == 0  # a failed judge is never a 0: nothing is trained
+
+
+def test_checkpoint_waits_for_pending_judging_and_resumes_with_it(tmp_path):
+    br, bank = branch([ratings((1, (1, 1, 1), (1, 1, 1)), (2, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))])
+    trainer = Trainer(Engine([GOOD, GOOD.replace("town first", "town later")]))
+    br.step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.zeros(2, 1))
+    state = RubricEMState(bank=bank, reflection=br, bank_dir=tmp_path / "snapshots", save_every=2)
+    saved = json.loads(json.dumps(state.state_dict()))  # waits for the background judge
+    state.write_files(tmp_path)
+    assert saved["reflection"]["ready"][0]["scores"] == pytest.approx([1.0, 0.5]) and saved["bank_entries"] == 0
+    # a fresh run restores the batch and applies it at its next step
+    br2, bank2 = branch([])
+    resumed = RubricEMState(bank=bank2, reflection=br2, bank_dir=tmp_path / "snapshots", save_every=2)
+    resumed.load_state_dict(saved, tmp_path)
+    trainer2 = Trainer(Engine([]))
+    metrics = resumed.on_step_end(trainer2, StepContext(step=2, groups=[]), [], torch.zeros(0, 1))
+    assert metrics["reflection/bank_writes"] == 1 and metrics["bank/size"] == 1
+    assert bank2.exact(QA.question).rubrics == "Critical: find the town first."
+    assert (tmp_path / "snapshots" / "step_000002" / BANK_FILE).exists()  # every save_every steps
+
+
+def test_bank_restores_with_its_checkpoint(tmp_path):
+    bank = RubricBank(TableEmbedder())
+    bank.put("Which river flows through Kestrow?", rubrics="r", takeaways="t", step=3)
+    state = RubricEMState(bank=bank)
+    state.write_files(tmp_path)
+    other = RubricEMState(bank=RubricBank(TableEmbedder()))
+    other.bank.put("Who directed Nightfall Harbor?", rubrics="x", takeaways="y")
+    other.load_state_dict(state.state_dict(), tmp_path)
+    assert [e.question for e in other.bank.entries.values()] == ["Which river flows through Kestrow?"]
+    with pytest.raises(FileNotFoundError, match="bank entries"):
+        RubricEMState(bank=RubricBank(None)).load_state_dict({"bank_entries": 1}, tmp_path / "missing")
+
+
+def test_variants_plug_rubricem_parts_into_the_trainer(repo_root, tmp_path):
+    params = load_params(repo_root / "params.yaml")
+    roles = {}
+
+    def role(name):
+        return roles.setdefault(name, ScriptedChatModel([], name=name))
+
+    def parts(name):
+        return get_variant(name)(VariantContext(params=params, roles=role, toolbox=None, out_dir=tmp_path,
+                                                embedder=TableEmbedder()))
+
+    full = parts("rubricem")
+    assert full.agent == "scaffold" and full.agent_options["max_tokens"] == params.rubricem.scaffold_max_tokens
+    assert isinstance(full.reward_fn, StagewiseReward) and isinstance(full.advantage_fn, StageReturns)
+    assert isinstance(full.agent_options["guidance"], BankGuidance)
+    assert full.method.judge.caps == [3, 2, 2, 3] and full.method.reflection.m == params.rubricem.reflection_candidates
+    assert full.method.bank_dir == tmp_path / "bank"
+    ss = parts("ss_grpo")
+    assert ss.method.bank is None and "guidance" not in ss.agent_options
+    meta = parts("meta_policy")
+    assert meta.advantage_fn is None and meta.method.judge is None and meta.method.reflection is not None
+    base = parts("scaffold_grpo")
+    assert base.method is None and base.advantage_fn is None and base.agent == "scaffold"
+    assert set(roles) == {"rubric_evaluator", "reflection_judge"}
