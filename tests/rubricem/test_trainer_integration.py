@@ -1,0 +1,133 @@
+"""RubricEM through the real GRPO trainer (a tiny random Qwen2, replayed scaffold replies, scripted judges):
+stage-tagged rows, stagewise scores and Lambda advantages, the reflection update on the same backbone, and
+judge buffers plus the rubric bank saved in and restored from a checkpoint."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from components.agents.scaffold import ScaffoldAgent
+from components.judges.reflection import ReflectionJudge
+from components.judges.stagewise import StagewiseJudge
+from components.llm.backends.scripted import ScriptedChatModel
+from components.methods.rubricem import ReflectionBranch, RubricEMState
+from components.params import AgentParams, GRPOParams
+from components.rewards.stage_returns import StageReturns, StagewiseReward
+from components.rubrics.bank import BANK_FILE, RubricBank
+from components.training.agent_rollout import make_agent_rollout
+from components.training.model import LoRASettings, build_policy
+from components.training.rollout import Generation
+from components.training.tiny import CharTokenizer, tiny_qwen2
+from components.training.trainer import GRPOTrainer
+from tests.rubricem.test_meta_policy import GOOD, ratings
+from tests.rubricem.test_scaffold import Tools
+from tests.rubricem.test_stagewise_judge import GENERATION
+from tests.rubricem.trajectories import TURN1, TURN2, TURN3, Q
+
+PAPER = [[1.0, 0.4, 0.6, 0.8], [0.0, 1.0, 0.4, 0.8], [0.0, 0.0, 1.0, 0.8], [0.0, 0.0, 0.0, 1.0]]
+
+
+class Tok(CharTokenizer):
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+        return render_dicts(messages, add_generation_prompt)
+
+
+def render_dicts(messages, add_generation_prompt):
+    return "".join(f"<{m['role']}>{m['content']}</>\n" for m in messages) + ("<assistant>" if add_generation_prompt else "")
+
+
+TOK = Tok("".join(chr(c) for c in range(32, 127)) + "\n")
+
+
+def render(messages, add_generation_prompt):
+    return render_dicts([m.model_dump() for m in messages], add_generation_prompt)
+
+
+class Engine:
+    """Replays the scaffold turn the conversation is at (or a reflection), cut at stop strings like a real
+    engine; the trainer recomputes every log-prob from the policy itself."""
+
+    tokenizer, pad_token_id = TOK, 0
+
+    def generate(self, prompts, sampling):
+        out = []
+        for p in prompts:
+            prompt = TOK.decode(p)
+            reply = GOOD if "write guidance for later attempts" in prompt else (TURN1, TURN2, TURN3)[
+                min(prompt.count("<tool_output>"), 2)]
+            cut = min((reply.find(s) + len(s) for s in sampling.stop_strings if s in reply), default=len(reply))
+            text = reply[:cut]
+            for s in sampling.stop_strings:
+                text = text.removesuffix(s)
+            out.append(Generation(list(p), TOK.encode(reply[:cut]), [-1.0] * cut, "stop", text))
+        return out
+
+    def update_weights(self, policy, step):
+        pass
+
+
+class OneVector:
+    def encode(self, sentences):
+        return np.ones((len(sentences), 3))
+
+
+def scoring():
+    """Scores every rubric 2 on odd calls and 0 on even ones, so a group of two always differs."""
+    counter = [0]
+
+    def respond(messages, sampling):
+        counter[0] += 1
+        n = len(re.findall(r"^\d+\. \[", messages[-1].content, re.MULTILINE))
+        return json.dumps({"scores": [{"index": i, "justification": "j", "score": 2 * (counter[0] % 2)}
+                                      for i in range(n)]})
+
+    return respond
+
+
+def build(tmp_path):
+    judge = StagewiseJudge(ScriptedChatModel(lambda m, s: GENERATION), ScriptedChatModel(scoring()))
+    bank = RubricBank(OneVector())
+    reflection = ReflectionBranch(ReflectionJudge(ScriptedChatModel(lambda m, s: ratings(
+        (1, (1, 1, 1), (1, 1, 1)), (2, (0, 0, 0), (0.5, 0.5, 0.5))))), bank, candidates=2, defer=False)
+    state = RubricEMState(judge, bank, reflection, bank_dir=tmp_path / "bank", save_every=1)
+    policy = build_policy(tiny_qwen2(TOK.vocab_size, max_positions=4096, seed=0), lora=LoRASettings(r=4, alpha=8))
+    settings = AgentParams(history_format="chat", max_turns=4, max_search_calls=3, max_tokens=400)
+    rollout = make_agent_rollout(lambda p: ScaffoldAgent(p, Tools(), settings, system_prompt="Use the scaffold."),
+                                 TOK, render=render)
+    config = GRPOParams(group_size=2, prompts_per_step=1, steps=2, checkpoint_every=2, shuffle=False, lr=1e-3)
+    trainer = GRPOTrainer(policy, Engine(), StagewiseReward(judge), [Q], config, rollout_fn=rollout,
+                          advantage_fn=StageReturns(PAPER), method=state, checkpoint_dir=tmp_path / "ckpt",
+                          pad_token_id=0)
+    return trainer, state
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_rubricem_trains_through_the_grpo_trainer_and_resumes(tmp_path):
+    trainer, state = build(tmp_path)
+    history = trainer.train(2)
+    first = history[0]
+    assert first["episodes"] == 2 and first["episodes/unscored"] == 0
+    assert first["reward/judge/rubrics_added"] == 5 and first["reward/judge/scoring_failures"] == 0
+    # one episode scored all 2s, the other all 0s: stage advantages +-1 moved the policy
+    assert first["advantage/abs_mean"] == pytest.approx(1.0, abs=1e-3) and first["optimizer_steps"] == 1
+    assert first["method/reflection/updated"] == 1 and first["method/bank/size"] == 1
+    assert first["method/reflection/optimizer_steps"] == 1  # the second update of the step, same backbone
+    assert (tmp_path / "bank" / "step_000001" / BANK_FILE).exists()
+    ckpt = tmp_path / "ckpt" / "step_000002"
+    assert (ckpt / "method" / "files" / BANK_FILE).exists()
+    buffers = state.judge.state_dict()
+    fresh, fresh_state = build(tmp_path / "other")
+    assert fresh.resume(tmp_path / "ckpt") and fresh.step_count == 2
+    assert fresh_state.judge.state_dict() == buffers
+    assert len(fresh_state.bank) == 1 and fresh_state.bank.exact(Q.question).takeaways == "1. Follow the new name."
