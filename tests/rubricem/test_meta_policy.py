@@ -5,6 +5,7 @@ through checkpoints, and the registered variants."""
 import asyncio
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 
 from components.judges.reflection import ReflectionJudge, parse_reflection
 from components.llm.backends.scripted import ScriptedChatModel
-from components.llm.base import TransientLLMError
+from components.llm.base import ChatModel, Completion, TransientLLMError
 from components.methods.rubricem import ReflectionBranch, RubricEMState, windowed_curriculum
 from components.methods.variants import VariantContext, get_variant
 from components.params import GRPOParams, load_params
@@ -241,3 +242,27 @@ def test_variants_plug_rubricem_parts_into_the_trainer(repo_root, tmp_path):
     base = parts("scaffold_grpo")
     assert base.method is None and base.advantage_fn is None and base.agent == "scaffold"
     assert set(roles) == {"rubric_evaluator", "reflection_judge"}
+
+
+class Gated(ChatModel):
+    """A judge that answers only once the test opens the gate (from another thread)."""
+
+    def __init__(self, reply):
+        self.reply, self.gate, self.started = reply, threading.Event(), threading.Event()
+
+    async def _complete(self, messages, sampling):
+        self.started.set()
+        await asyncio.to_thread(self.gate.wait, 30)
+        return Completion(texts=[self.reply], model="gated")
+
+
+def test_deferred_judging_runs_in_the_background_while_the_next_step_proceeds():
+    gated = Gated(ratings((1, (1, 1, 1), (1, 1, 1)), (2, (0, 0, 0), (0, 0, 0))))
+    bank = RubricBank(TableEmbedder())
+    br = ReflectionBranch(ReflectionJudge(gated), bank, candidates=2, defer=True)
+    trainer = Trainer(Engine([GOOD, GOOD]))
+    br.step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.zeros(2, 1))
+    assert gated.started.wait(30) and not br.pending.done()  # step 1 returned; its judge is still working
+    gated.gate.set()
+    out = br.step_end(trainer, StepContext(step=2, groups=[]), [], torch.zeros(0, 1))  # joins, then trains
+    assert out["reflection/updated"] == 1 and len(bank) == 1 and br.pending is None
