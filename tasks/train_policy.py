@@ -95,7 +95,10 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                 tracker.log_metrics(metrics, step=step)
                 pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)  # kept current: a crash loses nothing
 
-            trainer = GRPOTrainer(policy, engine, parts.reward_fn, questions, params.grpo,
+            config = params.grpo
+            if parts.order_prompts is not None:  # the variant's curriculum fixes the order
+                questions, config = parts.order_prompts(questions), config.model_copy(update={"shuffle": False})
+            trainer = GRPOTrainer(policy, engine, parts.reward_fn, questions, config,
                                   rollout_fn=rollout_fn, advantage_fn=parts.advantage_fn, loss_fn=parts.loss_fn,
                                   extra_modules=parts.extra_modules, method=parts.method, on_metrics=log,
                                   checkpoint_dir=folder / "ckpt", seed=params.seed,

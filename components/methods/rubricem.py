@@ -331,8 +331,13 @@ def _build(ctx: VariantContext, *, stagewise: bool, meta: bool) -> VariantParts:
             seed=ctx.params.seed)
         options["guidance"] = BankGuidance(bank)
     method = RubricEMState(judge, bank, reflection, bank_dir=ctx.out_dir / "bank", save_every=p.bank_save_every)
+    order = None
+    if meta:  # the windowed curriculum (D.3): fresh batches with cross-episode guidance, then repeats
+        batch = ctx.params.grpo.prompts_per_step
+        order = lambda questions: windowed_curriculum(questions, batch, p.curriculum_window)  # noqa: E731
     return VariantParts(reward_fn=reward or OutcomeReward(), advantage_fn=advantage_fn,
-                        method=method if (judge is not None or bank is not None) else None, agent="scaffold", agent_options=options)
+                        method=method if (judge is not None or bank is not None) else None, agent="scaffold",
+                        agent_options=options, order_prompts=order)
 
 
 @VARIANTS.register("scaffold_grpo")

@@ -49,6 +49,8 @@ class VariantParts:
     extra_modules: dict[str, Any] = field(default_factory=dict)
     agent: str = "react"  # the agent (registry name) that rolls out episodes
     agent_options: dict[str, Any] = field(default_factory=dict)
+    # a curriculum: the prompt order the trainer follows as given (no shuffle), e.g. RubricEM's windows
+    order_prompts: Callable[[list[Any]], list[Any]] | None = None
 
 
 VARIANTS: Registry[Callable[[VariantContext], VariantParts]] = Registry("training variant")
