@@ -15,7 +15,9 @@ at most 3 timed steps: the vocabulary-sized parts, LM head and log-softmax, domi
 Each revision runs in its own subprocess (``--worker``) with ``PYTHONPATH`` at its code: the working tree,
 or ``git archive REV`` unpacked in a temporary folder (read-only for the shared repository). The measuring
 code is this file on both sides, so both run the same benchmark. Per case: median step time over
-``--steps`` timed steps after one warm-up step, its rollout/update split, generated tokens per step and
+``--steps`` timed steps after one warm-up step (wall, and this process's CPU time, which other processes
+on the machine disturb much less), its rollout/update split (CPU time inside the engine's ``generate`` and
+the rest; the trainer's wall-clock split is in the JSON), generated tokens per step and
 per second, and peak RSS during the timed steps (the kernel's high-water mark, reset after warm-up;
 ``rss growth`` is that peak minus the RSS before the timed steps). Other processes on the machine change
 the numbers a lot; the JSON records the 1-minute load average. Prints a table and writes JSON to
@@ -66,13 +68,15 @@ def _reset_peak_rss() -> bool:
 
 
 class _CountingEngine:
-    """Passes calls through to the engine and counts the tokens it generates."""
+    """Passes calls through to the engine; counts the tokens it generates and the CPU time it takes."""
 
     def __init__(self, engine: Any):
-        self._engine, self.tokens = engine, 0
+        self._engine, self.tokens, self.cpu_s = engine, 0, 0.0
 
     def generate(self, prompts: Any, sampling: Any) -> Any:
+        c0 = time.process_time()
         gens = self._engine.generate(prompts, sampling)
+        self.cpu_s += time.process_time() - c0
         self.tokens += sum(len(g.token_ids) for g in gens)
         return gens
 
@@ -87,17 +91,22 @@ def _time_steps(trainer: Any, engine: _CountingEngine, steps: int) -> dict[str, 
     timings.clear()
     rss_before = _rss_mib("VmRSS")
     exact_peak = _reset_peak_rss()
-    walls, tokens = [], []
+    walls, cpus, rollout_cpus, tokens = [], [], [], []
     for _ in range(steps):
-        engine.tokens = 0
-        t0 = time.perf_counter()
+        engine.tokens, engine.cpu_s = 0, 0.0
+        t0, c0 = time.perf_counter(), time.process_time()
         trainer.step()
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        rollout_cpus.append(engine.cpu_s)
         tokens.append(engine.tokens)
     peak = _rss_mib("VmHWM") if exact_peak else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     step_s = statistics.median(walls)
     out = {
         "step_s": step_s,
+        "step_cpu_s": statistics.median(cpus),
+        "rollout_cpu_s": statistics.median(rollout_cpus),
+        "update_cpu_s": statistics.median(c - r for c, r in zip(cpus, rollout_cpus, strict=True)),
         "rollout_s": statistics.median(t.get("time/rollout", float("nan")) for t in timings),
         "update_s": statistics.median(t.get("time/update", float("nan")) for t in timings),
         "tokens_per_step": statistics.median(tokens),
@@ -215,7 +224,8 @@ def bench_gguf(path: Path, steps: int) -> dict[str, Any]:
         sampling=SamplingParams(max_new_tokens=128),
     )
     return {
-        "case": f"{path.name} (fp32)",
+        "case": "gguf-0.5b",
+        "model": f"{path.name} (dequantized, fp32)",
         "batch": "1 prompt x G=4, <=128 new tokens",
         "load_s": load_s,
         **_time_steps(trainer, engine, steps),
@@ -283,28 +293,39 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if _missing(value) else format(value, spec)
 
 
+# (key, header, format) of the table's columns; the JSON has every measured value.
+COLUMNS = (
+    ("step_s", "step s", ".3f"),
+    ("step_cpu_s", "cpu s", ".3f"),
+    ("rollout_cpu_s", "rollout cpu", ".3f"),
+    ("update_cpu_s", "update cpu", ".3f"),
+    ("tokens_per_step", "tok/step", ".0f"),
+    ("tokens_per_s", "tok/s", ".0f"),
+    ("peak_rss_mib", "peak RSS MiB", ".0f"),
+    ("rss_growth_mib", "RSS growth", ".0f"),
+)
+RATIO_KEYS = tuple(k for k, _, _ in COLUMNS if k != "tokens_per_step")
+
+
 def print_table(rows: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> None:
-    header = (
-        f"{'case':26} {'code':12} {'step s':>8} {'rollout s':>9} {'update s':>9} {'tok/step':>8} "
-        f"{'tok/s':>8} {'peak RSS MiB':>12} {'RSS growth':>10}"
+    widths = [max(len(h), 8) for _, h, _ in COLUMNS]
+    header = f"{'case':10} {'code':12} " + " ".join(
+        f"{h:>{w}}" for (_, h, _), w in zip(COLUMNS, widths, strict=True)
     )
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(
-            f"{r['case'][:26]:26} {r['code']:12} {_fmt(r['step_s'], '8.3f')} {_fmt(r['rollout_s'], '9.3f')} "
-            f"{_fmt(r['update_s'], '9.3f')} {_fmt(r['tokens_per_step'], '8.0f')} "
-            f"{_fmt(r['tokens_per_s'], '8.0f')} {_fmt(r['peak_rss_mib'], '12.0f')} "
-            f"{_fmt(r['rss_growth_mib'], '10.0f')}"
-        )
+        cells = [f"{_fmt(r.get(k), f):>{w}}" for (k, _, f), w in zip(COLUMNS, widths, strict=True)]
+        print(f"{r['case'][:10]:10} {r['code']:12} " + " ".join(cells))
     for q in ratios:
-        print(
-            f"{q['case'][:26]:26} {'ratio':12} {_fmt(q['step_s'], '7.2f')}x {_fmt(q['rollout_s'], '8.2f')}x "
-            f"{_fmt(q['update_s'], '8.2f')}x {'':8} {_fmt(q['tokens_per_s'], '7.2f')}x "
-            f"{_fmt(q['peak_rss_mib'], '11.2f')}x {_fmt(q['rss_growth_mib'], '9.2f')}x"
-        )
+        cells = [
+            f"{'' if k not in q else '-' if _missing(q[k]) else format(q[k], '.2f') + 'x':>{w}}"
+            for (k, _, _), w in zip(COLUMNS, widths, strict=True)
+        ]
+        print(f"{q['case'][:10]:10} {'ratio':12} " + " ".join(cells))
     if ratios:
-        print("ratio = working tree / baseline (step s < 1x and tok/s > 1x: faster)")
+        print("ratio = working tree / baseline (below 1x: faster or smaller; tok/s above 1x: faster)")
+        print("cpu = this process's CPU time, less disturbed by other processes than wall time (step s)")
 
 
 def _ratio(new: Any, old: Any) -> float | None:
@@ -345,8 +366,7 @@ def main() -> None:
     if baseline_short:
         for new in current:
             old = next(r for r in rows if r["case"] == new["case"])
-            keys = ("step_s", "rollout_s", "update_s", "tokens_per_s", "peak_rss_mib", "rss_growth_mib")
-            ratios.append({"case": new["case"], **{k: _ratio(new[k], old[k]) for k in keys}})
+            ratios.append({"case": new["case"], **{k: _ratio(new.get(k), old.get(k)) for k in RATIO_KEYS}})
     rows += current
     order = {c: i for i, c in enumerate(dict.fromkeys(r["case"] for r in rows))}
     rows.sort(key=lambda r: order[r["case"]])
