@@ -15,10 +15,10 @@ from collections import Counter
 
 from scipy.stats import chisquare
 
-from components.council import agreement
+from components.judges.council import agreement
 from components.retrieval.text import tokenize
 from components.schemas import BranchingPoint
-from components.slates import PoolBM25, similarity_matrix
+from components.coreact.slates import PoolBM25, similarity_matrix
 
 
 def slate_diversity(actions: list[str]) -> float:
@@ -62,7 +62,7 @@ def summarize(points: list[BranchingPoint]) -> dict[str, float]:
 
 def label_distribution(prefix: str, counts: Counter, k: int) -> dict[str, float]:
     """Shares of each neutral label plus a chi-square p-value against uniform over the k labels."""
-    from components.council import neutral_labels
+    from components.judges.council import neutral_labels
 
     total = sum(counts.values())
     if not total or not k:

@@ -8,7 +8,7 @@ import re
 from components.agents.react import ReActAgent
 from components.coreact.collect import BranchingCollector
 from components.coreact.collect_metrics import summarize
-from components.council import judge_slate
+from components.judges.council import judge_slate
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.middleware import ReliableChatModel
 from components.params import AgentParams, CollectParams, MiddlewareParams
@@ -134,7 +134,7 @@ def test_judge_position_bias_is_detected_and_controlled_by_permutation(monkeypat
     slate. With the permutation switched off, the first candidate would always win."""
     from scipy.stats import chisquare
 
-    import components.council as council
+    import components.judges.council as council
 
     biased = lambda messages, sampling: json.dumps({"rationale": "first is best",  # noqa: E731
                                                     "ranking": list(shown_actions(messages))})

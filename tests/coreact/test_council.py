@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from components.council import (
+from components.judges.council import (
     agreement,
     borda,
     build_messages,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.benchmarks import BENCHMARKS, bamboogle_corpus, doc_id, load_benchmark
+from components.datasets import BENCHMARKS, bamboogle_corpus, doc_id, load_benchmark
 from components.io import RecordError
 from components.registry import RegistryError
 
