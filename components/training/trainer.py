@@ -48,7 +48,7 @@ from components.training.checkpoint import latest_checkpoint, load_checkpoint, s
 from components.training.episodes import (
     Episode, MethodState, RewardFn, StepContext, call_reward, run_method_hook, score_matrix,
 )
-from components.training.losses import policy_loss, token_logprobs
+from components.training.losses import policy_loss, trainable_span
 from components.training.model import Policy
 from components.training.prompts import PromptSampler
 from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
@@ -62,8 +62,9 @@ AdvantageFn = Callable[[list[Episode], torch.Tensor, StepContext], torch.Tensor]
 @dataclass
 class LossInputs:
     """What a method's ``loss_fn`` sees for one micro-batch: its rows (``rows``: indices into the step's
-    batch; ``row_episode[rows]`` gives their episodes), the policy's per-token log-probs (with grad), the
-    last hidden states ``[b, T, H]`` (with grad), the advantages and loss mask, the mini-batch token and
+    batch; ``row_episode[rows]`` gives their episodes), the policy's per-token log-probs (with grad; over the
+    micro-batch's trainable span only, zero outside it), the last hidden states ``[b, T, H]`` at every
+    position (with grad), the advantages and loss mask, the mini-batch token and
     sequence counts the main loss is divided by, and the step context."""
 
     batch: RolloutBatch
@@ -189,11 +190,11 @@ class GRPOTrainer:
         return c.ppo_epochs == 1 and (c.mini_batch_size is None or c.mini_batch_size >= batch_rows)
 
     def _forward(self, sub: RolloutBatch, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        ids, mask = sub.input_ids.to(self.policy.device), sub.attention_mask.to(self.policy.device)
-        if not hidden:
-            return self.policy.token_logprobs(ids, mask, temperature=self._temperature), None
-        out = self.policy.model(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True)
-        return token_logprobs(out.logits, ids, self._temperature), out.hidden_states[-1]
+        """Log-probs over the micro-batch's trainable span only (zeros elsewhere), and the last hidden
+        states when a loss hook needs them, from one forward pass."""
+        return self.policy.forward_logprobs(
+            sub.input_ids.to(self.policy.device), sub.attention_mask.to(self.policy.device),
+            temperature=self._temperature, span=trainable_span(sub.loss_mask), output_hidden_states=hidden)
 
     @torch.no_grad()
     def _logprobs(self, batch: RolloutBatch, reference: bool) -> torch.Tensor:
@@ -207,6 +208,7 @@ class GRPOTrainer:
                 sub.attention_mask.to(self.policy.device),
                 temperature=self._temperature,
                 reference=reference,
+                span=trainable_span(sub.loss_mask),
             )
             out[idx, : lp.shape[1]] = lp.float().cpu()
         self.policy.model.train(was_training)
