@@ -412,14 +412,12 @@ class VLLMRolloutEngine:
         )
         self.tokenizer = tokenizer or self.llm.get_tokenizer()
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="rubricflow-lora-"))
-        self._lora_request = None
+        from components.llm.backends.vllm_lora import AdapterSlot
+
+        self.adapter = AdapterSlot("policy")  # the same hot-swap path as the `vllm` chat backend
 
     def update_weights(self, policy: Any, step: int) -> None:
-        from vllm.lora.request import LoRARequest
-
-        path = self.adapter_dir / f"step_{step:06d}"
-        policy.model.save_pretrained(str(path))
-        self._lora_request = LoRARequest(f"policy-{step}", step + 1, str(path))
+        self.adapter.publish(policy.model, self.adapter_dir, step)
 
     def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
         from vllm import SamplingParams as VLLMSampling
@@ -439,7 +437,7 @@ class VLLMRolloutEngine:
             for p in prompts
         ]
         outputs = self.llm.generate(
-            [{"prompt_token_ids": ids} for ids in encoded], params, lora_request=self._lora_request
+            [{"prompt_token_ids": ids} for ids in encoded], params, lora_request=self.adapter.request
         )
         gens = []
         for ids, out in zip(encoded, outputs, strict=True):

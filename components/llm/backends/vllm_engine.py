@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from components.llm.backends.vllm_lora import AdapterSlot
 from components.llm.base import BACKENDS, ChatModel, Completion, Message, PermanentLLMError, Sampling
 
 
@@ -24,22 +25,15 @@ class VLLMChatModel(ChatModel):
         self._vllm = vllm
         self.name = model
         self._llm = vllm.LLM(model=model, enable_lora=enable_lora, max_lora_rank=max_lora_rank, **engine_kwargs)
-        self._lora = None
-        self._lora_version = 0
+        self.adapter = AdapterSlot("policy")
         self._lock = threading.Lock()
 
     def set_adapter(self, adapter_dir: str | None) -> None:
         """Serve the given LoRA adapter from now on (a new id makes vLLM load the new weights)."""
-        from vllm.lora.request import LoRARequest
-
-        if adapter_dir is None:
-            self._lora = None
-            return
-        self._lora_version += 1
-        self._lora = LoRARequest(f"policy-{self._lora_version}", self._lora_version, adapter_dir)
+        self.adapter.set(adapter_dir)
 
     def cache_identity(self) -> str:
-        return f"{self.name}@lora{self._lora_version}"
+        return f"{self.name}@lora{self.adapter.version}"
 
     def _sampling_params(self, sampling: Sampling):
         kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
@@ -56,7 +50,7 @@ class VLLMChatModel(ChatModel):
     def _generate(self, messages: list[Message], sampling: Sampling) -> Completion:
         with self._lock:
             outs = self._llm.chat([m.model_dump() for m in messages], self._sampling_params(sampling),
-                                  lora_request=self._lora, use_tqdm=False)
+                                  lora_request=self.adapter.request, use_tqdm=False)
         out = outs[0]
         return Completion(
             texts=[o.text for o in out.outputs], model=self.name,
