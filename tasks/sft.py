@@ -35,11 +35,12 @@ class SFTResult(BaseModel):
 
 
 def trajectory_question(trajectory: Trajectory) -> Question:
-    """The question a trajectory answers (sft_data stores it in the trajectory's metadata)."""
+    """The question a trajectory answers, as far as the agent's prompts need it (id, text, answers)."""
     stored = trajectory.metadata.get("question")
-    if stored is None:
-        raise ValueError(f"trajectory {trajectory.question_id} carries no metadata.question")
-    return Question.model_validate(stored)
+    if stored is not None:
+        return Question.model_validate(stored)
+    answers = trajectory.metadata.get("answers") or [trajectory.final_answer or ""]
+    return Question(id=trajectory.question_id, question=trajectory.question, answers=answers, source="sft_data")
 
 
 def load_trainable_policy(params: Params):
