@@ -34,6 +34,11 @@ class RunParams(Section):
     mlflow_artifact_root: str = Field(default="mlruns", description="Folder of MLflow artifacts.")
     experiment: str = Field(default="rubricflow", description="MLflow experiment name.")
     cache_dir: str = Field(default=".cache", description="Local caches: assembled models, LLM responses.")
+    torch_threads: int | None = Field(
+        default=None, ge=1,
+        description="Threads torch may use for training (None: torch's default). On a shared small machine give "
+        "1: torch's OpenMP threads spin against other busy processes and a step gets several times slower.",
+    )
 
 
 class DataParams(Section):
@@ -363,6 +368,106 @@ class RubricEMParams(Section):
         return self
 
 
+class CoReActParams(Section):
+    """Co-ReAct inference (paper 3.3, appendix A "Co-ReAct inference") and the test-time baselines run beside it
+    (4.1): what every agent of components/agents/coreact.py and baselines.py reads."""
+
+    tau: float = Field(default=0.5, ge=0, le=1, description="Verification accepts a step when the weighted fraction "
+                       "of satisfied rubric criteria exceeds tau.")
+    max_retries: int = Field(default=1, ge=0, description="Retries of a step that fails verification (also Self-Refine "
+                             "and CRITIC's retries).")
+    token_budget: int = Field(default=6000, ge=1, description="Tokens a search trajectory may grow to (the policy's "
+                              "last context plus its reply); past it the agent must answer.")
+    best_of_n: int = Field(default=4, ge=1, description="Best-of-N: trajectories sampled per question.")
+    best_of_n_temperature: float = Field(default=0.7, ge=0, le=2, description="Best-of-N: their sampling temperature "
+                                         "(the final answer is greedy).")
+    judge_max_tokens: int = Field(default=256, ge=8, description="Completion tokens of a verifier, scorer, critique or "
+                                  "step-back call.")
+    observation_chars: int = Field(default=400, ge=20, description="Characters of each observation shown to the rubric "
+                                   "generator, the evaluator and the verifier.")
+
+
+class RubricGeneratorParams(Section):
+    """The Co-ReAct rubric generator and its listwise GRPO stage `train_rubric_generator` (paper 3.2, appendix A
+    "GRPO hyperparameters"); temperature, top_p and max_tokens are also its inference sampling."""
+
+    group_size: int = Field(default=4, ge=2, description="G: rubrics sampled per branching point.")
+    prompts_per_step: int = Field(default=2, ge=1, description="Branching points (groups) per GRPO step.")
+    epochs: int = Field(default=1, ge=1, description="Passes over the training branching points.")
+    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate.")
+    kl_coef: float = Field(default=5e-3, ge=0, description="k3 KL coefficient to the frozen initial generator.")
+    temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of rubrics.")
+    top_p: float = Field(default=0.95, gt=0, le=1, description="Nucleus sampling of rubrics.")
+    max_tokens: int = Field(default=256, ge=16, description="Tokens per rubric.")
+    max_criteria: int = Field(default=4, ge=1, description="Most criteria a rubric may have (more is a format failure).")
+    reward_weights: dict[str, float] = Field(
+        default_factory=lambda: {"rank": 0.75, "atomicity": 0.15, "format": 0.10},
+        description="w1, w2, w3 of r = w1 r_rank + w2 r_atom + w3 r_fmt.")
+    repetition_ngram: int = Field(default=4, ge=1, description="n of the repetition gate's n-grams.")
+    repetition_max_rate: float = Field(default=0.4, ge=0, le=1, description="Rubrics whose repeated n-gram rate exceeds "
+                                       "this get reward 0.")
+    held_out_fraction: float = Field(default=0.25, ge=0, lt=1, description="Share of the questions whose branching "
+                                     "points are held out to measure Spearman before and after training.")
+    evaluator_role: str = Field(default="rubric_evaluator", description="Role that scores slate actions against a "
+                                "rubric.")
+    evaluator_max_tokens: int = Field(default=128, ge=8, description="Completion tokens of an evaluator call.")
+
+    @model_validator(mode="after")
+    def _check(self) -> RubricGeneratorParams:
+        if set(self.reward_weights) != {"rank", "atomicity", "format"}:
+            raise ValueError("reward_weights must name rank, atomicity and format")
+        if any(w < 0 for w in self.reward_weights.values()) or sum(self.reward_weights.values()) <= 0:
+            raise ValueError("reward_weights must be non-negative with a positive sum")
+        return self
+
+
+class ArcoSetup(Section):
+    """ARCO's released HotpotQA setup. These keys belong to shared sections (retrieval, agent, data) whose paper
+    values other methods use, so they are kept here; an ARCO run under the paper profile must apply them
+    (components.methods.arco.setup_overrides gives the --set flags, and the variant refuses a mismatch)."""
+
+    retrieval_scope: Literal["corpus", "question"] = Field(default="question", description="retrieval.scope: the "
+                                                           "agent searches only the question's own paragraphs.")
+    top_k: int = Field(default=1, ge=1, description="retrieval.top_k: hits per search call.")
+    max_steps: int = Field(default=3, ge=1, description="agent.max_turns: steps per episode.")
+    n_train: int = Field(default=2000, ge=1, description="data.n_train: training questions.")
+    n_dev: int = Field(default=500, ge=1, description="data.n_dev: development questions.")
+
+
+class ArcoParams(Section):
+    """ARCO: the rubric model mu (generation head + score head on one LoRA backbone), its teacher warm-up, the
+    decomposition constraint and the co-evolution with the policy (components/methods/arco.py)."""
+
+    k: int = Field(default=3, ge=1, description="K: criteria mu writes per step (paper: 3).")
+    model_role: str = Field(default="trainable_policy", description="Role (an hf backend) whose weights are mu's "
+                            "backbone: the same scale as the policy.")
+    teacher_role: str = Field(default="teacher", description="Role that writes the warm-up criteria.")
+    head_width: int = Field(default=128, ge=1, description="Hidden width of the score head's MLP.")
+    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate of mu (LoRA and score head).")
+    kl_coef: float = Field(default=0.05, ge=0, description="Weight of the k3 KL keeping the generation head near "
+                           "its warm-up reference.")
+    terminal_metric: Literal["f1", "em"] = Field(default="f1", description="Terminal reward the step rewards of a "
+                                                 "trajectory must sum to.")
+    warmup_steps: int = Field(default=2, ge=0, description="Trainer steps whose trajectories the teacher annotates; "
+                              "mu's warm-up SFT runs at the end of the last one (0: no warm-up).")
+    warmup_epochs: int = Field(default=2, ge=1, description="Passes of mu's warm-up over the annotated steps.")
+    sparse_epochs: float = Field(default=0.25, ge=0, description="eta: epochs over the training questions during "
+                                 "which the policy learns from the outcome reward before mu's dense step rewards.")
+    update_every: int = Field(default=1, ge=1, description="Once warmed up, mu is updated every this many steps.")
+    update_epochs: int = Field(default=1, ge=1, description="Optimizer steps of one mu update over the step's "
+                               "trajectories.")
+    micro_batch: int = Field(default=4, ge=1, description="Trajectories per forward/backward of mu.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm of mu's updates.")
+    gamma: float = Field(default=1.0, ge=0, le=1, description="Discount of the step rewards' reward-to-go.")
+    criteria_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of mu's "
+                                        "criteria (0: greedy).")
+    criteria_max_tokens: int = Field(default=96, ge=8, description="Tokens mu may write for one step's criteria.")
+    observation_chars: int = Field(default=300, ge=20, description="Characters of each observation in mu's and the "
+                                   "teacher's prompts.")
+    teacher_max_tokens: int = Field(default=1024, ge=32, description="Completion tokens of a teacher annotation.")
+    setup: ArcoSetup = Field(default_factory=ArcoSetup, description="ARCO's released setup (see ArcoSetup).")
+
+
 class Params(Section):
     profile: str = Field(default="embedded", description="Profile whose overrides are applied.")
     seed: int = Field(default=1234, description="Global seed; every stage derives its own from it.")
@@ -380,6 +485,9 @@ class Params(Section):
     sft: SFTParams = Field(default_factory=SFTParams)
     rubricem: RubricEMParams = Field(default_factory=RubricEMParams)
     arbor: ArborParams = Field(default_factory=ArborParams)
+    arco: ArcoParams = Field(default_factory=ArcoParams)
+    coreact: CoReActParams = Field(default_factory=CoReActParams)
+    rubric_generator: RubricGeneratorParams = Field(default_factory=RubricGeneratorParams)
     methods: dict[str, MethodParams] = Field(
         default_factory=lambda: {"react": MethodParams(agent="react", description="Plain ReAct (baseline).")},
         description="What `evaluate --method NAME` runs.",

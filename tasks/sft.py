@@ -29,6 +29,9 @@ from components.training.trajectory_sft import trajectory_rows
 from tasks.runtime import out_path, params_from_args, resolve, stage_argparser, tracking
 
 
+SFT_METHOD = "sft"  # the params.methods entry that evaluates this stage's adapter
+
+
 class SFTResult(BaseModel):
     adapter: str
     metrics: dict[str, float]
@@ -63,10 +66,14 @@ def sft(params: Params | None = None, parent_run_id: str | None = None) -> SFTRe
     import torch
 
     torch.manual_seed(params.seed)
+    if params.run.torch_threads:
+        torch.set_num_threads(params.run.torch_threads)
     trajectories = read_jsonl(out_path(params, "sft_data", "trajectories.jsonl"), Trajectory)
     model, tokenizer = load_trainable_policy(params)
     render = chat_template_renderer(tokenizer)
-    agent = ReActAgent(None, None, params.agent)
+    # the prompts of the method that evaluates the warm start (its options may pick a compact system prompt)
+    options = params.methods[SFT_METHOD].options if SFT_METHOD in params.methods else {}
+    agent = ReActAgent(None, None, params.agent, **options)
     examples = []
     for t in trajectories:
         for row in trajectory_rows(agent, t, trajectory_question(t), render):

@@ -68,6 +68,16 @@ Thought: The river is the Ammel.
 Action: finish[Ammel]
 """
 
+# A short prompt for a policy that learned the format by SFT: fewer tokens per turn to train and to serve.
+COMPACT_PROMPT = """\
+Answer the question by looking facts up in an encyclopedia; every name in it is fictional, so search for it.
+Each turn, write one Thought: line (what you know, what you need next) and one Action: line with exactly one of
+search[name], browse[doc_id] or finish[...] with the short answer itself inside the brackets.
+Search the entity the question names first, then each new name the observations give you; answer as soon as you can.
+"""
+
+SYSTEM_PROMPTS = {"teaching": SYSTEM_PROMPT, "compact": COMPACT_PROMPT}
+
 FORMAT_REMINDER = (
     "I could not read an action in your reply. Reply with a Thought: line and then exactly one "
     "Action: line, such as Action: search[name] or Action: finish[answer]."
@@ -135,7 +145,7 @@ class ReActAgent:
         self.policy = policy
         self.toolbox = toolbox
         self.settings = settings or AgentParams()
-        self.system_prompt = system_prompt
+        self.system_prompt = SYSTEM_PROMPTS.get(system_prompt, system_prompt)  # a named prompt or the text
         self.name = name or getattr(policy, "name", "policy")
 
     @classmethod

@@ -23,7 +23,7 @@ import torch
 
 from components.params import SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from components.training.losses import aggregate
+from components.training.losses import aggregate, trainable_span
 from components.training.model import Policy
 from components.training.prompts import PromptSampler
 from components.training.sft import SFTExample, collate_sft
@@ -76,7 +76,8 @@ class SFTTrainer:
         for start in range(0, len(rows), c.micro_batch_size or c.batch_size):
             chunk = rows[start : start + (c.micro_batch_size or c.batch_size)]
             batch = collate_sft(chunk, pad_token_id=self.pad_token_id)
-            logp = self.policy.token_logprobs(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+            logp = self.policy.token_logprobs(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                                              span=trainable_span(batch["loss_mask"]))
             loss = aggregate(-logp, batch["loss_mask"].to(device), c.loss_agg,
                              num_tokens=num_tokens, num_seqs=num_seqs)
             loss.backward()
