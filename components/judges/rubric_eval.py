@@ -1,0 +1,122 @@
+"""The rubric evaluator of Co-ReAct's reward (paper 3.2.1): one call per (rubric, slate action) says which
+criteria the action satisfies; the action's score is the weighted fraction of satisfied criteria.
+
+The evaluator sees the question, the history, one candidate action and the numbered criteria, and returns one
+boolean per criterion, in order::
+
+    {"satisfied": [true, false, true]}
+
+Parsing is strict (exactly one boolean per criterion). A failed call or a reply that does not parse gives no
+score (``None``) and is counted in the :class:`~components.judges.pairwise.Tally`; it is never a 0.
+
+    outcomes = await evaluate_actions(evaluator, question, prefix_text, actions, rubric, max_tokens=128)
+    [o.score for o in outcomes]        # e.g. [0.75, None, 0.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from components.coreact.rubric_generator import render_rubric
+from components.judges.pairwise import Tally
+from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.schemas import Rubric
+
+__all__ = ["ActionScore", "evaluate_action", "evaluate_actions", "evaluator_messages", "parse_satisfied",
+           "satisfied_schema", "weighted_fraction"]
+
+SYSTEM_PROMPT = (
+    "You check one proposed next action of a research agent against a checklist. The agent answers questions "
+    "by searching an encyclopedia (search[words]), reading paragraphs (browse[doc_id]) and answering "
+    "(finish[answer]). For every numbered criterion decide whether the proposed action, read together with "
+    "the question and the history, satisfies it. Judge the action itself, not whether its search will "
+    "succeed. Reply with one JSON object and nothing else: "
+    '{"satisfied": [true or false for criterion 1, for criterion 2, ...]}, one value per criterion, in order.'
+)
+
+
+def satisfied_schema(n: int) -> dict:
+    return {
+        "type": "object",
+        "properties": {"satisfied": {"type": "array", "minItems": n, "maxItems": n, "items": {"type": "boolean"}}},
+        "required": ["satisfied"],
+        "additionalProperties": False,
+    }
+
+
+def evaluator_messages(question: str, prefix_text: str, action: str, rubric: Rubric) -> list[Message]:
+    history = prefix_text.strip() or "(nothing yet: this is the first action)"
+    return [system(SYSTEM_PROMPT), user(
+        f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
+        f"Proposed next action:\n{' '.join(action.split())}\n\n"
+        f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
+    )]
+
+
+def _json_object(text: str) -> dict | None:
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        obj = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def parse_satisfied(text: str, n: int) -> list[bool] | str:
+    """One boolean per criterion, or a one-line reason the reply is unusable."""
+    obj = _json_object(text or "")
+    if obj is None:
+        return "no JSON object in the reply"
+    values = obj.get("satisfied")
+    if not isinstance(values, list) or not all(isinstance(v, bool) for v in values):
+        return "'satisfied' must be a list of true/false values"
+    if len(values) != n:
+        return f"{len(values)} verdicts for {n} criteria"
+    return values
+
+
+def weighted_fraction(rubric: Rubric, satisfied: Sequence[bool]) -> float:
+    """Weighted share of satisfied criteria (weights need not sum to 1)."""
+    total = sum(c.weight for c in rubric.criteria)
+    if len(satisfied) != len(rubric.criteria) or total <= 0:
+        raise ValueError(f"{len(satisfied)} verdicts for {len(rubric.criteria)} criteria of total weight {total}")
+    return sum(c.weight for c, ok in zip(rubric.criteria, satisfied) if ok) / total
+
+
+@dataclass(frozen=True)
+class ActionScore:
+    """The evaluator's verdicts on one action and their weighted fraction; ``score`` None when it failed."""
+
+    score: float | None
+    satisfied: tuple[bool, ...] | None = None
+    error: str | None = None
+
+
+async def evaluate_action(evaluator: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
+                          *, max_tokens: int = 128, tally: Tally | None = None) -> ActionScore:
+    n = len(rubric.criteria)
+    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=satisfied_schema(n))
+    outcome = await evaluator.chat(evaluator_messages(question, prefix_text, action, rubric), sampling)
+    if tally is not None:
+        tally.add(outcome)
+    if not outcome.ok:
+        return ActionScore(None, error=f"evaluator call failed: {outcome.error_type}: {outcome.message}")
+    parsed = parse_satisfied(outcome.text, n)
+    if isinstance(parsed, str):
+        if tally is not None:
+            tally.unparsed += 1
+        return ActionScore(None, error=parsed)
+    return ActionScore(weighted_fraction(rubric, parsed), tuple(parsed))
+
+
+async def evaluate_actions(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
+                           rubric: Rubric, *, max_tokens: int = 128, tally: Tally | None = None) -> list[ActionScore]:
+    """Every action scored concurrently against one rubric (the middleware bounds the concurrency)."""
+    return list(await asyncio.gather(*(
+        evaluate_action(evaluator, question, prefix_text, a, rubric, max_tokens=max_tokens, tally=tally)
+        for a in actions)))

@@ -1,0 +1,180 @@
+"""Co-ReAct's rubric reward by hand: perfect / reversed / random rankings, ties on either side, the atomicity and
+format terms, the repetition gate, the pairwise ablation, and an evaluator that fails on some calls (its rubrics
+leave the group; nothing is scored 0)."""
+
+import asyncio
+import itertools
+import json
+import random
+import re
+
+import pytest
+import torch
+
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import TransientLLMError
+from components.params import RubricGeneratorParams
+from components.rewards.spearman import (
+    RubricReward, atomicity, is_atomic, listwise_rank_reward, pairwise_rank_reward, rank_correlation,
+    repetition_rate,
+)
+from components.schemas import BranchingPoint, Candidate, Criterion, Rubric
+from components.training.advantages import group_advantages
+from components.training.episodes import Episode, StepContext, score_matrix
+
+SETTINGS = RubricGeneratorParams()
+ACTIONS = ["search[Nightfall Harbor]", "search[Ossian Threll]", "browse[d9]", "search[film]"]
+
+
+def point(borda=(3.0, 2.0, 1.0, 0.0)):
+    return BranchingPoint(question_id="q1", question="Where was the director of Nightfall Harbor born?", depth=0,
+                          candidates=[Candidate(action=a, model="m", temperature=0.4) for a in ACTIONS],
+                          slate=[0, 1, 2, 3], borda_scores=list(borda), consensus=[0, 1, 2, 3])
+
+
+def rubric_text(*criteria, weights=None):
+    weights = weights or [2, 1][: len(criteria)] + [1] * max(0, len(criteria) - 2)
+    return json.dumps({"criteria": [{"criterion": c, "weight": w} for c, w in zip(criteria, weights)]})
+
+
+GOOD = rubric_text("Looks up the film named in the question", "Uses a search action")
+
+
+def evaluator(verdicts: dict[str, list[bool]], fail=lambda action, rubric: False, calls=None):
+    """Scripted evaluator: the verdicts of each action; ``fail(action, rubric)`` makes that call fail."""
+
+    def respond(messages, sampling):
+        body = messages[1].content
+        action = re.search(r"Proposed next action:\n(.+)", body).group(1)
+        checklist = body.split("Checklist", 1)[1]
+        if calls is not None:
+            calls.append(action)
+        if fail(action, checklist):
+            raise TransientLLMError("evaluator down")
+        return json.dumps({"satisfied": verdicts[action]})
+
+    return ScriptedChatModel(respond)
+
+
+# weights 2:1 -> the four verdict patterns score 1, 2/3, 1/3, 0
+IN_ORDER = {ACTIONS[0]: [True, True], ACTIONS[1]: [True, False], ACTIONS[2]: [False, True], ACTIONS[3]: [False, False]}
+REVERSED = {a: IN_ORDER[ACTIONS[3 - i]] for i, a in enumerate(ACTIONS)}
+
+
+def score(model, text=GOOD, pt=None, **kw):
+    return asyncio.run(RubricReward(model, SETTINGS, **kw).score(pt or point(), text))
+
+
+def test_perfect_agreement_gives_one_and_reversed_gives_zero():
+    assert listwise_rank_reward([0.9, 0.5, 0.2, 0.0], [3, 2, 1, 0]) == pytest.approx(1.0)
+    assert listwise_rank_reward([0.0, 0.2, 0.5, 0.9], [3, 2, 1, 0]) == pytest.approx(0.0)
+    best = score(evaluator(IN_ORDER))
+    assert best.rho == pytest.approx(1.0) and best.rank == pytest.approx(1.0)
+    assert best.total == pytest.approx(1.0)  # both criteria atomic, exact format: 0.75 + 0.15 + 0.10
+    worst = score(evaluator(REVERSED))
+    assert worst.rank == pytest.approx(0.0) and worst.total == pytest.approx(0.25)
+
+
+def test_random_rankings_average_one_half():
+    consensus = [3.0, 2.0, 1.0, 0.0]
+    exhaustive = [listwise_rank_reward(list(p), consensus) for p in itertools.permutations(range(4))]
+    assert sum(exhaustive) / 24 == pytest.approx(0.5)
+    rng = random.Random(0)
+    draws = [listwise_rank_reward([rng.random() for _ in range(4)], consensus) for _ in range(4000)]
+    assert sum(draws) / len(draws) == pytest.approx(0.5, abs=0.02)
+
+
+def test_ties_get_average_ranks_and_constant_scoring_gets_chance():
+    # scores [1, .5, .5, 0] -> ranks [4, 2.5, 2.5, 1]; consensus ranks [4, 3, 2, 1]:
+    # rho = 4.5 / sqrt(4.5 * 5) = 0.948683
+    assert rank_correlation([1.0, 0.5, 0.5, 0.0], [3, 2, 1, 0]) == pytest.approx(4.5 / (4.5 * 5) ** 0.5)
+    # a tie in the council's Borda scores, same rule on that side: ranks [4, 2.5, 2.5, 1] vs [4, 3, 2, 1]
+    assert rank_correlation([3, 2, 1, 0], [6.0, 3.0, 3.0, 0.0]) == pytest.approx(4.5 / (4.5 * 5) ** 0.5)
+    assert listwise_rank_reward([0.5, 0.5, 0.5, 0.5], [3, 2, 1, 0]) == 0.5
+    flat = score(evaluator({a: [True, False] for a in ACTIONS}))
+    assert flat.rho == 0.0 and flat.rank == 0.5 and flat.total == pytest.approx(0.75 * 0.5 + 0.15 + 0.10)
+
+
+def test_atomicity_counts_single_checks():
+    assert is_atomic("Looks up the director of the film")
+    assert not is_atomic("Looks up the director and the year of the film")
+    assert not is_atomic("Searches the film; reads its paragraph")
+    assert is_atomic('Searches for "Tom and Jerry" by its exact title')  # a quoted name is not a joiner
+    assert not is_atomic(" ".join(["word"] * 26))
+    mixed = Rubric(criteria=[Criterion(text="Looks up the director"), Criterion(text="Reads d3 or d4")])
+    assert atomicity(mixed) == 0.5
+    half = score(evaluator(IN_ORDER), rubric_text("Looks up the film named in the question",
+                                                  "Uses a search and not a browse"))
+    assert half.atomicity == 0.5 and half.total == pytest.approx(0.75 + 0.15 * 0.5 + 0.10)
+
+
+def test_format_term_and_unparseable_rubrics():
+    calls = []
+    chatty = score(evaluator(IN_ORDER, calls=calls), "Here is my rubric:\n" + GOOD + "\nGood luck!")
+    assert chatty.format == 0.5 and chatty.total == pytest.approx(0.75 + 0.15 + 0.05)
+    fenced = score(evaluator(IN_ORDER), f"```json\n{GOOD}\n```")
+    assert fenced.format == 1.0
+    calls.clear()
+    for bad in ["no json at all", '{"criteria": []}', rubric_text(*[f"check {i}" for i in range(5)]),
+                '{"criteria": [{"criterion": "x", "weight": -1}]}', '{"criteria": [{"criterion": "x"}]}']:
+        parts = score(evaluator(IN_ORDER, calls=calls), bad)
+        assert parts.total == 0.0 and parts.format == 0.0 and parts.rank is None
+    assert calls == []  # an unparseable rubric is never sent to the evaluator
+
+
+def test_repetition_gate_zeroes_the_reward():
+    assert repetition_rate("a b c d a b c d") == pytest.approx(1 - 4 / 5)
+    assert repetition_rate("three words only") == 0.0
+    calls = []
+    # the same 8-word check three times: 21 4-grams, 8 distinct -> 1 - 8/21 = 0.62 > 0.4
+    looping = rubric_text(*["Search for the director of the film now"] * 3, weights=[1, 1, 1])
+    parts = score(evaluator(IN_ORDER, calls=calls), looping)
+    assert parts.repetition == pytest.approx(1 - 8 / 21) and parts.gated and parts.total == 0.0 and calls == []
+    # twice: 13 4-grams, 8 distinct -> 0.38, under the gate
+    assert not score(evaluator(IN_ORDER), rubric_text(*["Search for the director of the film now"] * 2)).gated
+    below = rubric_text("Search for the director of the film", "Then read the paragraph about the director")
+    assert not score(evaluator(IN_ORDER), below).gated
+
+
+def test_pairwise_variant_evaluates_one_pair_shared_by_the_group():
+    reward = RubricReward(evaluator(IN_ORDER), SETTINGS, pairwise=True, seed=3)
+    better, worse = reward.pair_for(point(), step=1)
+    assert point().borda_scores[better] > point().borda_scores[worse]
+    assert reward.pair_for(point(), step=1) == (better, worse)
+    calls = []
+    kept = asyncio.run(RubricReward(evaluator(IN_ORDER, calls=calls), SETTINGS, pairwise=True, seed=3)
+                       .score(point(), GOOD, step=1))
+    assert sorted(calls) == sorted([ACTIONS[better], ACTIONS[worse]]) and kept.rank == 1.0 and kept.rho is None
+    flipped = asyncio.run(RubricReward(evaluator(REVERSED), SETTINGS, pairwise=True, seed=3).score(point(), GOOD, step=1))
+    assert flipped.rank == 0.0
+    tied = asyncio.run(RubricReward(evaluator({a: [True, True] for a in ACTIONS}), SETTINGS, pairwise=True, seed=3)
+                       .score(point(), GOOD, step=1))
+    assert tied.rank == 0.5
+    assert pairwise_rank_reward(0.3, 0.3) == 0.5
+
+
+def test_failing_evaluator_drops_the_sample_and_the_group_shrinks():
+    other = rubric_text("Browses a document", "Searches the director")
+    unparsed = rubric_text("Looks up the year", "Searches the city")
+    # the evaluator fails on one action of `other` and answers nonsense for `unparsed`
+    model = evaluator(IN_ORDER, fail=lambda action, rubric: "Browses a document" in rubric and action == ACTIONS[2])
+
+    def respond(messages, sampling):
+        if "Looks up the year" in messages[1].content:
+            return "I think it is fine."
+        return model._responder(messages, sampling)
+
+    episodes = [Episode(prompt={"prompt": "p", "point": point()}, group=0, rows=[], text=t)
+                for t in [GOOD, other, unparsed, "not a rubric", GOOD]]
+    out = asyncio.run(RubricReward(ScriptedChatModel(respond), SETTINGS)(episodes, StepContext(step=1, groups=[0] * 5)))
+    assert out.scores[1] is None and out.scores[2] is None  # dropped, not 0
+    assert out.scores[0] == out.scores[4] == pytest.approx(1.0) and out.scores[3] == 0.0
+    assert out.metrics["evaluator_dropped"] == 2 and out.metrics["rubric_parse_failures"] == 1
+    assert out.metrics["evaluator_failures"] == 1 + 4  # one failed call + four unparseable replies
+    assert out.metrics["evaluator_calls"] == 4 + 4 + 4  # GOOD evaluated once for both episodes
+    adv = group_advantages(score_matrix(out.scores), [0] * 5)
+    assert torch.isnan(adv[1]).all() and torch.isnan(adv[2]).all()
+    kept = adv[[0, 3, 4], 0]
+    # the group is the three scored rubrics: [1, 0, 1] -> mean 2/3, population std sqrt(2)/3
+    assert kept.tolist() == pytest.approx([(1 - 2 / 3) / (2 ** 0.5 / 3), (0 - 2 / 3) / (2 ** 0.5 / 3),
+                                           (1 - 2 / 3) / (2 ** 0.5 / 3)], abs=1e-4)
