@@ -1,0 +1,60 @@
+"""Helpers for the Co-ReAct agent and baseline tests: an in-memory toolbox, a scripted ReAct policy that answers
+by turn number (and by what its context holds), and scripted generator / verifier / scorer roles."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from components.agents.react import SYSTEM_PROMPT
+from components.llm.backends.scripted import ScriptedChatModel
+from components.params import AgentParams
+from components.schemas import Question, ToolCall
+
+Q = Question(id="q1", question="Where was the director of Nightfall Harbor born?", answers=["Kestrow"], source="world")
+SETTINGS = AgentParams(max_turns=6, max_search_calls=3, history_format="scratchpad", temperature=0.0)
+RUBRIC = {"criteria": [{"criterion": "Looks up the film Nightfall Harbor", "weight": 2},
+                       {"criterion": "Uses a search action", "weight": 1}]}
+
+
+class DictToolbox:
+    """search returns one document named after the query."""
+
+    def __init__(self):
+        self.calls = []
+
+    def call(self, name, argument):
+        self.calls.append((name, argument))
+        doc = f"d-{argument.replace(' ', '_')}"
+        return ToolCall(name=name, arguments={"query": argument}, observation=f"[1] ({doc}) {argument}: about it",
+                        doc_ids=[doc])
+
+
+def turn_index(messages) -> int:
+    """How many steps the scratchpad context already shows."""
+    return len(re.findall(r"^\d+\. Action:", messages[-1].content, flags=re.M))
+
+
+def policy(turns, side=None, name="policy"):
+    """``turns(i, context)`` answers the ReAct turn i; ``side(system, context)`` any other policy call."""
+
+    def respond(messages, sampling):
+        if messages[0].content == SYSTEM_PROMPT:
+            return turns(turn_index(messages), messages[-1].content)
+        return side(messages[0].content, messages[-1].content)
+
+    return ScriptedChatModel(respond, name=name)
+
+
+def generator(rubric=RUBRIC):
+    return ScriptedChatModel(lambda m, s: rubric if isinstance(rubric, str) else json.dumps(rubric), name="generator")
+
+
+def verifier(verdicts):
+    """``verdicts(action)`` -> list of (satisfied, reason) for the proposed action."""
+
+    def respond(messages, sampling):
+        action = re.search(r"Proposed action: (.+)", messages[1].content).group(1)
+        return json.dumps({"verdicts": [{"satisfied": ok, "reason": why} for ok, why in verdicts(action)]})
+
+    return ScriptedChatModel(respond, name="verifier")
