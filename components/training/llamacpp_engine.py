@@ -1,0 +1,218 @@
+"""The CPU rollout engine for a policy being trained: llama.cpp's native server with the LoRA adapter swapped.
+
+:class:`LlamaCppRolloutEngine` implements :class:`~components.training.rollout.RolloutEngine` on
+``llama-server``'s ``/completion`` endpoint (built by ``scripts/setup.sh``): prompts go as token ids (no
+re-tokenisation), every prompt of a call is sent at once so the server's parallel slots decode them in
+one batch, and the sampled ids come back verbatim (``return_tokens``). After each optimiser step
+:meth:`~LlamaCppRolloutEngine.update_weights` saves the peft adapter, converts it to llama.cpp's LoRA GGUF
+and restarts the server with it (the server loads adapters at start-up only); ``last_update`` holds the
+timings. It serves the quantized (Q4_K_M) base, so its samples and log-probs differ slightly from the
+trained fp32 weights: the trainer recomputes log-probs from the trained weights.
+
+Log-probs (``Generation.logprobs``): the server reports, per sampled token, either the softmax of the raw
+logits (temperature 1) or the probability after its sampler chain. Exact values of the Generation
+contract (temperature-scaled, before truncation) therefore come back for greedy decoding, for
+``temperature == 1`` (any top-p/top-k) and for any temperature without top-p/top-k; otherwise (and when a
+token ends inside a UTF-8 character, which the server never scores) ``logprobs`` is None. The server
+drops the scores of a matched stop string's tokens; those are re-scored by one forced continuation
+(a token grammar) at temperature 1, and left None at other temperatures.
+
+    engine = LlamaCppRolloutEngine(ensure_gguf("qwen2.5-coder-0.5b-instruct"), tokenizer, parallel=4)
+    gens = engine.generate([prompt_ids] * 4, SamplingParams(max_new_tokens=128))
+    engine.update_weights(policy, step)     # next generate samples from base + the new adapter
+    engine.close()
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Self
+
+import httpx
+
+from components.embedded.lora_gguf import peft_to_gguf
+from components.embedded.native_server import NativeLlamaServer
+from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop
+
+__all__ = ["LlamaCppRolloutEngine"]
+
+# every sampler the server would otherwise apply by default, switched off
+_NEUTRAL = {
+    "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "repeat_last_n": 0, "presence_penalty": 0.0,
+    "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0, "mirostat": 0,
+    "dynatemp_range": 0.0, "n_indent": 0, "ignore_eos": False,
+}
+
+
+class LlamaCppRolloutEngine:
+    """Rollouts from ``model_path`` (+ the current LoRA adapter) on a native llama-server it owns.
+
+    ``tokenizer`` is needed for text prompts and ``stop_token_ids`` (cut client-side; the server stops at
+    the model's end-of-generation tokens itself). ``seed`` seeds the per-prompt sampling seeds.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        tokenizer: Any = None,
+        *,
+        parallel: int = 4,
+        threads: int = 2,
+        n_ctx: int = 4096,
+        lora: str | Path | None = None,
+        adapter_dir: str | Path | None = None,
+        seed: int = 0,
+        request_timeout_s: float = 600.0,
+    ):
+        self.tokenizer = tokenizer
+        self.server = NativeLlamaServer(model_path, n_ctx=n_ctx, threads=threads, parallel=parallel, lora=lora)
+        self.server.start()
+        self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="rubricflow-llamacpp-lora-"))
+        self._rng = random.Random(seed)
+        self._client = httpx.Client(timeout=request_timeout_s, limits=httpx.Limits(max_connections=64))
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="llamacpp-engine")
+        self.last_update: dict[str, float] = {}
+        self.unscored_generations = 0  # generations returned with logprobs None
+
+    # -- weights ---------------------------------------------------------------------------------------
+    def update_weights(self, policy: Any, step: int) -> None:
+        """Serve base + ``policy``'s current LoRA adapter from the next :meth:`generate` on."""
+        if not getattr(policy, "is_lora", False):
+            raise NotImplementedError("LlamaCppRolloutEngine swaps LoRA adapters; full fine-tuning needs a GGUF export")
+        t0 = time.perf_counter()
+        path = self.adapter_dir / f"step_{step:06d}"
+        policy.model.save_pretrained(str(path))
+        t1 = time.perf_counter()
+        gguf = peft_to_gguf(path, path / "adapter.gguf")
+        t2 = time.perf_counter()
+        restart_s = self.server.restart(gguf)
+        self.last_update = {"save_s": t1 - t0, "convert_s": t2 - t1, "restart_s": restart_s,
+                            "swap_s": time.perf_counter() - t0}
+
+    def load_adapter(self, adapter: str | Path | None) -> float:
+        """Serve a LoRA GGUF (None: the base model); returns the restart time in seconds."""
+        return self.server.restart(adapter)
+
+    # -- sampling --------------------------------------------------------------------------------------
+    def _encode(self, prompt: Sequence[int] | str) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("text prompt given but the engine has no tokenizer")
+            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        return [int(t) for t in prompt]
+
+    def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
+        if (sampling.stop_token_ids or sampling.stop_strings) and self.tokenizer is None:
+            raise ValueError("stop_token_ids and stop_strings need an engine with a tokenizer")
+        encoded = [self._encode(p) for p in prompts]
+        seeds = [self._rng.randrange(2**31) for _ in encoded]
+        futures = [self._pool.submit(self._one, ids, sampling, seed) for ids, seed in zip(encoded, seeds)]
+        return [f.result() for f in futures]
+
+    def _post(self, body: dict) -> dict:
+        response = self._client.post(f"{self.server.root_url}/completion", json=body)
+        if response.status_code != 200:
+            raise RuntimeError(f"llama-server /completion returned {response.status_code}: {response.text[:500]}")
+        return response.json()
+
+    def _one(self, prompt: list[int], sampling: SamplingParams, seed: int) -> Generation:
+        greedy = sampling.temperature <= 0
+        truncated = not greedy and (sampling.top_k > 0 or sampling.top_p < 1.0)
+        # pre-sampling probs: softmax of the raw logits (exact for greedy and T = 1);
+        # post-sampling probs: after the chain (exact at any T when nothing truncates)
+        post = not greedy and not truncated and sampling.temperature != 1.0
+        scorable = greedy or sampling.temperature == 1.0 or not truncated
+        body = {
+            **_NEUTRAL,
+            "prompt": prompt,
+            "n_predict": sampling.max_new_tokens,
+            "temperature": 0.0 if greedy else sampling.temperature,
+            "top_k": 0 if greedy else sampling.top_k,
+            "top_p": 1.0 if greedy else sampling.top_p,
+            "samplers": ["temperature", "top_k", "top_p"],  # transformers' order
+            "seed": seed,
+            "stop": list(sampling.stop_strings),
+            "return_tokens": True,
+            "n_probs": 1 if scorable else 0,
+            "post_sampling_probs": post,
+            "cache_prompt": True,
+        }
+        out = self._post(body)
+        tokens = [int(t) for t in out["tokens"]]
+        reason = "stop" if out.get("stop_type") in ("eos", "word") else "length"
+        logprobs = self._align(tokens, out.get("completion_probabilities") or [], post) if scorable else None
+        if logprobs is not None and None in logprobs:
+            logprobs = self._rescore_tail(prompt, tokens, logprobs, sampling)
+        if sampling.stop_token_ids:
+            n, why = _find_stop(tokens, sampling.stop_token_ids, (), None)
+            if why == "stop":
+                tokens, reason = tokens[:n], "stop"
+                logprobs = None if logprobs is None else logprobs[:n]
+        if logprobs is None:
+            self.unscored_generations += 1
+        if self.tokenizer is not None:
+            text = _cut_text(self.tokenizer.decode(tokens, skip_special_tokens=True), sampling.stop_strings)
+        else:
+            text = out.get("content", "")
+        return Generation(list(prompt), tokens, logprobs, reason, text)
+
+    @staticmethod
+    def _align(tokens: list[int], probs: list[dict], post: bool) -> list[float | None]:
+        """Per token, its reported log-prob or None: the server skips tokens that end inside a UTF-8
+        character and trims the tokens of a matched stop string, so reports are matched in order by id."""
+        out: list[float | None] = []
+        j = 0
+        for t in tokens:
+            if j < len(probs) and int(probs[j]["id"]) == t:
+                p = probs[j]
+                out.append(math.log(max(float(p["prob"]), 1e-45)) if post else float(p["logprob"]))
+                j += 1
+            else:
+                out.append(None)
+        return out
+
+    def _rescore_tail(
+        self, prompt: list[int], tokens: list[int], logprobs: list[float | None], sampling: SamplingParams
+    ) -> list[float] | None:
+        """Fill unscored trailing tokens (a stop string's) by forcing them again with a token grammar; the
+        raw-logit scores are exact at temperature 1 (and greedy) only."""
+        first = logprobs.index(None)
+        if any(lp is not None for lp in logprobs[first:]) or not (
+            sampling.temperature <= 0 or sampling.temperature == 1.0
+        ):
+            return None
+        tail = tokens[first:]
+        body = {
+            **_NEUTRAL,
+            "prompt": prompt + tokens[:first],
+            "n_predict": len(tail),
+            "temperature": 0.0,
+            "grammar": "root ::= " + " ".join(f"<[{t}]>" for t in tail),
+            "return_tokens": True,
+            "n_probs": 1,
+            "post_sampling_probs": False,
+            "cache_prompt": True,
+        }
+        out = self._post(body)
+        forced = self._align(tail, out.get("completion_probabilities") or [], False)
+        if [int(t) for t in out["tokens"]] != tail or None in forced:
+            return None
+        return [*logprobs[:first], *forced]
+
+    # -- lifetime --------------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._client.close()
+        self.server.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
