@@ -1,0 +1,108 @@
+"""Listwise GRPO of the rubric generator (paper 3.2.2) as data for the one GRPO trainer: which branching points
+train, the held-out split, the single-turn prompts, the trainer configuration, and the held-out Spearman.
+
+- A branching point trains when it was kept by ``collect``, has a slate of 2 or more actions and a consensus
+  that is not flat (equal Borda scores for every action give every rubric the same rank term).
+- The split is by question (seeded): the held-out points' questions are never trained on.
+- Each prompt is the generator's chat prompt (:func:`generator_messages`) rendered for the trained model, as a
+  mapping ``{"prompt": text, "point": BranchingPoint}`` that the trainer's single-turn rollout passes through
+  and :class:`~components.rewards.spearman.RubricReward` reads.
+- Held-out Spearman: one greedy rubric per held-out point from the current weights, scored by the evaluator;
+  reported as the mean rho over the points whose rubric parsed and was evaluated, with the parse rate, the
+  mean listwise reward and the evaluator's failures beside it (the same measure before and after training,
+  whatever the training reward).
+
+    train, held_out = split_points(usable_points(points)[0], 0.25, seed=1234)
+    items = prompt_items(train, render, max_criteria=4)
+    config = generator_config(params, len(train))
+    before = held_out_spearman(engine, prompt_items(held_out, render, 4), RubricReward(evaluator, params.rubric_generator), 256)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from components.coreact.rubric_generator import generator_messages
+from components.llm.base import Message
+from components.params import GRPOParams, Params
+from components.rewards.spearman import RubricReward, consensus_scores
+from components.schemas import BranchingPoint
+from components.training.rollout import RolloutEngine, SamplingParams
+
+__all__ = ["generator_config", "held_out_spearman", "prompt_items", "split_points", "usable_points"]
+
+Render = Callable[[list[Message], bool], str]
+
+
+def usable_points(points: Sequence[BranchingPoint]) -> tuple[list[BranchingPoint], dict[str, int]]:
+    """The points a rubric can be rewarded on, and how many were left out for each reason."""
+    kept, dropped = [], Counter()
+    for p in points:
+        if not p.kept:
+            dropped["not_kept"] += 1
+        elif len(p.slate) < 2:
+            dropped["slate_too_small"] += 1
+        elif len(set(consensus_scores(p))) < 2:
+            dropped["flat_consensus"] += 1
+        else:
+            kept.append(p)
+    return kept, dict(dropped)
+
+
+def split_points(points: Sequence[BranchingPoint], held_out_fraction: float,
+                 seed: int) -> tuple[list[BranchingPoint], list[BranchingPoint]]:
+    """(train, held out), split by question: ``round(fraction * questions)`` questions held out, at least one
+    when the fraction is positive and there are two or more questions."""
+    questions = sorted({p.question_id for p in points})
+    random.Random(seed).shuffle(questions)
+    n = round(held_out_fraction * len(questions))
+    if held_out_fraction > 0 and len(questions) > 1:
+        n = min(max(n, 1), len(questions) - 1)
+    held = set(questions[:n])
+    return [p for p in points if p.question_id not in held], [p for p in points if p.question_id in held]
+
+
+def prompt_items(points: Sequence[BranchingPoint], render: Render, max_criteria: int,
+                 observation_chars: int = 400) -> list[dict[str, Any]]:
+    return [{"prompt": render(generator_messages(p.question, p.prefix, max_criteria, observation_chars), True),
+             "point": p} for p in points]
+
+
+def generator_config(params: Params, n_train_points: int) -> GRPOParams:
+    """``params.grpo`` with the rubric generator's own values; steps cover ``epochs`` passes over the points."""
+    s = params.rubric_generator
+    steps = max(1, math.ceil(s.epochs * n_train_points / s.prompts_per_step))
+    return params.grpo.model_copy(update={
+        "group_size": s.group_size, "prompts_per_step": s.prompts_per_step, "lr": s.lr, "kl_coef": s.kl_coef,
+        "temperature": s.temperature, "top_p": s.top_p, "max_new_tokens": s.max_tokens, "steps": steps,
+    })
+
+
+def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], scorer: RubricReward,
+                      max_new_tokens: int) -> dict[str, float]:
+    """One greedy rubric per item from the engine's current weights, scored listwise (see the module doc)."""
+    if not items:
+        return {"points": 0.0}
+    gens = engine.generate([it["prompt"] for it in items], SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+
+    async def score_all():
+        return await asyncio.gather(*(scorer.score(it["point"], g.text or "") for it, g in zip(items, gens, strict=True)))
+
+    parts = asyncio.run(score_all())
+    scored = [p for p in parts if p is not None]
+    evaluated = [p for p in scored if p.rho is not None]
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    return {
+        "points": float(len(items)),
+        "spearman": mean([p.rho for p in evaluated]),
+        "evaluated": float(len(evaluated)),
+        "parse_rate": sum(p.format > 0 for p in scored) / max(len(scored), 1),
+        "rank_reward": mean([p.rank for p in evaluated]),
+        "reward": mean([p.total for p in scored]),
+        "evaluator_failed": float(len(parts) - len(scored)),
+    }

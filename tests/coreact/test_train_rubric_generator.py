@@ -1,0 +1,153 @@
+"""The `train_rubric_generator` stage through the real GRPO trainer, on a tiny random Qwen2 and a scripted evaluator.
+
+A tiny random model cannot write JSON, so two cases:
+- the plain HF engine: every rubric is unparseable, scored 0 by the format term (never sent to the evaluator),
+  and the stage still runs, counts the failures and writes its files;
+- a "menu" engine: the tiny policy samples one token, which picks one of four prepared rubric texts (the
+  episode's text; the token is what is trained). The policy then has something to learn:
+  which rubric to write. The listwise reward raises the share of the rubric that ranks slates like the council,
+  and held-out Spearman rises from the untrained choice to 1. The evaluator fails on some calls: those episodes
+  leave their groups (counted), none is scored 0.
+"""
+
+import json
+import re
+import string
+from dataclasses import replace
+
+import pytest
+import torch
+
+from components.io import read_json
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import TransientLLMError
+from components.params import load_params
+from components.schemas import BranchingPoint, Candidate
+from components.training.model import LoRASettings, build_policy
+from components.training.rollout import Generation, HFRolloutEngine
+from components.training.tiny import CharTokenizer, tiny_qwen2
+from tasks.train_rubric_generator import run_training
+
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny matmuls on 2 shared cores run faster on one torch thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TOK = CharTokenizer(string.ascii_letters + string.digits + " \n{}[]\":,.?!'_-()")
+ACTIONS = ["search[Nightfall Harbor]", "search[Ossian Threll]", "browse[d9]", "search[film]"]
+IN_ORDER = [[True, True], [True, False], [False, True], [False, False]]  # weights 2:1 -> 1, 2/3, 1/3, 0
+
+
+def rubric(marker):
+    return json.dumps({"criteria": [{"criterion": f"Looks up the film {marker}", "weight": 2},
+                                    {"criterion": "Uses a search action", "weight": 1}]})
+
+
+MENU = [rubric("GOODRUBRIC"), rubric("BADRUBRIC"), "no rubric here", rubric("FLATRUBRIC")]
+
+
+def points(n=8):
+    return [BranchingPoint(question_id=f"q{i}", question=f"Q{i}?", depth=0,
+                           candidates=[Candidate(action=a, model="m", temperature=0.4) for a in ACTIONS],
+                           slate=[0, 1, 2, 3], borda_scores=[3.0, 2.0, 1.0, 0.0], consensus=[0, 1, 2, 3])
+            for i in range(n)] + [BranchingPoint(question_id="q-flat", question="Qf?", depth=0, slate=[0, 1],
+                                                 candidates=[Candidate(action=a, model="m", temperature=0.4)
+                                                             for a in ACTIONS[:2]], borda_scores=[1.0, 1.0])]
+
+
+def render(messages, add_generation_prompt):
+    return re.search(r"Question:\n(.+)", messages[1].content).group(1) + "\n"
+
+
+def evaluator(calls):
+    def respond(messages, sampling):
+        body = messages[1].content
+        action = re.search(r"Proposed next action:\n(.+)", body).group(1)
+        calls.append(action)
+        if "FLATRUBRIC" in body and action == ACTIONS[2]:  # the flat rubric can never be scored
+            raise TransientLLMError("evaluator down")
+        i = ACTIONS.index(action)
+        verdicts = IN_ORDER[i] if "GOODRUBRIC" in body else IN_ORDER[3 - i] if "BADRUBRIC" in body else [True, False]
+        return json.dumps({"satisfied": verdicts})
+
+    return ScriptedChatModel(respond)
+
+
+class MenuEngine:
+    """The tiny policy samples one token; it stands for a rubric text of the menu (the episode's text). Only that
+    token is trained, so the choice is all the policy learns."""
+
+    def __init__(self, model):
+        self.inner = HFRolloutEngine(model, TOK)
+
+    def update_weights(self, policy, step):
+        pass
+
+    def generate(self, prompts, sampling):
+        firsts = self.inner.generate(prompts, replace(sampling, max_new_tokens=1, stop_strings=()))
+        out = []
+        for g in firsts:
+            text = MENU[g.token_ids[0] % len(MENU)]
+            out.append(Generation(g.prompt_ids, g.token_ids[:1], g.logprobs, "stop", text))
+        return out
+
+
+def params_for(repo_root, tmp_path, *extra):
+    return load_params(repo_root / "params.yaml", overrides=[
+        f"run.out_dir={tmp_path}", "rubric_generator.group_size=8", "rubric_generator.prompts_per_step=2",
+        "rubric_generator.kl_coef=0.0", "grpo.checkpoint_every=0", *extra])
+
+
+def tiny_policy():
+    return build_policy(tiny_qwen2(TOK.vocab_size, seed=0, max_positions=256), lora=LoRASettings(r=8, alpha=16))
+
+
+def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp_path):
+    params = params_for(repo_root, tmp_path, "rubric_generator.epochs=8", "rubric_generator.lr=0.03")
+    torch.manual_seed(0)
+    policy, calls = tiny_policy(), []
+    folder = tmp_path / "train_rubric_generator" / "listwise"
+    result = run_training(params, policy, MenuEngine(policy.model), evaluator(calls), points(), folder, render=render)
+    m = result.metrics
+    assert m["points_train"] == 6 and m["points_held_out"] == 2 and m["points_dropped.flat_consensus"] == 1
+    history = [json.loads(json.dumps(r)) for r in __import__("pandas").read_csv(folder / "metrics.csv").to_dict("records")]
+    assert len(history) == 8 * 6 // 2  # epochs x points / prompts per step
+    first, last = history[:4], history[-4:]
+    mean = lambda rows, k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
+    print("reward:", [round(r["reward/mean"], 3) for r in history])
+    assert mean(last, "reward/mean") > mean(first, "reward/mean") + 0.2
+    # every term of the reward is logged per step, and the evaluator's failures dropped episodes, never scored 0
+    assert {"reward/rank_mean", "reward/atomicity_mean", "reward/format_mean", "reward/gated",
+            "reward/rubric_parse_failure_rate", "reward/evaluator_failures"} <= set(history[0])
+    assert sum(r["reward/evaluator_dropped"] for r in history) > 0
+    assert sum(r["episodes/unscored"] for r in history) == sum(r["reward/evaluator_dropped"] for r in history)
+    before, after = result.before, result.after
+    print("held-out before", before, "after", after)
+    assert after["spearman"] == pytest.approx(1.0) and after["parse_rate"] == 1.0
+    assert not before["spearman"] >= 1.0  # NaN (an unparseable choice) or a worse rubric
+    assert read_json(folder / "heldout.json") == {"before": before, "after": after}
+    assert (folder / "adapter" / "adapter_config.json").exists()
+
+    # a re-run resumes at the last step: nothing is trained again and "before" is the untrained measurement
+    fresh = tiny_policy()
+    rerun = run_training(params, fresh, MenuEngine(fresh.model), evaluator([]), points(), folder, render=render)
+    assert rerun.before == before and rerun.after == after
+
+
+def test_unparseable_rubrics_score_zero_without_evaluator_calls(repo_root, tmp_path):
+    params = params_for(repo_root, tmp_path, "rubric_generator.epochs=1", "rubric_generator.max_tokens=16")
+    torch.manual_seed(0)
+    policy, calls = tiny_policy(), []
+    folder = tmp_path / "random"
+    result = run_training(params, policy, HFRolloutEngine(policy.model, TOK), evaluator(calls), points(), folder,
+                          render=render)
+    assert calls == []  # random text never parses, so nothing reaches the evaluator
+    assert result.metrics["reward/rubric_parse_failure_rate"] == 1.0 and result.metrics["reward/mean"] == 0.0
+    assert result.before["parse_rate"] == 0.0 and result.after["evaluated"] == 0.0
+    assert (folder / "metrics.json").exists() and (folder / "adapter" / "adapter_config.json").exists()
