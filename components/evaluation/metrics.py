@@ -77,6 +77,18 @@ def f1_score(prediction: str | None, golds: str | Sequence[str]) -> float:
     return max(_f1_single(prediction, g) for g in golds)
 
 
+def exact_match_yes_no_first3(prediction: str | None, golds: str | Sequence[str]) -> float:
+    """ARCO's reported EM variant (not standard EM, which :func:`exact_match` keeps): standard EM, and also
+    correct when a gold answer is yes/no and the first yes/no word among the first three normalised tokens
+    of the prediction is that word ("Yes, both are American" against "yes" counts; "no" against "yes"
+    does not). Report it beside standard EM, under its own name."""
+    golds = _golds(golds)
+    if prediction is None or exact_match(prediction, golds):
+        return exact_match(prediction, golds)
+    head = [t for t in normalize_answer(prediction).split()[:3] if t in ("yes", "no")]
+    return float(bool(head) and any(normalize_answer(g) == head[0] for g in golds))
+
+
 def score(prediction: str | None, golds: str | Sequence[str]) -> dict[str, float]:
     """Both metrics for one question: ``{'em': ..., 'f1': ...}``."""
     return {"em": exact_match(prediction, golds), "f1": f1_score(prediction, golds)}

@@ -1,0 +1,123 @@
+"""mu on a tiny random Qwen2: score-head shapes and read positions, where gradients flow (mu's adapter and head
+only; never the policy's adapter, the KL reference or the base), reply parsing, and its tensors round trip."""
+
+import pytest
+import torch
+
+from components.judges.arco_criteria import WarmupRow, step_messages, trajectory_steps
+from components.rewards.arco_decomposition import decomposition_loss
+from components.rubrics.arco_model import ADAPTER, REFERENCE, CriteriaSample, RubricModel
+from components.training.model import LoRASettings, build_policy
+from components.training.tiny import tiny_qwen2
+from tests.arco.helpers import CRITERIA, GOOD, TOK, MuWriter, Q, render, trajectory
+
+LORA = LoRASettings(r=4, alpha=8)
+
+
+def rows():
+    steps = trajectory_steps(trajectory(GOOD))
+    return [WarmupRow(step_messages(Q.question, steps, 0, 3), ["Looks up the person", "One name", "No guess"]),
+            WarmupRow(step_messages(Q.question, steps, 1, 3), ["Looks up the town", "Uses Kestrow"])]
+
+
+def shared_mu():
+    policy = build_policy(tiny_qwen2(TOK.vocab_size, max_positions=2048, seed=0), lora=LORA)
+    before = {id(p) for p in policy.trainable_parameters()}
+    mu = RubricModel(policy.model, TOK, lora=LORA, head_width=8, k=3, engine=MuWriter(), render=render, seed=1)
+    assert {id(p) for p in policy.trainable_parameters()} == before  # the policy's optimizer never sees mu
+    return policy, mu
+
+
+def grads(model, tag):
+    return [p.grad for n, p in model.named_parameters() if tag(n)]
+
+
+@torch.no_grad()
+def test_score_head_shapes_and_read_positions():
+    _, mu = shared_mu()
+    samples = [mu.target_sample(r) for r in rows()]
+    assert [len(s.ends) for s in samples] == [3, 2]
+    # each end is the last character of its criterion in the reply
+    reply = TOK.decode(samples[0].criteria_ids)
+    assert [reply[: e + 1].endswith(c) for e, c in zip(samples[0].ends, samples[0].criteria)] == [True] * 3
+    out = mu.forward(samples)
+    assert out.scores.shape == (2, 3) and out.valid.tolist() == [[True, True, True], [True, True, False]]
+    assert out.scores[1, 2] == 0 and out.step_rewards.shape == (2,)
+    assert out.step_rewards[1] == pytest.approx(float(out.scores[1, :2].mean()))
+    # causality tells the read positions apart: changing criterion 2 leaves criterion 1's score alone
+    edited = CriteriaSample(samples[0].prompt_ids, list(samples[0].criteria_ids), samples[0].criteria, samples[0].ends)
+    edited.criteria_ids[samples[0].ends[1]] = TOK.encode("Q")[0]
+    again = mu.forward([edited])
+    assert again.scores[0, 0] == pytest.approx(float(out.scores[0, 0]), abs=1e-6)
+    assert again.scores[0, 1] != pytest.approx(float(out.scores[0, 1]), abs=1e-6)
+    assert mu.model.active_adapter == "default"  # the policy's adapter is active again after mu's pass
+
+
+def test_decomposition_gradient_reaches_mu_adapter_and_head_only():
+    policy, mu = shared_mu()
+    before = {id(p) for p in policy.trainable_parameters()}
+    with mu.adapter(ADAPTER):  # mu's backward runs with its adapter active (see RubricModel.adapter)
+        out = mu.forward([mu.target_sample(r) for r in rows()])
+        decomposition_loss([out.step_rewards], torch.tensor([1.0])).backward()
+    assert {id(p) for p in policy.trainable_parameters()} == before and mu.model.active_adapter == "default"
+    assert all(g is not None and g.abs().sum() > 0 for g in (p.grad for p in mu.head.parameters()))
+    assert any(g is not None and g.abs().sum() > 0 for g in grads(mu.model, lambda n: f".{ADAPTER}." in n))
+    assert all(g is None for g in grads(mu.model, lambda n: ".default." in n))  # the policy's adapter
+    assert all(g is None for g in grads(mu.model, lambda n: f".{REFERENCE}." in n))
+    assert all(g is None for g in grads(mu.model, lambda n: "lora_" not in n))  # base weights
+
+
+def test_kl_is_zero_at_the_reference_and_its_gradient_skips_the_head():
+    _, mu = shared_mu()
+    samples = [mu.target_sample(r) for r in rows()]
+    kl, tokens = mu.kl_to_reference(mu.forward(samples))
+    assert float(kl) == pytest.approx(0.0, abs=1e-6) and tokens == sum(len(s.criteria_ids) for s in samples)
+    with torch.no_grad():  # move mu away from its reference
+        for n, p in mu.model.named_parameters():
+            if f"lora_B.{ADAPTER}." in n:
+                p.normal_(0, 0.5)
+    with mu.adapter(ADAPTER):
+        kl, _ = mu.kl_to_reference(mu.forward(samples))
+        assert float(kl) > 0
+        kl.backward()
+    assert all(p.grad is None for p in mu.head.parameters())
+    assert any(g is not None and g.abs().sum() > 0 for g in grads(mu.model, lambda n: f".{ADAPTER}." in n))
+    assert all(g is None for g in grads(mu.model, lambda n: f".{REFERENCE}." in n or ".default." in n))
+
+
+def test_own_backbone_trains_only_its_adapter_and_head():
+    mu = RubricModel(tiny_qwen2(TOK.vocab_size, max_positions=2048, seed=0), TOK, lora=LORA, head_width=8,
+                     engine=MuWriter(), render=render)
+    trainable = {id(p) for p in mu.parameters()}
+    named = dict(mu.model.named_parameters())
+    assert trainable == {id(p) for n, p in named.items() if f".{ADAPTER}." in n} | {id(p) for p in mu.head.parameters()}
+    assert not any(p.requires_grad for n, p in named.items() if "lora_" not in n)
+
+
+def test_write_parses_mu_replies_and_marks_unreadable_ones():
+    _, mu = shared_mu()
+    mu.engine = MuWriter(junk_for="step 2")
+    steps = trajectory_steps(trajectory(GOOD))
+    samples = mu.write([step_messages(Q.question, steps, t, 3) for t in range(2)])
+    assert samples[0].criteria == [line[3:] for line in CRITERIA.split("\n")]
+    text = TOK.decode(samples[0].criteria_ids)
+    assert [text[: e + 1].endswith(c) for e, c in zip(samples[0].ends, samples[0].criteria)] == [True] * 3
+    assert samples[1].criteria == [] and samples[1].ends == []
+    rewards = mu.score(samples)
+    assert rewards[1] is None and isinstance(rewards[0], float)
+
+
+def test_state_tensors_round_trip_exactly():
+    _, mu = shared_mu()
+    with torch.no_grad():
+        for n, p in mu.model.named_parameters():
+            if f".{ADAPTER}." in n:
+                p.add_(0.1)
+    saved = mu.state_tensors()
+    _, other = shared_mu()
+    assert any(not torch.equal(v, saved[k]) for k, v in other.state_tensors().items() if k.startswith("adapter/"))
+    other.load_state_tensors(saved)
+    loaded = other.state_tensors()
+    assert set(loaded) == set(saved) and all(torch.equal(loaded[k], saved[k]) for k in saved)
+    with pytest.raises(ValueError, match="does not fit"):
+        other.load_adapter_state({"x": torch.zeros(1)})

@@ -1,0 +1,56 @@
+"""The ARCO variants from params.yaml: what each builds (without loading mu's backbone), the sparse phase in steps,
+and ARCO's released setup enforced under the paper profile."""
+
+import pytest
+
+from components.methods.arco import (
+    ArcoReward,
+    ArcoState,
+    check_setup,
+    load_backbone,
+    setup_overrides,
+    sparse_steps,
+)
+from components.methods.variants import VariantContext, get_variant
+from components.params import ParamsError, load_params
+from tests.arco.helpers import teacher
+
+
+def context(params, tmp_path):
+    return VariantContext(params=params, roles=lambda name: teacher(), toolbox=None, out_dir=tmp_path)
+
+
+def test_variants_build_their_parts_without_loading_mu(repo_root, tmp_path):
+    params = load_params(repo_root / "params.yaml")
+    built = {name: get_variant(name)(context(params, tmp_path)) for name in ("arco", "arco_frozen", "arco_no_decomp")}
+    for parts in built.values():
+        assert isinstance(parts.reward_fn, ArcoReward) and isinstance(parts.method, ArcoState)
+        assert parts.advantage_fn == parts.method.advantages and parts.agent == "react"
+        assert parts.method._mu is None  # mu's backbone loads on first use, not at build time
+        assert parts.method.sparse_steps == 5  # 0.25 epochs x ceil(40 questions / 2 per step)
+    assert [built[n].method.frozen for n in built] == [False, True, False]
+    assert [built[n].method.loss for n in built] == ["decomposition", "decomposition", "per_step_outcome"]
+
+
+def test_sparse_phase_cannot_end_before_mu_is_warm(repo_root, tmp_path):
+    params = load_params(repo_root / "params.yaml", overrides=["arco.sparse_epochs=0.05", "arco.warmup_steps=2"])
+    assert sparse_steps(params) == 1
+    with pytest.raises(ValueError, match="arco.sparse_epochs"):
+        get_variant("arco")(context(params, tmp_path))
+
+
+def test_paper_profile_requires_arco_released_setup(repo_root, tmp_path):
+    params = load_params(repo_root / "params.yaml", "paper")
+    assert check_setup(params) == ["retrieval.scope=corpus", "retrieval.top_k=3", "agent.max_turns=12",
+                                   "data.n_train=11406"]
+    with pytest.raises(ParamsError, match="--set retrieval.scope=question --set retrieval.top_k=1"):
+        get_variant("arco")(context(params, tmp_path))
+    fixed = load_params(repo_root / "params.yaml", "paper", overrides=setup_overrides(params.arco.setup))
+    assert check_setup(fixed) == [] and fixed.agent.max_turns == 3 and fixed.data.n_train == 2000
+    assert isinstance(get_variant("arco")(context(fixed, tmp_path)).method, ArcoState)
+
+
+def test_mu_backbone_must_be_weights(repo_root):
+    params = load_params(repo_root / "params.yaml", overrides=["arco.model_role=policy"])
+    with pytest.raises(ParamsError, match="arco.model_role"):
+        load_backbone(params, params.arco.model_role)
