@@ -267,6 +267,7 @@ class SFTParams(Section):
     )
     max_length: int = Field(default=2048, ge=16, description="Tokens per training row (longer rows are cut at the right).")
     checkpoint_every: int = Field(default=0, ge=0, description="Optimizer steps between checkpoints (0: at the end only).")
+    max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps (None: `epochs` passes).")
     samples_per_question: int = Field(default=2, ge=1, description="Teacher trajectories per question.")
     min_f1: float = Field(default=1.0, ge=0, le=1, description="Rejection sampling keeps trajectories at or above this F1.")
     n_worlds: int = Field(

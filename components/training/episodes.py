@@ -93,8 +93,10 @@ RewardFn = Callable[[list[Episode], StepContext], "RewardOutput | Sequence[Score
 class MethodState(Protocol):
     """Method-specific state stored inside each checkpoint (rubric memory, judge buffers, banks).
 
-    Optional members: ``write_files(folder)`` for state that is not JSON, and
-    ``on_step_end(trainer, ctx, episodes, scores) -> dict | None`` run after each update.
+    Optional members: ``write_files(folder)`` for state that is not JSON,
+    ``on_step_end(trainer, ctx, episodes, scores) -> dict | None`` run after each update, and
+    ``attach(trainer)``, called once when the trainer is built (before ``resume``), so a method can share
+    the policy's model (a second adapter on the same base) instead of loading its own copy.
     """
 
     def state_dict(self) -> dict[str, Any]: ...

@@ -61,7 +61,8 @@ class SFTTrainer:
 
     @property
     def total_steps(self) -> int:
-        return self.config.epochs * math.ceil(len(self.examples) / self.config.batch_size)
+        steps = self.config.epochs * math.ceil(len(self.examples) / self.config.batch_size)
+        return min(steps, self.config.max_steps) if self.config.max_steps else steps
 
     def step(self) -> dict[str, float]:
         c = self.config

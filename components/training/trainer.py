@@ -159,6 +159,9 @@ class GRPOTrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.step_count = 0
         self.history: list[dict[str, float]] = []
+        attach = getattr(method, "attach", None)
+        if attach is not None:  # e.g. ARCO's rubric model adds its adapter to the policy's own base model
+            attach(self)
 
     def _lr_factor(self, step: int) -> float:
         c = self.config

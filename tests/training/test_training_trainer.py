@@ -361,3 +361,19 @@ def test_on_policy_update_skips_the_old_logprob_pass_and_matches_recompute():
         assert torch.allclose(value, results["recompute"][1][name], atol=1e-6), name
     off_policy = make_trainer(GRPOParams(group_size=4, prompts_per_step=1, ppo_epochs=2, kl_coef=0.0))
     assert off_policy.step()["old_logprob_pass"] == 1.0
+
+
+def test_method_attach_sees_the_trainer_before_resume(tmp_path):
+    class Attached:
+        def attach(self, trainer):
+            self.policy, self.steps_at_attach = trainer.policy, trainer.step_count
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state, files_dir):
+            pass
+
+    method = Attached()
+    trainer = make_trainer(GRPOParams(group_size=2, prompts_per_step=1), method=method)
+    assert method.policy is trainer.policy and method.steps_at_attach == 0
