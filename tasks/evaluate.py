@@ -26,8 +26,10 @@ from prefect import task
 from pydantic import BaseModel
 from tqdm import tqdm
 
+from components.agents.coreact import agent_options  # registers coreact and the baselines
 from components.agents.react import build_agent
 from components.evaluation.behaviour import behaviour_stats
+from components.evaluation.guided import accounting_per_question, guided_metrics
 from components.judges.answer import judge_answers
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import JsonlAppender, read_json, read_jsonl, write_json
@@ -50,6 +52,9 @@ def run_key(params: Params, method: str) -> str:
                 "world": params.world.model_dump(), "retrieval": params.retrieval.model_dump(),
                 "agent": params.agent.model_dump(), "llm": params.llm.model_dump(),
                 "n": params.evaluation.n_questions}
+    options = agent_options(params, params.methods[method])
+    if options != params.methods[method].options:  # defaults from params.coreact / rubric_generator
+        relevant["options"] = options
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
 
@@ -103,7 +108,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     pool = pool or LLMPool(params)
     started = time.perf_counter()
     try:
-        agent = build_agent(spec.agent, pool.role, toolbox, params.agent, spec.options)
+        agent = build_agent(spec.agent, pool.role, toolbox, params.agent, agent_options(params, spec))
         agent.name = params.llm.roles["policy"]
         todo = [q for q in questions if q.id not in done]
         with JsonlAppender(traj_path) as out, tqdm(total=len(questions), initial=len(done), desc=f"evaluate {method}") as bar:
@@ -130,6 +135,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
             pool.close()
 
     table, metrics = score(questions, trajs, verdicts)
+    metrics.update(guided_metrics(table, trajs))  # utilisation, verification (retry) rate, cost per role
     table.to_csv(folder / "per_question.csv", index=False)
     write_json(folder / "metrics.json", metrics)
     timings = {"wall_s": time.perf_counter() - started, "agent_s": agent_s,
@@ -138,7 +144,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     with tracking(params, f"evaluate@{method}", parent_run_id, tags={"method": method}) as tracker:
         tracker.log_params({"method": method, "agent_name": spec.agent, "data": params.data.model_dump(), "agent": params.agent.model_dump(),
                             "retrieval": params.retrieval.model_dump(), "policy": params.llm.roles["policy"]})
-        tracker.log_metrics({**metrics, **timings, **llm_metrics})
+        tracker.log_metrics({**metrics, **timings, **llm_metrics, **accounting_per_question(llm_metrics, len(todo))})
         tracker.log_artifact(traj_path)
         tracker.log_table(table, "per_question.json")
     return EvalResult(method=method, metrics=metrics, trajectories=str(traj_path), per_question=str(folder / "per_question.csv"))
