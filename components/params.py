@@ -170,10 +170,10 @@ class LLMParams(Section):
 class EvaluationParams(Section):
     llm_judge: bool = Field(default=True, description="Score answers with the answer-judge role too.")
     n_questions: int = Field(default=50, ge=1, description="Questions per benchmark.")
-    episode_concurrency: int = Field(
-        default=1, ge=1,
-        description="Episodes run at once. Interleaved turns of many episodes evict each other from a local "
-        "server's prompt cache, so 1 suits a single-slot llama.cpp server; raise it for servers with slots.",
+    episode_concurrency: int | None = Field(
+        default=None, ge=1,
+        description="Episodes run at once; None: as many as the policy's backend serves at once (1 for a single-slot "
+        "llama.cpp server, whose prompt cache interleaved episodes would evict; `parallel` for a native server).",
     )
 
 

@@ -1,5 +1,5 @@
 """The whole pipeline as a Prefect flow: prepare -> index -> evaluate@react, collect (Co-ReAct's
-branching points) and sft_data (warm-start trajectories), the same DAG as `dvc.yaml` (tests/test_dag.py
+branching points), and the warm start sft_data -> sft -> evaluate@sft, the same DAG as `dvc.yaml` (tests/test_dag.py
 holds them equal).
 
     python -m flows.pipeline                          # the embedded default, offline, CPU
@@ -26,17 +26,20 @@ from tasks.evaluate import evaluate
 from tasks.index import index
 from tasks.prepare import prepare
 from tasks.runtime import params_from_args, resolve, run_stage, stage_argparser, tracking
+from tasks.sft import sft
 from tasks.sft_data import sft_data
 
-METHODS = ["react"]
+METHODS = ["react", "sft"]
 """Agents evaluated by `evaluate@<method>` (dvc.yaml's `foreach` lists the same names)."""
 
 STAGES: dict[str, list[str]] = {
     "prepare": [],
     "index": ["prepare"],
-    **{f"evaluate@{m}": ["prepare", "index"] for m in METHODS},
+    "evaluate@react": ["prepare", "index"],
     "collect": ["prepare", "index"],
     "sft_data": ["prepare", "index"],
+    "sft": ["sft_data"],
+    "evaluate@sft": ["prepare", "index", "sft"],
 }
 """Stage -> the stages whose outputs it reads (the edges DVC derives from dvc.yaml's deps and outs)."""
 
@@ -48,6 +51,7 @@ def _runners(params: Params, parent_run_id: str | None) -> dict[str, Callable[[l
         "index": lambda wait: index(params, parent_run_id=parent_run_id, wait_for=wait),
         "collect": lambda wait: collect(params, parent_run_id=parent_run_id, wait_for=wait),
         "sft_data": lambda wait: sft_data(params, parent_run_id=parent_run_id, wait_for=wait),
+        "sft": lambda wait: sft(params, parent_run_id=parent_run_id, wait_for=wait),
     }
     for m in METHODS:
         runners[f"evaluate@{m}"] = lambda wait, m=m: evaluate(params, method=m, parent_run_id=parent_run_id,

@@ -113,7 +113,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
         todo = [q for q in questions if q.id not in done]
         with JsonlAppender(traj_path) as out, tqdm(total=len(questions), initial=len(done), desc=f"evaluate {method}") as bar:
             async def run_all():
-                episodes = asyncio.Semaphore(params.evaluation.episode_concurrency)
+                episodes = asyncio.Semaphore(params.evaluation.episode_concurrency or pool.slots("policy"))
 
                 async def one(i: int, q: Question):
                     async with episodes:

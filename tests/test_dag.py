@@ -55,5 +55,5 @@ def test_flow_body_follows_stages(repo_root, monkeypatch):
         deps = pipeline_module.STAGES[name]
         assert [r.name for r in waited] == deps  # waits on exactly its upstream stages' results
         assert all(order.index(d) < order.index(name) for d in deps)
-    assert metrics == {"react.score": float(order.index("evaluate@react") + 1),
-                       "collect.score": float(order.index("collect") + 1)}
+    expected = {f"{m}.score": float(order.index(f"evaluate@{m}") + 1) for m in pipeline_module.METHODS}
+    assert metrics == {**expected, "collect.score": float(order.index("collect") + 1)}

@@ -102,6 +102,8 @@ class LLMPool:
         if name not in self._limits:
             cfg = self.params.llm.backends.get(name)
             own = cfg.max_concurrency if cfg is not None else None
+            if own is None and cfg is not None and cfg.server == "native" and not cfg.base_url:
+                own = cfg.parallel  # a native server we start decodes `parallel` requests at once
             self._limits[name] = ConcurrencyLimit(own or self.params.llm.middleware.max_concurrency)
         return self._limits[name]
 
