@@ -25,7 +25,12 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.coreact.rubric_training import (
-    Render, generator_config, held_out_spearman, prompt_items, split_points, usable_points,
+    Render,
+    generator_config,
+    held_out_spearman,
+    prompt_items,
+    split_points,
+    usable_points,
 )
 from components.io import read_json, read_parquet, write_json
 from components.llm.base import ChatModel

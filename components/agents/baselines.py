@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from components.agents.coreact import TOOLS, GuidedAgent, GuidedState, join_guidance, rubric_guidance
 from components.agents.parsing import parse_turn
@@ -208,7 +208,7 @@ class BestOfNAgent(GuidedAgent):
     trajectory's evidence, falling back to that trajectory's own answer when the call fails."""
 
     method = "best_of_n"
-    ROLE_OPTIONS = {"scorer": "verifier"}
+    ROLE_OPTIONS: ClassVar[dict[str, str]] = {"scorer": "verifier"}
 
     def __init__(self, policy: ChatModel, toolbox, settings=None, *, scorer: ChatModel, n: int = 4,
                  temperature: float = 0.7, **kwargs):

@@ -30,7 +30,7 @@ Importing this module registers ``coreact`` and the baselines (``self_refine``, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from components.agents.parsing import ParsedAction, parse_turn
 from components.agents.react import AGENTS, SYSTEM_PROMPT, EpisodeState, PolicyFailure, Proposal, ReActAgent
@@ -91,7 +91,7 @@ class GuidedAgent(ReActAgent):
 
     method = "react"
     RUBRIC_BY_DEFAULT = False
-    ROLE_OPTIONS: dict[str, str] = {}
+    ROLE_OPTIONS: ClassVar[dict[str, str]] = {}
 
     def __init__(self, policy: ChatModel, toolbox, settings=None, *, generator: RubricGenerator | None = None,
                  token_budget: int = 6000, observation_chars: int = 400, judge_max_tokens: int = 256,
@@ -227,7 +227,7 @@ class CoReActAgent(GuidedAgent):
 
     method = "coreact"
     RUBRIC_BY_DEFAULT = True
-    ROLE_OPTIONS = {"verifier": "verifier"}
+    ROLE_OPTIONS: ClassVar[dict[str, str]] = {"verifier": "verifier"}
 
     def __init__(self, policy: ChatModel, toolbox, settings=None, *, verifier: ChatModel | None = None,
                  tau: float = 0.5, max_retries: int = 1, verify: bool = True, **kwargs):
@@ -281,4 +281,4 @@ def agent_options(params: Params, spec: MethodParams) -> dict[str, Any]:
     return {**(defaults(params) if defaults is not None else {}), **spec.options}
 
 
-import components.agents.baselines  # noqa: E402,F401  (registers the baselines; they build on GuidedAgent)
+import components.agents.baselines  # noqa: F401  (registers the baselines; they build on GuidedAgent)

@@ -116,7 +116,7 @@ def _objects(text: str) -> list[tuple[dict, bool]]:
 def _criteria(obj: dict, max_criteria: int) -> list[Criterion] | str:
     extra = set(obj) - {"criteria"}
     if extra:
-        return f"unexpected key {sorted(extra)[0]!r} (only 'criteria' is allowed)"
+        return f"unexpected key {min(extra)!r} (only 'criteria' is allowed)"
     items = obj.get("criteria")
     if not isinstance(items, list):
         return "'criteria' must be a list"

@@ -96,7 +96,7 @@ def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], sc
     parts = asyncio.run(score_all())
     scored = [p for p in parts if p is not None]
     evaluated = [p for p in scored if p.rho is not None]
-    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
     return {
         "points": float(len(items)),
         "spearman": mean([p.rho for p in evaluated]),

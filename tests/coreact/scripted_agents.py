@@ -32,7 +32,7 @@ class DictToolbox:
 
 def turn_index(messages) -> int:
     """How many steps the scratchpad context already shows."""
-    return len(re.findall(r"^\d+\. Action:", messages[-1].content, flags=re.M))
+    return len(re.findall(r"^\d+\. Action:", messages[-1].content, flags=re.MULTILINE))
 
 
 def policy(turns, side=None, name="policy"):

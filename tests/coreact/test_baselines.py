@@ -9,7 +9,13 @@ import re
 import pytest
 
 from components.agents.baselines import (
-    CRITIQUE_SYSTEM, SCORER_SYSTEM, STEP_BACK_SYSTEM, BestOfNAgent, CriticAgent, SelfRefineAgent, StepBackAgent,
+    CRITIQUE_SYSTEM,
+    SCORER_SYSTEM,
+    STEP_BACK_SYSTEM,
+    BestOfNAgent,
+    CriticAgent,
+    SelfRefineAgent,
+    StepBackAgent,
 )
 from components.agents.coreact import agent_options
 from components.agents.react import FORCE_MESSAGE, build_agent
@@ -17,7 +23,7 @@ from components.coreact.rubric_generator import RubricGenerator
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.params import load_params
-from tests.coreact.scripted_agents import Q, SETTINGS, DictToolbox, generator, policy, turn_index
+from tests.coreact.scripted_agents import SETTINGS, DictToolbox, Q, generator, policy, turn_index
 
 GOOD, BAD = "search[Nightfall Harbor]", "search[film]"
 
@@ -166,7 +172,7 @@ def test_plugin_mode_injects_the_rubric_without_verification(method, repo_root):
             return json.dumps({"sufficient": True, "correct": True, "query": "x", "feedback": ""})
         if messages[0].content in (STEP_BACK_SYSTEM, SCORER_SYSTEM):
             return json.dumps({"score": 5}) if messages[0].content == SCORER_SYSTEM else "a view"
-        return "Action: finish[Kestrow]" if re.search(r"^1\. Action:", content, re.M) else f"Action: {GOOD}"
+        return "Action: finish[Kestrow]" if re.search(r"^1\. Action:", content, re.MULTILINE) else f"Action: {GOOD}"
 
     def roles(name):
         asked.append(name)

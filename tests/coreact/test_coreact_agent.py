@@ -12,7 +12,7 @@ from components.agents.react import build_agent
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.params import load_params
-from tests.coreact.scripted_agents import Q, SETTINGS, DictToolbox, generator, policy, verifier
+from tests.coreact.scripted_agents import SETTINGS, DictToolbox, Q, generator, policy, verifier
 
 GOOD, BAD = "search[Nightfall Harbor]", "search[film]"
 
@@ -49,7 +49,7 @@ def _gen(model):
 
 
 def test_rejected_draft_is_recorded_not_run_and_not_trainable():
-    agent, model, tools, gen, ver = make()
+    agent, model, tools, _, ver = make()
     traj = run(agent)
     assert traj.final_answer == "Kestrow" and traj.finish_reason == "answer"
     assert tools.calls == [("search", "Nightfall Harbor")]  # the rejected draft never ran
@@ -76,11 +76,11 @@ def test_rejected_draft_is_recorded_not_run_and_not_trainable():
 def test_threshold_is_strict_and_an_accepted_draft_is_not_retried():
     half = [(True, ""), (False, "no")]
     equal = {"criteria": [{"criterion": "Looks up the film", "weight": 1}, {"criterion": "Uses search", "weight": 1}]}
-    agent, model, tools, _, _ = make(verdicts=lambda a: half, gen=generator(equal))
+    agent, _, tools, _, _ = make(verdicts=lambda a: half, gen=generator(equal))
     traj = run(agent)
     assert traj.metadata["guided"]["steps"][0]["drafts"][0]["fraction"] == 0.5
     assert traj.metadata["guided"]["steps"][0]["retries"] == 1  # 0.5 does not exceed tau = 0.5
-    agent, model, tools, _, _ = make(verdicts=lambda a: half, tau=0.4, gen=generator(equal))
+    agent, _, tools, _, _ = make(verdicts=lambda a: half, tau=0.4, gen=generator(equal))
     traj = run(agent)
     record = traj.metadata["guided"]["steps"][0]
     assert record["retries"] == 0 and record["drafts"][0]["accepted"] is True and tools.calls == [("search", "film")]
@@ -97,7 +97,7 @@ def test_failed_verifier_accepts_and_failed_generator_leaves_the_step_unguided()
     assert traj.metadata["guided"]["cost"]["verifier"]["failures"] == 1
 
     ver = verifier(judge_bad_first)
-    agent, model, tools, gen, _ = make(gen=generator("here are some ideas"), ver=ver)
+    agent, model, tools, _, _ = make(gen=generator("here are some ideas"), ver=ver)
     traj = run(agent)
     record = traj.metadata["guided"]["steps"][0]
     assert record["rubric"] is None and "no JSON object" in record["rubric_error"]
@@ -120,7 +120,7 @@ def test_token_budget_forces_the_answer_and_runs_no_tool():
         assert TOKEN_BUDGET_MESSAGE in context
         return "Thought: still\nAction: search[more]" if i == 1 else "Action: finish[Kestrow]"
 
-    agent, model, tools, _, _ = make(turns=turns, verify=False, token_budget=20)
+    agent, _, tools, _, _ = make(turns=turns, verify=False, token_budget=20)
     traj = run(agent)
     assert tools.calls == [("search", "Nightfall Harbor")]  # one turn, then the budget (scripted tokens = words)
     assert traj.metadata["guided"]["token_budget_hit"] is True

@@ -9,7 +9,11 @@ import pandas as pd
 import pytest
 
 from components.evaluation.guided import (
-    accounting_per_question, behaviour_table, cost_per_question, guided_metrics, verification_stats,
+    accounting_per_question,
+    behaviour_table,
+    cost_per_question,
+    guided_metrics,
+    verification_stats,
 )
 from components.io import read_jsonl
 from components.judges.answer import JUDGE_SYSTEM

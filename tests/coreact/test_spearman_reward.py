@@ -15,7 +15,12 @@ from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.params import RubricGeneratorParams
 from components.rewards.spearman import (
-    RubricReward, atomicity, is_atomic, listwise_rank_reward, pairwise_rank_reward, rank_correlation,
+    RubricReward,
+    atomicity,
+    is_atomic,
+    listwise_rank_reward,
+    pairwise_rank_reward,
+    rank_correlation,
     repetition_rate,
 )
 from components.schemas import BranchingPoint, Candidate, Criterion, Rubric

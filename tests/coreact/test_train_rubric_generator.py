@@ -29,7 +29,6 @@ from components.training.tiny import CharTokenizer, tiny_qwen2
 from tasks.train_rubric_generator import run_training
 
 
-
 @pytest.fixture(autouse=True)
 def one_thread():
     """Tiny matmuls on 2 shared cores run faster on one torch thread."""
@@ -119,7 +118,7 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     history = [json.loads(json.dumps(r)) for r in __import__("pandas").read_csv(folder / "metrics.csv").to_dict("records")]
     assert len(history) == 8 * 6 // 2  # epochs x points / prompts per step
     first, last = history[:4], history[-4:]
-    mean = lambda rows, k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
+    mean = lambda rows, k: sum(r[k] for r in rows) / len(rows)
     print("reward:", [round(r["reward/mean"], 3) for r in history])
     assert mean(last, "reward/mean") > mean(first, "reward/mean") + 0.2
     # every term of the reward is logged per step, and the evaluator's failures dropped episodes, never scored 0
