@@ -1,7 +1,11 @@
-"""peft LoRA adapter -> llama.cpp LoRA GGUF: names, shapes, alpha and values survive; unsupported adapters
-are refused with the file and field named. Runs on a tiny random Qwen2 (no model files needed)."""
+"""peft LoRA adapter -> llama.cpp LoRA GGUF: names, shapes, alpha and values survive, and the file equals the
+one llama.cpp's own converter (vendored in the pinned sdist, kept by scripts/setup.sh) writes; unsupported
+adapters are refused with the file and field named. Runs on a tiny random Qwen2 (no model files needed)."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,10 +15,15 @@ from components.embedded.lora_gguf import LoraConversionError, ensure_lora_gguf,
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 
+VENDORED = Path(__file__).resolve().parents[2] / ".cache" / "llama.cpp-src"
+
 
 @pytest.fixture
 def adapter_dir(tmp_path):
-    policy = build_policy(tiny_qwen2(16, num_layers=2, seed=0), lora=LoRASettings(r=4, alpha=8))
+    model = tiny_qwen2(16, num_layers=2, seed=0)
+    model.config.architectures = ["Qwen2ForCausalLM"]
+    model.config.save_pretrained(str(tmp_path / "base"))  # all the vendored converter needs of the base
+    policy = build_policy(model, lora=LoRASettings(r=4, alpha=8))
     with torch.no_grad():  # peft starts B at zero; give every matrix distinct values
         for i, p in enumerate(p for n, p in policy.model.named_parameters() if "lora_" in n):
             p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
@@ -39,6 +48,22 @@ def test_round_trip_keeps_names_shapes_alpha_and_values(adapter_dir, tmp_path):
     want_b = params["base_model.model.model.layers.1.mlp.down_proj.lora_B.default.weight"].numpy()
     np.testing.assert_array_equal(a, want_a)
     np.testing.assert_array_equal(b, want_b)
+
+
+def test_same_file_as_the_vendored_converter(adapter_dir, tmp_path):
+    scripts = sorted(VENDORED.glob("llama_cpp_python-*/vendor/llama.cpp/convert_lora_to_gguf.py"))
+    if not scripts:
+        pytest.skip(f"no llama.cpp source under {VENDORED} (scripts/setup.sh keeps it there)")
+    path, _ = adapter_dir
+    theirs = tmp_path / "vendored.gguf"
+    subprocess.run([sys.executable, str(scripts[-1]), "--base", str(tmp_path / "base"), "--outtype", "f32",
+                    "--outfile", str(theirs), str(path)], check=True, capture_output=True)
+    meta_v, tensors_v = read_lora_gguf(theirs)
+    meta, tensors = read_lora_gguf(peft_to_gguf(path, tmp_path / "ours.gguf"))
+    assert {k: meta_v[k] for k in meta} == meta
+    assert sorted(tensors_v) == sorted(tensors)
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(tensors_v[name], value, err_msg=name)
 
 
 def test_rslora_alpha_is_rescaled_for_llamacpp(adapter_dir, tmp_path):
