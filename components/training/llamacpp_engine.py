@@ -117,7 +117,10 @@ class LlamaCppRolloutEngine:
         encoded = [self._encode(p) for p in prompts]
         seeds = [self._rng.randrange(2**31) for _ in encoded]
         futures = [self._pool.submit(self._one, ids, sampling, seed) for ids, seed in zip(encoded, seeds)]
-        return [f.result() for f in futures]
+        gens = [f.result() for f in futures]
+        if self.logprobs:
+            self.unscored_generations += sum(g.logprobs is None for g in gens)
+        return gens
 
     def _post(self, body: dict) -> dict:
         response = self._client.post(f"{self.server.root_url}/completion", json=body)
@@ -158,8 +161,6 @@ class LlamaCppRolloutEngine:
             if why == "stop":
                 tokens, reason = tokens[:n], "stop"
                 logprobs = None if logprobs is None else logprobs[:n]
-        if logprobs is None and self.logprobs:
-            self.unscored_generations += 1
         if self.tokenizer is not None:
             text = _cut_text(self.tokenizer.decode(tokens, skip_special_tokens=True), sampling.stop_strings)
         else:
