@@ -270,6 +270,7 @@ def run_worker(code_root: Path, cases: list[str], steps: int, threads: int | Non
     for r in rows:
         if Path(r["code_root"]) != code_root.resolve():
             raise RuntimeError(f"worker imported components from {r['code_root']}, not {code_root}")
+        del r["code_root"]  # checked; a machine path does not belong in the results file
     return rows
 
 
