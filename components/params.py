@@ -138,8 +138,9 @@ class BackendParams(Section):
     )
     parallel: int = Field(default=4, ge=1, description="Slots of the native server (decoded together); "
                           "set max_concurrency to the same number.")
-    lora: str | None = Field(default=None, description="LoRA adapter served by the native server: a peft adapter "
-                             "folder (converted to GGUF once) or a llama.cpp LoRA GGUF.")
+    lora: str | list[str] | None = Field(
+        default=None, description="LoRA adapter(s) served by the native server: a peft adapter folder (converted "
+        "to GGUF once) or a llama.cpp LoRA GGUF; a list applies them together (an RL adapter over its warm start).")
 
     @model_validator(mode="after")
     def _lora_needs_native_server(self) -> "BackendParams":
@@ -252,6 +253,10 @@ class TrainPolicyParams(Section):
         "KL reference is then the warm-started policy. None starts from the base model.",
     )
     n_questions: int = Field(default=40, ge=1, description="Training questions (train split) the prompts cycle over.")
+    n_ctx: int = Field(default=2048, ge=256, description="llamacpp engine: context tokens per slot.")
+    eval_questions: int = Field(
+        default=20, ge=0, description="Dev questions answered greedily through the rollout engine before and after "
+        "training (metrics dev_before.* / dev_after.*); 0 skips.")
 
 
 class SFTParams(Section):

@@ -7,7 +7,10 @@ Reads outputs/data/train.jsonl, the corpus and index, and the warm-start adapter
 (``train_policy.init_adapter``, merged into the base so the KL reference is the warm-started policy).
 Writes under outputs/train/<variant>/: adapter/ (the RL LoRA over the merged base), ckpt/ (resumable:
 weights, optimizer, scheduler, RNG, data position, method state), metrics.csv (one row per step; a DVC
-plot) and metrics.json (last step).
+plot) and metrics.json (last step, plus ``dev_before.*`` / ``dev_after.*``: EM, F1, answered rate and
+search-budget endings of greedy episodes on ``train_policy.eval_questions`` dev questions, served by the
+same rollout engine before the first and after the last update), dev_{before,after}.jsonl (those
+trajectories).
 """
 
 from __future__ import annotations
@@ -20,17 +23,18 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.agents.react import build_agent
-from components.io import read_jsonl, write_json
+from components.io import read_json, read_jsonl, write_json, write_jsonl
 from components.llm.factory import LLMPool
 from components.methods.variants import VARIANTS, VariantContext, get_variant
 from components.params import Params
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import HFRolloutEngine
+from components.evaluation.metrics import exact_match, f1_score
+from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOTrainer
 from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
-from tasks.sft import load_trainable_policy
+from tasks.sft import SFT_METHOD, load_trainable_policy
 
 
 class TrainResult(BaseModel):
@@ -56,12 +60,37 @@ def warm_started_policy(params: Params):
     return policy, tokenizer
 
 
+def warm_start_options(params: Params, agent: str) -> dict:
+    """The agent options the warm start was trained under (``methods.sft``: e.g. its compact system prompt),
+    when the variant runs that same agent from that warm start; a variant's own options override them."""
+    warm = params.methods.get(SFT_METHOD)
+    if params.train_policy.init_adapter is None or warm is None or warm.agent != agent:
+        return {}
+    return dict(warm.options)
+
+
 def make_engine(params: Params, policy, tokenizer):
     if params.train_policy.engine == "hf":
         return HFRolloutEngine(policy.model, tokenizer)
     from components.training.llamacpp_engine import engine_for_policy
 
     return engine_for_policy(params, policy, tokenizer)
+
+
+def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens: int, path: Path) -> dict[str, float]:
+    """Greedy episodes of the policy the engine serves now, on ``questions``: mean EM and F1 (unanswered
+    scores 0), answered rate and share of search-budget endings; the trajectories go to ``path``."""
+    episodes = rollout_fn(engine, questions, 1, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    trajectories = [e.info["trajectory"] for e in episodes]
+    write_jsonl(path, trajectories)
+    n = len(trajectories)
+    golds = {q.id: q.answers for q in questions}
+    return {
+        "em": sum(exact_match(t.final_answer, golds[t.question_id]) for t in trajectories) / n,
+        "f1": sum(f1_score(t.final_answer, golds[t.question_id]) for t in trajectories) / n,
+        "answered": sum(t.finish_reason == "answer" for t in trajectories) / n,
+        "search_budget": sum(t.finish_reason == "search_budget" for t in trajectories) / n,
+    }
 
 
 @task(name="train_policy")
@@ -78,12 +107,14 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     own_pool = pool is None
     pool = pool or LLMPool(params)
     started = time.perf_counter()
+    engine = None
     try:
         parts = builder(VariantContext(params=params, roles=pool.role, toolbox=toolbox, out_dir=folder))
         policy, tokenizer = warm_started_policy(params)
         engine = make_engine(params, policy, tokenizer)
+        options = {**warm_start_options(params, parts.agent), **parts.agent_options}
         rollout_fn = make_agent_rollout(
-            lambda p: build_agent(parts.agent, lambda role: p, toolbox, params.agent, parts.agent_options), tokenizer)
+            lambda p: build_agent(parts.agent, lambda role: p, toolbox, params.agent, options), tokenizer)
         rows: list[dict[str, float]] = []
         with tracking(params, f"train_policy@{variant}", parent_run_id,
                       tags={"method": variant, "variant": variant}) as tracker:
@@ -103,11 +134,22 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                                   extra_modules=parts.extra_modules, method=parts.method, on_metrics=log,
                                   checkpoint_dir=folder / "ckpt", seed=params.seed,
                                   pad_token_id=tokenizer.pad_token_id or 0)
-            trainer.resume()
+            resumed = trainer.resume()
+            dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
+            before_file = folder / "dev_before.json"
+            if dev and not (resumed and before_file.exists()):  # a resumed run keeps its first measurement
+                write_json(before_file, dev_evaluation(rollout_fn, engine, dev, config.max_new_tokens,
+                                                       folder / "dev_before.jsonl"))
             history = trainer.train(params.grpo.steps)
             trainer.save()
             policy.model.save_pretrained(str(folder / "adapter"))
             last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
+            if dev:
+                after = dev_evaluation(rollout_fn, engine, dev, config.max_new_tokens, folder / "dev_after.jsonl")
+                before = read_json(before_file)
+                last.update({f"dev_before.{k}": round(v, 6) for k, v in before.items()})
+                last.update({f"dev_after.{k}": round(v, 6) for k, v in after.items()})
+                tracker.log_metrics({k: v for k, v in last.items() if k.startswith("dev_")})
             write_json(folder / "metrics.json", last)
             write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
             tracker.log_metrics(pool.accounting.metrics())
@@ -115,6 +157,8 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
             for snapshots in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in ("ckpt", "adapter")):
                 tracker.log_artifact(snapshots, artifact_path=f"method_state/{snapshots.name}")  # memories, banks
     finally:
+        if engine is not None and hasattr(engine, "close"):
+            engine.close()
         if own_pool:
             pool.close()
     return TrainResult(variant=variant, adapter=str(folder / "adapter"), metrics=last)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -45,18 +46,29 @@ def llama_server_binary() -> Path:
     return path
 
 
+def _adapters(lora: str | Path | Sequence[str | Path] | None) -> tuple[Path, ...]:
+    if lora is None:
+        return ()
+    if isinstance(lora, (str, Path)):
+        return (Path(lora),)
+    return tuple(Path(p) for p in lora)
+
+
 class NativeLlamaServer(LlamaServer):
-    """``llama-server`` for one GGUF model with ``parallel`` slots of ``n_ctx`` tokens each and an optional
-    LoRA adapter (a llama.cpp LoRA GGUF; see :mod:`components.embedded.lora_gguf`)."""
+    """``llama-server`` for one GGUF model with ``parallel`` slots of ``n_ctx`` tokens each and optional
+    LoRA adapters (llama.cpp LoRA GGUFs; see :mod:`components.embedded.lora_gguf`). Several adapters are
+    applied together at scale 1, which equals serving the base with all of them merged (LoRA deltas add):
+    how a policy trained as an RL adapter over a merged warm-start adapter is served."""
 
     def __init__(self, model_path: str | Path, alias: str | None = None, n_ctx: int = 4096, threads: int = 2,
-                 parallel: int = 4, lora: str | Path | None = None, startup_timeout_s: float = 120.0,
+                 parallel: int = 4, lora: str | Path | Sequence[str | Path] | None = None,
+                 startup_timeout_s: float = 120.0,
                  extra_args: tuple[str, ...] = ()):
         super().__init__(model_path, alias=alias, n_ctx=n_ctx, threads=threads, startup_timeout_s=startup_timeout_s)
         if parallel < 1:
             raise ValueError(f"parallel must be >= 1, got {parallel}")
         self.parallel, self.extra_args = parallel, tuple(extra_args)
-        self.lora = None if lora is None else Path(lora)
+        self.loras = _adapters(lora)
         self.binary = llama_server_binary()
 
     @property
@@ -71,10 +83,10 @@ class NativeLlamaServer(LlamaServer):
             "--ctx-size", str(self.n_ctx * self.parallel), "--parallel", str(self.parallel), "--cont-batching",
             "--threads", str(self.threads), "--threads-batch", str(self.threads),
         ]
-        if self.lora is not None:
-            if not self.lora.is_file():
-                raise FileNotFoundError(f"LoRA adapter GGUF {self.lora} does not exist")
-            cmd += ["--lora", str(self.lora)]
+        for lora in self.loras:
+            if not lora.is_file():
+                raise FileNotFoundError(f"LoRA adapter GGUF {lora} does not exist")
+            cmd += ["--lora", str(lora)]
         return cmd + list(self.extra_args)
 
     def start(self) -> Self:
@@ -102,12 +114,17 @@ class NativeLlamaServer(LlamaServer):
         self.stop()
         raise ServerStartError(f"llama-server did not answer within {self.startup_timeout_s}s:\n{self._log_tail()}")
 
-    def restart(self, lora: str | Path | None) -> float:
-        """Serve ``lora`` (None: the base model) from now on; returns the seconds the swap took. The port
-        changes: read ``base_url`` / ``root_url`` again afterwards."""
+    @property
+    def lora(self) -> Path | None:
+        """The last adapter (the one a trainer swaps), None when serving the base."""
+        return self.loras[-1] if self.loras else None
+
+    def restart(self, lora: str | Path | Sequence[str | Path] | None) -> float:
+        """Serve ``lora`` (one adapter or several; None: the base model) from now on; returns the seconds
+        the swap took. The port changes: read ``base_url`` / ``root_url`` again afterwards."""
         started = time.perf_counter()
         self.stop()
-        self.lora = None if lora is None else Path(lora)
+        self.loras = _adapters(lora)
         self.start()
         return time.perf_counter() - started
 

@@ -15,6 +15,7 @@ first use; ``close()`` closes every backend's connections and stops the servers.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 from components.llm import backends  # noqa: F401  (registers the backends)
@@ -66,9 +67,11 @@ class LLMPool:
                     from components.embedded.lora_gguf import ensure_lora_gguf
                     from components.embedded.models import sha256_file
                     from components.embedded.native_server import NativeLlamaServer
-                    lora = ensure_lora_gguf(cfg.lora, cache_dir) if cfg.lora else None
-                    if lora is not None:  # the response cache keys on identity: a new adapter must change it
-                        sha = sha256_file(lora)
+                    adapters = [cfg.lora] if isinstance(cfg.lora, str) else list(cfg.lora or [])
+                    lora = [ensure_lora_gguf(a, cache_dir) for a in adapters]
+                    if lora:  # the response cache keys on identity: a new adapter must change it
+                        sha = sha256_file(lora[0]) if len(lora) == 1 else hashlib.sha256(
+                            "+".join(sha256_file(p) for p in lora).encode()).hexdigest()
                     server = NativeLlamaServer(gguf, alias=cfg.model or cfg.embedded, n_ctx=cfg.n_ctx,
                                                threads=cfg.threads, parallel=cfg.parallel, lora=lora).start()
                 else:

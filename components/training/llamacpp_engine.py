@@ -42,7 +42,7 @@ from components.embedded.lora_gguf import peft_to_gguf
 from components.embedded.native_server import NativeLlamaServer
 from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop
 
-__all__ = ["LlamaCppRolloutEngine"]
+__all__ = ["LlamaCppRolloutEngine", "engine_for_policy"]
 
 # every sampler the server would otherwise apply by default, switched off
 _NEUTRAL = {
@@ -54,6 +54,9 @@ _NEUTRAL = {
 
 class LlamaCppRolloutEngine:
     """Rollouts from ``model_path`` (+ the current LoRA adapter) on a native llama-server it owns.
+
+    ``base_loras`` are served under every update (a warm-start adapter the trained policy merged into its
+    base: LoRA deltas add, so base + warm start + current adapter is the trained model, quantized).
 
     ``tokenizer`` is needed for text prompts and ``stop_token_ids`` (cut client-side; the server stops at
     the model's end-of-generation tokens itself). ``seed`` seeds the per-prompt sampling seeds;
@@ -69,13 +72,16 @@ class LlamaCppRolloutEngine:
         threads: int = 2,
         n_ctx: int = 4096,
         lora: str | Path | None = None,
+        base_loras: Sequence[str | Path] = (),
         adapter_dir: str | Path | None = None,
         seed: int = 0,
         logprobs: bool = True,
         request_timeout_s: float = 600.0,
     ):
         self.tokenizer, self.logprobs = tokenizer, logprobs
-        self.server = NativeLlamaServer(model_path, n_ctx=n_ctx, threads=threads, parallel=parallel, lora=lora)
+        self.base_loras = tuple(Path(p) for p in base_loras)
+        self.server = NativeLlamaServer(model_path, n_ctx=n_ctx, threads=threads, parallel=parallel,
+                                        lora=[*self.base_loras, *([lora] if lora is not None else [])])
         self.server.start()
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="rubricflow-llamacpp-lora-"))
         self._rng = random.Random(seed)
@@ -95,13 +101,13 @@ class LlamaCppRolloutEngine:
         t1 = time.perf_counter()
         gguf = peft_to_gguf(path, path / "adapter.gguf")
         t2 = time.perf_counter()
-        restart_s = self.server.restart(gguf)
+        restart_s = self.server.restart([*self.base_loras, gguf])
         self.last_update = {"save_s": t1 - t0, "convert_s": t2 - t1, "restart_s": restart_s,
                             "swap_s": time.perf_counter() - t0}
 
     def load_adapter(self, adapter: str | Path | None) -> float:
-        """Serve a LoRA GGUF (None: the base model); returns the restart time in seconds."""
-        return self.server.restart(adapter)
+        """Serve a LoRA GGUF over the base adapters (None: those alone); returns the restart time in seconds."""
+        return self.server.restart([*self.base_loras, *([adapter] if adapter is not None else [])])
 
     # -- sampling --------------------------------------------------------------------------------------
     def _encode(self, prompt: Sequence[int] | str) -> list[int]:
@@ -221,3 +227,23 @@ class LlamaCppRolloutEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def engine_for_policy(params: Any, policy: Any, tokenizer: Any) -> LlamaCppRolloutEngine:
+    """The rollout engine of ``train_policy``: the trainable policy's embedded base (Q4_K_M GGUF) with the
+    warm-start adapter (``train_policy.init_adapter``) under the RL adapter, one slot per episode of a step.
+    Until the first update it serves the warm start alone, which the fresh RL adapter (B = 0) equals."""
+    from components.embedded.lora_gguf import ensure_lora_gguf
+    from components.embedded.models import ensure_gguf
+
+    cfg = params.llm.backends[params.llm.roles["trainable_policy"]]
+    if not cfg.embedded:
+        raise ValueError("train_policy.engine: llamacpp serves an embedded model; bind trainable_policy to an "
+                         "'hf' backend with `embedded:` set, or use engine: hf")
+    cache_dir = params.run.cache_dir
+    init = params.train_policy.init_adapter
+    base_loras = [ensure_lora_gguf(Path(params.run.out_dir) / init, cache_dir)] if init else []
+    episodes = params.grpo.group_size * params.grpo.prompts_per_step
+    return LlamaCppRolloutEngine(
+        ensure_gguf(cfg.embedded, cache_dir), tokenizer, parallel=min(episodes, 8), threads=cfg.threads or 2,
+        n_ctx=params.train_policy.n_ctx, base_loras=base_loras, seed=params.seed, logprobs=False)

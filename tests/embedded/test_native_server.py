@@ -108,3 +108,23 @@ def test_chat_and_json_mode_through_the_openai_backend(repo_root, tmp_path):
         assert isinstance(json.loads(structured.text)["answer"], str)
         proc = server.proc
     assert proc.poll() is not None
+
+
+def test_several_adapters_are_passed_together_and_swapped_over_the_base_ones(tmp_path, monkeypatch):
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("RUBRICFLOW_LLAMA_SERVER", str(binary))
+    warm, rl = tmp_path / "warm.gguf", tmp_path / "rl.gguf"
+    warm.write_bytes(b"")
+    rl.write_bytes(b"")
+    server = NativeLlamaServer(tmp_path / "m.gguf", lora=[warm, rl])
+    server.port = 1
+    cmd = server.command()
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--lora"] == [str(warm), str(rl)]
+    assert server.lora == rl
+    assert NativeLlamaServer(tmp_path / "m.gguf", lora=warm).loras == (warm,)
+    missing = NativeLlamaServer(tmp_path / "m.gguf", lora=[warm, tmp_path / "gone.gguf"])
+    missing.port = 1
+    with pytest.raises(FileNotFoundError, match="gone.gguf"):
+        missing.command()

@@ -1,0 +1,39 @@
+"""The train_policy stage's own logic: the warm start's agent options carry over to a variant running the
+same agent, and the dev evaluation scores greedy episodes (EM/F1 over all questions, unanswered = 0)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from components.io import read_jsonl
+from components.params import load_params
+from components.schemas import Question, Trajectory
+from tasks.train_policy import dev_evaluation, warm_start_options
+
+
+def test_warm_start_prompt_carries_over_to_the_same_agent_only(repo_root):
+    params = load_params(repo_root / "params.yaml", overrides=["methods.sft.options.system_prompt=compact"])
+    assert warm_start_options(params, "react") == {"system_prompt": "compact"}
+    assert warm_start_options(params, "scaffold") == {}  # another agent keeps its own prompts
+    cold = load_params(repo_root / "params.yaml", overrides=["train_policy.init_adapter=null"])
+    assert warm_start_options(cold, "react") == {}
+
+
+def test_dev_evaluation_scores_greedy_episodes(tmp_path):
+    questions = [Question(id=f"q{i}", question=f"Q{i}?", answers=[a], source="world")
+                 for i, a in enumerate(["Paris", "1901", "Ada Lovelace", "blue"])]
+    finals = [("Paris", "answer"), ("1902", "answer"), ("Lovelace", "answer"), (None, "search_budget")]
+    seen = {}
+
+    def rollout_fn(engine, prompts, group_size, sampling):
+        seen.update(group_size=group_size, temperature=sampling.temperature, n=len(prompts))
+        return [SimpleNamespace(info={"trajectory": Trajectory(
+            question_id=q.id, question=q.question, steps=[], final_answer=a, finish_reason=r, policy="p")})
+            for q, (a, r) in zip(prompts, finals)]
+
+    metrics = dev_evaluation(rollout_fn, object(), questions, 64, tmp_path / "dev.jsonl")
+    assert seen == {"group_size": 1, "temperature": 0.0, "n": 4}
+    assert metrics["em"] == 0.25  # only Paris
+    assert abs(metrics["f1"] - (1 + 0 + 2 / 3 + 0) / 4) < 1e-9  # "Lovelace" vs "Ada Lovelace": P=1, R=1/2
+    assert metrics["answered"] == 0.75 and metrics["search_budget"] == 0.25
+    assert [t.question_id for t in read_jsonl(tmp_path / "dev.jsonl", Trajectory)] == ["q0", "q1", "q2", "q3"]
