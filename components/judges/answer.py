@@ -2,7 +2,8 @@
 
 A judge call that fails (after the middleware's retries) or whose reply cannot be read gives ``None``:
 the question is counted as unjudged and left out of the accuracy, never scored 0. An empty prediction is
-wrong without a call.
+wrong and an exact match (after SQuAD normalisation) right, both without a call: the judge is asked only
+where string matching cannot decide.
 
     verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, predictions))
 """
@@ -13,6 +14,7 @@ import asyncio
 import json
 import re
 
+from components.evaluation.metrics import exact_match
 from components.llm.base import ChatModel, Sampling, system, user
 from components.schemas import Question
 
@@ -49,6 +51,8 @@ def parse_verdict(text: str) -> bool | None:
 async def judge_answer(judge: ChatModel, question: Question, prediction: str | None) -> bool | None:
     if not prediction or not prediction.strip():
         return False
+    if exact_match(prediction, question.answers):
+        return True
     out = await judge.chat(judge_prompt(question, prediction),
                            Sampling(temperature=0.0, max_tokens=16, json_schema=JUDGE_SCHEMA))
     return parse_verdict(out.text) if out.ok else None
