@@ -474,6 +474,25 @@ class ArcoParams(Section):
     setup: ArcoSetup = Field(default_factory=ArcoSetup, description="ARCO's released setup (see ArcoSetup).")
 
 
+class DeployParams(Section):
+    """The Prefect deployments ``python -m flows.deploy`` serves (flows/deploy.py)."""
+
+    nightly_cron: str = Field(default="0 2 * * *", description="Cron schedule of the nightly-sweep deployment "
+                              "(minute hour day month weekday).")
+    timezone: str = Field(default="UTC", description="IANA time zone the cron schedule is read in, e.g. "
+                          "Europe/Paris.")
+
+    @model_validator(mode="after")
+    def _known_timezone(self) -> "DeployParams":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone {self.timezone!r} is not an IANA time zone, e.g. UTC or Europe/Paris") from None
+        return self
+
+
 class Params(Section):
     profile: str = Field(default="embedded", description="Profile whose overrides are applied.")
     seed: int = Field(default=1234, description="Global seed; every stage derives its own from it.")
@@ -498,6 +517,7 @@ class Params(Section):
         default_factory=lambda: {"react": MethodParams(agent="react", description="Plain ReAct (baseline).")},
         description="What `evaluate --method NAME` runs.",
     )
+    deploy: DeployParams = Field(default_factory=DeployParams)
 
 
 class ParamsError(ValueError):
