@@ -1,0 +1,1 @@
+"""Reports across runs: the comparison table and plots of an ablation sweep (compare.py)."""
