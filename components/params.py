@@ -493,6 +493,34 @@ class DeployParams(Section):
         return self
 
 
+class SweepParams(Section):
+    """The ablation sweep ``python -m flows.sweep`` runs (flows/sweep.py): ``train_policy`` once per (variant,
+    seed), each in its own folder, then one comparison report (components/reporting/compare.py)."""
+
+    variants: list[str] = Field(default_factory=lambda: ["grpo", "dapo"], min_length=1, description="Training "
+                                "variants compared (names of train_policy --variant).")
+    seeds: list[int] = Field(default_factory=lambda: [1234], min_length=1, description="Seeds each variant trains "
+                             "with (the run's `seed`); the report gives the mean and spread over them.")
+    out_dir: str = Field(default="sweep", description="Folder of the sweep under run.out_dir: one seed_<s>/ per seed "
+                         "(its runs in train/<variant>/) and the report (comparison.csv, .md, .png).")
+    runner: Literal["thread", "ray"] = Field(default="thread", description="Where the runs execute: threads of the "
+                                             "flow's process, or Ray (the `ray` extra).")
+    workers: int = Field(default=2, ge=1, description="Runs at once: threads of the thread runner, CPUs of the local "
+                         "Ray instance.")
+    ray_address: str | None = Field(default=None, description="A running Ray cluster to submit to (e.g. "
+                                    "ray://head:10001); None starts a local instance on this machine.")
+    final_steps: int = Field(default=5, ge=1, description="Last training steps whose reward/mean and reward/std the "
+                             "report averages.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "SweepParams":
+        for key in ("variants", "seeds"):
+            values = getattr(self, key)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{key} must be distinct (a repeated one would overwrite its own run), got {values}")
+        return self
+
+
 class Params(Section):
     profile: str = Field(default="embedded", description="Profile whose overrides are applied.")
     seed: int = Field(default=1234, description="Global seed; every stage derives its own from it.")
@@ -518,6 +546,7 @@ class Params(Section):
         description="What `evaluate --method NAME` runs.",
     )
     deploy: DeployParams = Field(default_factory=DeployParams)
+    sweep: SweepParams = Field(default_factory=SweepParams)
 
 
 class ParamsError(ValueError):
