@@ -233,6 +233,13 @@ class GRPOParams(Section):
     shuffle: bool = Field(default=True, description="Seeded shuffle of the prompt order each epoch.")
     checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints (0: only explicit saves).")
     keep_last: int | None = Field(default=2, ge=1, description="Checkpoints kept; None keeps all.")
+    skip_zero_advantage: bool = Field(
+        default=False,
+        description="Leave episodes whose advantage is 0 on every token out of the update (DAPO's dynamic "
+        "sampling, within the step): they carry no policy-gradient signal, only the KL term, and cost a "
+        "forward and backward pass each. Changes token_mean's denominator; a step whose groups all have zero "
+        "variance makes no update.",
+    )
     old_logprobs: Literal["auto", "recompute", "engine"] = Field(
         default="auto",
         description="Log-probs of the sampling policy: auto skips the extra forward pass when the update is exactly "

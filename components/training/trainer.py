@@ -341,7 +341,11 @@ class GRPOTrainer:
             if adv.shape != scores_k.shape:
                 raise ValueError(f"advantage_fn returned {tuple(adv.shape)} for scores {tuple(scores_k.shape)}")
             rows, row_episode = [], []
+            silent = [bool((adv[j] == 0).all()) for j in range(len(episodes_k))]
+            metrics["episodes/zero_advantage"] = float(sum(silent))
             for j, e in enumerate(episodes_k):
+                if c.skip_zero_advantage and silent[j]:
+                    continue
                 for row in e.rows:
                     if any(s.trainable and s.token_ids for s in row):
                         rows.append(row)

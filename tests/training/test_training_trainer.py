@@ -377,3 +377,30 @@ def test_method_attach_sees_the_trainer_before_resume(tmp_path):
     method = Attached()
     trainer = make_trainer(GRPOParams(group_size=2, prompts_per_step=1), method=method)
     assert method.policy is trainer.policy and method.steps_at_attach == 0
+
+
+def test_zero_advantage_episodes_skip_the_update_when_asked():
+    def reward(episodes, ctx):  # group 0 all equal (no signal), group 1 mixed
+        return [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+
+    seen = []
+    for skip in (False, True):
+        trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=2, lr=1e-2, kl_coef=0.0,
+                                          skip_zero_advantage=skip), reward=reward)
+        calls = []
+        original = trainer.update
+        trainer.update = lambda batch, adv, **kw: calls.append(len(batch)) or original(batch, adv, **kw)
+        metrics = trainer.step()
+        assert metrics["episodes/zero_advantage"] == 4
+        seen.append(calls[0])
+    assert seen == [8, 4]  # one row per single-turn episode: group 0's four rows are left out
+
+
+def test_all_zero_variance_step_makes_no_update_when_skipping():
+    trainer = make_trainer(GRPOParams(group_size=4, lr=1e-1, skip_zero_advantage=True),
+                           reward=lambda episodes, ctx: [0.0] * len(episodes))
+    before = lora_weights(trainer)
+    metrics = trainer.step()
+    assert "loss" not in metrics and metrics["episodes/zero_advantage"] == metrics["episodes"]
+    for name, value in lora_weights(trainer).items():
+        assert torch.equal(before[name], value)
