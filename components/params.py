@@ -212,6 +212,9 @@ class GRPOParams(Section):
     ppo_epochs: int = Field(default=1, ge=1, description="Passes over each batch of rollouts.")
     mini_batch_size: int | None = Field(default=None, ge=1, description="Rows per optimizer step; None: the whole batch.")
     micro_batch_size: int | None = Field(default=None, ge=1, description="Rows per forward/backward (gradient accumulation).")
+    micro_batch_tokens: int | None = Field(
+        default=None, ge=1, description="Instead of micro_batch_size: rows sorted by length and packed into "
+        "micro-batches of at most this many padded tokens (verl's dynamic batch size); less padding on CPU.")
     lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")

@@ -183,6 +183,23 @@ class GRPOTrainer:
     def _chunks(self, index: torch.Tensor, size: int | None) -> list[torch.Tensor]:
         return list(index.split(size or len(index)))
 
+    def _micro_batches(self, index: torch.Tensor, batch: RolloutBatch) -> list[torch.Tensor]:
+        """Micro-batches of rows ``index``: ``micro_batch_size`` rows in order, or, with
+        ``micro_batch_tokens``, rows sorted by length and packed while rows x longest row stays within the
+        budget (one row may exceed it alone), so short rows are not padded to the longest of the batch."""
+        budget = self.config.micro_batch_tokens
+        if budget is None:
+            return self._chunks(index, self.config.micro_batch_size)
+        lengths = batch.attention_mask[index].sum(dim=1)
+        chunks: list[list[int]] = []
+        for pos in torch.argsort(lengths, stable=True).tolist():
+            row, width = int(index[pos]), int(lengths[pos])
+            if chunks and (len(chunks[-1]) + 1) * width <= budget:
+                chunks[-1].append(row)  # sorted ascending: this row is the new longest
+            else:
+                chunks.append([row])
+        return [torch.tensor(c, dtype=torch.long) for c in chunks]
+
     def _trainable_parameters(self) -> list[nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
@@ -204,7 +221,7 @@ class GRPOTrainer:
         out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
         was_training = self.policy.model.training
         self.policy.model.eval()
-        for idx in self._chunks(torch.arange(len(batch)), self.config.micro_batch_size):
+        for idx in self._micro_batches(torch.arange(len(batch)), batch):
             sub = batch.select(idx)
             lp = self.policy.token_logprobs(
                 sub.input_ids.to(self.policy.device),
@@ -260,7 +277,7 @@ class GRPOTrainer:
                 num_tokens = float(mask.sum())
                 num_seqs = float((mask.sum(dim=1) > 0).sum())
                 self.optimizer.zero_grad(set_to_none=True)
-                for micro in self._chunks(mini, c.micro_batch_size):
+                for micro in self._micro_batches(mini, batch):
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
                     logp, hidden = self._forward(sub, hidden=loss_fn is not None)

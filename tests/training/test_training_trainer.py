@@ -404,3 +404,25 @@ def test_all_zero_variance_step_makes_no_update_when_skipping():
     assert "loss" not in metrics and metrics["episodes/zero_advantage"] == metrics["episodes"]
     for name, value in lora_weights(trainer).items():
         assert torch.equal(before[name], value)
+
+
+def test_token_budget_micro_batches_pack_by_length_and_give_the_same_update():
+    from components.training.rollout import assemble
+
+    rows = [[RolloutSegment(list(range(1, n)), False), RolloutSegment([3, 4], True)] for n in (5, 1, 8, 2, 4)]
+    batch = assemble(rows, pad_token_id=0)
+    assert batch.attention_mask.sum(dim=1).tolist() == [6, 2, 9, 3, 5]
+    packed = make_trainer(GRPOParams(group_size=4, micro_batch_tokens=12, kl_coef=0.0))
+    chunks = [c.tolist() for c in packed._micro_batches(torch.arange(len(batch)), batch)]
+    # by length 2, 3 | 5, 6 | 9: each chunk's rows x its longest row <= 12 (2x3, 2x6), 9 alone
+    assert chunks == [[1, 3], [4, 0], [2]]
+
+    whole = make_trainer(GRPOParams(group_size=4, kl_coef=0.0))
+    advantages = torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5])[:, None] * batch.loss_mask.float()
+    before = lora_weights(whole)
+    metrics = [t.update(batch, advantages) for t in (whole, packed)]
+    assert metrics[0]["loss"] == pytest.approx(metrics[1]["loss"], abs=1e-6)
+    after_whole, after_packed = lora_weights(whole), lora_weights(packed)
+    assert any(not torch.equal(before[n], after_whole[n]) for n in before)  # the update did something
+    for name in after_whole:
+        assert torch.allclose(after_whole[name], after_packed[name], atol=1e-6)
