@@ -1,20 +1,23 @@
-"""The whole pipeline as a Prefect flow: prepare -> index -> evaluate@react, collect (Co-ReAct's
-branching points), and the warm start sft_data -> sft -> evaluate@sft, the same DAG as `dvc.yaml` (tests/test_dag.py
-holds them equal).
+"""The whole pipeline as a Prefect flow, the same DAG as `dvc.yaml` (tests/test_dag.py holds them equal):
+prepare -> index -> evaluate@<method>, collect -> train_rubric_generator@{listwise,pairwise}, and the warm
+start sft_data -> sft -> train_policy@<variant>. Like `dvc repro <targets>`, it runs the given stages and
+everything they depend on, once each, in dependency order; the default targets are the main job
+(evaluate@react, collect, evaluate@sft).
 
-    python -m flows.pipeline                          # the embedded default, offline, CPU
+    python -m flows.pipeline                          # the main job on the embedded default, offline, CPU
+    python -m flows.pipeline --targets train_policy@arbor evaluate@coreact
+    python -m flows.pipeline --targets train_policy   # a stage group: every variant, as dvc repro takes it
     python -m flows.pipeline --set data.source=hotpotqa --set run.out_dir=outputs/hotpotqa
 
 The flow calls the same @task functions that `dvc repro` runs as `python -m tasks.<stage>`; one MLflow
 parent run groups the stage runs. Prefect runs in ephemeral mode (no server needed). ``STAGES`` below is
-the DAG, named as DVC names stages: the flow runs its stages in that dependency order, each waiting on
-the stages it depends on.
+the DAG, named as DVC names stages: each stage waits on the stages it depends on.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from graphlib import TopologicalSorter
 from typing import Any
 
@@ -28,9 +31,30 @@ from tasks.prepare import prepare
 from tasks.runtime import params_from_args, resolve, run_stage, stage_argparser, tracking
 from tasks.sft import sft
 from tasks.sft_data import sft_data
+from tasks.train_policy import train_policy
+from tasks.train_rubric_generator import train_rubric_generator
 
-METHODS = ["react", "sft"]
-"""Agents evaluated by `evaluate@<method>` (dvc.yaml's `foreach` lists the same names)."""
+METHODS: dict[str, list[str]] = {
+    "react": [],
+    "sft": ["sft"],
+    "coreact": ["train_rubric_generator@listwise"],
+    "coreact_untrained": [],
+    "coreact_pairwise": ["train_rubric_generator@pairwise"],
+    "coreact_no_verify": ["train_rubric_generator@listwise"],
+    **{m: [] for m in ("self_refine", "best_of_n", "step_back", "critic")},
+    **{f"{m}_rubric": ["train_rubric_generator@listwise"] for m in ("self_refine", "best_of_n", "step_back", "critic")},
+}
+"""Agents evaluated by `evaluate@<method>` (dvc.yaml's `foreach`) -> the stages whose adapters they serve."""
+
+REWARDS = ["listwise", "pairwise"]
+"""`train_rubric_generator@<reward>`: Co-ReAct's rubric generator and its pairwise-reward ablation."""
+
+VARIANTS = ["grpo", "dapo", "arbor", "arbor_no_memory", "rar", "scaffold_grpo", "ss_grpo", "meta_policy",
+            "rubricem", "arco", "arco_frozen", "arco_no_decomp"]
+"""`train_policy@<variant>`: every training variant of components/methods (``VARIANTS``)."""
+
+DEFAULT_TARGETS = ["evaluate@react", "collect", "evaluate@sft"]
+"""The main job: what `python -m flows.pipeline` runs without --targets."""
 
 STAGES: dict[str, list[str]] = {
     "prepare": [],
@@ -40,8 +64,50 @@ STAGES: dict[str, list[str]] = {
     "sft_data": ["prepare", "index"],
     "sft": ["sft_data"],
     "evaluate@sft": ["prepare", "index", "sft"],
+    **{f"train_rubric_generator@{r}": ["collect"] for r in REWARDS},
+    **{f"evaluate@{m}": ["prepare", "index", *needs] for m, needs in METHODS.items() if m not in ("react", "sft")},
+    **{f"train_policy@{v}": ["prepare", "index", "sft"] for v in VARIANTS},
 }
 """Stage -> the stages whose outputs it reads (the edges DVC derives from dvc.yaml's deps and outs)."""
+
+UNREPORTED = {"prepare", "index", "sft_data", "sft"}
+"""Stages whose metrics stay in their own MLflow runs only (the flow's result never carried them)."""
+
+
+def select(targets: Iterable[str] | None = None) -> list[str]:
+    """The stages ``targets`` need, in the order the flow runs them: the targets and all their upstream stages,
+    each once. A target is a stage name or, as for `dvc repro`, a `foreach` group (``train_policy``: every
+    variant). Raises ValueError naming the known stages for a target that is neither."""
+    wanted: list[str] = []
+    unknown: list[str] = []
+    for target in DEFAULT_TARGETS if targets is None else targets:
+        group = [name for name in STAGES if name.startswith(f"{target}@")]
+        if target in STAGES:
+            wanted.append(target)
+        elif group:
+            wanted.extend(group)
+        else:
+            unknown.append(target)
+    if unknown:
+        raise ValueError(f"unknown stage(s) {', '.join(map(repr, unknown))}; known stages: {', '.join(STAGES)} "
+                         f"(or a group: {', '.join(sorted({n.split('@')[0] for n in STAGES if '@' in n}))})")
+    needed: set[str] = set()
+    todo = list(wanted)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo.extend(STAGES[name])
+    # a subgraph in STAGES' own order, so the main job runs in the order it always has
+    return list(TopologicalSorter({n: STAGES[n] for n in STAGES if n in needed}).static_order())
+
+
+def metric_prefix(stage: str) -> str | None:
+    """The prefix of a stage's metrics in the flow's result: the method for evaluate@<method> (``react.f1``),
+    else the stage name (``collect.kept``, ``train_policy@arbor.reward``); None for ``UNREPORTED`` stages."""
+    if stage in UNREPORTED:
+        return None
+    return stage.removeprefix("evaluate@")
 
 
 def _runners(params: Params, parent_run_id: str | None) -> dict[str, Callable[[list[Any]], Any]]:
@@ -56,30 +122,44 @@ def _runners(params: Params, parent_run_id: str | None) -> dict[str, Callable[[l
     for m in METHODS:
         runners[f"evaluate@{m}"] = lambda wait, m=m: evaluate(params, method=m, parent_run_id=parent_run_id,
                                                               wait_for=wait)
+    for r in REWARDS:
+        runners[f"train_rubric_generator@{r}"] = lambda wait, r=r: train_rubric_generator(
+            params, reward=r, parent_run_id=parent_run_id, wait_for=wait)
+    for v in VARIANTS:
+        runners[f"train_policy@{v}"] = lambda wait, v=v: train_policy(params, variant=v, parent_run_id=parent_run_id,
+                                                                      wait_for=wait)
     return runners
 
 
 @flow(name="rubricflow-pipeline", log_prints=True)
-def pipeline(params: Params | None = None) -> dict[str, float]:
-    """Run every stage of ``STAGES`` once; returns the evaluation and collection metrics, prefixed by
-    method (``react.f1``) or stage (``collect.kept``)."""
+def pipeline(params: Params | None = None, targets: list[str] | None = None) -> dict[str, float]:
+    """Run ``targets`` (default ``DEFAULT_TARGETS``) and every stage they depend on, once each; returns their
+    metrics, prefixed as ``metric_prefix`` says (``react.f1``, ``collect.kept``, ``train_policy@arbor.reward``)."""
+    order = select(targets)
     params = resolve(params)
     metrics: dict[str, float] = {}
     with tracking(params, "pipeline") as parent:
         runners = _runners(params, parent.run_id)
         results: dict[str, Any] = {}
-        for name in TopologicalSorter(STAGES).static_order():
+        for name in order:
             results[name] = runners[name]([results[d] for d in STAGES[name]])
-        for m in METHODS:
-            metrics.update({f"{m}.{k}": v for k, v in results[f"evaluate@{m}"].metrics.items()})
-        metrics.update({f"collect.{k}": v for k, v in results["collect"].metrics.items()})
+        for name in order:
+            if (prefix := metric_prefix(name)) is not None:
+                metrics.update({f"{prefix}.{k}": v for k, v in results[name].metrics.items()})
         parent.log_metrics(metrics)
     return metrics
 
 
 def main() -> None:
-    args = stage_argparser(__doc__).parse_args()
-    print(json.dumps(pipeline(params_from_args(args)), indent=2))
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--targets", nargs="+", default=None, metavar="STAGE",
+                        help=f"stages to run with their upstream stages (default: {' '.join(DEFAULT_TARGETS)})")
+    args = parser.parse_args()
+    try:
+        select(args.targets)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(json.dumps(pipeline(params_from_args(args), targets=args.targets), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 """One DAG: flows/pipeline.py and dvc.yaml run the same stages with the same dependency edges.
 
 DVC names a `foreach` stage's instances `evaluate@react` and derives an edge wherever a stage's dep is
-another stage's out; its own graph (what `dvc repro` walks) is compared with the flow's ``STAGES``, and the
-flow body is checked to follow ``STAGES`` (order and wait_for) with stub tasks."""
+another stage's out; its own graph (what `dvc repro` walks) is compared with the flow's ``STAGES``, the
+flow's target selection with the stages `dvc repro <targets>` plans, and the flow body is checked to follow
+``STAGES`` (order and wait_for) with stub tasks."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from prefect import Task
 
+from components.methods.variants import VARIANTS, get_variant
 from components.params import load_params
 from flows import pipeline as pipeline_module
 
@@ -23,37 +26,114 @@ def dvc_dag(repo_root) -> dict[str, set[str]]:
         return {stage.addressing: {dep.addressing for dep in graph.successors(stage)} for stage in graph.nodes}
 
 
+def dvc_plan(repo_root, targets: list[str]) -> set[str]:
+    """The stages `dvc repro <targets>` would consider (the targets and everything upstream), without running."""
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
+
+    with Repo(str(repo_root)) as repo:
+        stages = collect_stages(repo, targets)
+        return {stage.addressing for stage in plan_repro(get_active_graph(repo.index.graph), stages)}
+
+
 def test_flow_stages_and_edges_are_dvc_yamls(repo_root):
     dvc = dvc_dag(repo_root)
-    assert "evaluate@react" in dvc  # foreach names expanded as DVC does
+    assert {"evaluate@react", "train_policy@arbor", "train_rubric_generator@listwise"} <= set(dvc)  # foreach names
     flow = {name: set(deps) for name, deps in pipeline_module.STAGES.items()}
     assert flow == dvc
-    # every evaluated method is one `evaluate --method NAME` knows
-    assert set(pipeline_module.METHODS) <= set(load_params(repo_root / "params.yaml").methods)
+    # every method of params.yaml is evaluated, and every training variant trained
+    assert set(pipeline_module.METHODS) == set(load_params(repo_root / "params.yaml").methods)
+    get_variant("grpo")  # imports every method module, registering its variants
+    assert set(pipeline_module.VARIANTS) == set(VARIANTS.names())
 
 
-def test_flow_body_follows_stages(repo_root, monkeypatch):
+@pytest.mark.parametrize("targets", [
+    ["train_policy@arbor"], ["evaluate@coreact_pairwise"], ["evaluate@react", "collect", "evaluate@sft"],
+    ["train_policy"], ["train_rubric_generator@listwise", "train_policy@grpo"],
+])
+def test_target_selection_is_dvc_repros(repo_root, targets):
+    assert set(pipeline_module.select(targets)) == dvc_plan(repo_root, targets)
+
+
+def stub_tasks(monkeypatch) -> list[tuple[str, list]]:
+    """Replace every task the flow can call by a stub that records (stage, wait_for) and returns metrics."""
     monkeypatch.setenv("RUBRICFLOW_MLFLOW", "0")
     calls: list[tuple[str, list]] = []
 
     def stub(stage):
-        def run(params, parent_run_id=None, wait_for=(), method=None, **_):
-            name = f"{stage}@{method}" if method else stage
+        def run(params, parent_run_id=None, wait_for=(), method=None, variant=None, reward=None, **_):
+            item = method or variant or reward
+            name = f"{stage}@{item}" if item else stage
             calls.append((name, list(wait_for)))
             return SimpleNamespace(name=name, metrics={"score": float(len(calls))})
         return run
 
     tasks = {name: obj for name, obj in vars(pipeline_module).items() if isinstance(obj, Task)}
-    assert {"prepare", "index", "evaluate", "collect"} <= set(tasks)
+    assert {"prepare", "index", "evaluate", "collect", "train_policy", "train_rubric_generator"} <= set(tasks)
     for name, task in tasks.items():  # every stage the flow can call records its call instead of running
         monkeypatch.setattr(pipeline_module, name, stub(task.name))
-    metrics = pipeline_module.pipeline.fn(load_params(repo_root / "params.yaml"))
+    return calls
 
+
+def check_calls(calls: list[tuple[str, list]]) -> list[str]:
+    """Each stage called once, after its upstream stages, waiting on exactly their results; the call order."""
     order = [name for name, _ in calls]
-    assert sorted(order) == sorted(pipeline_module.STAGES)  # every stage once
+    assert len(order) == len(set(order))
     for name, waited in calls:
         deps = pipeline_module.STAGES[name]
-        assert [r.name for r in waited] == deps  # waits on exactly its upstream stages' results
+        assert [r.name for r in waited] == deps
         assert all(order.index(d) < order.index(name) for d in deps)
-    expected = {f"{m}.score": float(order.index(f"evaluate@{m}") + 1) for m in pipeline_module.METHODS}
-    assert metrics == {**expected, "collect.score": float(order.index("collect") + 1)}
+    return order
+
+
+def test_flow_body_follows_stages(repo_root, monkeypatch):
+    calls = stub_tasks(monkeypatch)
+    params = load_params(repo_root / "params.yaml")
+    metrics = pipeline_module.pipeline.fn(params, targets=list(pipeline_module.STAGES))
+
+    order = check_calls(calls)
+    assert sorted(order) == sorted(pipeline_module.STAGES)  # every stage once
+    score = {name: float(i + 1) for i, name in enumerate(order)}
+    expected = {f"{m}.score": score[f"evaluate@{m}"] for m in pipeline_module.METHODS}
+    expected |= {f"{s}.score": score[s] for s in order if not s.startswith("evaluate@")
+                 and s not in {"prepare", "index", "sft_data", "sft"}}
+    assert metrics == expected
+    assert "collect.score" in metrics and "train_policy@arbor.score" in metrics
+
+
+def test_default_targets_run_the_main_job_with_its_metrics(repo_root, monkeypatch):
+    calls = stub_tasks(monkeypatch)
+    metrics = pipeline_module.pipeline.fn(load_params(repo_root / "params.yaml"))
+
+    order = check_calls(calls)
+    assert set(order) == {"prepare", "index", "evaluate@react", "collect", "sft_data", "sft", "evaluate@sft"}
+    score = {name: float(i + 1) for i, name in enumerate(order)}
+    assert metrics == {"react.score": score["evaluate@react"], "sft.score": score["evaluate@sft"],
+                       "collect.score": score["collect"]}
+
+
+def test_targets_run_exactly_their_upstream_closure(repo_root, monkeypatch):
+    calls = stub_tasks(monkeypatch)
+    metrics = pipeline_module.pipeline.fn(load_params(repo_root / "params.yaml"), targets=["train_policy@arbor"])
+
+    order = check_calls(calls)
+    assert set(order) == {"prepare", "index", "sft_data", "sft", "train_policy@arbor"}
+    assert metrics == {"train_policy@arbor.score": float(order.index("train_policy@arbor") + 1)}
+
+
+def test_a_target_listed_twice_or_reached_twice_runs_once(repo_root, monkeypatch):
+    calls = stub_tasks(monkeypatch)
+    pipeline_module.pipeline.fn(load_params(repo_root / "params.yaml"),
+                                targets=["evaluate@coreact", "evaluate@coreact", "train_rubric_generator"])
+
+    order = check_calls(calls)
+    assert set(order) == {"prepare", "index", "collect", "train_rubric_generator@listwise",
+                          "train_rubric_generator@pairwise", "evaluate@coreact"}
+
+
+def test_unknown_target_is_an_error_naming_the_known_stages(repo_root, monkeypatch):
+    calls = stub_tasks(monkeypatch)
+    with pytest.raises(ValueError, match="unknown stage.*'train_policy@nope'") as raised:
+        pipeline_module.pipeline.fn(load_params(repo_root / "params.yaml"), targets=["collect", "train_policy@nope"])
+    assert "train_policy@arbor" in str(raised.value) and "evaluate@react" in str(raised.value)
+    assert calls == []  # nothing ran
