@@ -26,14 +26,16 @@ def dvc_dag(repo_root) -> dict[str, set[str]]:
         return {stage.addressing: {dep.addressing for dep in graph.successors(stage)} for stage in graph.nodes}
 
 
-def dvc_plan(repo_root, targets: list[str]) -> set[str]:
-    """The stages `dvc repro <targets>` would consider (the targets and everything upstream), without running."""
+@pytest.fixture(scope="module")
+def dvc_plan(repo_root):
+    """targets -> the stages `dvc repro <targets>` would consider (the targets and everything upstream),
+    without running."""
     from dvc.repo import Repo
     from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
 
     with Repo(str(repo_root)) as repo:
-        stages = collect_stages(repo, targets)
-        return {stage.addressing for stage in plan_repro(get_active_graph(repo.index.graph), stages)}
+        graph = get_active_graph(repo.index.graph)
+        yield lambda targets: {stage.addressing for stage in plan_repro(graph, collect_stages(repo, targets))}
 
 
 def test_flow_stages_and_edges_are_dvc_yamls(repo_root):
@@ -51,8 +53,8 @@ def test_flow_stages_and_edges_are_dvc_yamls(repo_root):
     ["train_policy@arbor"], ["evaluate@coreact_pairwise"], ["evaluate@react", "collect", "evaluate@sft"],
     ["train_policy"], ["train_rubric_generator@listwise", "train_policy@grpo"],
 ])
-def test_target_selection_is_dvc_repros(repo_root, targets):
-    assert set(pipeline_module.select(targets)) == dvc_plan(repo_root, targets)
+def test_target_selection_is_dvc_repros(dvc_plan, targets):
+    assert set(pipeline_module.select(targets)) == dvc_plan(targets)
 
 
 def stub_tasks(monkeypatch) -> list[tuple[str, list]]:
