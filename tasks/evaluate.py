@@ -46,12 +46,27 @@ class EvalResult(BaseModel):
     per_question: str
 
 
+def served_adapters(params: Params) -> dict[str, list[str | None]]:
+    """Content digests of the LoRA adapters the bound backends serve: a retrained adapter at the same path
+    is a different model, so its evaluation must not resume the old one's trajectories."""
+    from components.embedded.lora_gguf import adapter_digest
+
+    bound = {b for v in params.llm.roles.values() for b in ([v] if isinstance(v, str) else v)}
+    served = {}
+    for name in sorted(bound):
+        lora = params.llm.backends[name].lora if name in params.llm.backends else None
+        if lora:
+            served[name] = [adapter_digest(a) for a in ([lora] if isinstance(lora, str) else lora)]
+    return served
+
+
 def run_key(params: Params, method: str) -> str:
     relevant = {"method": method, "spec": params.methods[method].model_dump(), "seed": params.seed,
                 "data": params.data.model_dump(),
                 "world": params.world.model_dump(), "retrieval": params.retrieval.model_dump(),
                 "agent": params.agent.model_dump(), "llm": params.llm.model_dump(),
                 "n": params.evaluation.n_questions}
+    relevant["adapters"] = served_adapters(params)
     options = agent_options(params, params.methods[method])
     if options != params.methods[method].options:  # defaults from params.coreact / rubric_generator
         relevant["options"] = options

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LoraConversionError", "ensure_lora_gguf", "peft_to_gguf", "read_lora_gguf"]
+__all__ = ["LoraConversionError", "adapter_digest", "ensure_lora_gguf", "peft_to_gguf", "read_lora_gguf"]
 
 # transformers module name -> llama.cpp tensor name (Qwen2 / Llama layout)
 TENSOR_NAMES = {
@@ -130,6 +130,23 @@ def read_lora_gguf(path: str | Path) -> tuple[dict[str, object], dict[str, np.nd
     return meta, tensors
 
 
+def adapter_digest(adapter: str | Path, *, arch: str = "qwen2") -> str | None:
+    """sha256 of an adapter's content (a peft folder's config and weights, or a GGUF file); None if absent.
+    What identifies the weights an adapter path serves, e.g. in an evaluation's resume key."""
+    adapter = Path(adapter)
+    digest = hashlib.sha256(arch.encode())
+    if adapter.is_file():
+        digest.update(adapter.read_bytes())
+    elif adapter.is_dir():
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            path = adapter / name
+            if path.is_file():
+                digest.update(path.read_bytes())
+    else:
+        return None
+    return digest.hexdigest()
+
+
 def ensure_lora_gguf(adapter: str | Path, cache_dir: str | Path, *, arch: str = "qwen2") -> Path:
     """A GGUF path for ``adapter``: a ``.gguf`` file is returned as is; a peft folder is converted once into
     ``<cache_dir>/lora/<sha256 of its files>.gguf``."""
@@ -138,12 +155,7 @@ def ensure_lora_gguf(adapter: str | Path, cache_dir: str | Path, *, arch: str = 
         return adapter
     if not adapter.is_dir():
         raise LoraConversionError(f"{adapter}: neither a .gguf file nor a peft adapter folder")
-    digest = hashlib.sha256(arch.encode())
-    for name in ("adapter_config.json", "adapter_model.safetensors"):
-        path = adapter / name
-        if path.is_file():
-            digest.update(path.read_bytes())
-    target = Path(cache_dir) / "lora" / f"{digest.hexdigest()[:24]}.gguf"
+    target = Path(cache_dir) / "lora" / f"{adapter_digest(adapter, arch=arch)[:24]}.gguf"
     return target if target.is_file() else peft_to_gguf(adapter, target, arch=arch)
 
 
