@@ -63,6 +63,25 @@ def out_path(params: Params, *parts: str) -> Path:
     return path
 
 
+def keyed_folder(folder: Path, settings: dict) -> bool:
+    """Whether ``folder`` holds a run of exactly these ``settings`` (then the stage resumes it). Otherwise
+    the folder is emptied and the new key written, so a run with other settings starts afresh instead of
+    resuming (or returning) a checkpoint trained under different ones."""
+    import hashlib
+    import shutil
+
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+    key_file = folder / "run_key.json"
+    if key_file.exists() and json.loads(key_file.read_text()) == {"run_key": key}:
+        return True
+    if folder.exists():
+        for child in folder.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(json.dumps({"run_key": key}))
+    return False
+
+
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(data, dict):
         out: dict[str, Any] = {}

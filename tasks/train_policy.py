@@ -33,7 +33,7 @@ from components.training.model import LoRASettings, build_policy
 from components.evaluation.metrics import exact_match, f1_score
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOTrainer
-from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
+from tasks.runtime import keyed_folder, load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
 from tasks.sft import SFT_METHOD, load_trainable_policy
 
 
@@ -43,12 +43,17 @@ class TrainResult(BaseModel):
     metrics: dict[str, float]
 
 
+def warm_start_adapter(params: Params) -> Path | None:
+    """The warm-start adapter ``train_policy.init_adapter`` (under run.out_dir), None for the base model."""
+    init = params.train_policy.init_adapter
+    return None if init is None else Path(params.run.out_dir) / init
+
+
 def warm_started_policy(params: Params):
     """(Policy with a fresh RL LoRA over base + merged warm-start adapter, tokenizer)."""
     model, tokenizer = load_trainable_policy(params)
-    init = params.train_policy.init_adapter
-    if init is not None:
-        adapter = Path(params.run.out_dir) / init
+    adapter = warm_start_adapter(params)
+    if adapter is not None:
         if not (adapter / "adapter_config.json").exists():
             raise FileNotFoundError(f"train_policy.init_adapter: {adapter} holds no adapter (run the sft stage, "
                                     "or set train_policy.init_adapter=null to start from the base)")
@@ -60,6 +65,22 @@ def warm_started_policy(params: Params):
     return policy, tokenizer
 
 
+def run_settings(params: Params, variant: str) -> dict:
+    """What a run of ``variant`` is: a checkpoint is resumed only under the same settings (``grpo.steps``
+    aside, so a finished run can be extended) and the same warm-start weights."""
+    from components.embedded.lora_gguf import adapter_digest
+
+    warm = warm_start_adapter(params)
+    sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora", "train_policy")
+    settings = {name: getattr(params, name) for name in sections}
+    settings["warm_start_method"] = params.methods.get(SFT_METHOD)  # its prompts carry over
+    section = get_variant(variant).__module__.rsplit(".", 1)[-1]  # components.methods.arbor -> params.arbor
+    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude={"steps"}),
+                    method=getattr(params, section) if section in type(params).model_fields else None,
+                    warm_start=adapter_digest(warm) if warm is not None else None)
+    return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in settings.items()}
+
+
 def warm_start_options(params: Params, agent: str) -> dict:
     """The agent options the warm start was trained under (``methods.sft``: e.g. its compact system prompt),
     when the variant runs that same agent from that warm start; a variant's own options override them."""
@@ -69,12 +90,14 @@ def warm_start_options(params: Params, agent: str) -> dict:
     return dict(warm.options)
 
 
-def make_engine(params: Params, policy, tokenizer):
+def make_engine(params: Params, policy, tokenizer, base_adapters=()):
+    """The rollout engine ``train_policy.engine`` names for ``policy``; ``base_adapters`` are the adapters
+    merged into the policy's base (the llama.cpp engine serves them under the trained one)."""
     if params.train_policy.engine == "hf":
         return HFRolloutEngine(policy.model, tokenizer)
     from components.training.llamacpp_engine import engine_for_policy
 
-    return engine_for_policy(params, policy, tokenizer)
+    return engine_for_policy(params, policy, tokenizer, base_adapters)
 
 
 def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens: int, path: Path) -> dict[str, float]:
@@ -104,6 +127,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.train_policy.n_questions]
     toolbox = load_toolbox(params)
     folder = out_path(params, "train", variant, "metrics.json").parent
+    keyed_folder(folder, run_settings(params, variant))
     own_pool = pool is None
     pool = pool or LLMPool(params)
     started = time.perf_counter()
@@ -111,7 +135,8 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     try:
         parts = builder(VariantContext(params=params, roles=pool.role, toolbox=toolbox, out_dir=folder))
         policy, tokenizer = warm_started_policy(params)
-        engine = make_engine(params, policy, tokenizer)
+        warm = warm_start_adapter(params)
+        engine = make_engine(params, policy, tokenizer, [warm] if warm is not None else [])
         options = {**warm_start_options(params, parts.agent), **parts.agent_options}
         rollout_fn = make_agent_rollout(
             lambda p: build_agent(parts.agent, lambda role: p, toolbox, params.agent, options), tokenizer)

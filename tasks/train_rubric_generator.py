@@ -121,11 +121,12 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
     own_pool = pool is None
     pool = pool or LLMPool(params)
     started = time.perf_counter()
+    engine = None
     try:
         model, tokenizer = load_trainable_policy(params)
         lora = params.lora
         policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None)
-        engine = make_engine(params, policy, tokenizer)
+        engine = make_engine(params, policy, tokenizer)  # the base model: no warm-start adapter under it
         with tracking(params, f"train_rubric_generator@{reward}", parent_run_id, tags={"reward": reward}) as tracker:
             tracker.log_params({"reward": reward, "rubric_generator": params.rubric_generator.model_dump(),
                                 "lora": params.lora.model_dump()})
@@ -138,6 +139,8 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
             tracker.log_artifact(folder / "metrics.csv")
             tracker.log_artifact(folder / "heldout.json")
     finally:
+        if engine is not None and hasattr(engine, "close"):
+            engine.close()
         if own_pool:
             pool.close()
     return result

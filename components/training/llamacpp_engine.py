@@ -229,10 +229,12 @@ class LlamaCppRolloutEngine:
         self.close()
 
 
-def engine_for_policy(params: Any, policy: Any, tokenizer: Any) -> LlamaCppRolloutEngine:
-    """The rollout engine of ``train_policy``: the trainable policy's embedded base (Q4_K_M GGUF) with the
-    warm-start adapter (``train_policy.init_adapter``) under the RL adapter, one slot per episode of a step.
-    Until the first update it serves the warm start alone, which the fresh RL adapter (B = 0) equals."""
+def engine_for_policy(params: Any, policy: Any, tokenizer: Any,
+                      base_adapters: Sequence[str | Path] = ()) -> LlamaCppRolloutEngine:
+    """The rollout engine of a trained role: the trainable policy's embedded base (Q4_K_M GGUF) with
+    ``base_adapters`` (peft folders or GGUFs, e.g. a warm start merged into the trained model) under the
+    adapter being trained, one slot per episode of a step. Until the first update it serves the base
+    adapters alone, which the fresh trained adapter (B = 0) equals."""
     from components.embedded.lora_gguf import ensure_lora_gguf
     from components.embedded.models import ensure_gguf
 
@@ -241,9 +243,8 @@ def engine_for_policy(params: Any, policy: Any, tokenizer: Any) -> LlamaCppRollo
         raise ValueError("train_policy.engine: llamacpp serves an embedded model; bind trainable_policy to an "
                          "'hf' backend with `embedded:` set, or use engine: hf")
     cache_dir = params.run.cache_dir
-    init = params.train_policy.init_adapter
-    base_loras = [ensure_lora_gguf(Path(params.run.out_dir) / init, cache_dir)] if init else []
     episodes = params.grpo.group_size * params.grpo.prompts_per_step
     return LlamaCppRolloutEngine(
         ensure_gguf(cfg.embedded, cache_dir), tokenizer, parallel=min(episodes, 8), threads=cfg.threads or 2,
-        n_ctx=params.train_policy.n_ctx, base_loras=base_loras, seed=params.seed, logprobs=False)
+        n_ctx=params.train_policy.n_ctx, base_loras=[ensure_lora_gguf(a, cache_dir) for a in base_adapters],
+        seed=params.seed, logprobs=False)

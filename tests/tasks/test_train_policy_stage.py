@@ -37,3 +37,23 @@ def test_dev_evaluation_scores_greedy_episodes(tmp_path):
     assert abs(metrics["f1"] - (1 + 0 + 2 / 3 + 0) / 4) < 1e-9  # "Lovelace" vs "Ada Lovelace": P=1, R=1/2
     assert metrics["answered"] == 0.75 and metrics["search_budget"] == 0.25
     assert [t.question_id for t in read_jsonl(tmp_path / "dev.jsonl", Trajectory)] == ["q0", "q1", "q2", "q3"]
+
+
+def test_a_run_folder_resumes_only_under_the_same_settings(tmp_path, repo_root):
+    from tasks.runtime import keyed_folder
+    from tasks.train_policy import run_settings
+
+    params = load_params(repo_root / "params.yaml")
+    folder = tmp_path / "train" / "grpo"
+    assert keyed_folder(folder, run_settings(params, "grpo")) is False  # nothing to resume yet
+    (folder / "ckpt").mkdir()
+    (folder / "dev_before.json").write_text("{}")
+    longer = load_params(repo_root / "params.yaml", overrides=["grpo.steps=99"])
+    assert keyed_folder(folder, run_settings(longer, "grpo")) is True  # more steps: resume
+    assert (folder / "ckpt").exists()
+    other = load_params(repo_root / "params.yaml", overrides=["grpo.lr=0.5"])
+    assert keyed_folder(folder, run_settings(other, "grpo")) is False
+    assert sorted(p.name for p in folder.iterdir()) == ["run_key.json"]  # stale checkpoint and files gone
+    arbor = load_params(repo_root / "params.yaml", overrides=["arbor.alpha=0.5"])
+    assert run_settings(arbor, "rar") != run_settings(params, "rar")  # rar reads params.arbor
+    assert run_settings(arbor, "grpo") == run_settings(params, "grpo")
