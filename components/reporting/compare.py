@@ -138,14 +138,18 @@ def _cell(mean: float, sd: float, digits: int) -> str:
     return f"{mean:.{digits}f}" if pd.isna(sd) else f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
-def to_markdown(table: pd.DataFrame) -> str:
-    """The table with one ``mean ± sd`` cell per metric (``mean`` alone for one seed)."""
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as text: one ``mean ± sd`` cell per metric (``mean`` alone for one seed, empty when absent)."""
     metrics = [c for c in table.columns if c != "seeds" and not c.endswith(".sd")]
     shown = pd.DataFrame({"seeds": table["seeds"].astype(int)}, index=table.index)
     for column in metrics:
         digits = 0 if column in ("steps", "wall_s") else 3
         shown[column] = [_cell(m, s, digits) for m, s in zip(table[column], table[f"{column}.sd"])]
-    return shown.to_markdown() + "\n"
+    return shown
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    return display_table(table).to_markdown() + "\n"
 
 
 def _reward_curve(run: Run) -> pd.Series | None:

@@ -1,0 +1,173 @@
+"""The ablation sweep: train_policy@<variant> for each (variant, seed) side by side, then one comparison.
+
+The comparison is tasks/report.py's: table and plot in the sweep's folder and in MLflow.
+
+    python -m flows.sweep                        # params.yaml's sweep section: variants, seeds, runner
+    python -m flows.sweep --variants grpo dapo --seeds 1 2 --runner thread --set grpo.steps=1
+    python -m flows.sweep --runner ray           # the `ray` extra: pip install -e '.[ray]'
+
+Each run trains with ``seed`` = its seed and ``run.out_dir`` = <run.out_dir>/<sweep.out_dir>/seed_<seed>/, so
+its outputs land in seed_<seed>/train/<variant>/ and no two runs share a folder. The runs read the main job's
+outputs (data/, index/ and the warm-start adapter of ``train_policy.init_adapter``: run `python -m
+flows.pipeline` first) through links in each seed folder.
+
+Runs are independent, so they are submitted together: ``runner="thread"`` runs them in threads of this
+process, ``runner="ray"`` as Prefect tasks on Ray through prefect-ray's RayTaskRunner (each run stays a
+Prefect task run, with its state in the UI, and a cluster is only an address away: ``sweep.ray_address``;
+otherwise a local instance with ``sweep.workers`` CPUs, no dashboard, no usage stats). Either way at most
+``sweep.workers`` runs at once. One MLflow parent run `sweep` groups every train_policy run and the report.
+A run that fails is left out of the comparison, the others are still reported, and the flow then fails
+naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect import flow
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+from pydantic import ValidationError
+
+from components.params import Params, ParamsError, SweepParams, apply_overrides, load_params
+from components.registry import RegistryError
+from components.reporting.compare import seed_dir
+from tasks.report import report, sweep_dir
+from tasks.runtime import PARAMS_PATH, params_from_args, run_stage, stage_argparser, tracking
+from tasks.train_policy import train_policy
+
+Runner = Literal["thread", "ray"]
+
+ENV_FOR_WORKERS = ("RUBRICFLOW_MLFLOW", "RUBRICFLOW_PARAMS", "OMP_NUM_THREADS")
+"""Environment a Ray worker needs from the flow's process (a local instance inherits it; a cluster does not)."""
+
+
+def with_overrides(params: Params | None, overrides: list[str] | None) -> Params:
+    """``params`` (None: params.yaml) with ``key=value`` overrides applied as ``--set`` applies them."""
+    if params is None:
+        return load_params(PARAMS_PATH, overrides=overrides)
+    if not overrides:
+        return params
+    try:
+        return Params.model_validate(apply_overrides(params.model_dump(), overrides))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ParamsError(f"--set {' '.join(overrides)}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def seed_params(params: Params, seed: int) -> Params:
+    """The params of the sweep's runs with ``seed``: their own out_dir, linked to the main job's inputs."""
+    base, folder = Path(params.run.out_dir), seed_dir(sweep_dir(params), seed)
+    inputs = ["data", "index"]
+    init = params.train_policy.init_adapter
+    if init is not None and not Path(init).is_absolute():
+        inputs.append(Path(init).parts[0])
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in inputs:
+        target, link = base / name, folder / name
+        if not target.exists():
+            raise FileNotFoundError(f"{target}: missing; the sweep trains from the main job's outputs "
+                                    "(run python -m flows.pipeline first)")
+        if link.is_symlink():
+            link.unlink()
+        if not link.exists():
+            link.symlink_to(os.path.relpath(target.resolve(), folder.resolve()), target_is_directory=True)
+    run = params.run.model_copy(update={"out_dir": str(folder)})
+    return params.model_copy(update={"seed": seed, "run": run})
+
+
+def task_runner(runner: Runner, settings: SweepParams) -> TaskRunner:
+    if runner == "thread":
+        return ThreadPoolTaskRunner(max_workers=settings.workers)
+    try:
+        from prefect_ray import RayTaskRunner
+    except ImportError:
+        raise ParamsError("sweep runner ray needs the ray extra: pip install -e '.[ray]'") from None
+    from prefect.context import FlowRunContext
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env = {k: os.environ[k] for k in (*ENV_FOR_WORKERS, "RAY_USAGE_STATS_ENABLED") if k in os.environ}
+    context = FlowRunContext.get()
+    if context is not None:  # the workers report task runs to this flow's API (else each starts its own server)
+        env["PREFECT_API_URL"] = str(context.client.api_url).rstrip("/")
+    if settings.ray_address:
+        return RayTaskRunner(address=settings.ray_address, init_kwargs={"runtime_env": {"env_vars": env}})
+    return RayTaskRunner(init_kwargs={"num_cpus": settings.workers, "include_dashboard": False,
+                                      "runtime_env": {"env_vars": env}})
+
+
+def _settings(params: Params, variants: list[str] | None, seeds: list[int] | None,
+              runner: Runner | None) -> SweepParams:
+    given = {"variants": variants, "seeds": seeds, "runner": runner}
+    try:
+        settings = SweepParams.model_validate({**params.sweep.model_dump(),
+                                               **{k: v for k, v in given.items() if v}})
+    except ValidationError as exc:
+        raise ParamsError(f"sweep: {exc.errors()[0]['msg']}") from None
+    from components.methods.variants import get_variant
+
+    for variant in settings.variants:
+        try:
+            get_variant(variant)
+        except RegistryError as exc:
+            raise ParamsError(f"sweep.variants: {exc}") from None
+    return settings
+
+
+@flow(name="rubricflow-sweep", log_prints=True)
+def sweep(params: Params | None = None, variants: list[str] | None = None, seeds: list[int] | None = None,
+          runner: Runner | None = None, overrides: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Train every (variant, seed) and compare them; returns each variant's mean metrics over its seeds.
+
+    Args:
+        params: The parameters; None reads params.yaml when the run starts.
+        variants: Training variants to compare; empty: `sweep.variants`.
+        seeds: Seeds each variant trains with; empty: `sweep.seeds`.
+        runner: Where the runs execute: `thread` (this process) or `ray`; empty: `sweep.runner`.
+        overrides: Settings for this run only, one `key=value` each as `--set` takes them, e.g. `grpo.steps=4`.
+    """
+    params = with_overrides(params, overrides)
+    settings = _settings(params, variants, seeds, runner)
+    runs = {seed: seed_params(params, seed) for seed in settings.seeds}
+    jobs = [(variant, seed) for seed in settings.seeds for variant in settings.variants]
+    tags = {"variants": ",".join(settings.variants), "seeds": ",".join(map(str, settings.seeds)),
+            "runner": settings.runner}
+    with tracking(params, "sweep", tags=tags) as parent:
+        with task_runner(settings.runner, settings) as pool:
+            futures = {job: pool.submit(train_policy, parameters={"params": runs[job[1]], "variant": job[0],
+                                                                  "parent_run_id": parent.run_id})
+                       for job in jobs}
+            failed: list[str] = []
+            for (variant, seed), future in futures.items():
+                try:
+                    future.result()
+                except Exception as exc:  # noqa: BLE001 - a failed run is named, the others still compared
+                    failed.append(f"{variant}@seed_{seed}")
+                    print(f"sweep run {failed[-1]} failed: {type(exc).__name__}: {exc}")
+        done = {variant: [str(seed_dir(sweep_dir(params), seed) / "train" / variant) for seed in settings.seeds
+                          if f"{variant}@seed_{seed}" not in failed]
+                for variant in settings.variants}
+        done = {variant: folders for variant, folders in done.items() if folders}
+        parent.log_metrics({"runs": len(jobs), "runs_failed": len(failed)})
+        metrics = report(params, runs=done, parent_run_id=parent.run_id).metrics if done else {}
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(jobs)} sweep runs failed: {', '.join(failed)} (errors above); "
+                               "the report compares the others")
+    return metrics
+
+
+def main() -> None:
+    parser: argparse.ArgumentParser = stage_argparser(__doc__)
+    parser.add_argument("--variants", nargs="+", default=None, help="variants to compare (default: sweep.variants)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds per variant (default: sweep.seeds)")
+    parser.add_argument("--runner", choices=["thread", "ray"], default=None, help="default: sweep.runner")
+    args = parser.parse_args()
+    result: Any = sweep(params_from_args(args), variants=args.variants, seeds=args.seeds, runner=args.runner)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    run_stage(main)
