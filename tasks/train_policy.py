@@ -160,6 +160,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                                   checkpoint_dir=folder / "ckpt", seed=params.seed,
                                   pad_token_id=tokenizer.pad_token_id or 0)
             resumed = trainer.resume()
+            rows[:] = [{"step": i + 1, **h} for i, h in enumerate(trainer.history)]  # metrics.csv keeps resumed steps
             dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
             before_file = folder / "dev_before.json"
             if dev and not (resumed and before_file.exists()):  # a resumed run keeps its first measurement
