@@ -38,9 +38,12 @@ SEED_PREFIX = "seed_"
 TRAINER_METRICS = frozenset({
     "step", "episodes", "episodes/unscored", "reward/none_fraction", "reward/mean", "reward/std",
     "reward/missing_values", "response_length", "loss", "pg_loss", "kl", "clip_fraction", "ratio_mean",
-    "advantage/abs_mean",
+    "advantage/abs_mean", "ratio_min", "ratio_max", "grad_norm", "grad_norm_max", "lr", "optimizer_steps",
+    "tokens", "old_logprob_pass", "episodes/zero_advantage",
+    "reward/format_valid", "reward/em",  # the outcome reward every variant keeps
 })
-"""What GRPOTrainer writes for every variant; any other metric of a run (not dev_*, not time/*) is its method's."""
+"""What GRPOTrainer (and the shared outcome reward) writes for every variant; any other metric of a run (not
+dev_*, not time/*) is its method's."""
 
 DEV_COLUMNS = ["dev_before.em", "dev_before.f1", "dev_after.em", "dev_after.f1"]
 SUMMARY_COLUMNS = [*DEV_COLUMNS, "delta.em", "delta.f1", "reward_final", "reward_std_final", "steps"]
