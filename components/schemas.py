@@ -115,6 +115,12 @@ class Trajectory(Record):
     def n_tool_calls(self) -> int:
         return sum(1 for s in self.steps if s.tool_call is not None)
 
+    def without_timings(self) -> Trajectory:
+        """This episode with its wall-clock fields zeroed: what a versioned output stores, so that a re-run
+        that replays the same calls writes the same bytes (timings go to the stage's timings.json)."""
+        return self.model_copy(update={"wall_s": 0.0, "steps": [s.model_copy(update={"latency_s": 0.0})
+                                                                  for s in self.steps]})
+
 
 class Candidate(Record):
     """One sampled next action at a branching point, with provenance."""

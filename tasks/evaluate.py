@@ -32,7 +32,7 @@ from components.evaluation.behaviour import behaviour_stats
 from components.evaluation.guided import accounting_per_question, guided_metrics
 from components.judges.answer import judge_answers
 from components.evaluation.metrics import exact_match, f1_score
-from components.io import JsonlAppender, read_json, read_jsonl, write_json
+from components.io import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
 from components.llm.factory import LLMPool
 from components.params import Params, for_method
 from components.schemas import Question, Trajectory
@@ -140,6 +140,8 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
             asyncio.run(run_all())
         agent_s = time.perf_counter() - started
         trajs = [done[q.id] for q in questions]
+        # versioned by DVC: in question order and without wall-clock fields, so a re-run writes the same bytes
+        write_jsonl(traj_path, [t.without_timings() for t in trajs])
         if params.evaluation.llm_judge:
             verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, [t.final_answer for t in trajs]))
         else:

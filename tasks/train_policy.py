@@ -66,8 +66,9 @@ def warm_started_policy(params: Params):
 
 
 def run_settings(params: Params, variant: str) -> dict:
-    """What a run of ``variant`` is: a checkpoint is resumed only under the same settings (``grpo.steps``
-    aside, so a finished run can be extended) and the same warm-start weights."""
+    """What a run of ``variant`` is: a checkpoint is resumed only under the same settings and the same
+    warm-start weights; ``grpo.steps`` (so a finished run can be extended) and micro-batching (the same
+    update, to a float tolerance; less memory) may change."""
     from components.embedded.lora_gguf import adapter_digest
 
     warm = warm_start_adapter(params)
@@ -75,7 +76,8 @@ def run_settings(params: Params, variant: str) -> dict:
     settings = {name: getattr(params, name) for name in sections}
     settings["warm_start_method"] = params.methods.get(SFT_METHOD)  # its prompts carry over
     section = get_variant(variant).__module__.rsplit(".", 1)[-1]  # components.methods.arbor -> params.arbor
-    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude={"steps"}),
+    execution = {"steps", "micro_batch_size", "micro_batch_tokens"}  # micro-batching gives the same update
+    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution),
                     method=getattr(params, section) if section in type(params).model_fields else None,
                     warm_start=adapter_digest(warm) if warm is not None else None)
     return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in settings.items()}
@@ -159,11 +161,11 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                                   extra_modules=parts.extra_modules, method=parts.method, on_metrics=log,
                                   checkpoint_dir=folder / "ckpt", seed=params.seed,
                                   pad_token_id=tokenizer.pad_token_id or 0)
-            resumed = trainer.resume()
+            trainer.resume()
             rows[:] = [{"step": i + 1, **h} for i, h in enumerate(trainer.history)]  # metrics.csv keeps resumed steps
             dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
             before_file = folder / "dev_before.json"
-            if dev and not (resumed and before_file.exists()):  # a resumed run keeps its first measurement
+            if dev and not before_file.exists():  # the folder is keyed: a measurement in it is of this run
                 write_json(before_file, dev_evaluation(rollout_fn, engine, dev, config.max_new_tokens,
                                                        folder / "dev_before.jsonl"))
             history = trainer.train(params.grpo.steps)

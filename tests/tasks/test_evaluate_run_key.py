@@ -18,3 +18,14 @@ def test_retrained_adapter_at_the_same_path_changes_the_run_key(repo_root, tmp_p
     assert run_key(params, "sft") == first  # stable while nothing changes
     (adapter / "adapter_model.safetensors").write_bytes(b"weights v2")
     assert run_key(params, "sft") != first
+
+
+def test_versioned_trajectories_carry_no_wall_clock_fields():
+    from components.schemas import Step, Trajectory
+
+    t = Trajectory(question_id="q", question="?", policy="p", wall_s=3.5,
+                   steps=[Step(index=0, raw="r", latency_s=1.25), Step(index=1, raw="s", latency_s=2.0)])
+    stable = t.without_timings()
+    assert stable.wall_s == 0.0 and [s.latency_s for s in stable.steps] == [0.0, 0.0]
+    assert stable.model_dump(exclude={"wall_s", "steps"}) == t.model_dump(exclude={"wall_s", "steps"})
+    assert [s.raw for s in stable.steps] == ["r", "s"] and t.wall_s == 3.5  # the original is untouched
