@@ -30,9 +30,9 @@ from components.agents.coreact import agent_options  # registers coreact and the
 from components.agents.react import build_agent
 from components.evaluation.behaviour import behaviour_stats
 from components.evaluation.guided import accounting_per_question, guided_metrics
-from components.judges.answer import judge_answers
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
+from components.judges.answer import judge_answers
 from components.llm.factory import LLMPool
 from components.params import Params, for_method
 from components.schemas import Question, Trajectory

@@ -28,7 +28,6 @@ from components.training.sft_trainer import SFTTrainer
 from components.training.trajectory_sft import trajectory_rows
 from tasks.runtime import out_path, params_from_args, resolve, stage_argparser, tracking
 
-
 SFT_METHOD = "sft"  # the params.methods entry that evaluates this stage's adapter
 
 

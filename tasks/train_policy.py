@@ -23,6 +23,7 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.agents.react import build_agent
+from components.evaluation.metrics import exact_match, f1_score
 from components.io import read_json, read_jsonl, write_json, write_jsonl
 from components.llm.factory import LLMPool
 from components.methods.variants import VARIANTS, VariantContext, get_variant
@@ -30,10 +31,17 @@ from components.params import Params
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
 from components.training.model import LoRASettings, build_policy
-from components.evaluation.metrics import exact_match, f1_score
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOTrainer
-from tasks.runtime import keyed_folder, load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
+from tasks.runtime import (
+    keyed_folder,
+    load_toolbox,
+    out_path,
+    params_from_args,
+    resolve,
+    stage_argparser,
+    tracking,
+)
 from tasks.sft import SFT_METHOD, load_trainable_policy
 
 

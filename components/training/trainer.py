@@ -46,7 +46,13 @@ from components.params import GRPOParams
 from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.episodes import (
-    Episode, MethodState, RewardFn, StepContext, call_reward, run_method_hook, score_matrix,
+    Episode,
+    MethodState,
+    RewardFn,
+    StepContext,
+    call_reward,
+    run_method_hook,
+    score_matrix,
 )
 from components.training.losses import policy_loss, trainable_span
 from components.training.model import Policy

@@ -388,8 +388,12 @@ def test_zero_advantage_episodes_skip_the_update_when_asked():
         trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=2, lr=1e-2, kl_coef=0.0,
                                           skip_zero_advantage=skip), reward=reward)
         calls = []
-        original = trainer.update
-        trainer.update = lambda batch, adv, **kw: calls.append(len(batch)) or original(batch, adv, **kw)
+
+        def counting(batch, adv, calls=calls, original=trainer.update, **kw):
+            calls.append(len(batch))
+            return original(batch, adv, **kw)
+
+        trainer.update = counting
         metrics = trainer.step()
         assert metrics["episodes/zero_advantage"] == 4
         seen.append(calls[0])
