@@ -37,14 +37,15 @@ from tasks.train_rubric_generator import train_rubric_generator
 METHODS: dict[str, list[str]] = {
     "react": [],
     "sft": ["sft"],
-    "coreact": ["train_rubric_generator@listwise"],
-    "coreact_untrained": [],
-    "coreact_pairwise": ["train_rubric_generator@pairwise"],
-    "coreact_no_verify": ["train_rubric_generator@listwise"],
-    **{m: [] for m in ("self_refine", "best_of_n", "step_back", "critic")},
-    **{f"{m}_rubric": ["train_rubric_generator@listwise"] for m in ("self_refine", "best_of_n", "step_back", "critic")},
+    "coreact": ["sft", "train_rubric_generator@listwise"],
+    "coreact_untrained": ["sft"],
+    "coreact_pairwise": ["sft", "train_rubric_generator@pairwise"],
+    "coreact_no_verify": ["sft", "train_rubric_generator@listwise"],
+    **{m: ["sft"] for m in ("self_refine", "best_of_n", "step_back", "critic")},
+    **{f"{m}_rubric": ["sft", "train_rubric_generator@listwise"] for m in ("self_refine", "best_of_n", "step_back", "critic")},
 }
-"""Agents evaluated by `evaluate@<method>` (dvc.yaml's `foreach`) -> the stages whose adapters they serve."""
+"""Agents evaluated by `evaluate@<method>` (dvc.yaml's `foreach`) -> the stages whose adapters they serve (every
+method but `react` runs on the warm-started policy, `sft`'s adapter)."""
 
 REWARDS = ["listwise", "pairwise"]
 """`train_rubric_generator@<reward>`: Co-ReAct's rubric generator and its pairwise-reward ablation."""

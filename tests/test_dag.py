@@ -130,7 +130,7 @@ def test_a_target_listed_twice_or_reached_twice_runs_once(repo_root, monkeypatch
 
     order = check_calls(calls)
     assert set(order) == {"prepare", "index", "collect", "train_rubric_generator@listwise",
-                          "train_rubric_generator@pairwise", "evaluate@coreact"}
+                          "train_rubric_generator@pairwise", "sft_data", "sft", "evaluate@coreact"}
 
 
 def test_unknown_target_is_an_error_naming_the_known_stages(repo_root, monkeypatch):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from components.agents.react import SYSTEM_PROMPT
+from components.agents.react import SYSTEM_PROMPTS
 from components.llm.backends.scripted import ScriptedChatModel
 from components.params import AgentParams
 from components.schemas import Question, ToolCall
@@ -39,7 +39,7 @@ def policy(turns, side=None, name="policy"):
     """``turns(i, context)`` answers the ReAct turn i; ``side(system, context)`` any other policy call."""
 
     def respond(messages, sampling):
-        if messages[0].content == SYSTEM_PROMPT:
+        if messages[0].content in SYSTEM_PROMPTS.values():  # a ReAct turn, under any named prompt
             return turns(turn_index(messages), messages[-1].content)
         return side(messages[0].content, messages[-1].content)
 
