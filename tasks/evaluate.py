@@ -16,7 +16,6 @@ a re-run resumes; a run with different params starts afresh), per_question.csv, 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from collections import Counter
@@ -31,12 +30,20 @@ from components.agents.react import build_agent
 from components.evaluation.behaviour import behaviour_stats
 from components.evaluation.guided import accounting_per_question, guided_metrics
 from components.evaluation.metrics import exact_match, f1_score
-from components.io import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl
+from components.io import JsonlAppender, read_jsonl, write_json, write_jsonl
 from components.judges.answer import judge_answers
 from components.llm.factory import LLMPool
 from components.params import Params, for_method
 from components.schemas import Question, Trajectory
-from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
+from tasks.runtime import (
+    keyed_folder,
+    load_toolbox,
+    out_path,
+    params_from_args,
+    resolve,
+    stage_argparser,
+    tracking,
+)
 
 
 class EvalResult(BaseModel):
@@ -60,7 +67,9 @@ def served_adapters(params: Params) -> dict[str, list[str | None]]:
     return served
 
 
-def run_key(params: Params, method: str) -> str:
+def run_settings(params: Params, method: str) -> dict:
+    """What an evaluation of ``method`` is: its trajectories are resumed only under the same settings and the
+    same served adapters (:func:`tasks.runtime.keyed_folder`)."""
     relevant = {"method": method, "spec": params.methods[method].model_dump(), "seed": params.seed,
                 "data": params.data.model_dump(),
                 "world": params.world.model_dump(), "retrieval": params.retrieval.model_dump(),
@@ -70,15 +79,7 @@ def run_key(params: Params, method: str) -> str:
     options = agent_options(params, params.methods[method])
     if options != params.methods[method].options:  # defaults from params.coreact / rubric_generator
         relevant["options"] = options
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
-
-
-def _resume(path, key_path, key: str) -> dict[str, Trajectory]:
-    if path.exists() and key_path.exists() and read_json(key_path) == {"run_key": key}:
-        return {t.question_id: t for t in read_jsonl(path, Trajectory, skip_torn_tail=True)}
-    path.unlink(missing_ok=True)
-    write_json(key_path, {"run_key": key})
-    return {}
+    return relevant
 
 
 def score(questions: list[Question], trajs: list[Trajectory], verdicts: list[bool | None]) -> tuple[pd.DataFrame, dict]:
@@ -117,7 +118,9 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     toolbox = load_toolbox(params)
     folder = out_path(params, "eval", method, "metrics.json").parent
     traj_path = folder / "trajectories.jsonl"
-    done = _resume(traj_path, folder / "run_key.json", run_key(params, method))
+    resumed = keyed_folder(folder, run_settings(params, method))
+    done = ({t.question_id: t for t in read_jsonl(traj_path, Trajectory, skip_torn_tail=True)}
+            if resumed and traj_path.exists() else {})
 
     own_pool = pool is None
     pool = pool or LLMPool(params)

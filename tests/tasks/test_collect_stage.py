@@ -41,7 +41,7 @@ def scripted_world(params, crash_after=None):
         if crash_after is not None and calls["n"] > crash_after:
             raise SimulatedCrash()
         if messages[0].content == JUDGE_SYSTEM:  # a judge: prefer gold queries, then display order
-            shown = dict(re.findall(r"^\[([A-Z])\] (.+)$", messages[1].content, flags=re.M))
+            shown = dict(re.findall(r"^\[([A-Z])\] (.+)$", messages[1].content, flags=re.MULTILINE))
             q = next(q for text, q in questions.items() if text in messages[1].content)
             gold = set(gold_search_queries(q))
             order = sorted(shown, key=lambda lab: (re.sub(r"^search\[(.*)\]$", r"\1", shown[lab]) not in gold,

@@ -4,7 +4,7 @@ weights) changes the resume key, so old trajectories are not reused."""
 from __future__ import annotations
 
 from components.params import for_method, load_params
-from tasks.evaluate import run_key
+from tasks.evaluate import run_settings
 
 
 def test_retrained_adapter_at_the_same_path_changes_the_run_key(repo_root, tmp_path):
@@ -14,10 +14,10 @@ def test_retrained_adapter_at_the_same_path_changes_the_run_key(repo_root, tmp_p
     (adapter / "adapter_model.safetensors").write_bytes(b"weights v1")
     params, _ = for_method(load_params(repo_root / "params.yaml",
                                        overrides=[f"llm.backends.embedded-0_5b-sft.lora={adapter}"]), "sft")
-    first = run_key(params, "sft")
-    assert run_key(params, "sft") == first  # stable while nothing changes
+    first = run_settings(params, "sft")
+    assert run_settings(params, "sft") == first  # stable while nothing changes
     (adapter / "adapter_model.safetensors").write_bytes(b"weights v2")
-    assert run_key(params, "sft") != first
+    assert run_settings(params, "sft") != first
 
 
 def test_versioned_trajectories_carry_no_wall_clock_fields():

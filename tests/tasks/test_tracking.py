@@ -35,9 +35,8 @@ def test_stage_run_is_nested_with_params_and_metrics(params, tmp_path):
 
 
 def test_a_failing_stage_marks_its_run_failed(params):
-    with pytest.raises(RuntimeError):
-        with tracking(params, "boom"):
-            raise RuntimeError("stage crashed")
+    with pytest.raises(RuntimeError), tracking(params, "boom"):
+        raise RuntimeError("stage crashed")
     mlflow.set_tracking_uri(params.run.mlflow_tracking_uri)
     runs = mlflow.search_runs(experiment_names=["test"])
     assert list(runs["status"]) == ["FAILED"]
