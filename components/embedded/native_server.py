@@ -13,19 +13,14 @@ a new adapter means a restart (:meth:`NativeLlamaServer.restart`, about a second
 
 from __future__ import annotations
 
-import atexit
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
-import httpx
-
-from components.embedded.server import LlamaServer, ServerStartError, _die_with_parent, free_port
+from components.embedded.server import LlamaServer
 
 __all__ = ["NativeLlamaServer", "NativeServerMissing", "llama_server_binary"]
 
@@ -89,30 +84,16 @@ class NativeLlamaServer(LlamaServer):
             cmd += ["--lora", str(lora)]
         return cmd + list(self.extra_args)
 
-    def start(self) -> Self:
-        self.port = free_port()
-        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - open for the server's lifetime
-            "w+", prefix="llama-native-", suffix=".log", delete=False
-        )
+    LOG_PREFIX, NAME, POLL_S = "llama-native-", "llama-server", 0.1
+
+    def environment(self) -> dict[str, str]:
         # Passive OpenMP waits: with spinning threads (the default) a server sharing its cores with another
         # busy process decodes ~10x slower (measured: 1.2 vs 11 tok/s beside a torch job); ~10% slower alone.
-        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509
-        atexit.unregister(self.stop)  # restarts would otherwise pile up exit hooks
-        atexit.register(self.stop)
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerStartError(f"llama-server exited with {self.proc.returncode}:\n{self._log_tail()}")
-            try:
-                if httpx.get(f"{self.root_url}/health", timeout=2.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise ServerStartError(f"llama-server did not answer within {self.startup_timeout_s}s:\n{self._log_tail()}")
+        return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.root_url}/health"
 
     @property
     def lora(self) -> Path | None:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -61,30 +62,45 @@ class LlamaServer:
         self._log.flush()
         return Path(self._log.name).read_text(errors="replace")[-2000:]
 
-    def start(self) -> "LlamaServer":
-        self.port = free_port()
-        self._log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
-        cmd = [
+    # what a subclass running another server binary overrides
+    LOG_PREFIX, NAME, POLL_S = "llama-server-", "llama.cpp server", 0.3
+
+    def command(self) -> list[str]:
+        return [
             sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias", self.alias,
             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
             "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
         ]
-        env = dict(os.environ, HF_HUB_OFFLINE="1")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ, HF_HUB_OFFLINE="1")
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.base_url}/models"
+
+    def start(self) -> Self:
+        """Start the server on a free loopback port and wait until it answers; ServerStartError (with the
+        log's tail) when it exits or does not answer within ``startup_timeout_s``."""
+        self.port = free_port()
+        cmd = self.command()
+        self._log = tempfile.NamedTemporaryFile("w+", prefix=self.LOG_PREFIX, suffix=".log", delete=False)  # noqa: SIM115 - open for the server's lifetime
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.environment(),
+                                     start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509
+        atexit.unregister(self.stop)  # restarts would otherwise pile up exit hooks
         atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerStartError(f"llama.cpp server exited with {self.proc.returncode}:\n{self._log_tail()}")
+                raise ServerStartError(f"{self.NAME} exited with {self.proc.returncode}:\n{self._log_tail()}")
             try:
-                if httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200:
+                if httpx.get(self.health_url, timeout=2.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.3)
+            time.sleep(self.POLL_S)
         self.stop()
-        raise ServerStartError(f"llama.cpp server did not answer within {self.startup_timeout_s}s:\n{self._log_tail()}")
+        raise ServerStartError(f"{self.NAME} did not answer within {self.startup_timeout_s}s:\n{self._log_tail()}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -100,7 +116,7 @@ class LlamaServer:
             Path(self._log.name).unlink(missing_ok=True)
             self._log = None
 
-    def __enter__(self) -> "LlamaServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
