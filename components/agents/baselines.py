@@ -24,7 +24,6 @@ it never rejects it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any, ClassVar
 
@@ -33,6 +32,7 @@ from components.agents.parsing import parse_turn
 from components.agents.react import AGENTS, FORCE_MESSAGE, Proposal
 from components.judges.council import render_prefix
 from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import outer_json
 from components.params import Params
 from components.schemas import Question, Rubric, Trajectory
 
@@ -70,12 +70,9 @@ def parse_json_reply(text: str | None, key: str, kind: type) -> Any:
     """``obj[key]`` of the JSON object in a reply when it has type ``kind``; None otherwise (or no reply)."""
     if not text:
         return None
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
     try:
-        obj = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
+        obj = outer_json(text)
+    except ValueError:
         return None
     value = obj.get(key) if isinstance(obj, dict) else None
     if kind is int and isinstance(value, bool):

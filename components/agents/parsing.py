@@ -14,17 +14,18 @@ format reminder as the observation; the turn counts against the turn budget but 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
+
+from components.llm.json_reply import outer_json
 
 TOOLS = ("search", "browse")
 FINISH = ("finish", "answer", "final_answer")
 
-_BRACKET = re.compile(r"\b(search|browse|finish|answer)\s*[\[\(]\s*(.+?)\s*[\]\)]\s*$", re.I | re.S)
-_COLON = re.compile(r"\b(search|browse|finish)\s*[:=]\s*(.+)$", re.I)
-_FINAL = re.compile(r"^\s*(?:final\s+answer|answer)\s*[:=]\s*(.+)$", re.I | re.M)
-_THOUGHT = re.compile(r"thought\s*:\s*(.*?)(?=\n\s*action\s*:|\Z)", re.I | re.S)
+_BRACKET = re.compile(r"\b(search|browse|finish|answer)\s*[\[\(]\s*(.+?)\s*[\]\)]\s*$", re.IGNORECASE | re.DOTALL)
+_COLON = re.compile(r"\b(search|browse|finish)\s*[:=]\s*(.+)$", re.IGNORECASE)
+_FINAL = re.compile(r"^\s*(?:final\s+answer|answer)\s*[:=]\s*(.+)$", re.IGNORECASE | re.MULTILINE)
+_THOUGHT = re.compile(r"thought\s*:\s*(.*?)(?=\n\s*action\s*:|\Z)", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,9 @@ def _finish_or_placeholder(arg: str, thought: str) -> ParsedAction:
 
 
 def _from_json(text: str) -> tuple[str, str] | None:
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
     try:
-        data = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
+        data = outer_json(text)
+    except ValueError:
         return None
     if not isinstance(data, dict):
         return None

@@ -11,11 +11,11 @@ where string matching cannot decide.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 
 from components.evaluation.metrics import exact_match
 from components.llm.base import ChatModel, Sampling, system, user
+from components.llm.json_reply import outer_json
 from components.schemas import Question
 
 JUDGE_SYSTEM = (
@@ -34,14 +34,12 @@ def judge_prompt(question: Question, prediction: str) -> list:
 
 
 def parse_verdict(text: str) -> bool | None:
-    start, end = text.find("{"), text.rfind("}")
-    if start >= 0 and end > start:
-        try:
-            value = json.loads(text[start : end + 1]).get("correct")
-            if isinstance(value, bool):
-                return value
-        except (json.JSONDecodeError, AttributeError):
-            pass
+    try:
+        obj = outer_json(text)
+        if isinstance(obj, dict) and isinstance(obj.get("correct"), bool):
+            return obj["correct"]
+    except ValueError:
+        pass
     words = re.findall(r"\b(true|false|yes|no|correct|incorrect)\b", text.lower())
     if len(set(words)) == 1 or (words and words[0] in ("incorrect", "false")):
         return words[0] in ("true", "yes", "correct")

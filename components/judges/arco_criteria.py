@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import NoJSONObject, outer_json
 from components.schemas import Question, Trajectory
 from components.training.trajectory_sft import Renderer, reply_closing
 
@@ -177,11 +178,10 @@ class CriteriaParseError(ValueError):
 def parse_teacher_reply(text: str, n_steps: int, k: int) -> list[list[str]]:
     """Criteria per step from the teacher's JSON (the outermost ``{...}`` of the reply); raises
     :class:`CriteriaParseError` naming what is wrong."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        raise CriteriaParseError("no JSON object in the reply")
     try:
-        data = json.loads(text[start : end + 1])
+        data = outer_json(text)
+    except NoJSONObject as exc:
+        raise CriteriaParseError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise CriteriaParseError(f"invalid JSON: {exc.msg}") from None
     entries = data.get("steps") if isinstance(data, dict) else None

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import math
 import random
 import re
@@ -31,6 +30,7 @@ from typing import Any, NamedTuple
 from scipy.stats import kendalltau
 
 from components.llm.base import ChatModel, Message, Sampling
+from components.llm.json_reply import json_objects
 from components.schemas import JudgeVote, Step
 
 BASE_LABELS = ["X", "Y", "Z", "W"] + [c for c in "VUTSRQPONMLKJIHGFEDCBA"]
@@ -110,7 +110,6 @@ class ParsedRanking(NamedTuple):
     error: str | None
 
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _SEP = r"(?:>>?|=+|,|->|→|≻)"
 _TOKEN = r"[\[\(\"'`*]*\s*[A-Za-z]\s*[\]\)\"'`*]*"
 _LEAD = re.compile(  # a "Final ranking:" style prefix before a ranking line
@@ -121,24 +120,6 @@ _LINE = re.compile(rf"^\s*{_TOKEN}(?:\s*{_SEP}\s*{_TOKEN})+\s*\.?\s*$")
 
 def _clean(token: Any) -> str:
     return str(token).strip().strip("[]()\"'`* .").upper()
-
-
-def _json_objects(text: str) -> list[dict]:
-    """JSON objects found in fenced blocks, then anywhere in the text, in order. A reply cut off
-    just before its closing brace (token limit) is read as if the brace were there."""
-    found, decoder = [], json.JSONDecoder()
-    for chunk in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
-        for start in [i for i, ch in enumerate(chunk) if ch == "{"]:
-            try:
-                obj, _ = decoder.raw_decode(chunk, start)
-            except json.JSONDecodeError:
-                try:
-                    obj = json.loads(chunk[start:].rstrip().rstrip("`").rstrip() + "}")
-                except json.JSONDecodeError:
-                    continue
-            if isinstance(obj, dict):
-                found.append(obj)
-    return found
 
 
 def _split_ranking_string(s: str) -> list[list[str]]:
@@ -186,7 +167,7 @@ def parse_ranking(text: str, labels: Sequence[str]) -> ParsedRanking:
     makes the reply invalid (no fallback to other text)."""
     if not text or not text.strip():
         return ParsedRanking(None, "", "empty reply")
-    for obj in _json_objects(text):
+    for obj in json_objects(text, repair_truncated=True):  # a reply cut just before its last brace counts
         if "ranking" not in obj:
             continue
         rationale = str(obj.get("rationale") or obj.get("reason") or obj.get("explanation") or "")

@@ -12,7 +12,6 @@ unreadable call returns ``None`` and is counted in the :class:`~components.judge
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 
 from components.judges.pairwise import Tally
 from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import outer_json
 from components.rubrics.arbor_memory import Draft, RubricText
 from components.rubrics.contrast import InductionPlan
 
@@ -88,12 +88,9 @@ def rubrics_schema(max_rubrics: int) -> dict[str, Any]:
 
 def parse_rubrics(text: str, max_rubrics: int) -> list[RubricText] | None:
     """The rubrics of a reply, or None when it is not ``{"rubrics": [...]}`` with complete items."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
     try:
-        value = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
+        value = outer_json(text)
+    except ValueError:
         return None
     items = value.get("rubrics") if isinstance(value, dict) else None
     if not isinstance(items, list):

@@ -15,13 +15,13 @@ edges only (:func:`components.rubrics.pairwise_graph.edge_scores`).
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import NoJSONObject, outer_json
 from components.rubrics.arbor_memory import RubricText
 from components.rubrics.pairwise_graph import Edge, edge_scores
 
@@ -98,16 +98,15 @@ def judge_messages(question: str, text_a: str, text_b: str, rubric: RubricText) 
 
 def parse_winner(text: str) -> str | None:
     """'A', 'B' or 'TIE' from a JSON reply (or a reply that is only the label); None otherwise."""
-    start, end = text.find("{"), text.rfind("}")
-    if start >= 0 and end > start:
-        try:
-            value = json.loads(text[start : end + 1])
-        except json.JSONDecodeError:
-            return None
-        winner = value.get("winner") if isinstance(value, dict) else None
-        return winner.strip().upper() if isinstance(winner, str) and winner.strip().upper() in _OUTCOME else None
-    bare = text.strip().strip("\"'`.").upper()
-    return bare if bare in _OUTCOME else None
+    try:
+        value = outer_json(text)
+    except NoJSONObject:
+        bare = text.strip().strip("\"'`.").upper()
+        return bare if bare in _OUTCOME else None
+    except ValueError:
+        return None
+    winner = value.get("winner") if isinstance(value, dict) else None
+    return winner.strip().upper() if isinstance(winner, str) and winner.strip().upper() in _OUTCOME else None
 
 
 async def _judge_edge(judge: ChatModel, question: str, texts: Sequence[str], edge: Edge, rubric: RubricText,

@@ -11,11 +11,11 @@ Parsing is strict: ``{"items": ["...", ...]}`` with non-empty strings (items bey
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from components.judges.pairwise import Tally
 from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import outer_json
 from components.schemas import Question
 
 __all__ = ["checklist_messages", "parse_items", "parse_rating", "rate", "rating_messages", "write_checklist"]
@@ -39,12 +39,9 @@ RATING_SCHEMA = {"type": "object", "properties": {"rating": {"type": "integer", 
 
 
 def _json(text: str) -> Any:
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
     try:
-        return json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
+        return outer_json(text)
+    except ValueError:
         return None
 
 

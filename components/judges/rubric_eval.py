@@ -16,13 +16,13 @@ score (``None``) and is counted in the :class:`~components.judges.pairwise.Tally
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components.coreact.rubric_generator import render_rubric
 from components.judges.pairwise import Tally
 from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import outer_json
 from components.schemas import Rubric
 
 __all__ = ["ActionScore", "evaluate_action", "evaluate_actions", "evaluator_messages", "parse_satisfied",
@@ -57,12 +57,9 @@ def evaluator_messages(question: str, prefix_text: str, action: str, rubric: Rub
 
 
 def _json_object(text: str) -> dict | None:
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
     try:
-        obj = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
+        obj = outer_json(text)
+    except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
 

@@ -25,8 +25,6 @@ One step, for every group (:meth:`StagewiseJudge.judge_groups`):
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,9 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from components.agents.scaffold import ANSWER, STAGES, self_rubrics, split_stages, trajectory_text
 from components.evaluation.metrics import f1_score
 from components.llm.base import ChatModel, Message, Sampling
+from components.llm.json_reply import first_json_object
 from components.schemas import Question, Trajectory
 
-__all__ = ["JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge", "extract_json", "json_schema_of"]
+__all__ = ["JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge", "json_schema_of"]
 
 STAGE_NAMES = ("Plan", "Research", "Review", "Answer")
 STAGE_PURPOSE = (
@@ -158,28 +157,11 @@ def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
     return inline(schema)
 
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
-
-
-def extract_json(text: str) -> dict | None:
-    """The first JSON object in a reply (fenced, bare, or with prose around it)."""
-    decoder = json.JSONDecoder()
-    for chunk in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
-        for start in (i for i, ch in enumerate(chunk) if ch == "{"):
-            try:
-                obj, _ = decoder.raw_decode(chunk, start)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                return obj
-    return None
-
-
 def parse_reply(outcome: Any, model: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
     """(parsed, None) or (None, why): a failed call, no JSON object, or one that breaks the schema."""
     if not getattr(outcome, "ok", False):
         return None, f"call failed: {getattr(outcome, 'error_type', 'error')}: {getattr(outcome, 'message', outcome)}"
-    obj = extract_json(outcome.text)
+    obj = first_json_object(outcome.text)
     if obj is None:
         return None, "no JSON object in the reply"
     try:

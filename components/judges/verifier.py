@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from components.coreact.rubric_generator import render_rubric
 from components.judges.rubric_eval import weighted_fraction
 from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import NoJSONObject, outer_json
 from components.schemas import Rubric
 
 __all__ = ["Verification", "parse_verdicts", "verdicts_schema", "verifier_messages", "verify_action"]
@@ -55,11 +56,10 @@ def verifier_messages(question: str, prefix_text: str, thought: str, action: str
 
 def parse_verdicts(text: str, n: int) -> tuple[list[bool], list[str]] | str:
     """(satisfied flags, reasons), one per criterion, or a one-line reason the reply is unusable."""
-    start, end = (text or "").find("{"), (text or "").rfind("}")
-    if start < 0 or end <= start:
-        return "no JSON object in the reply"
     try:
-        obj = json.loads(text[start : end + 1])
+        obj = outer_json(text)
+    except NoJSONObject as exc:
+        return str(exc)
     except json.JSONDecodeError as exc:
         return f"invalid JSON: {exc.msg}"
     items = obj.get("verdicts") if isinstance(obj, dict) else None
