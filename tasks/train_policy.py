@@ -73,6 +73,15 @@ def warm_started_policy(params: Params):
     return policy, tokenizer
 
 
+def resumed_rows(history: list[dict[str, float]], csv_path: Path) -> list[dict[str, float]]:
+    """metrics.csv rows for the steps a resumed trainer already took: its checkpointed history, plus the
+    wall-clock timings (``time/*``, kept out of the checkpoint) read back from the csv the run wrote."""
+    earlier = ({int(r["step"]): r for r in pd.read_csv(csv_path).to_dict("records")}
+               if history and csv_path.exists() else {})
+    return [{"step": i + 1, **h, **{k: v for k, v in earlier.get(i + 1, {}).items() if k.startswith("time/")}}
+            for i, h in enumerate(history)]
+
+
 def run_settings(params: Params, variant: str) -> dict:
     """What a run of ``variant`` is: a checkpoint is resumed only under the same settings and the same
     warm-start weights; ``grpo.steps`` (so a finished run can be extended) and micro-batching (the same
@@ -170,7 +179,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                                   checkpoint_dir=folder / "ckpt", seed=params.seed,
                                   pad_token_id=tokenizer.pad_token_id or 0)
             trainer.resume()
-            rows[:] = [{"step": i + 1, **h} for i, h in enumerate(trainer.history)]  # metrics.csv keeps resumed steps
+            rows[:] = resumed_rows(trainer.history, folder / "metrics.csv")
             dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
             before_file = folder / "dev_before.json"
             if dev and not before_file.exists():  # the folder is keyed: a measurement in it is of this run

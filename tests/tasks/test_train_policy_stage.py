@@ -57,3 +57,16 @@ def test_a_run_folder_resumes_only_under_the_same_settings(tmp_path, repo_root):
     arbor = load_params(repo_root / "params.yaml", overrides=["arbor.alpha=0.5"])
     assert run_settings(arbor, "rar") != run_settings(params, "rar")  # rar reads params.arbor
     assert run_settings(arbor, "grpo") == run_settings(params, "grpo")
+
+
+def test_resumed_steps_keep_their_timings_in_metrics_csv(tmp_path):
+    from tasks.train_policy import resumed_rows
+
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("step,loss,time/rollout,time/update\n1,0.5,12.5,3.0\n2,0.4,11.0,2.5\n")
+    history = [{"loss": 0.5}, {"loss": 0.4}]  # what the checkpoint restores: no wall-clock fields
+    rows = resumed_rows(history, csv)
+    assert rows == [{"step": 1, "loss": 0.5, "time/rollout": 12.5, "time/update": 3.0},
+                    {"step": 2, "loss": 0.4, "time/rollout": 11.0, "time/update": 2.5}]
+    assert resumed_rows([], csv) == []  # a fresh run starts an empty table
+    assert resumed_rows(history, tmp_path / "missing.csv") == [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.4}]
