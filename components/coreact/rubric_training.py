@@ -103,6 +103,7 @@ def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], sc
         "evaluated": float(len(evaluated)),
         "parse_rate": sum(p.format > 0 for p in scored) / max(len(scored), 1),
         "rank_reward": mean([p.rank for p in evaluated]),
+        "flat_rate": mean([float(p.flat) for p in evaluated]),
         "reward": mean([p.total for p in scored]),
         "evaluator_failed": float(len(parts) - len(scored)),
     }

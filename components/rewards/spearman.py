@@ -8,7 +8,8 @@ For a sampled rubric R at a branching point with slate actions a_1..a_k:
   ranks for ties on both sides) between those scores and the council's Borda scores;
   ``r_rank = (rho + 1) / 2``: 1 for perfect agreement, 0 for the reversed order, 0.5 in expectation for a
   random order. A rubric that gives every action the same score induces no order: its correlation is
-  undefined and is taken as 0, so it earns exactly chance, 0.5, and no more.
+  undefined and is taken as 0, so it earns exactly chance, 0.5, and no more (counted as ``flat_rate``: a
+  high rate means the evaluator, not the generator, is what limits the rank term).
 - **rank** (pairwise, the "w/o listwise" ablation): one pair of slate actions with different Borda scores,
   drawn per (seed, step, branching point) and shared by the whole group; ``r_rank`` is 1 when R's scores
   order the pair as the council does, 0.5 when they tie it, 0 when they reverse it. Only the two actions are
@@ -113,6 +114,7 @@ class RewardParts:
     repetition: float
     gated: bool = False
     rho: float | None = None
+    flat: bool = False  # the evaluator scored every evaluated action alike: the rubric induced no order
 
 
 def combine(rank: float, atom: float, fmt: float, weights: Mapping[str, float], repetition: float,
@@ -193,7 +195,7 @@ class RubricReward:
         rho = None if self.pairwise else rank_correlation(scores, borda)
         rank = pairwise_rank_reward(scores[0], scores[1]) if self.pairwise else (rho + 1.0) / 2.0
         total = combine(rank, atom, fmt, s.reward_weights, repetition, s.repetition_max_rate)
-        return RewardParts(total, rank, atom, fmt, repetition, rho=rho)
+        return RewardParts(total, rank, atom, fmt, repetition, rho=rho, flat=len(set(scores)) == 1)
 
     async def __call__(self, episodes: list[Episode], ctx: StepContext) -> RewardOutput:
         tally = Tally()
@@ -230,6 +232,8 @@ def _metrics(parts: list[RewardParts | None], tally: Tally) -> dict[str, float]:
     return {
         "rank_mean": _mean([p.rank for p in evaluated]),
         "rho_mean": _mean([p.rho for p in evaluated if p.rho is not None]),
+        # evaluated rubrics whose actions all scored alike: their rank term is chance, whatever the rubric says
+        "flat_rate": _mean([float(p.flat) for p in evaluated]),
         "atomicity_mean": _mean([p.atomicity for p in parsed]),
         "format_mean": _mean([p.format for p in scored]),
         "repetition_mean": _mean([p.repetition for p in scored]),

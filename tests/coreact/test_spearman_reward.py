@@ -98,6 +98,7 @@ def test_ties_get_average_ranks_and_constant_scoring_gets_chance():
     assert listwise_rank_reward([0.5, 0.5, 0.5, 0.5], [3, 2, 1, 0]) == 0.5
     flat = score(evaluator({a: [True, False] for a in ACTIONS}))
     assert flat.rho == 0.0 and flat.rank == 0.5 and flat.total == pytest.approx(0.75 * 0.5 + 0.15 + 0.10)
+    assert flat.flat and not score(evaluator(IN_ORDER)).flat  # counted, so a run shows an evaluator that cannot rank
 
 
 def test_atomicity_counts_single_checks():
