@@ -38,6 +38,7 @@ from tasks.runtime import (
     load_toolbox,
     out_path,
     params_from_args,
+    release_memory,
     resolve,
     stage_argparser,
     tracking,
@@ -150,7 +151,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     own_pool = pool is None
     pool = pool or LLMPool(params)
     started = time.perf_counter()
-    engine = None
+    engine = policy = trainer = None
     try:
         parts = builder(VariantContext(params=params, roles=pool.role, toolbox=toolbox, out_dir=folder))
         policy, tokenizer = warm_started_policy(params)
@@ -206,6 +207,8 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
             engine.close()
         if own_pool:
             pool.close()
+        engine = policy = trainer = None  # dropped before the memory goes back
+        release_memory()
     return TrainResult(variant=variant, adapter=str(folder / "adapter"), metrics=last)
 
 
