@@ -83,6 +83,14 @@ def resumed_rows(history: list[dict[str, float]], csv_path: Path) -> list[dict[s
             for i, h in enumerate(history)]
 
 
+def accumulated_timings(path: Path, seconds: float) -> dict:
+    """timings.json after an invocation of ``seconds``: a resumed run adds to what its earlier invocations
+    spent (the folder is keyed, so an earlier file there is this run's)."""
+    earlier = read_json(path) if path.exists() else {}
+    sessions = [*earlier.get("sessions_s", [earlier["wall_s"]] if "wall_s" in earlier else []), seconds]
+    return {"wall_s": sum(sessions), "sessions_s": sessions}
+
+
 def run_settings(params: Params, variant: str) -> dict:
     """What a run of ``variant`` is: a checkpoint is resumed only under the same settings and the same
     warm-start weights; ``grpo.steps`` (so a finished run can be extended) and micro-batching (the same
@@ -197,7 +205,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                 last.update({f"dev_after.{k}": round(v, 6) for k, v in after.items()})
                 tracker.log_metrics({k: v for k, v in last.items() if k.startswith("dev_")})
             write_json(folder / "metrics.json", last)
-            write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
+            write_json(folder / "timings.json", accumulated_timings(folder / "timings.json", time.perf_counter() - started))
             tracker.log_metrics(pool.accounting.metrics())
             tracker.log_artifact(folder / "metrics.csv")
             for snapshots in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in ("ckpt", "adapter")):

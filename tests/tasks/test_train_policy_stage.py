@@ -70,3 +70,15 @@ def test_resumed_steps_keep_their_timings_in_metrics_csv(tmp_path):
                     {"step": 2, "loss": 0.4, "time/rollout": 11.0, "time/update": 2.5}]
     assert resumed_rows([], csv) == []  # a fresh run starts an empty table
     assert resumed_rows(history, tmp_path / "missing.csv") == [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.4}]
+
+
+def test_a_resumed_run_adds_its_time_to_the_earlier_invocations(tmp_path):
+    from components.io import write_json
+    from tasks.train_policy import accumulated_timings
+
+    path = tmp_path / "timings.json"
+    assert accumulated_timings(path, 5.0) == {"wall_s": 5.0, "sessions_s": [5.0]}
+    write_json(path, {"wall_s": 100.0})  # a file from before sessions were recorded
+    assert accumulated_timings(path, 5.0) == {"wall_s": 105.0, "sessions_s": [100.0, 5.0]}
+    write_json(path, {"wall_s": 105.0, "sessions_s": [100.0, 5.0]})
+    assert accumulated_timings(path, 2.5)["wall_s"] == 107.5
