@@ -133,7 +133,7 @@ def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens
     scores 0), answered rate and share of search-budget endings; the trajectories go to ``path``."""
     episodes = rollout_fn(engine, questions, 1, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
     trajectories = [e.info["trajectory"] for e in episodes]
-    write_jsonl(path, trajectories)
+    write_jsonl(path, [t.without_timings() for t in trajectories])  # versioned: no wall-clock fields
     n = len(trajectories)
     golds = {q.id: q.answers for q in questions}
     return {
