@@ -30,7 +30,7 @@ from components.agents.react import build_agent
 from components.evaluation.behaviour import behaviour_stats
 from components.evaluation.guided import accounting_per_question, guided_metrics
 from components.evaluation.metrics import exact_match, f1_score
-from components.io import JsonlAppender, read_jsonl, write_json, write_jsonl
+from components.io import JsonlAppender, read_jsonl, write_json
 from components.judges.answer import judge_answers
 from components.llm.factory import LLMPool
 from components.params import Params, for_method
@@ -43,6 +43,7 @@ from tasks.runtime import (
     resolve,
     stage_argparser,
     tracking,
+    write_trajectories,
 )
 
 
@@ -143,8 +144,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
             asyncio.run(run_all())
         agent_s = time.perf_counter() - started
         trajs = [done[q.id] for q in questions]
-        # versioned by DVC: in question order and without wall-clock fields, so a re-run writes the same bytes
-        write_jsonl(traj_path, [t.without_timings() for t in trajs])
+        write_trajectories(traj_path, trajs)  # in question order, whatever order the episodes finished in
         if params.evaluation.llm_judge:
             verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, [t.final_answer for t in trajs]))
         else:

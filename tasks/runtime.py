@@ -13,12 +13,13 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from components.io import RecordError
+from components.io import RecordError, write_jsonl
 from components.params import Params, ParamsError, load_params
+from components.schemas import Trajectory
 
 PARAMS_PATH = os.environ.get("RUBRICFLOW_PARAMS", "params.yaml")
 
@@ -60,6 +61,12 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass  # not glibc: the collector's work is all there is
+
+
+def write_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> None:
+    """A trajectory file DVC versions: without wall-clock fields, so a re-run that makes the same calls writes
+    the same bytes."""
+    write_jsonl(path, [t.without_timings() for t in trajectories])
 
 
 def params_from_args(args: argparse.Namespace) -> Params:

@@ -40,7 +40,15 @@ from components.warmstart import (
     training_seeds,
 )
 from tasks.index import build_from_params, make_embedder
-from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
+from tasks.runtime import (
+    load_toolbox,
+    out_path,
+    params_from_args,
+    resolve,
+    stage_argparser,
+    tracking,
+    write_trajectories,
+)
 
 
 class SFTDataResult(BaseModel):
@@ -134,7 +142,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     kept_teacher, rejected_teacher = select([(t, q, "teacher") for t, q in teacher], s.min_f1, kept_before=kept_oracle)
     kept, rejections = kept_oracle + kept_teacher, rejected_oracle + rejected_teacher
     traj_path, rej_path = folder / "trajectories.jsonl", folder / "rejections.jsonl"
-    write_jsonl(traj_path, [t.without_timings() for t in kept])  # versioned by DVC: the same bytes on a re-run
+    write_trajectories(traj_path, kept)
     write_jsonl(rej_path, [r.model_copy(update={"trajectory": r.trajectory.without_timings()}) for r in rejections])
     metrics = _summary(kept, rejections, oracle_failures, worlds, n_oracle_tried, len(items), len(teacher))
     write_json(folder / "metrics.json", metrics)

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from components.agents.react import build_agent
 from components.evaluation.metrics import exact_match, f1_score
-from components.io import read_json, read_jsonl, write_json, write_jsonl
+from components.io import read_json, read_jsonl, write_json
 from components.llm.factory import LLMPool
 from components.methods.variants import VARIANTS, VariantContext, get_variant
 from components.params import Params
@@ -42,6 +42,7 @@ from tasks.runtime import (
     resolve,
     stage_argparser,
     tracking,
+    write_trajectories,
 )
 from tasks.sft import SFT_METHOD, load_trainable_policy
 
@@ -133,7 +134,7 @@ def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens
     scores 0), answered rate and share of search-budget endings; the trajectories go to ``path``."""
     episodes = rollout_fn(engine, questions, 1, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
     trajectories = [e.info["trajectory"] for e in episodes]
-    write_jsonl(path, [t.without_timings() for t in trajectories])  # versioned: no wall-clock fields
+    write_trajectories(path, trajectories)
     n = len(trajectories)
     golds = {q.id: q.answers for q in questions}
     return {
