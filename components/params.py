@@ -257,10 +257,11 @@ class TrainPolicyParams(Section):
     engine: Literal["hf", "llamacpp"] = Field(
         default="hf", description="Rollout engine: transformers generate (reference) or the llama.cpp native server."
     )
-    init_adapter: str | None = Field(
-        default="sft/adapter",
-        description="Adapter (under run.out_dir) merged into the base before RL, e.g. the SFT warm start; the "
-        "KL reference is then the warm-started policy. None starts from the base model.",
+    warm_start: dict[str, str | None] = Field(
+        default_factory=lambda: {"react": "sft", "scaffold": "sft_scaffold"},
+        description="Agent -> the warm-start method (a params.methods entry trained by the sft stage of that "
+        "name) whose adapter is merged into the base before RL, so the KL reference is the warm-started policy, "
+        "and whose prompts the agent keeps. An agent not listed, or mapped to null, starts from the base model.",
     )
     n_questions: int = Field(default=40, ge=1, description="Training questions (train split) the prompts cycle over.")
     n_ctx: int = Field(default=2048, ge=256, description="llamacpp engine: context tokens per slot.")

@@ -1,6 +1,6 @@
 """The whole pipeline as a Prefect flow, the same DAG as `dvc.yaml` (tests/test_dag.py holds them equal):
 prepare -> index -> evaluate@<method>, collect -> train_rubric_generator@{listwise,pairwise}, and the warm
-start sft_data -> sft -> train_policy@<variant>. Like `dvc repro <targets>`, it runs the given stages and
+start sft_data -> sft -> train_policy@<variant> (RubricEM's variants: sft_data_scaffold -> sft_scaffold). Like `dvc repro <targets>`, it runs the given stages and
 everything they depend on, once each, in dependency order; the default targets are the main job
 (evaluate@react, collect, evaluate@sft).
 
@@ -43,9 +43,10 @@ METHODS: dict[str, list[str]] = {
     "coreact_no_verify": ["sft", "train_rubric_generator@listwise"],
     **{m: ["sft"] for m in ("self_refine", "best_of_n", "step_back", "critic")},
     **{f"{m}_rubric": ["sft", "train_rubric_generator@listwise"] for m in ("self_refine", "best_of_n", "step_back", "critic")},
+    "sft_scaffold": ["sft_scaffold"],
 }
 """Agents evaluated by `evaluate@<method>` (dvc.yaml's `foreach`) -> the stages whose adapters they serve (every
-method but `react` runs on the warm-started policy, `sft`'s adapter)."""
+method but `react` runs on a warm-started policy: `sft`'s adapter, or `sft_scaffold`'s for the scaffold)."""
 
 REWARDS = ["listwise", "pairwise"]
 """`train_rubric_generator@<reward>`: Co-ReAct's rubric generator and its pairwise-reward ablation."""
@@ -53,6 +54,9 @@ REWARDS = ["listwise", "pairwise"]
 VARIANTS = ["grpo", "dapo", "arbor", "arbor_no_memory", "rar", "scaffold_grpo", "ss_grpo", "meta_policy",
             "rubricem", "arco", "arco_frozen", "arco_no_decomp"]
 """`train_policy@<variant>`: every training variant of components/methods (``VARIANTS``)."""
+
+SCAFFOLD_VARIANTS = {"scaffold_grpo", "ss_grpo", "meta_policy", "rubricem"}
+"""Variants that roll out RubricEM's scaffold agent, so start from its warm start (``train_policy.warm_start``)."""
 
 DEFAULT_TARGETS = ["evaluate@react", "collect", "evaluate@sft"]
 """The main job: what `python -m flows.pipeline` runs without --targets."""
@@ -65,13 +69,16 @@ STAGES: dict[str, list[str]] = {
     "sft_data": ["prepare", "index"],
     "sft": ["sft_data"],
     "evaluate@sft": ["prepare", "index", "sft"],
+    "sft_data_scaffold": ["prepare", "index"],
+    "sft_scaffold": ["sft_data_scaffold"],
     **{f"train_rubric_generator@{r}": ["collect"] for r in REWARDS},
     **{f"evaluate@{m}": ["prepare", "index", *needs] for m, needs in METHODS.items() if m not in ("react", "sft")},
-    **{f"train_policy@{v}": ["prepare", "index", "sft"] for v in VARIANTS},
+    **{f"train_policy@{v}": ["prepare", "index", "sft_scaffold" if v in SCAFFOLD_VARIANTS else "sft"]
+       for v in VARIANTS},
 }
 """Stage -> the stages whose outputs it reads (the edges DVC derives from dvc.yaml's deps and outs)."""
 
-UNREPORTED = {"prepare", "index", "sft_data", "sft"}
+UNREPORTED = {"prepare", "index", "sft_data", "sft", "sft_data_scaffold", "sft_scaffold"}
 """Stages whose metrics stay in their own MLflow runs only (the flow's result never carried them)."""
 
 
@@ -119,6 +126,9 @@ def _runners(params: Params, parent_run_id: str | None) -> dict[str, Callable[[l
         "collect": lambda wait: collect(params, parent_run_id=parent_run_id, wait_for=wait),
         "sft_data": lambda wait: sft_data(params, parent_run_id=parent_run_id, wait_for=wait),
         "sft": lambda wait: sft(params, parent_run_id=parent_run_id, wait_for=wait),
+        "sft_data_scaffold": lambda wait: sft_data(params, parent_run_id=parent_run_id, method="sft_scaffold",
+                                                   wait_for=wait),
+        "sft_scaffold": lambda wait: sft(params, parent_run_id=parent_run_id, method="sft_scaffold", wait_for=wait),
     }
     for m in METHODS:
         runners[f"evaluate@{m}"] = lambda wait, m=m: evaluate(params, method=m, parent_run_id=parent_run_id,

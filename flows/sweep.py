@@ -8,7 +8,7 @@ The comparison is tasks/report.py's: table and plot in the sweep's folder and in
 
 Each run trains with ``seed`` = its seed and ``run.out_dir`` = <run.out_dir>/<sweep.out_dir>/seed_<seed>/, so
 its outputs land in seed_<seed>/train/<variant>/ and no two runs share a folder. The runs read the main job's
-outputs (data/, index/ and the warm-start adapter of ``train_policy.init_adapter``: run `python -m
+outputs (data/, index/ and the warm-start adapters of ``train_policy.warm_start``: run `python -m
 flows.pipeline` first) through links in each seed folder.
 
 Runs are independent, so they are submitted together: ``runner="thread"`` runs them in threads of this
@@ -62,11 +62,12 @@ def seed_params(params: Params, seed: int) -> Params:
     """The params of the sweep's runs with ``seed``: their own out_dir, linked to the main job's inputs."""
     base, folder = Path(params.run.out_dir), seed_dir(sweep_dir(params), seed)
     inputs = ["data", "index"]
-    init = params.train_policy.init_adapter
-    if init is not None and not Path(init).is_absolute():
-        inputs.append(Path(init).parts[0])
+    # the warm starts (train_policy.warm_start): those the main job trained; a variant whose agent needs a
+    # missing one fails in train_policy, naming the stage to run
+    warm = [name for name in sorted({m for m in params.train_policy.warm_start.values() if m})
+            if (base / name).exists()]
     folder.mkdir(parents=True, exist_ok=True)
-    for name in inputs:
+    for name in inputs + warm:
         target, link = base / name, folder / name
         if not target.exists():
             raise FileNotFoundError(f"{target}: missing; the sweep trains from the main job's outputs "

@@ -84,6 +84,22 @@ def out_path(params: Params, *parts: str) -> Path:
     return path
 
 
+SFT_METHOD = "sft"  # the default warm start: params.methods.sft (ReAct, compact prompt; evaluates the sft stage)
+
+
+def warm_start_folder(params: Params, stage: str, method: str) -> Path:
+    """The folder the warm-start stage ``stage`` (sft_data or sft) writes for the warm-start method ``method``
+    (a params.methods entry whose name starts with ``sft``): ``sft`` -> outputs/sft_data, outputs/sft;
+    ``sft_scaffold`` -> outputs/sft_data_scaffold, outputs/sft_scaffold (each the DVC stage's name)."""
+    if stage not in ("sft_data", "sft"):
+        raise ValueError(f"warm-start stages are sft_data and sft, not {stage!r}")
+    if not method.startswith("sft") or method not in params.methods:
+        raise ParamsError(f"warm-start method {method!r}: expected a params.methods entry named sft or sft_<name> "
+                          f"(defined: {sorted(m for m in params.methods if m.startswith('sft'))})")
+    name = method if stage == "sft" else "sft_data" + method.removeprefix("sft")
+    return Path(params.run.out_dir) / name
+
+
 def keyed_folder(folder: Path, settings: dict) -> bool:
     """Whether ``folder`` holds a run of exactly these ``settings`` (then the stage resumes it). Otherwise
     the folder is emptied and the new key written, so a run with other settings starts afresh instead of

@@ -3,10 +3,13 @@ under the agent's own evaluation prompts (observations masked), so every method 
 can search.
 
     python -m tasks.sft [--set sft.epochs=2]
+    python -m tasks.sft --method sft_scaffold     # RubricEM's scaffold warm start -> outputs/sft_scaffold/
 
-Reads outputs/sft_data/trajectories.jsonl (and the questions they answer, stored in the trajectories'
-metadata or the data splits). Writes outputs/sft/adapter/ (peft adapter), outputs/sft/loss.csv (DVC plot:
-loss per optimizer step), outputs/sft/metrics.json and outputs/sft/ckpt/ (resumable checkpoints).
+``--method`` names the warm start (a params.methods entry, default ``sft``): rows are rendered under its
+agent and options, the prompts ``evaluate --method`` uses for the adapter.
+Reads outputs/sft_data/trajectories.jsonl (outputs/sft_data_<name>/ for ``sft_<name>``; the questions they
+answer are stored in the trajectories' metadata). Writes outputs/sft/ (outputs/sft_<name>/): adapter/ (peft
+adapter), loss.csv (DVC plot: loss per optimizer step), metrics.json and ckpt/ (resumable checkpoints).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import pandas as pd
 from prefect import task
 from pydantic import BaseModel
 
-from components.agents.react import ReActAgent
+from components.agents.react import agent_class
 from components.io import read_jsonl, write_json
 from components.params import Params
 from components.schemas import Question, Trajectory
@@ -26,9 +29,7 @@ from components.training.model import LoRASettings, build_policy
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
 from components.training.trajectory_sft import trajectory_rows
-from tasks.runtime import out_path, params_from_args, resolve, stage_argparser, tracking
-
-SFT_METHOD = "sft"  # the params.methods entry that evaluates this stage's adapter
+from tasks.runtime import SFT_METHOD, params_from_args, resolve, stage_argparser, tracking, warm_start_folder
 
 
 class SFTResult(BaseModel):
@@ -60,29 +61,30 @@ def load_trainable_policy(params: Params):
 
 
 @task(name="sft")
-def sft(params: Params | None = None, parent_run_id: str | None = None) -> SFTResult:
+def sft(params: Params | None = None, parent_run_id: str | None = None, method: str = SFT_METHOD) -> SFTResult:
     params = resolve(params)
     import torch
 
     torch.manual_seed(params.seed)
     if params.run.torch_threads:
         torch.set_num_threads(params.run.torch_threads)
-    trajectories = read_jsonl(out_path(params, "sft_data", "trajectories.jsonl"), Trajectory)
+    folder = warm_start_folder(params, "sft", method)
+    trajectories = read_jsonl(warm_start_folder(params, "sft_data", method) / "trajectories.jsonl", Trajectory)
     model, tokenizer = load_trainable_policy(params)
     render = chat_template_renderer(tokenizer)
     # the prompts of the method that evaluates the warm start (its options may pick a compact system prompt)
-    options = params.methods[SFT_METHOD].options if SFT_METHOD in params.methods else {}
-    agent = ReActAgent(None, None, params.agent, **options)
+    spec = params.methods[method]
+    agent = agent_class(spec.agent)(None, None, params.agent, **spec.options)
     examples = []
     for t in trajectories:
         for row in trajectory_rows(agent, t, trajectory_question(t), render):
             examples.append(build_sft_example(row, tokenizer, max_length=params.sft.max_length))
     lora = params.lora
     policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None)
-    folder = out_path(params, "sft", "metrics.json").parent
+    folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with tracking(params, "sft", parent_run_id) as tracker:
-        tracker.log_params({"sft": params.sft.model_dump(), "lora": lora.model_dump(), "agent": params.agent.model_dump()})
+    with tracking(params, folder.name, parent_run_id) as tracker:
+        tracker.log_params({"method": method, "sft": params.sft.model_dump(), "lora": lora.model_dump(), "agent": params.agent.model_dump()})
         trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tokenizer.pad_token_id or 0,
                              seed=params.seed, checkpoint_dir=folder / "ckpt",
                              on_metrics=lambda step, m: tracker.log_metrics(m, step=step))
@@ -105,8 +107,10 @@ def sft(params: Params | None = None, parent_run_id: str | None = None) -> SFTRe
 
 
 def main() -> None:
-    args = stage_argparser(__doc__).parse_args()
-    print(sft.fn(params_from_args(args)).model_dump_json(indent=2))
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--method", default=SFT_METHOD, help="the warm start (params.methods entry): sft or sft_<name>")
+    args = parser.parse_args()
+    print(sft.fn(params_from_args(args), method=args.method).model_dump_json(indent=2))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,12 @@
 teacher role, rejection-sampled (RubricEM B.2; the warm start of every method).
 
     python -m tasks.sft_data [--set sft.n_oracle=50 --set sft.n_teacher_questions=4]
+    python -m tasks.sft_data --method sft_scaffold     # RubricEM's scaffold format -> outputs/sft_data_scaffold/
+
+``--method`` names the warm start (a params.methods entry, default ``sft``): its agent sets the format the
+oracle writes and the teacher runs in (ReAct, or the scaffold, whose rejection adds stage-boundary, tool-syntax
+and citation checks), and its options except the system prompt apply to the teacher (the teacher writes under
+the agent's full prompt; the ``sft`` stage trains the student under the method's own, e.g. compact, one).
 
 Oracle: ``sft.n_worlds`` training worlds seeded ``seed+1 .. seed+n_worlds`` (never the evaluation world),
 each with its corpus and index under outputs/sft_data/worlds/seed-N/; ``sft.n_oracle`` of their questions
@@ -11,7 +17,7 @@ the training worlds' questions the oracle did not take; benchmarks: outputs/data
 prepared corpus and index), ``sft.samples_per_question`` samples each, then rejection sampling keeps
 format-valid, correct (EM, or F1 >= ``sft.min_f1``), grounded episodes without repeated calls. Both
 honour ``retrieval.scope``.
-Writes outputs/sft_data/: trajectories.jsonl (kept; metadata.source = oracle | teacher), rejections.jsonl
+Writes outputs/sft_data/ (outputs/sft_data_<name>/ for ``sft_<name>``): trajectories.jsonl (kept; metadata.source = oracle | teacher), rejections.jsonl
 (one record per rejected episode, with its reason), metrics.json (counts only, deterministic) and
 timings.json.
 """
@@ -41,12 +47,14 @@ from components.warmstart import (
 )
 from tasks.index import build_from_params, make_embedder
 from tasks.runtime import (
+    SFT_METHOD,
     load_toolbox,
     out_path,
     params_from_args,
     resolve,
     stage_argparser,
     tracking,
+    warm_start_folder,
     write_trajectories,
 )
 
@@ -85,11 +93,14 @@ def _summary(kept: list[Trajectory], rejections, oracle_failures: Counter, world
 
 @task(name="sft_data")
 def sft_data(params: Params | None = None, parent_run_id: str | None = None,
-             pool: LLMPool | None = None) -> SFTDataResult:
+             pool: LLMPool | None = None, method: str = SFT_METHOD) -> SFTDataResult:
     params = resolve(params)
     s = params.sft
     started = time.perf_counter()
-    folder = out_path(params, "sft_data", "metrics.json").parent
+    folder = warm_start_folder(params, "sft_data", method)
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = params.methods[method]
+    agent, options = spec.agent, {k: v for k, v in spec.options.items() if k != "system_prompt"}
     from_world = params.data.source == "world"
     teacher_from_worlds = s.n_teacher_questions if from_world else 0
     if (s.n_oracle or teacher_from_worlds) and s.n_worlds == 0:
@@ -108,7 +119,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
         for seed in (training_seeds(params.seed, s.n_worlds) if per_world else [])
     ]
 
-    oracle, oracle_failures = asyncio.run(oracle_episodes(worlds, s.n_oracle, params.agent)) if s.n_oracle else ([], Counter())
+    oracle, oracle_failures = asyncio.run(oracle_episodes(worlds, s.n_oracle, params.agent, agent, options)) if s.n_oracle else ([], Counter())
     n_oracle_tried = len(oracle) + sum(oracle_failures.values())
     if from_world:
         used = {q.id for _, q in oracle}
@@ -129,7 +140,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
                 teacher = asyncio.run(teacher_episodes(
                     pool.role("teacher"), items, params.agent, samples=s.samples_per_question,
                     temperature=s.teacher_temperature, seed=params.seed, name=params.llm.roles["teacher"],
-                    concurrency=params.llm.middleware.max_concurrency, progress=bar))
+                    concurrency=params.llm.middleware.max_concurrency, progress=bar, agent=agent, options=options))
             llm_metrics = pool.accounting.metrics()
         finally:
             if own_pool:
@@ -138,8 +149,9 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
         traj.metadata.update(question_type=q.type, answers=q.answers,
                              **({"world_seed": q.metadata["world_seed"]} if "world_seed" in q.metadata else {}))
 
-    kept_oracle, rejected_oracle = select([(t, q, "oracle") for t, q in oracle], s.min_f1)
-    kept_teacher, rejected_teacher = select([(t, q, "teacher") for t, q in teacher], s.min_f1, kept_before=kept_oracle)
+    kept_oracle, rejected_oracle = select([(t, q, "oracle") for t, q in oracle], s.min_f1, agent=agent)
+    kept_teacher, rejected_teacher = select([(t, q, "teacher") for t, q in teacher], s.min_f1, kept_before=kept_oracle,
+                                            agent=agent)
     kept, rejections = kept_oracle + kept_teacher, rejected_oracle + rejected_teacher
     traj_path, rej_path = folder / "trajectories.jsonl", folder / "rejections.jsonl"
     write_trajectories(traj_path, kept)
@@ -149,8 +161,8 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     timings = {"wall_s": time.perf_counter() - started,
                "teacher_s_per_episode": sum(t.wall_s for t, _ in teacher) / len(teacher) if teacher else 0.0}
     write_json(folder / "timings.json", timings)
-    with tracking(params, "sft_data", parent_run_id) as tracker:
-        tracker.log_params({"sft": s.model_dump(), "retrieval": params.retrieval.model_dump(),
+    with tracking(params, folder.name, parent_run_id) as tracker:
+        tracker.log_params({"sft": s.model_dump(), "retrieval": params.retrieval.model_dump(), "method": method,
                             "teacher": params.llm.roles.get("teacher"), "seed": params.seed})
         tracker.log_metrics({**metrics, **timings, **llm_metrics})
         tracker.log_artifact(traj_path)
@@ -159,8 +171,10 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
 
 
 def main() -> None:
-    args = stage_argparser(__doc__)
-    result = sft_data.fn(params_from_args(args.parse_args()))
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--method", default=SFT_METHOD, help="the warm start (params.methods entry): sft or sft_<name>")
+    args = parser.parse_args()
+    result = sft_data.fn(params_from_args(args), method=args.method)
     print(result.model_dump_json(indent=2))
 
 

@@ -3,8 +3,9 @@
 
     python -m tasks.train_policy --variant grpo [--set grpo.steps=4]
 
-Reads outputs/data/train.jsonl, the corpus and index, and the warm-start adapter
-(``train_policy.init_adapter``, merged into the base so the KL reference is the warm-started policy).
+Reads outputs/data/train.jsonl, the corpus and index, and the warm-start adapter of the variant's agent
+(``train_policy.warm_start``: react -> the ``sft`` stage's, scaffold -> ``sft_scaffold``'s; merged into the base
+so the KL reference is the warm-started policy).
 Writes under outputs/train/<variant>/: adapter/ (the RL LoRA over the merged base), ckpt/ (resumable:
 weights, optimizer, scheduler, RNG, data position, method state), metrics.csv (one row per step; a DVC
 plot) and metrics.json (last step, plus ``dev_before.*`` / ``dev_after.*``: EM, F1, answered rate and
@@ -42,9 +43,10 @@ from tasks.runtime import (
     resolve,
     stage_argparser,
     tracking,
+    warm_start_folder,
     write_trajectories,
 )
-from tasks.sft import SFT_METHOD, load_trainable_policy
+from tasks.sft import load_trainable_policy
 
 
 class TrainResult(BaseModel):
@@ -53,20 +55,27 @@ class TrainResult(BaseModel):
     metrics: dict[str, float]
 
 
-def warm_start_adapter(params: Params) -> Path | None:
-    """The warm-start adapter ``train_policy.init_adapter`` (under run.out_dir), None for the base model."""
-    init = params.train_policy.init_adapter
-    return None if init is None else Path(params.run.out_dir) / init
+def warm_start_method(params: Params, agent: str) -> str | None:
+    """The warm-start method (``train_policy.warm_start``) of ``agent``; None: the base model."""
+    return params.train_policy.warm_start.get(agent)
 
 
-def warm_started_policy(params: Params):
-    """(Policy with a fresh RL LoRA over base + merged warm-start adapter, tokenizer)."""
+def warm_start_adapter(params: Params, agent: str) -> Path | None:
+    """The adapter the sft stage trained for ``agent``'s warm-start method; None for the base model."""
+    method = warm_start_method(params, agent)
+    return None if method is None else warm_start_folder(params, "sft", method) / "adapter"
+
+
+def warm_started_policy(params: Params, agent: str = "react"):
+    """(Policy with a fresh RL LoRA over base + merged warm-start adapter of ``agent``, tokenizer)."""
     model, tokenizer = load_trainable_policy(params)
-    adapter = warm_start_adapter(params)
+    adapter = warm_start_adapter(params, agent)
     if adapter is not None:
         if not (adapter / "adapter_config.json").exists():
-            raise FileNotFoundError(f"train_policy.init_adapter: {adapter} holds no adapter (run the sft stage, "
-                                    "or set train_policy.init_adapter=null to start from the base)")
+            method = warm_start_method(params, agent)
+            raise FileNotFoundError(f"train_policy.warm_start.{agent}={method}: {adapter} holds no adapter (run "
+                                    f"the {adapter.parent.name} stage, or set train_policy.warm_start.{agent}=null "
+                                    "to start from the base)")
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
@@ -92,16 +101,18 @@ def accumulated_timings(path: Path, seconds: float) -> dict:
     return {"wall_s": sum(sessions), "sessions_s": sessions}
 
 
-def run_settings(params: Params, variant: str) -> dict:
-    """What a run of ``variant`` is: a checkpoint is resumed only under the same settings and the same
-    warm-start weights; ``grpo.steps`` (so a finished run can be extended) and micro-batching (the same
-    update, to a float tolerance; less memory) may change."""
+def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
+    """What a run of ``variant`` (rolling out ``agent``) is: a checkpoint is resumed only under the same settings
+    and the same warm-start weights; ``grpo.steps`` (so a finished run can be extended) and micro-batching (the
+    same update, to a float tolerance; less memory) may change."""
     from components.embedded.lora_gguf import adapter_digest
 
-    warm = warm_start_adapter(params)
-    sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora", "train_policy")
+    warm = warm_start_adapter(params, agent)
+    sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora")
     settings = {name: getattr(params, name) for name in sections}
-    settings["warm_start_method"] = params.methods.get(SFT_METHOD)  # its prompts carry over
+    settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start"})
+    method = warm_start_method(params, agent)
+    settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
     section = get_variant(variant).__module__.rsplit(".", 1)[-1]  # components.methods.arbor -> params.arbor
     execution = {"steps", "micro_batch_size", "micro_batch_tokens"}  # micro-batching gives the same update
     settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution),
@@ -111,10 +122,11 @@ def run_settings(params: Params, variant: str) -> dict:
 
 
 def warm_start_options(params: Params, agent: str) -> dict:
-    """The agent options the warm start was trained under (``methods.sft``: e.g. its compact system prompt),
-    when the variant runs that same agent from that warm start; a variant's own options override them."""
-    warm = params.methods.get(SFT_METHOD)
-    if params.train_policy.init_adapter is None or warm is None or warm.agent != agent:
+    """The agent options ``agent``'s warm start was trained under (e.g. ``methods.sft``'s compact system prompt);
+    a variant's own options override them."""
+    method = warm_start_method(params, agent)
+    warm = params.methods.get(method) if method else None
+    if warm is None or warm.agent != agent:
         return {}
     return dict(warm.options)
 
@@ -156,15 +168,16 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.train_policy.n_questions]
     toolbox = load_toolbox(params)
     folder = out_path(params, "train", variant, "metrics.json").parent
-    keyed_folder(folder, run_settings(params, variant))
     own_pool = pool is None
     pool = pool or LLMPool(params)
     started = time.perf_counter()
     engine = policy = trainer = None
     try:
+        # builders only construct (nothing is written before the folder is keyed); the key needs their agent
         parts = builder(VariantContext(params=params, roles=pool.role, toolbox=toolbox, out_dir=folder))
-        policy, tokenizer = warm_started_policy(params)
-        warm = warm_start_adapter(params)
+        keyed_folder(folder, run_settings(params, variant, parts.agent))
+        policy, tokenizer = warm_started_policy(params, parts.agent)
+        warm = warm_start_adapter(params, parts.agent)
         engine = make_engine(params, policy, tokenizer, [warm] if warm is not None else [])
         options = {**warm_start_options(params, parts.agent), **parts.agent_options}
         rollout_fn = make_agent_rollout(

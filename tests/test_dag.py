@@ -15,6 +15,7 @@ from prefect import Task
 from components.methods.variants import VARIANTS, get_variant
 from components.params import load_params
 from flows import pipeline as pipeline_module
+from tasks.runtime import warm_start_folder
 
 
 def dvc_dag(repo_root) -> dict[str, set[str]]:
@@ -66,6 +67,8 @@ def stub_tasks(monkeypatch) -> list[tuple[str, list]]:
         def run(params, parent_run_id=None, wait_for=(), method=None, variant=None, reward=None, **_):
             item = method or variant or reward
             name = f"{stage}@{item}" if item else stage
+            if stage in ("sft_data", "sft") and method:  # warm-start stages are named after their folder
+                name = warm_start_folder(params, stage, method).name
             calls.append((name, list(wait_for)))
             return SimpleNamespace(name=name, metrics={"score": float(len(calls))})
         return run
@@ -98,7 +101,7 @@ def test_flow_body_follows_stages(repo_root, monkeypatch):
     score = {name: float(i + 1) for i, name in enumerate(order)}
     expected = {f"{m}.score": score[f"evaluate@{m}"] for m in pipeline_module.METHODS}
     expected |= {f"{s}.score": score[s] for s in order if not s.startswith("evaluate@")
-                 and s not in {"prepare", "index", "sft_data", "sft"}}
+                 and s not in pipeline_module.UNREPORTED}
     assert metrics == expected
     assert "collect.score" in metrics and "train_policy@arbor.score" in metrics
 

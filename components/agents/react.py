@@ -299,6 +299,20 @@ class ReActAgent:
         return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(questions))))
 
 
+# Agents register in their own modules; agent_class imports them on first use of a name not yet registered.
+AGENT_MODULES = ("components.agents.coreact", "components.agents.scaffold")
+
+
+def agent_class(name: str) -> type:
+    """The agent class registered as ``name`` (or a dotted import path)."""
+    if name not in AGENTS:
+        import importlib
+
+        for module in AGENT_MODULES:
+            importlib.import_module(module)
+    return AGENTS.get(name)
+
+
 def build_agent(name: str, roles, toolbox, settings: AgentParams, options: dict[str, Any] | None = None):
     """The agent registered as ``name`` (or a dotted import path), built from role-bound models."""
-    return AGENTS.get(name).from_roles(roles, toolbox, settings, dict(options or {}))
+    return agent_class(name).from_roles(roles, toolbox, settings, dict(options or {}))

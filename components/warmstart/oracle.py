@@ -1,5 +1,6 @@
 """Oracle trajectories for world questions: the gold chain followed through the real tools, recorded by
-the ReAct agent itself, so they are in the exact format a policy is trained and evaluated in.
+the agent itself (ReAct, or RubricEM's scaffold), so they are in the exact format a policy is trained and
+evaluated in.
 
 ``plan_turns`` walks the question's gold chain with the toolbox the agent will use. For each hop it
 searches the hop's paragraph title (once more with the kind of entity, "Corumbre city", when look-alike
@@ -7,7 +8,8 @@ names outrank it), unless the fact is already visible in an earlier observation 
 call) or the paragraph was already listed in a search result (then it browses that id); when the
 search result's snippet stops before the fact it browses the paragraph. Each turn gets a short thought
 written from the facts just learned and the next sub-question (``thoughts``); the last turn finishes
-with the gold answer. ``oracle_trajectory`` replays those turns as the policy of a ``ReActAgent``,
+with the gold answer. ``oracle_trajectory`` replays those turns (rewritten in the scaffold's tags for the
+scaffold agent, see ``scaffold_oracle``) as the policy of the agent,
 which calls the tools and records the ``Trajectory`` (real observations, truncation, budgets) exactly
 as in an evaluation episode; the result is checked (the agent's observations must be the planned
 ones, and ``rejection.problems`` must find nothing).
@@ -22,7 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from components.agents.react import ReActAgent
+from components.agents.react import agent_class
 from components.llm.base import ChatModel, Completion, Message, PermanentLLMError, Sampling
 from components.params import AgentParams
 from components.schemas import Question, SubQuestion, Trajectory
@@ -43,6 +45,8 @@ class OracleEpisodeError(OracleError):
 class PlannedTurn:
     raw: str
     observation: str | None  # the tool observation as the policy sees it; None for the finish turn
+    hop: int = 0  # the gold-chain hop this turn works on (hops before it are settled); len(chain) to finish
+    action: str = ""  # "search[..]", "browse[..]" or "finish[..]"
 
 
 def _visible(observation: str, limit: int) -> str:
@@ -70,7 +74,7 @@ def plan_turns(question: Question, toolbox, settings: AgentParams, rng: random.R
     turns: list[PlannedTurn] = []
     learned: list[SubQuestion] = []  # hops resolved since the last turn: the next thought states them
 
-    def call(kind: str, argument: str, thought: str) -> str:
+    def call(kind: str, argument: str, thought: str, hop: int) -> str:
         out = toolbox.call(kind, argument)
         if out.error:
             raise OracleEpisodeError("tool_error", f"{question.id}: {kind}[{argument}] failed: {out.error}")
@@ -79,7 +83,8 @@ def plan_turns(question: Question, toolbox, settings: AgentParams, rng: random.R
             part = _doc_text(seen, doc_id, browsed=kind == "browse")
             if part:
                 visible[doc_id] = visible.get(doc_id, "") + "\n" + part
-        turns.append(PlannedTurn(f"Thought: {thought}\nAction: {kind}[{argument}]", seen))
+        action = f"{kind}[{argument}]"
+        turns.append(PlannedTurn(f"Thought: {thought}\nAction: {action}", seen, hop, action))
         return seen
 
     for k, (hop, title) in enumerate(zip(question.gold_chain, titles)):
@@ -90,19 +95,19 @@ def plan_turns(question: Question, toolbox, settings: AgentParams, rng: random.R
             learned.append(hop)
             continue
         if doc_id in visible:
-            call("browse", doc_id, thoughts.browse(learned, hop, title, doc_id, shown_before=True))
+            call("browse", doc_id, thoughts.browse(learned, hop, title, doc_id, shown_before=True), k)
         else:
             thought = thoughts.first(hop, title) if not turns else thoughts.search(learned, hop, title)
-            call("search", title, thought)
+            call("search", title, thought, k)
             kind = entity_kind(title, question.gold_chain)
             if doc_id not in visible and kind in ("film", "city", "company"):
                 # look-alike names outranked the entity: say what kind of entity it is
-                call("search", f"{title} {kind}", thoughts.refine(title, kind))
+                call("search", f"{title} {kind}", thoughts.refine(title, kind), k)
             if doc_id not in visible:
                 raise OracleEpisodeError(
                     "not_retrieved", f"{question.id} hop {k}: search[{title}] does not list paragraph {doc_id}")
             if hop.answer not in visible[doc_id]:
-                call("browse", doc_id, thoughts.browse([], hop, title, doc_id, shown_before=False))
+                call("browse", doc_id, thoughts.browse([], hop, title, doc_id, shown_before=False), k)
         if hop.answer not in visible[doc_id]:
             raise OracleEpisodeError(
                 "not_visible", f"{question.id} hop {k}: {hop.answer!r} is not visible in paragraph {doc_id}")
@@ -110,7 +115,8 @@ def plan_turns(question: Question, toolbox, settings: AgentParams, rng: random.R
     answer = question.answers[0]
     hop_answers = [h.answer for h in question.gold_chain]
     final = conclusion(hop_answers, question.metadata.get("compare"), answer, rng)
-    turns.append(PlannedTurn(f"Thought: {thoughts.finish(learned, final)}\nAction: finish[{answer}]", None))
+    turns.append(PlannedTurn(f"Thought: {thoughts.finish(learned, final)}\nAction: finish[{answer}]", None,
+                             len(question.gold_chain), f"finish[{answer}]"))
     return turns
 
 
@@ -129,33 +135,44 @@ class ReplayPolicy(ChatModel):
 
 
 async def oracle_trajectory(question: Question, toolbox, settings: AgentParams,
-                            rng: random.Random | None = None) -> Trajectory:
-    """The oracle episode of ``question``, recorded by the ReAct agent through ``toolbox`` (already scoped
-    to the question when the scope is ``question``); OracleEpisodeError when it is not a valid, grounded,
-    correct episode within the agent's budgets."""
+                            rng: random.Random | None = None, agent: str = "react",
+                            options: dict | None = None) -> Trajectory:
+    """The oracle episode of ``question``, recorded by the agent registered as ``agent`` (``react``, or
+    ``scaffold`` with the turns rewritten by :func:`components.warmstart.scaffold_oracle.scaffold_replies`)
+    through ``toolbox`` (already scoped to the question when the scope is ``question``); ``options`` are the
+    agent's keyword options. OracleEpisodeError when it is not a valid, grounded, correct episode within the
+    agent's budgets."""
     turns = plan_turns(question, toolbox, settings, rng)
     tool_turns = len(turns) - 1
     if len(turns) > settings.max_turns or tool_turns > settings.max_search_calls:
         raise OracleEpisodeError("over_budget", f"{question.id}: the oracle needs {tool_turns} tool calls and "
                                  f"{len(turns)} turns; the budget is {settings.max_search_calls} calls, "
                                  f"{settings.max_turns} turns")
-    agent = ReActAgent(ReplayPolicy([t.raw for t in turns]), toolbox, settings, name="oracle")
-    traj = await agent.run(question)
+    if agent == "react":
+        replies = [t.raw for t in turns]
+    elif agent == "scaffold":
+        from components.warmstart.scaffold_oracle import scaffold_replies
+
+        replies = scaffold_replies(question, turns, random.Random(f"scaffold:{question.id}"))
+    else:
+        raise ValueError(f"the oracle writes react or scaffold episodes, not {agent!r}")
+    runner = agent_class(agent)(ReplayPolicy(replies), toolbox, settings, **{**(options or {}), "name": "oracle"})
+    traj = await runner.run(question)
     shown = [s.observation for s in traj.steps if s.final_answer is None]
     planned = [t.observation for t in turns if t.observation is not None]
     if len(shown) != len(planned) or any(p not in s for p, s in zip(planned, shown)):
         raise OracleEpisodeError("mismatch", f"{question.id}: the agent's observations differ from the planned ones")
-    found = problems(traj, question, min_f1=1.0)
+    found = problems(traj, question, min_f1=1.0, agent=agent)
     if found:
         raise OracleEpisodeError("rejected", f"{question.id}: oracle episode rejected: {found}")
     return traj
 
 
 async def oracle_episodes(
-    worlds: Sequence, n_oracle: int, settings: AgentParams,
+    worlds: Sequence, n_oracle: int, settings: AgentParams, agent: str = "react", options: dict | None = None,
 ) -> tuple[list[tuple[Trajectory, Question]], Counter]:
-    """Up to ``n_oracle`` oracle episodes spread evenly over ``worlds`` (``TrainingWorld``s), taking each
-    world's questions in order and skipping the ones the oracle cannot do (counted by kind)."""
+    """Up to ``n_oracle`` oracle episodes of ``agent`` spread evenly over ``worlds`` (``TrainingWorld``s),
+    taking each world's questions in order and skipping the ones the oracle cannot do (counted by kind)."""
     episodes: list[tuple[Trajectory, Question]] = []
     failures: Counter = Counter()
     for w, world in enumerate(worlds):
@@ -166,7 +183,7 @@ async def oracle_episodes(
                 break
             try:
                 traj = await oracle_trajectory(q, world.toolbox.for_question(q), settings,
-                                               random.Random(f"oracle:{world.seed}:{q.id}"))
+                                               random.Random(f"oracle:{world.seed}:{q.id}"), agent, options)
             except OracleError as exc:
                 failures[getattr(exc, "kind", "no_chain")] += 1
                 continue

@@ -8,7 +8,10 @@ a fixed order; ``select`` keeps the episodes without problems and turns every ot
 - ``no_answer``: the episode ended without any answer;
 - ``forced_answer``: it answered only when forced after the budget ran out (no answering turn to learn);
 - ``format``: a turn is not exactly ``Thought: ...`` followed by one ``Action: search|browse|finish[...]``
-  line, or the parser read it differently, or the last turn is not the ``finish`` turn;
+  line, or the parser read it differently, or the last turn is not the ``finish`` turn (ReAct episodes);
+- ``stage_boundary``, ``tool_syntax``, ``citation``: RubricEM scaffold episodes (``agent="scaffold"``) in place
+  of ``format``, as :func:`components.agents.scaffold.scaffold_problems` finds them (B.2.3; its grounding
+  check is ``ungrounded`` below);
 - ``repeated_call``: the same tool call (tool and argument, case and spacing ignored) was made twice;
 - ``wrong_answer``: neither exact match nor token F1 >= ``min_f1`` against the gold answers;
 - ``ungrounded``: the answer is not written in any tool observation (yes/no answers cannot be quoted:
@@ -16,6 +19,7 @@ a fixed order; ``select`` keeps the episodes without problems and turns every ot
 - ``duplicate``: the same actions and answer as an episode already kept for that question.
 
     kept, rejected = select([(trajectory, question, "teacher"), ...], min_f1=1.0)
+    kept, rejected = select([(trajectory, question, "oracle"), ...], min_f1=1.0, agent="scaffold")
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from components.agents.parsing import parse_turn
 from components.evaluation.metrics import exact_match, f1_score, normalize_answer
 from components.schemas import Question, Record, Trajectory
 
-REASONS = ("llm_failure", "no_answer", "forced_answer", "format", "repeated_call", "wrong_answer", "ungrounded",
-           "duplicate")
+REASONS = ("llm_failure", "no_answer", "forced_answer", "format", "stage_boundary", "tool_syntax", "citation",
+           "repeated_call", "wrong_answer", "ungrounded", "duplicate")
+FORMATS = ("react", "scaffold")  # the agents whose turn format is checked
 _TURN = re.compile(r"\s*Thought:(?P<thought>.*?)\n[ \t]*Action:[ \t]*(?:search|browse|finish)\[[^\n]*\S[^\n]*\]\s*",
                    re.DOTALL)
 
@@ -76,7 +81,30 @@ def grounded(answer: str, trajectory: Trajectory) -> bool:
     return any(f" {norm} " in f" {o} " for o in observations)
 
 
-def problems(trajectory: Trajectory, question: Question, min_f1: float) -> list[tuple[str, str]]:
+def _react_format(t: Trajectory) -> list[tuple[str, str]]:
+    for step in t.steps:
+        why = step.parse_error or turn_format_problem(step.raw, step.action)
+        if why:
+            return [("format", f"step {step.index}: {why}")]
+    if t.finish_reason == "answer" and (not t.steps or t.steps[-1].final_answer != t.final_answer):
+        return [("format", "the last turn is not the finish turn")]
+    return []
+
+
+def _scaffold_format(t: Trajectory) -> list[tuple[str, str]]:
+    from components.agents.scaffold import scaffold_problems
+
+    found = [(reason, detail) for reason, detail in scaffold_problems(t) if reason != "grounding"]
+    parse = next((s for s in t.steps if s.parse_error), None)
+    if parse is not None:
+        found.append(("tool_syntax", f"step {parse.index}: {parse.parse_error}"))
+    return found
+
+
+def problems(trajectory: Trajectory, question: Question, min_f1: float, agent: str = "react") -> list[tuple[str, str]]:
+    """Everything wrong with an episode of ``agent`` (one of ``FORMATS``), as (reason, detail) in ``REASONS`` order."""
+    if agent not in FORMATS:
+        raise ValueError(f"rejection sampling checks the turn format of {FORMATS}, not {agent!r}")
     out: list[tuple[str, str]] = []
     t = trajectory
     if t.finish_reason == "llm_failure":
@@ -85,14 +113,7 @@ def problems(trajectory: Trajectory, question: Question, min_f1: float) -> list[
         out.append(("no_answer", f"finish_reason={t.finish_reason}"))
     elif t.finish_reason != "answer":
         out.append(("forced_answer", f"answered after {t.finish_reason}"))
-    for step in t.steps:
-        why = step.parse_error or turn_format_problem(step.raw, step.action)
-        if why:
-            out.append(("format", f"step {step.index}: {why}"))
-            break
-    else:
-        if t.finish_reason == "answer" and (not t.steps or t.steps[-1].final_answer != t.final_answer):
-            out.append(("format", "the last turn is not the finish turn"))
+    out.extend(_react_format(t) if agent == "react" else _scaffold_format(t))
     seen: dict[tuple[str, str], int] = {}
     for step in t.steps:
         if step.tool_call is None:
@@ -108,7 +129,7 @@ def problems(trajectory: Trajectory, question: Question, min_f1: float) -> list[
             out.append(("wrong_answer", f"{t.final_answer!r} vs {question.answers} (F1 {f1:.2f} < {min_f1})"))
         if not grounded(t.final_answer, t):
             out.append(("ungrounded", f"{t.final_answer!r} is in no tool observation"))
-    return out
+    return sorted(out, key=lambda p: REASONS.index(p[0]))
 
 
 def _signature(t: Trajectory) -> tuple:
@@ -117,10 +138,10 @@ def _signature(t: Trajectory) -> tuple:
 
 def select(
     episodes: Iterable[tuple[Trajectory, Question, str]], min_f1: float,
-    kept_before: Sequence[Trajectory] = (),
+    kept_before: Sequence[Trajectory] = (), agent: str = "react",
 ) -> tuple[list[Trajectory], list[Rejection]]:
-    """Split ``(trajectory, question, source)`` episodes into kept trajectories (``metadata.source`` set)
-    and rejections; an episode equal to one kept (here or in ``kept_before``) is a ``duplicate``."""
+    """Split ``(trajectory, question, source)`` episodes of ``agent`` into kept trajectories (``metadata.source``
+    set) and rejections; an episode equal to one kept (here or in ``kept_before``) is a ``duplicate``."""
     kept: list[Trajectory] = []
     rejected: list[Rejection] = []
     signatures = {(t.question_id, _signature(t)) for t in kept_before}
@@ -128,7 +149,7 @@ def select(
     for t, q, source in episodes:
         sample = counts.get(q.id, 0)
         counts[q.id] = sample + 1
-        found = problems(t, q, min_f1)
+        found = problems(t, q, min_f1, agent)
         signature = (q.id, _signature(t))
         if not found and signature in signatures:
             found = [("duplicate", "same actions and answer as a kept episode")]

@@ -1,5 +1,5 @@
-"""Teacher episodes: the teacher role runs the ReAct agent (the evaluation agent, unchanged) on training
-questions, several samples per question, for rejection sampling (``rejection.select``).
+"""Teacher episodes: the teacher role runs an agent (the evaluation agent, unchanged: ReAct, or RubricEM's
+scaffold) on training questions, several samples per question, for rejection sampling (``rejection.select``).
 
 Sample 0 of a question is greedy (the teacher's best guess); samples 1.. are drawn at ``temperature``
 with seeds derived from ``seed``, so they differ from each other yet are reproducible and cacheable.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from components.agents.react import ReActAgent
+from components.agents.react import agent_class
 from components.llm.base import ChatModel
 from components.params import AgentParams
 from components.schemas import Question, Trajectory
@@ -24,16 +24,20 @@ from components.schemas import Question, Trajectory
 async def teacher_episodes(
     teacher: ChatModel, items: Sequence[tuple[Question, object]], settings: AgentParams, *, samples: int,
     temperature: float, seed: int, concurrency: int = 1, name: str = "teacher", progress=None,
+    agent: str = "react", options: dict | None = None,
 ) -> list[tuple[Trajectory, Question]]:
-    """``samples`` episodes per (question, toolbox) item, in item then sample order."""
+    """``samples`` episodes per (question, toolbox) item, in item then sample order, by the agent registered
+    as ``agent`` with keyword ``options``."""
+    cls = agent_class(agent)
     greedy = settings.model_copy(update={"temperature": 0.0})
     sampled = settings.model_copy(update={"temperature": temperature})
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int, s: int, question: Question, toolbox) -> tuple[Trajectory, Question]:
-        agent = ReActAgent(teacher, toolbox.for_question(question), greedy if s == 0 else sampled, name=name)
+        runner = cls(teacher, toolbox.for_question(question), greedy if s == 0 else sampled,
+                     **{**(options or {}), "name": name})
         async with gate:
-            traj = await agent.run(question, seed=seed + 1000 * i + 100 * s)
+            traj = await runner.run(question, seed=seed + 1000 * i + 100 * s)
         if progress is not None:
             progress.update(1)
         return traj, question

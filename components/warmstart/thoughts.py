@@ -64,7 +64,8 @@ _BROWSE_SHOWN = ["{title} was already in the results ({doc_id}); I will read it.
                  "The paragraph on {title} ({doc_id}) appeared earlier; let me browse it."]
 
 
-def _match(hop: SubQuestion):
+def match_hop(hop: SubQuestion):
+    """(named groups, need template, statement templates, kind of x, kind of the answer) of a known hop form; None otherwise."""
     for pattern, need, statements, x_kind, a_kind in _HOPS:
         m = re.fullmatch(pattern, hop.question)
         if m:
@@ -75,7 +76,7 @@ def _match(hop: SubQuestion):
 def entity_kind(title: str, chain: list[SubQuestion]) -> str | None:
     """What ``title`` is (film, person, city, company), from the hops that ask about it or answer with it."""
     for hop in chain:
-        found = _match(hop)
+        found = match_hop(hop)
         if found and found[0].get("x") == title and found[3]:
             return found[3]
         if found and hop.answer == title and found[4]:
@@ -85,13 +86,13 @@ def entity_kind(title: str, chain: list[SubQuestion]) -> str | None:
 
 def need(hop: SubQuestion) -> str:
     """What the hop asks for, as a noun phrase ('the director of X'); the sub-question itself if unknown."""
-    found = _match(hop)
+    found = match_hop(hop)
     return found[1].format(**found[0]) if found else f"the answer to '{hop.question}'"
 
 
 def fact(hop: SubQuestion, rng: random.Random) -> str:
     """A statement of the hop's answer; a plain 'Q A.' when the sub-question is of an unknown form."""
-    found = _match(hop)
+    found = match_hop(hop)
     if found is None:
         return f"{hop.question} {hop.answer}."
     art = "an" if hop.answer[:1].lower() in "aeiou" else "a"

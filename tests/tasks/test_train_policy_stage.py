@@ -1,22 +1,43 @@
-"""The train_policy stage's own logic: the warm start's agent options carry over to a variant running the
-same agent, and the dev evaluation scores greedy episodes (EM/F1 over all questions, unanswered = 0)."""
+"""The train_policy stage's own logic: each agent starts from its own warm start (adapter, prompts, run key), and the dev evaluation scores greedy episodes (EM/F1 over all questions, unanswered = 0)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from components.io import read_jsonl
-from components.params import load_params
+from components.params import ParamsError, load_params
 from components.schemas import Question, Trajectory
-from tasks.train_policy import dev_evaluation, warm_start_options
+from tasks.runtime import warm_start_folder
+from tasks.train_policy import dev_evaluation, run_settings, warm_start_adapter, warm_start_options
 
 
-def test_warm_start_prompt_carries_over_to_the_same_agent_only(repo_root):
-    params = load_params(repo_root / "params.yaml", overrides=["methods.sft.options.system_prompt=compact"])
+def test_each_agent_starts_from_its_own_warm_start(repo_root, tmp_path):
+    params = load_params(repo_root / "params.yaml", overrides=["methods.sft.options.system_prompt=compact",
+                                                               "methods.sft_scaffold.options.max_tokens=300",
+                                                               f"run.out_dir={tmp_path}"])
     assert warm_start_options(params, "react") == {"system_prompt": "compact"}
-    assert warm_start_options(params, "scaffold") == {}  # another agent keeps its own prompts
-    cold = load_params(repo_root / "params.yaml", overrides=["train_policy.init_adapter=null"])
-    assert warm_start_options(cold, "react") == {}
+    assert warm_start_options(params, "scaffold") == {"max_tokens": 300}  # the scaffold warm start's own
+    assert warm_start_adapter(params, "react") == tmp_path / "sft" / "adapter"
+    assert warm_start_adapter(params, "scaffold") == tmp_path / "sft_scaffold" / "adapter"
+    assert warm_start_adapter(params, "coreact") is None and warm_start_options(params, "coreact") == {}
+    cold = load_params(repo_root / "params.yaml", overrides=["train_policy.warm_start.react=null"])
+    assert warm_start_options(cold, "react") == {} and warm_start_adapter(cold, "react") is None
+    # the run key follows the agent's own warm start only
+    other = load_params(repo_root / "params.yaml", overrides=["methods.sft_scaffold.options.max_tokens=200"])
+    base = load_params(repo_root / "params.yaml")
+    assert run_settings(other, "grpo", "react") == run_settings(base, "grpo", "react")
+    assert run_settings(other, "ss_grpo", "scaffold") != run_settings(base, "ss_grpo", "scaffold")
+
+
+def test_warm_start_folders_are_named_after_their_stage(repo_root, tmp_path):
+    params = load_params(repo_root / "params.yaml", overrides=[f"run.out_dir={tmp_path}"])
+    assert warm_start_folder(params, "sft_data", "sft") == tmp_path / "sft_data"
+    assert warm_start_folder(params, "sft", "sft_scaffold") == tmp_path / "sft_scaffold"
+    assert warm_start_folder(params, "sft_data", "sft_scaffold") == tmp_path / "sft_data_scaffold"
+    with pytest.raises(ParamsError, match="coreact"):
+        warm_start_folder(params, "sft", "coreact")
 
 
 def test_dev_evaluation_scores_greedy_episodes(tmp_path):
@@ -41,7 +62,6 @@ def test_dev_evaluation_scores_greedy_episodes(tmp_path):
 
 def test_a_run_folder_resumes_only_under_the_same_settings(tmp_path, repo_root):
     from tasks.runtime import keyed_folder
-    from tasks.train_policy import run_settings
 
     params = load_params(repo_root / "params.yaml")
     folder = tmp_path / "train" / "grpo"

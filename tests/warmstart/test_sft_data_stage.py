@@ -121,3 +121,52 @@ def test_benchmark_train_split_in_question_scope(prepared_params, benchmarks_dir
             expected += answer in ("yes", "no") or f" {answer} " in f" {normalize_answer(t.steps[1].observation)} "
     assert m["kept.teacher"] == expected and m["rejected"] == 8 - expected
     assert {r.reason for r in rejected} <= {"repeated_call", "ungrounded"}
+
+
+def scaffold_teacher(params):
+    """The scaffold format. Greedy: the oracle's turns rewritten in the scaffold (kept); sampled: the same
+    episode with the review dropped from its last reply (rejected for its stage boundary)."""
+    from components.warmstart.scaffold_oracle import scaffold_replies
+
+    cache = {}
+
+    def replies(messages):
+        if not cache:
+            for folder in sorted(Path(params.run.out_dir, "sft_data_scaffold", "worlds").iterdir()):
+                docs = read_jsonl(folder / "corpus.jsonl", Document)
+                tools = make_toolbox(load_index(folder / "index", docs), docs)
+                for q in read_jsonl(folder / "questions.jsonl", Question):
+                    cache[q.question] = (q, tools)
+        text = next(m.content for m in messages if m.role == "user")
+        q, tools = next(v for k, v in cache.items() if f"Question: {k}" in text)
+        return scaffold_replies(q, plan_turns(q, tools, params.agent)), text.count("<tool_output>")
+
+    def respond(messages, sampling):
+        turns, depth = replies(messages)
+        reply = turns[depth]
+        if sampling.temperature > 0 and depth == len(turns) - 1:
+            reply = reply[: reply.index("<review>")] + reply[reply.index("<answer>"):]
+        return reply
+
+    return ScriptedChatModel(respond)
+
+
+def test_scaffold_warm_start_data(prepared_params):
+    from components.agents.scaffold import split_stages, trajectory_text
+
+    params = prepared_params("data.n_train=2", "data.n_dev=1", "data.n_test=4", "sft.n_worlds=1", "sft.n_oracle=4",
+                             "sft.n_teacher_questions=2", "sft.samples_per_question=2", "llm.middleware.cache=false")
+    with LLMPool(params, overrides={"embedded-1_5b": scaffold_teacher(params)}) as pool:
+        result = sft_data.fn(params, pool=pool, method="sft_scaffold")
+    out = Path(params.run.out_dir, "sft_data_scaffold")
+    assert result.trajectories == str(out / "trajectories.jsonl")
+    kept = read_jsonl(out / "trajectories.jsonl", Trajectory)
+    rejected = read_jsonl(out / "rejections.jsonl", Rejection)
+    m = read_json(out / "metrics.json")
+    assert m["kept.oracle"] == 4 and m["kept.teacher"] == 2 and m["teacher.episodes"] == 4
+    assert m["rejected"] == 2 == m["rejected.stage_boundary"] and m["rejected.format"] == 0
+    assert all(r.reason == "stage_boundary" and r.sample == 1 and "review" in r.detail for r in rejected)
+    for t in kept:  # every kept episode is in the scaffold, all four stages present
+        assert split_stages(trajectory_text(t)).present() == [True] * 4
+        assert t.steps[0].raw.startswith("<think>") and "<structured_plan>" in t.steps[0].raw
+    assert not Path(params.run.out_dir, "sft_data", "trajectories.jsonl").exists()  # the ReAct data untouched
