@@ -21,18 +21,26 @@ def run(params, model):
         return sft_data.fn(params, pool=pool)
 
 
-def world_teacher(params):
-    """Greedy sample: the oracle's own turns (kept); sampled ones: a blind guess (wrong answer)."""
+def training_world_questions(params, stage: str = "sft_data"):
+    """A function giving {question text: (question, toolbox)} over the training worlds the stage built
+    (read once, on first use: the worlds are written by the stage the teacher is called from)."""
     cache = {}
 
     def questions():
         if not cache:
-            for folder in sorted(Path(params.run.out_dir, "sft_data", "worlds").iterdir()):
+            for folder in sorted(Path(params.run.out_dir, stage, "worlds").iterdir()):
                 docs = read_jsonl(folder / "corpus.jsonl", Document)
                 tools = make_toolbox(load_index(folder / "index", docs), docs)
                 for q in read_jsonl(folder / "questions.jsonl", Question):
                     cache[q.question] = (q, tools)
         return cache
+
+    return questions
+
+
+def world_teacher(params):
+    """Greedy sample: the oracle's own turns (kept); sampled ones: a blind guess (wrong answer)."""
+    questions = training_world_questions(params)
 
     def respond(messages, sampling):
         if sampling.temperature > 0:
@@ -128,17 +136,11 @@ def scaffold_teacher(params):
     episode with the review dropped from its last reply (rejected for its stage boundary)."""
     from components.warmstart.scaffold_oracle import scaffold_replies
 
-    cache = {}
+    questions = training_world_questions(params, "sft_data_scaffold")
 
     def replies(messages):
-        if not cache:
-            for folder in sorted(Path(params.run.out_dir, "sft_data_scaffold", "worlds").iterdir()):
-                docs = read_jsonl(folder / "corpus.jsonl", Document)
-                tools = make_toolbox(load_index(folder / "index", docs), docs)
-                for q in read_jsonl(folder / "questions.jsonl", Question):
-                    cache[q.question] = (q, tools)
         text = next(m.content for m in messages if m.role == "user")
-        q, tools = next(v for k, v in cache.items() if f"Question: {k}" in text)
+        q, tools = next(v for k, v in questions().items() if f"Question: {k}" in text)
         return scaffold_replies(q, plan_turns(q, tools, params.agent)), text.count("<tool_output>")
 
     def respond(messages, sampling):
