@@ -474,6 +474,9 @@ class ArcoParams(Section):
     update_epochs: int = Field(default=1, ge=1, description="Optimizer steps of one mu update over the step's "
                                "trajectories.")
     micro_batch: int = Field(default=4, ge=1, description="Trajectories per forward/backward of mu.")
+    write_batch: int = Field(default=8, ge=1, description="Steps whose criteria mu writes in one generate call "
+                             "(bounds the KV cache and kept logits of transformers' generate on CPU).",
+                             json_schema_extra={"execution": True})
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm of mu's updates.")
     gamma: float = Field(default=1.0, ge=0, le=1, description="Discount of the step rewards' reward-to-go.")
     criteria_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of mu's "

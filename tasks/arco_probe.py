@@ -3,11 +3,15 @@
 
     python -m tasks.arco_probe                                   # arco_frozen, arco, arco_no_decomp if trained
     python -m tasks.arco_probe --variants arco_frozen arco --set grpo.steps=3 ...   # the runs' own --set flags
+    python -m tasks.arco_probe --mu warm=arco:path/to/ckpt/step_000001 --mu coevolved=arco \
+        --trajectories outputs/train/arco/dev_before.jsonl      # one run's mu before and after co-evolution
 
-Each variant's mu is restored from the latest checkpoint under outputs/train/<variant>/ckpt (its method state:
-mu's adapter and score head). The trajectories are the distinct greedy dev episodes those runs recorded
-(dev_before.jsonl and dev_after.jsonl of every probed variant), on the dev questions of outputs/data/dev.jsonl.
-Writes outputs/train/arco_probe.json (variant -> metrics) and logs it to MLflow (run `arco_probe`).
+Each mu is restored from a checkpoint's method state (mu's adapter and score head): by default the latest one
+under outputs/train/<variant>/ckpt; ``--mu LABEL=VARIANT[:CHECKPOINT]`` names others (a checkpoint the run's
+``keep_last`` would prune can be copied aside first). The trajectories are the distinct greedy dev episodes the
+probed runs recorded (their dev_before.jsonl and dev_after.jsonl) or the ``--trajectories`` files, on the dev
+questions of outputs/data/dev.jsonl. Writes outputs/train/arco_probe.json (label -> metrics) and logs it to
+MLflow (run `arco_probe`).
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from tasks.runtime import out_path, params_from_args, resolve, run_stage, stage_
 VARIANTS = ("arco_frozen", "arco", "arco_no_decomp")
 
 
-def restored_state(params: Params, variant: str, pool: LLMPool):
-    """The variant's ArcoState with mu as its run's latest checkpoint left it."""
+def restored_state(params: Params, variant: str, pool: LLMPool, checkpoint: Path | None = None):
+    """The variant's ArcoState with mu as ``checkpoint`` (default: its run's latest) left it."""
     folder = Path(params.run.out_dir) / "train" / variant
-    ckpt = latest_checkpoint(folder / "ckpt")
-    if ckpt is None:
-        raise FileNotFoundError(f"{folder / 'ckpt'}: no checkpoint; run python -m tasks.train_policy --variant {variant}")
+    ckpt = checkpoint or latest_checkpoint(folder / "ckpt")
+    if ckpt is None or not Path(ckpt, "trainer_state.json").exists():
+        raise FileNotFoundError(f"{ckpt or folder / 'ckpt'}: no checkpoint; run python -m tasks.train_policy "
+                                f"--variant {variant}")
+    ckpt = Path(ckpt)
     parts = get_variant(variant)(VariantContext(params=params, roles=pool.role, toolbox=None, out_dir=folder))
     state_file = ckpt / "method" / "state.json"
     state = read_json(state_file) if state_file.exists() else None
@@ -41,21 +47,35 @@ def restored_state(params: Params, variant: str, pool: LLMPool):
     return parts.method, int(read_json(ckpt / "trainer_state.json")["step"])
 
 
-def arco_probe(params: Params | None = None, variants: tuple[str, ...] | None = None) -> dict[str, dict[str, float]]:
+def parse_mu(spec: str) -> tuple[str, str, Path | None]:
+    """``LABEL=VARIANT[:CHECKPOINT]`` -> (label, variant, checkpoint or None)."""
+    label, sep, rest = spec.partition("=")
+    variant, _, path = rest.partition(":")
+    if not sep or not label or variant not in VARIANTS:
+        raise ParamsError(f"--mu {spec}: expected LABEL=VARIANT[:CHECKPOINT] with VARIANT one of {', '.join(VARIANTS)}")
+    return label, variant, Path(path) if path else None
+
+
+def arco_probe(params: Params | None = None, variants: tuple[str, ...] | None = None,
+               mus: list[tuple[str, str, Path | None]] | None = None,
+               trajectory_files: list[Path] | None = None) -> dict[str, dict[str, float]]:
     params = resolve(params)
     root = Path(params.run.out_dir) / "train"
-    variants = tuple(variants or [v for v in VARIANTS if (root / v / "ckpt").exists()])
-    if not variants:
+    if not mus:
+        variants = tuple(variants or [v for v in VARIANTS if (root / v / "ckpt").exists()])
+        mus = [(v, v, None) for v in variants]
+    if not mus:
         raise ParamsError(f"no trained ARCO variant under {root} (expected one of {', '.join(VARIANTS)})")
     questions = {q.id: q for q in read_jsonl(out_path(params, "data", "dev.jsonl"), Question)}
-    trajectories = distinct_trajectories([t for v in variants for name in ("dev_before.jsonl", "dev_after.jsonl")
-                                          if (root / v / name).exists() for t in read_jsonl(root / v / name, Trajectory)])
+    files = trajectory_files or [root / v / name for v in dict.fromkeys(v for _, v, _ in mus)
+                                 for name in ("dev_before.jsonl", "dev_after.jsonl") if (root / v / name).exists()]
+    trajectories = distinct_trajectories([t for f in files for t in read_jsonl(f, Trajectory)])
     results: dict[str, dict[str, float]] = {}
     with LLMPool(params) as pool:
-        for variant in variants:
-            state, step = restored_state(params, variant, pool)
-            results[variant] = {**probe(state, trajectories, questions, seed=params.seed), "checkpoint_step": float(step),
-                                "mu_updates": float(state.updates)}
+        for label, variant, checkpoint in mus:
+            state, step = restored_state(params, variant, pool, checkpoint)
+            results[label] = {**probe(state, trajectories, questions, seed=params.seed), "checkpoint_step": float(step),
+                              "mu_updates": float(state.updates)}
             del state
     write_json(root / "arco_probe.json", results)
     with tracking(params, "arco_probe") as tracker:
@@ -67,13 +87,17 @@ def arco_probe(params: Params | None = None, variants: tuple[str, ...] | None = 
 def main() -> None:
     parser = stage_argparser(__doc__)
     parser.add_argument("--variants", nargs="+", default=None, help=f"trained variants to probe (default: {VARIANTS})")
+    parser.add_argument("--mu", action="append", default=[], metavar="LABEL=VARIANT[:CHECKPOINT]",
+                        help="a mu to probe, from a variant's latest or a given checkpoint (repeatable)")
+    parser.add_argument("--trajectories", nargs="+", type=Path, default=None, help="trajectory files to score")
     args = parser.parse_args()
-    results = arco_probe(params_from_args(args), tuple(args.variants) if args.variants else None)
+    results = arco_probe(params_from_args(args), tuple(args.variants) if args.variants else None,
+                         [parse_mu(m) for m in args.mu], args.trajectories)
     keys = ["trajectories", "steps", "oracle_corr", "oracle_corr_ci_low", "oracle_corr_ci_high", "oracle_corr_within",
             "var_within", "decomp_gap", "criteria_distinct", "mu_updates"]
-    print("variant".ljust(16) + "".join(k[:14].rjust(15) for k in keys))
-    for variant, m in results.items():
-        print(variant.ljust(16) + "".join(f"{m[k]:15.3f}" if k in m else "-".rjust(15) for k in keys))
+    print("mu".ljust(16) + "".join(k[:14].rjust(15) for k in keys))
+    for label, m in results.items():
+        print(label.ljust(16) + "".join(f"{m[k]:15.3f}" if k in m else "-".rjust(15) for k in keys))
 
 
 if __name__ == "__main__":

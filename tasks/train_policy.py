@@ -115,8 +115,11 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
     section = get_variant(variant).__module__.rsplit(".", 1)[-1]  # components.methods.arbor -> params.arbor
     execution = {"steps", "micro_batch_size", "micro_batch_tokens"}  # micro-batching gives the same update
-    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution),
-                    method=getattr(params, section) if section in type(params).model_fields else None,
+    own = getattr(params, section) if section in type(params).model_fields else None
+    if own is not None:  # fields marked execution-only (how work is batched) may change on resume too
+        own = own.model_dump(exclude={name for name, f in type(own).model_fields.items()
+                                      if (f.json_schema_extra or {}).get("execution")})
+    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution), method=own,
                     warm_start=adapter_digest(warm) if warm is not None else None)
     return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in settings.items()}
 

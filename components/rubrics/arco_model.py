@@ -92,7 +92,7 @@ class RubricModel:
     ``generate`` on the model itself, under mu's adapter)."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, *, lora: LoRASettings | None = None, head_width: int = 128,
-                 k: int = 3, engine: Any = None, render: Any = None, seed: int = 0):
+                 k: int = 3, engine: Any = None, render: Any = None, seed: int = 0, write_batch: int | None = None):
         from peft import LoraConfig, PeftModel, get_peft_model
 
         lora = lora or LoRASettings()
@@ -118,7 +118,7 @@ class RubricModel:
             torch.manual_seed(seed)
             self.head = ScoreHead(model.get_base_model().config.hidden_size, head_width).to(device)
         self._lm = Policy(model, is_lora=True)
-        self.engine = engine if engine is not None else HFRolloutEngine(model, tokenizer)
+        self.engine = engine if engine is not None else HFRolloutEngine(model, tokenizer, max_batch_size=write_batch)
         self.snapshot_reference()
 
     # -- adapters -------------------------------------------------------------------------------------------

@@ -77,6 +77,11 @@ def test_a_run_folder_resumes_only_under_the_same_settings(tmp_path, repo_root):
     arbor = load_params(repo_root / "params.yaml", overrides=["arbor.alpha=0.5"])
     assert run_settings(arbor, "rar") != run_settings(params, "rar")  # rar reads params.arbor
     assert run_settings(arbor, "grpo") == run_settings(params, "grpo")
+    # a method field marked execution-only (how mu batches its generation) may change on resume; others may not
+    batched = load_params(repo_root / "params.yaml", overrides=["arco.write_batch=1"])
+    assert run_settings(batched, "arco") == run_settings(params, "arco")
+    smaller = load_params(repo_root / "params.yaml", overrides=["arco.micro_batch=3"])
+    assert run_settings(smaller, "arco") != run_settings(params, "arco")
 
 
 def test_resumed_steps_keep_their_timings_in_metrics_csv(tmp_path):
