@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from components.params import GRPOParams
+from components.training import memory
 from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.episodes import (
@@ -346,6 +347,7 @@ class GRPOTrainer:
         reward = call_reward(self.reward_fn, episodes, ctx)
         scores = score_matrix(reward.scores)
         kept = [i for i in range(len(episodes)) if not bool(torch.isnan(scores[i]).all())]
+        memory.release()  # a reward that runs a model (ARCO's mu, a local judge) leaves its activations freed, not returned
         t2 = time.perf_counter()
         metrics: dict[str, float] = {
             "step": float(ctx.step),
@@ -391,10 +393,13 @@ class GRPOTrainer:
         self.scheduler.step()
         if updated:
             self.engine.update_weights(self.policy, ctx.step)
+        memory.release()
         metrics.update(run_method_hook(self.method, self, ctx, episodes, scores))
+        memory.release()
         self.step_count += 1
         self.history.append(dict(metrics))
-        timings = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": time.perf_counter() - t2}
+        timings = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": time.perf_counter() - t2,
+                   "memory/rss_gb": memory.rss_gb() or float("nan"), "memory/peak_rss_gb": memory.peak_rss_gb()}
         if self.on_metrics is not None:
             self.on_metrics(self.step_count, {**metrics, **timings})
         if self.checkpoint_dir is not None and c.checkpoint_every and self.step_count % c.checkpoint_every == 0:
