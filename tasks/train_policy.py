@@ -80,7 +80,8 @@ def warm_started_policy(params: Params, agent: str = "react"):
 
         model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     lora = params.lora
-    policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None)
+    policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None,
+                          gradient_checkpointing=params.grpo.gradient_checkpointing)
     return policy, tokenizer
 
 
@@ -114,7 +115,7 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     method = warm_start_method(params, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
     section = get_variant(variant).__module__.rsplit(".", 1)[-1]  # components.methods.arbor -> params.arbor
-    execution = {"steps", "micro_batch_size", "micro_batch_tokens"}  # micro-batching gives the same update
+    execution = {"steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing"}  # the same update
     own = getattr(params, section) if section in type(params).model_fields else None
     if own is not None:  # fields marked execution-only (how work is batched) may change on resume too
         own = own.model_dump(exclude={name for name, f in type(own).model_fields.items()

@@ -70,6 +70,9 @@ def test_a_run_folder_resumes_only_under_the_same_settings(tmp_path, repo_root):
     (folder / "dev_before.json").write_text("{}")
     longer = load_params(repo_root / "params.yaml", overrides=["grpo.steps=99"])
     assert keyed_folder(folder, run_settings(longer, "grpo")) is True  # more steps: resume
+    recomputing = load_params(repo_root / "params.yaml", overrides=["grpo.gradient_checkpointing=false",
+                                                                     "grpo.micro_batch_tokens=512"])
+    assert run_settings(recomputing, "grpo") == run_settings(params, "grpo")  # how the same update is computed
     assert (folder / "ckpt").exists()
     other = load_params(repo_root / "params.yaml", overrides=["grpo.lr=0.5"])
     assert keyed_folder(folder, run_settings(other, "grpo")) is False

@@ -430,3 +430,27 @@ def test_token_budget_micro_batches_pack_by_length_and_give_the_same_update():
     assert any(not torch.equal(before[n], after_whole[n]) for n in before)  # the update did something
     for name in after_whole:
         assert torch.allclose(after_whole[name], after_packed[name], atol=1e-6)
+
+
+def test_gradient_checkpointing_gives_the_same_update():
+    from components.training.rollout import assemble
+
+    rows = [[RolloutSegment(list(range(1, n)), False), RolloutSegment([3, 4, 5], True)] for n in (5, 2, 7)]
+    batch = assemble(rows, pad_token_id=0)
+    advantages = torch.tensor([1.0, -1.0, 0.5])[:, None] * batch.loss_mask.float()
+    trainers = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0), lora=LoRASettings(r=8, alpha=16),
+                              gradient_checkpointing=checkpointing)
+        trainers.append(GRPOTrainer(policy, HFRolloutEngine(policy.model, TOK), target_fraction, PROMPTS,
+                                    GRPOParams(group_size=4, kl_coef=0.01)))
+    assert trainers[1].policy.model.get_base_model().is_gradient_checkpointing
+    assert not trainers[0].policy.model.get_base_model().is_gradient_checkpointing
+    before = lora_weights(trainers[0])
+    metrics = [t.update(batch, advantages) for t in trainers]
+    assert metrics[0]["loss"] == pytest.approx(metrics[1]["loss"], abs=1e-6)
+    plain, recomputed = lora_weights(trainers[0]), lora_weights(trainers[1])
+    assert any(not torch.equal(before[n], plain[n]) for n in before)
+    for name in plain:
+        assert torch.allclose(plain[name], recomputed[name], atol=1e-6)
