@@ -286,6 +286,9 @@ class SFTParams(Section):
         default="token_mean", description="Aggregation of the masked cross-entropy."
     )
     max_length: int = Field(default=2048, ge=16, description="Tokens per training row (longer rows are cut at the right).")
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute decoder activations in the backward pass: the same gradients, less "
+        "memory for long rows (a scaffold episode), about a third more step time.")
     checkpoint_every: int = Field(default=0, ge=0, description="Optimizer steps between checkpoints (0: at the end only).")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps (None: `epochs` passes).")
     samples_per_question: int = Field(default=2, ge=1, description="Teacher trajectories per question.")

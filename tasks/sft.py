@@ -80,7 +80,8 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
         for row in trajectory_rows(agent, t, trajectory_question(t), render):
             examples.append(build_sft_example(row, tokenizer, max_length=params.sft.max_length))
     lora = params.lora
-    policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None)
+    policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None,
+                          gradient_checkpointing=params.sft.gradient_checkpointing)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tracking(params, folder.name, parent_run_id) as tracker:
