@@ -25,6 +25,7 @@ One step, for every group (:meth:`StagewiseJudge.judge_groups`):
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -155,6 +156,16 @@ def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
         return node
 
     return inline(schema)
+
+
+log = logging.getLogger(__name__)
+
+
+def failure_kind(why: str) -> str:
+    """A metric-name-sized class of a :func:`parse_reply` failure: ``call_<ErrorType>``, ``no_json`` or ``schema``."""
+    if why.startswith("call failed: "):
+        return "call_" + why.removeprefix("call failed: ").split(":", 1)[0].strip()
+    return "no_json" if why.startswith("no JSON object") else "schema"
 
 
 def parse_reply(outcome: Any, model: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
@@ -355,6 +366,9 @@ class StagewiseJudge:
         blocks = [[split_stages(trajectory_text(t)).blocks for t in trajs] for _, trajs in groups]
         generated = await asyncio.gather(*(self.generate(q, trajs, b) for (q, trajs), b in zip(groups, blocks)))
         gen_failures = sum(d is None for d, _ in generated)
+        for (q, _), (d, why) in zip(groups, generated):
+            if d is None:
+                log.warning("stagewise judge: rubric generation for %s failed: %s", q.id, why)
         added = sum(self.admit(q, d, step) for (q, _), (d, _) in zip(groups, generated) if d is not None)
         rubric_sets = [self.buffer(q).rubrics() for q, _ in groups]
         flat = [(g, i) for g, (_, trajs) in enumerate(groups) for i in range(len(trajs))]
@@ -380,6 +394,9 @@ class StagewiseJudge:
             "judge/fallback_fraction": sum(r.failed for r in every) / max(len(every), 1),
             "judge/rubrics_added": float(added), "judge/rubrics_pruned": float(pruned),
         }
+        for why in [why for d, why in generated if d is None] + [r.error for r in every if r.error]:
+            key = f"judge/failure/{failure_kind(why)}"
+            metrics[key] = metrics.get(key, 0.0) + 1.0
         for k, name in enumerate(STAGES):
             vals = [r.scores[k] for r in every if r.scores[k] is not None]
             if vals:

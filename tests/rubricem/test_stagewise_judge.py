@@ -143,16 +143,20 @@ def test_failed_and_malformed_scoring_fall_back_to_the_answer_score():
     assert b.failed and "judge overloaded" in b.error and b.scores == [None, None, None, 1.0]  # F1 only
     assert c.failed and "expected each of 0..4 once" in c.error and c.scores == [None, None, None, 0.0]
     assert metrics["judge/scoring_failures"] == 2 and metrics["judge/fallback_fraction"] == pytest.approx(2 / 3)
+    assert metrics["judge/failure/call_TransientLLMError"] == 1 and metrics["judge/failure/schema"] == 1
     assert metrics["stage/plan_missing"] == 2
     # the failed episodes' missing stages become NaN for the trainer, never 0
     m = score_matrix([r.scores for r in results[0]])
     assert m.shape == (3, 4) and int(m.isnan().sum()) == 6
 
 
-def test_failed_generation_adds_nothing_and_is_counted():
+def test_failed_generation_adds_nothing_and_is_counted(caplog):
     judge = StagewiseJudge(ScriptedChatModel([TransientLLMError("down")]), ScriptedChatModel([]))
-    results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    with caplog.at_level("WARNING", logger="components.judges.stagewise"):
+        results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
     assert metrics["judge/generation_failures"] == 1 and metrics["judge/rubrics_added"] == 0
+    assert metrics["judge/failure/call_TransientLLMError"] == 1
+    assert f"rubric generation for {Q.id} failed: call failed: TransientLLMError: down" in caplog.text
     assert metrics["judge/scoring_calls"] == 0  # nothing to ask an LLM: only the persistent F1 rubric
     assert [r.scores for r in results[0]] == [[None, None, None, 1.0], [None, None, None, 1.0],
                                               [None, None, None, 0.0]]
@@ -160,6 +164,7 @@ def test_failed_generation_adds_nothing_and_is_counted():
                                                  '"description": "d", "weight": 5}]}}')]), ScriptedChatModel([]))
     _, metrics = asyncio.run(bad_json.judge_groups([(Q, group())], step=1))
     assert metrics["judge/generation_failures"] == 1 and bad_json.buffer(Q).rubrics(0) == []
+    assert metrics["judge/failure/schema"] == 1
 
 
 class Slow(ChatModel):
