@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from components.judges.stagewise import ask, json_schema_of, parse_reply
+from components.judges.stagewise import ask, parse_reply
 from components.llm.base import ChatModel, Message, Sampling
+from components.llm.json_schema import json_schema_of
 from components.schemas import Question
 
 __all__ = ["DIMENSIONS", "Reflection", "ReflectionJudge", "parse_reflection", "reflection_messages"]

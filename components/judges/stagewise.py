@@ -37,9 +37,10 @@ from components.agents.scaffold import ANSWER, STAGES, self_rubrics, split_stage
 from components.evaluation.metrics import f1_score
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import first_json_object
+from components.llm.json_schema import json_schema_of
 from components.schemas import Question, Trajectory
 
-__all__ = ["JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge", "json_schema_of"]
+__all__ = ["JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge"]
 
 STAGE_NAMES = ("Plan", "Research", "Review", "Answer")
 STAGE_PURPOSE = (
@@ -139,23 +140,6 @@ class RubricScore(BaseModel):
 
 class ScoreSheet(BaseModel):
     scores: list[RubricScore]
-
-
-def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with ``$ref``s inlined (some structured-output decoders do not follow them)."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node:
-                return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
-            return {k: inline(v) for k, v in node.items() if k != "title"}
-        if isinstance(node, list):
-            return [inline(v) for v in node]
-        return node
-
-    return inline(schema)
 
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from components.judges.stagewise import GeneratedRubrics, QuestionBuffer, StagewiseJudge, json_schema_of
+from components.judges.stagewise import GeneratedRubrics, QuestionBuffer, StagewiseJudge
+from components.llm.json_schema import json_schema_of
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel, Completion, TransientLLMError
 from components.rewards.stage_returns import StagewiseReward
