@@ -193,7 +193,10 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                                 "train_policy": params.train_policy.model_dump()})
 
             def log(step: int, metrics: dict[str, float]) -> None:
-                rows.append({"step": step, **metrics})
+                if rows and rows[-1]["step"] == step:  # the method's end-of-training metrics join the last step
+                    rows[-1].update(metrics)
+                else:
+                    rows.append({"step": step, **metrics})
                 tracker.log_metrics(metrics, step=step)
                 pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)  # kept current: a crash loses nothing
 

@@ -25,7 +25,8 @@ policy engine at the end of step N (they need the current weights and the same c
 therefore lands one step late, after step N+1's task update rather than before it (paper D.2 runs it first,
 on a separate training engine, while rollouts are generated); in both orders the rollouts of step N+1 come
 from weights that have not seen step N's reflections. A checkpoint waits for pending judging so it holds the
-finished batch, which the resumed run applies at its next step.
+finished batch, which the resumed run applies at its next step. After the last step the trainer's
+``on_train_end`` hook applies the batch still waiting, so the final step's reflections reach the bank too.
 
 The windowed curriculum (D.3) is a prompt order: :func:`windowed_curriculum` lays out K fresh batches then
 the same K again, each question tagged ``cross`` or ``within`` (``question.metadata[PHASE_KEY]``), which
@@ -246,6 +247,12 @@ class ReflectionBranch:
             metrics.update(self.apply(trainer, ctx, self.judge_all(jobs)))
         return metrics
 
+    def flush(self, trainer: Any, ctx: StepContext) -> dict[str, float]:
+        """Apply the batch still waiting after the last step (its judging is awaited): otherwise the final
+        step's reflections would never reach the bank or the backbone."""
+        ready = self._collect()
+        return self.apply(trainer, ctx, ready) if ready else {}
+
     def state_dict(self) -> dict[str, Any]:
         """The finished reflection batch not yet trained on (pending judging is awaited first)."""
         if self.pending is not None:
@@ -304,9 +311,23 @@ class RubricEMState:
                 seen = [r for e in episodes if (r := e.info["trajectory"].metadata.get("retrieval", {})).get("mode") == mode]
                 if seen:
                     metrics[f"bank/{mode}_hit_rate"] = sum(bool(r["hit"]) for r in seen) / len(seen)
-            if self.bank_dir is not None and ctx.step % self.save_every == 0:
-                self.bank.save(self.bank_dir / f"step_{ctx.step:06d}" / BANK_FILE)
+            if ctx.step % self.save_every == 0:
+                self._snapshot(ctx.step)
         return metrics
+
+    def on_train_end(self, trainer: Any, ctx: StepContext) -> dict[str, float]:
+        """The last step's reflections land (bank writes and one update); the final bank is snapshotted."""
+        if self.reflection is None:
+            return {}
+        metrics = self.reflection.flush(trainer, ctx)
+        if metrics and self.bank is not None:
+            metrics["bank/size"] = float(len(self.bank))
+            self._snapshot(ctx.step)
+        return metrics
+
+    def _snapshot(self, step: int) -> None:
+        if self.bank is not None and self.bank_dir is not None:
+            self.bank.save(self.bank_dir / f"step_{step:06d}" / BANK_FILE)
 
 
 # ------------------------------------------------------------------------------------ variants
@@ -334,7 +355,7 @@ def _build(ctx: VariantContext, *, stagewise: bool, meta: bool) -> VariantParts:
     order = None
     if meta:  # the windowed curriculum (D.3): fresh batches with cross-episode guidance, then repeats
         batch = ctx.params.grpo.prompts_per_step
-        order = lambda questions: windowed_curriculum(questions, batch, p.curriculum_window)  # noqa: E731
+        order = lambda questions: windowed_curriculum(questions, batch, p.curriculum_window)
     return VariantParts(reward_fn=reward or OutcomeReward(), advantage_fn=advantage_fn,
                         method=method if (judge is not None or bank is not None) else None, agent="scaffold",
                         agent_options=options, order_prompts=order)

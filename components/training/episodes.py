@@ -27,14 +27,11 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from components.training.rollout import RolloutSegment
-
-if TYPE_CHECKING:
-    from components.training.trainer import GRPOTrainer
 
 __all__ = [
     "Episode",
@@ -94,7 +91,9 @@ class MethodState(Protocol):
     """Method-specific state stored inside each checkpoint (rubric memory, judge buffers, banks).
 
     Optional members: ``write_files(folder)`` for state that is not JSON,
-    ``on_step_end(trainer, ctx, episodes, scores) -> dict | None`` run after each update, and
+    ``on_step_end(trainer, ctx, episodes, scores) -> dict | None`` run after each update,
+    ``on_train_end(trainer, ctx) -> dict | None`` run once the last step is done, for work a method defers
+    past a step (RubricEM's reflection batch is judged during the next step; the last one lands here), and
     ``attach(trainer)``, called once when the trainer is built (before ``resume``), so a method can share
     the policy's model (a second adapter on the same base) instead of loading its own copy.
     """
@@ -149,13 +148,13 @@ def score_matrix(scores: Sequence[Score]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float32).reshape(len(scores), k)
 
 
-def run_method_hook(method: Any, trainer: GRPOTrainer, ctx: StepContext, episodes: list[Episode],
-                    scores: torch.Tensor) -> dict[str, float]:
-    """Call ``method.on_step_end`` when the method has one; its metrics are prefixed ``method/``."""
-    hook = getattr(method, "on_step_end", None)
+def run_method_hook(method: Any, name: str, *args: Any) -> dict[str, float]:
+    """Call ``method.<name>(*args)`` (``on_step_end`` or ``on_train_end``) when the method has it, sync or
+    async; its metrics are prefixed ``method/``."""
+    hook = getattr(method, name, None)
     if hook is None:
         return {}
-    out = hook(trainer, ctx, episodes, scores)
+    out = hook(*args)
     if inspect.isawaitable(out):
         out = asyncio.run(_await(out))
     return {f"method/{k}": float(v) for k, v in (out or {}).items()}

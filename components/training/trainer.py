@@ -18,6 +18,8 @@ One :meth:`GRPOTrainer.step`:
    ``checkpoint_every`` steps (weights, extra modules, optimizer, scheduler, RNG, data position, method
    state).
 
+After the last step :meth:`GRPOTrainer.finish` runs the method's ``on_train_end`` hook, for work it deferred.
+
 The configuration is ``params.grpo`` (:class:`components.params.GRPOParams`), one set of names for the
 YAML file and the code::
 
@@ -394,7 +396,7 @@ class GRPOTrainer:
         if updated:
             self.engine.update_weights(self.policy, ctx.step)
         memory.release()
-        metrics.update(run_method_hook(self.method, self, ctx, episodes, scores))
+        metrics.update(run_method_hook(self.method, "on_step_end", self, ctx, episodes, scores))
         memory.release()
         self.step_count += 1
         self.history.append(dict(metrics))
@@ -410,7 +412,27 @@ class GRPOTrainer:
         """Run steps until ``step_count`` reaches ``num_steps`` (so a resumed run stops at the same step)."""
         while self.step_count < num_steps:
             self.step()
+        self.finish()
         return self.history
+
+    def finish(self) -> dict[str, float]:
+        """The method's ``on_train_end``: work it deferred past the last step lands now. Its metrics join the
+        last step's (history and ``on_metrics``), and the checkpoint of that step is rewritten so it holds
+        the finished state. A hook with nothing left to do returns nothing and nothing is written, so calling
+        this again (a resumed, finished run) changes nothing. A run extended after it finished has applied
+        that work at the end of the shorter run, one step earlier than an uninterrupted run would."""
+        ctx = StepContext(step=self.step_count, groups=[], method=self.method)
+        metrics = run_method_hook(self.method, "on_train_end", self, ctx)
+        memory.release()
+        if not metrics:
+            return {}
+        if self.history:
+            self.history[-1].update(metrics)
+        if self.on_metrics is not None:
+            self.on_metrics(self.step_count, metrics)
+        if self.checkpoint_dir is not None and self.config.checkpoint_every:
+            self.save()
+        return metrics
 
     def save(self, root: str | Path | None = None) -> Path:
         root = Path(root) if root is not None else self.checkpoint_dir

@@ -205,6 +205,22 @@ def test_checkpoint_waits_for_pending_judging_and_resumes_with_it(tmp_path):
     assert (tmp_path / "snapshots" / "step_000002" / BANK_FILE).exists()  # every save_every steps
 
 
+def test_the_last_steps_reflections_land_when_training_ends(tmp_path):
+    br, bank = branch([ratings((1, (1, 1, 1), (1, 1, 1)), (2, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))])
+    trainer = Trainer(Engine([GOOD, GOOD.replace("town first", "town later")]))
+    state = RubricEMState(bank=bank, reflection=br, bank_dir=tmp_path / "snapshots", save_every=10)
+    first = state.on_step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.zeros(2, 1))
+    assert first == {"bank/size": 0.0} and trainer.updates == []  # judging deferred to the next step
+    end = state.on_train_end(trainer, StepContext(step=1, groups=[]))
+    assert end["reflection/bank_writes"] == 1 and end["reflection/updated"] == 1 and end["bank/size"] == 1
+    assert bank.exact(QA.question).rubrics == "Critical: find the town first."  # the best-scored candidate
+    assert [u[2] for u in trainer.updates] == [1] and trainer.engine.refreshed == [1]
+    assert (tmp_path / "snapshots" / "step_000001" / BANK_FILE).exists()
+    assert state.on_train_end(trainer, StepContext(step=1, groups=[])) == {}  # nothing left: a no-op
+    assert state.state_dict()["reflection"]["ready"] is None and len(trainer.updates) == 1
+    assert RubricEMState(bank=RubricBank(TableEmbedder())).on_train_end(trainer, StepContext(step=1, groups=[])) == {}
+
+
 def test_bank_restores_with_its_checkpoint(tmp_path):
     bank = RubricBank(TableEmbedder())
     bank.put("Which river flows through Kestrow?", rubrics="r", takeaways="t", step=3)

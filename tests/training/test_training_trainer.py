@@ -8,12 +8,14 @@ same module names, transformers generate, the same loss) and runs 30 steps in a 
 is exercised by the slow test in test_training_slow_gguf.py.
 """
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from components.params import GRPOParams
+from components.training.checkpoint import latest_checkpoint
 from components.training.episodes import Episode, RewardOutput
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
@@ -345,6 +347,53 @@ def test_two_updates_in_one_step_advance_the_schedule_once():
     assert lrs == pytest.approx([1e-2 * k / 4 for k in (1, 2, 3)])
     assert trainer.history[-1]["method/second_update_steps"] == 1.0
     assert trainer.scheduler.state_dict()["last_epoch"] == 3
+
+
+def test_on_train_end_lands_deferred_work_once_and_the_checkpoint_holds_it(tmp_path):
+    """A method that defers work past a step (RubricEM's reflection batch) finishes it after the last step:
+    metrics join the last step, the last checkpoint is rewritten, a second call (a finished run resumed)
+    does nothing."""
+
+    class Deferred:
+        def __init__(self):
+            self.pending, self.done, self.ends = 0, 0, 0
+
+        def state_dict(self):
+            return {"pending": self.pending, "done": self.done}
+
+        def load_state_dict(self, state, files_dir):
+            self.pending, self.done = (state or {}).get("pending", 0), (state or {}).get("done", 0)
+
+        def on_step_end(self, trainer, ctx, episodes, scores):
+            out = {"landed": float(self.pending)} if self.pending else {}
+            self.done, self.pending = self.done + self.pending, 1  # this step's work waits for the next
+            return out
+
+        def on_train_end(self, trainer, ctx):
+            self.ends += 1
+            if not self.pending:
+                return None
+            self.done, self.pending = self.done + self.pending, 0
+            return {"landed": 1.0, "at_step": float(ctx.step)}
+
+    logged = []
+    method = Deferred()
+    trainer = make_trainer(GRPOParams(group_size=2, prompts_per_step=1, checkpoint_every=1), method=method,
+                           checkpoint_dir=tmp_path, on_metrics=lambda step, m: logged.append((step, m)))
+    trainer.train(2)
+    assert method.done == 2 and method.pending == 0 and method.ends == 1
+    assert trainer.history[-1]["method/landed"] == 1.0 and trainer.history[-1]["method/at_step"] == 2.0
+    assert logged[-1] == (2, {"method/landed": 1.0, "method/at_step": 2.0})
+    state = json.loads((latest_checkpoint(tmp_path) / "method" / "state.json").read_text())
+    assert state == {"pending": 0, "done": 2}
+    again = Deferred()
+    resumed = make_trainer(GRPOParams(group_size=2, prompts_per_step=1, checkpoint_every=1), method=again,
+                           checkpoint_dir=tmp_path)
+    assert resumed.resume() and again.done == 2
+    mtime = (latest_checkpoint(tmp_path) / "manifest.json").stat().st_mtime_ns
+    resumed.train(2)
+    assert again.ends == 1 and again.done == 2 and resumed.history == trainer.history
+    assert (latest_checkpoint(tmp_path) / "manifest.json").stat().st_mtime_ns == mtime  # nothing rewritten
 
 
 def test_on_policy_update_skips_the_old_logprob_pass_and_matches_recompute():
