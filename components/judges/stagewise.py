@@ -33,7 +33,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from components.agents.scaffold import ANSWER, STAGES, self_rubrics, split_stages, trajectory_text
+from components.agents.scaffold_format import ANSWER, STAGES, self_rubrics, split_stages, trajectory_text
 from components.evaluation.metrics import f1_score
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import first_json_object

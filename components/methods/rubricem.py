@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from components.agents.scaffold import trajectory_text
+from components.agents.scaffold_format import trajectory_text
 from components.judges.reflection import Reflection, ReflectionJudge, parse_reflection, reflection_messages
 from components.judges.stagewise import StagewiseJudge
 from components.methods.variants import VARIANTS, VariantContext, VariantParts

@@ -10,7 +10,7 @@ a fixed order; ``select`` keeps the episodes without problems and turns every ot
 - ``format``: a turn is not exactly ``Thought: ...`` followed by one ``Action: search|browse|finish[...]``
   line, or the parser read it differently, or the last turn is not the ``finish`` turn (ReAct episodes);
 - ``stage_boundary``, ``tool_syntax``, ``citation``: RubricEM scaffold episodes (``agent="scaffold"``) in place
-  of ``format``, as :func:`components.agents.scaffold.scaffold_problems` finds them (B.2.3; its grounding
+  of ``format``, as :func:`components.agents.scaffold_format.scaffold_problems` finds them (B.2.3; its grounding
   check is ``ungrounded`` below);
 - ``repeated_call``: the same tool call (tool and argument, case and spacing ignored) was made twice;
 - ``wrong_answer``: neither exact match nor token F1 >= ``min_f1`` against the gold answers;
@@ -92,7 +92,7 @@ def _react_format(t: Trajectory) -> list[tuple[str, str]]:
 
 
 def _scaffold_format(t: Trajectory) -> list[tuple[str, str]]:
-    from components.agents.scaffold import scaffold_problems
+    from components.agents.scaffold_format import scaffold_problems
 
     found = [(reason, detail) for reason, detail in scaffold_problems(t) if reason != "grounding"]
     parse = next((s for s in t.steps if s.parse_error), None)

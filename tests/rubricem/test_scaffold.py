@@ -6,14 +6,12 @@ import asyncio
 import pytest
 
 from components.agents.react import AGENTS
-from components.agents.scaffold import (
+from components.agents.scaffold import BUDGET, REMINDER, ScaffoldAgent
+from components.agents.scaffold_format import (
     ANSWER,
-    BUDGET,
     PLAN,
-    REMINDER,
     RESEARCH,
     REVIEW,
-    ScaffoldAgent,
     complete_reply,
     parse_scaffold_turn,
     scaffold_problems,

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from components.judges.stagewise import GeneratedRubrics, QuestionBuffer, StagewiseJudge
-from components.llm.json_schema import json_schema_of
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel, Completion, TransientLLMError
+from components.llm.json_schema import json_schema_of
 from components.rewards.stage_returns import StagewiseReward
 from components.training.episodes import Episode, StepContext, score_matrix
 from tests.rubricem.trajectories import Q, episode_trajectory

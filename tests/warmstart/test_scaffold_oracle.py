@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from components.agents.scaffold import STAGES, split_stages, trajectory_text
+from components.agents.scaffold_format import STAGES, split_stages, trajectory_text
 from components.evaluation.metrics import exact_match
 from components.schemas import Question, SubQuestion
 from components.warmstart.oracle import oracle_trajectory, plan_turns

@@ -154,7 +154,7 @@ def scaffold_teacher(params):
 
 
 def test_scaffold_warm_start_data(prepared_params):
-    from components.agents.scaffold import split_stages, trajectory_text
+    from components.agents.scaffold_format import split_stages, trajectory_text
 
     params = prepared_params("data.n_train=2", "data.n_dev=1", "data.n_test=4", "sft.n_worlds=1", "sft.n_oracle=4",
                              "sft.n_teacher_questions=2", "sft.samples_per_question=2", "llm.middleware.cache=false")
