@@ -143,7 +143,7 @@ class BackendParams(Section):
         "to GGUF once) or a llama.cpp LoRA GGUF; a list applies them together (an RL adapter over its warm start).")
 
     @model_validator(mode="after")
-    def _lora_needs_native_server(self) -> "BackendParams":
+    def _lora_needs_native_server(self) -> BackendParams:
         if self.lora and self.server != "native":
             raise ValueError("lora is served by the native server only: set server: native")
         return self
@@ -157,7 +157,7 @@ class LLMParams(Section):
     roles: dict[str, str | list[str]] = Field(description="Role -> backend name (or list, for councils/pools).")
 
     @model_validator(mode="after")
-    def _roles_bind_known_backends(self) -> "LLMParams":
+    def _roles_bind_known_backends(self) -> LLMParams:
         for name in self.backends:
             if "." in name:
                 raise ValueError(f"backend name {name!r} contains a dot; dotted overrides could not address it")
@@ -448,7 +448,7 @@ class RubricGeneratorParams(Section):
 class ArcoSetup(Section):
     """ARCO's released HotpotQA setup. These keys belong to shared sections (retrieval, agent, data) whose paper
     values other methods use, so they are kept here; an ARCO run under the paper profile must apply them
-    (components.methods.arco.setup_overrides gives the --set flags, and the variant refuses a mismatch)."""
+    (components.methods.arco_setup.setup_overrides gives the --set flags, and the variant refuses a mismatch)."""
 
     retrieval_scope: Literal["corpus", "question"] = Field(default="question", description="retrieval.scope: the "
                                                            "agent searches only the question's own paragraphs.")
@@ -504,7 +504,7 @@ class DeployParams(Section):
                           "Europe/Paris.")
 
     @model_validator(mode="after")
-    def _known_timezone(self) -> "DeployParams":
+    def _known_timezone(self) -> DeployParams:
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
         try:
@@ -534,7 +534,7 @@ class SweepParams(Section):
                              "report averages.")
 
     @model_validator(mode="after")
-    def _distinct(self) -> "SweepParams":
+    def _distinct(self) -> SweepParams:
         for key in ("variants", "seeds"):
             values = getattr(self, key)
             if len(set(values)) != len(values):

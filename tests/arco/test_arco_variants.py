@@ -3,14 +3,8 @@ and ARCO's released setup enforced under the paper profile."""
 
 import pytest
 
-from components.methods.arco import (
-    ArcoReward,
-    ArcoState,
-    check_setup,
-    load_backbone,
-    setup_overrides,
-    sparse_steps,
-)
+from components.methods.arco import ArcoReward, ArcoState
+from components.methods.arco_setup import check_setup, load_backbone, setup_overrides, sparse_steps
 from components.methods.variants import VariantContext, get_variant
 from components.params import ParamsError, load_params
 from tests.arco.helpers import teacher
