@@ -155,20 +155,22 @@ class ReflectionJudge:
 
     async def score(self, question: Question, trajectory: str, feedback: str,
                     candidates: Sequence[Reflection]) -> tuple[list[float | None], str | None]:
-        """One score per candidate (0 for an invalid one), or all None with the reason when the judge fails."""
-        valid = [(i + 1, c) for i, c in enumerate(candidates) if c.valid]
+        """One score per candidate (0 for an invalid one), or all None with the reason when the judge fails.
+        The judge sees the valid candidates numbered 1..n without gaps (a small model renumbers a gapped list)."""
+        positions = [i for i, c in enumerate(candidates) if c.valid]
         scores: list[float | None] = [0.0] * len(candidates)
-        if not valid:
+        if not positions:
             return scores, None
+        shown = [(n + 1, candidates[i]) for n, i in enumerate(positions)]
         sampling = Sampling(temperature=0.0, max_tokens=self.max_tokens, json_schema=json_schema_of(RatingSheet))
-        out = await ask(self.judge, self.messages(question, trajectory, feedback, valid), sampling)
+        out = await ask(self.judge, self.messages(question, trajectory, feedback, shown), sampling)
         sheet, error = parse_reply(out, RatingSheet)
         if sheet is not None:
             got = sorted(c.index for c in sheet.candidates)
-            if got != [i for i, _ in valid]:
-                error = f"rated reflections {got}, expected {[i for i, _ in valid]}"
+            if got != [n for n, _ in shown]:
+                error = f"rated reflections {got}, expected {[n for n, _ in shown]}"
         if error is not None:
             return [None] * len(candidates), error
         for rating in sheet.candidates:
-            scores[rating.index - 1] = (self.utility(rating.within) + self.utility(rating.cross)) / 2
+            scores[positions[rating.index - 1]] = (self.utility(rating.within) + self.utility(rating.cross)) / 2
         return scores, None

@@ -146,9 +146,12 @@ log = logging.getLogger(__name__)
 
 
 def failure_kind(why: str) -> str:
-    """A metric-name-sized class of a :func:`parse_reply` failure: ``call_<ErrorType>``, ``no_json`` or ``schema``."""
+    """A metric-name-sized class of a judge failure: ``call_<ErrorType>``, ``no_json``, ``schema`` (from
+    :func:`parse_reply`) or ``coverage`` (a parsed reply that skips or repeats an item)."""
     if why.startswith("call failed: "):
         return "call_" + why.removeprefix("call failed: ").split(":", 1)[0].strip()
+    if why.startswith("rated "):  # valid JSON that skips or repeats an item it was asked to score
+        return "coverage"
     return "no_json" if why.startswith("no JSON object") else "schema"
 
 
@@ -328,7 +331,7 @@ class StagewiseJudge:
             if sheet is not None:
                 indices = sorted(s.index for s in sheet.scores)
                 if indices != list(range(len(asked))):
-                    error = f"scores for indices {indices}, expected each of 0..{len(asked) - 1} once"
+                    error = f"rated indices {indices}, expected each of 0..{len(asked) - 1} once"
                 else:
                     for s in sheet.scores:
                         values[asked[s.index].id], notes[asked[s.index].id] = asked[s.index].value(s.score), s.justification

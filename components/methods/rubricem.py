@@ -36,6 +36,7 @@ the bank guidance reads. The trainer walks prompts in order only with ``grpo.shu
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -46,7 +47,7 @@ import torch
 
 from components.agents.scaffold_format import trajectory_text
 from components.judges.reflection import Reflection, ReflectionJudge, parse_reflection, reflection_messages
-from components.judges.stagewise import StagewiseJudge
+from components.judges.stagewise import StagewiseJudge, failure_kind
 from components.methods.variants import VARIANTS, VariantContext, VariantParts
 from components.rewards.outcome import OutcomeReward
 from components.rewards.stage_returns import StageReturns, StagewiseReward
@@ -58,6 +59,8 @@ from components.training.episodes import Episode, StepContext
 from components.training.rollout import RolloutSegment, assemble
 
 __all__ = ["LazyEmbedder", "ReflectionBranch", "ReflectionJob", "RubricEMState", "windowed_curriculum"]
+
+log = logging.getLogger(__name__)
 
 
 def windowed_curriculum(questions: list[Question], batch_size: int, window: int = 3) -> list[Question]:
@@ -204,6 +207,10 @@ class ReflectionBranch:
             valid_count += sum(p.valid for p in parsed)
             if job.scores is None or all(s is None for s in job.scores):
                 metrics["reflection/judge_failures"] += 1
+                why = job.error or "no scores"
+                key = f"reflection/judge_failure/{failure_kind(why)}"
+                metrics[key] = metrics.get(key, 0.0) + 1.0
+                log.warning("reflection judge failed for %s: %s", job.question.id, why)
                 continue
             scored = [(s, n) for n, (s, p) in enumerate(zip(job.scores, parsed)) if p.valid and s is not None]
             if scored:

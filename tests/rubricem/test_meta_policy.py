@@ -49,13 +49,15 @@ Q = Question(id="q1", question="Which river flows through Kestrow?", answers=["A
 
 
 def test_reflection_judge_weights_and_failures():
-    judge = ReflectionJudge(ScriptedChatModel([ratings((1, (1.0, 0.5, 0.0), (0.0, 1.0, 1.0)), (3, (0.5, 0.5, 0.5), (1, 1, 1)))]))
+    judge = ReflectionJudge(ScriptedChatModel([ratings((1, (1.0, 0.5, 0.0), (0.0, 1.0, 1.0)), (2, (0.5, 0.5, 0.5), (1, 1, 1)))]))
     scores, error = asyncio.run(judge.score(Q, "traj", "plan 0.5", [parse_reflection(GOOD), parse_reflection("junk"),
                                                                      parse_reflection(GOOD)]))
     # u_within = .4*1 + .3*.5 + .3*0 = .55; u_cross = .4*0 + .3 + .3 = .6; u = (.55 + .6) / 2
     assert error is None and scores == pytest.approx([0.575, 0.0, 0.75])  # the invalid candidate scores 0
     prompt = judge.judge.requests[0][0][-1].content
-    assert "--- Reflection 1 ---" in prompt and "--- Reflection 3 ---" in prompt and "Reflection 2" not in prompt
+    # the valid candidates are shown as 1 and 2 (no gap where the invalid one was) and mapped back
+    assert "--- Reflection 1 ---" in prompt and "--- Reflection 2 ---" in prompt and "Reflection 3" not in prompt
+    assert prompt.count("Critical: find the town first.") == 2 and "(1, 2) exactly once" in prompt
     assert "How it was graded:\nplan 0.5" in prompt
     partial = ReflectionJudge(ScriptedChatModel([ratings((1, (1, 1, 1), (1, 1, 1)))]))
     scores, error = asyncio.run(partial.score(Q, "t", "f", [parse_reflection(GOOD)] * 2))
@@ -178,12 +180,18 @@ def test_deferred_reflection_update_lands_one_step_later():
     assert re.search(r"Two hops\. E0[01]", feedback) and "outcome reward" in feedback
 
 
-def test_synchronous_mode_and_a_failed_judge():
+def test_synchronous_mode_and_a_failed_judge(caplog):
     br, bank = branch([TransientLLMError("judge down")], defer=False)
     trainer = Trainer(Engine([GOOD, GOOD]))
-    out = br.step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.zeros(2, 1))
+    with caplog.at_level("WARNING", logger="components.methods.rubricem"):
+        out = br.step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.zeros(2, 1))
     assert out["reflection/judge_failures"] == 1 and out["reflection/bank_writes"] == 0
+    assert out["reflection/judge_failure/call_TransientLLMError"] == 1 and "judge down" in caplog.text
     assert trainer.updates == [] and len(bank) == 0  # a failed judge is never a 0: nothing is trained
+    skipping, _ = branch([ratings((1, (1, 1, 1), (1, 1, 1)))], defer=False)  # rates 1 of the 2 candidates
+    out = skipping.step_end(Trainer(Engine([GOOD, GOOD])), StepContext(step=1, groups=[0, 0]), step_episodes([QA]),
+                            torch.zeros(2, 1))
+    assert out["reflection/judge_failure/coverage"] == 1 and out["reflection/bank_writes"] == 0
 
 
 def test_checkpoint_waits_for_pending_judging_and_resumes_with_it(tmp_path):

@@ -144,7 +144,7 @@ def test_failed_and_malformed_scoring_fall_back_to_the_answer_score():
     assert b.failed and "judge overloaded" in b.error and b.scores == [None, None, None, 1.0]  # F1 only
     assert c.failed and "expected each of 0..4 once" in c.error and c.scores == [None, None, None, 0.0]
     assert metrics["judge/scoring_failures"] == 2 and metrics["judge/fallback_fraction"] == pytest.approx(2 / 3)
-    assert metrics["judge/failure/call_TransientLLMError"] == 1 and metrics["judge/failure/schema"] == 1
+    assert metrics["judge/failure/call_TransientLLMError"] == 1 and metrics["judge/failure/coverage"] == 1
     assert metrics["stage/plan_missing"] == 2
     # the failed episodes' missing stages become NaN for the trainer, never 0
     m = score_matrix([r.scores for r in results[0]])
