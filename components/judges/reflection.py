@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from components.judges.stagewise import ask, parse_reply
 from components.llm.base import ChatModel, Message, Sampling
-from components.llm.json_schema import json_schema_of
+from components.llm.json_schema import json_schema_of, one_item_per_key
 from components.schemas import Question
 
 __all__ = ["DIMENSIONS", "Reflection", "ReflectionJudge", "parse_reflection", "reflection_messages"]
@@ -162,7 +162,8 @@ class ReflectionJudge:
         if not positions:
             return scores, None
         shown = [(n + 1, candidates[i]) for n, i in enumerate(positions)]
-        sampling = Sampling(temperature=0.0, max_tokens=self.max_tokens, json_schema=json_schema_of(RatingSheet))
+        schema = one_item_per_key(json_schema_of(RatingSheet), "candidates", "index", [n for n, _ in shown])
+        sampling = Sampling(temperature=0.0, max_tokens=self.max_tokens, json_schema=schema)
         out = await ask(self.judge, self.messages(question, trajectory, feedback, shown), sampling)
         sheet, error = parse_reply(out, RatingSheet)
         if sheet is not None:

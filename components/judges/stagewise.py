@@ -37,7 +37,7 @@ from components.agents.scaffold_format import ANSWER, STAGES, self_rubrics, spli
 from components.evaluation.metrics import f1_score
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import first_json_object
-from components.llm.json_schema import json_schema_of
+from components.llm.json_schema import json_schema_of, one_item_per_key
 from components.schemas import Question, Trajectory
 
 __all__ = ["JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge"]
@@ -294,15 +294,15 @@ class StagewiseJudge:
                                                        persistent=persistent if question.answers else [])
         return self.buffers[question.id]
 
-    def _sampling(self, model: type[BaseModel]) -> Sampling:
-        return Sampling(temperature=0.0, max_tokens=self.max_tokens, json_schema=json_schema_of(model))
+    def _sampling(self, schema: dict[str, Any]) -> Sampling:
+        return Sampling(temperature=0.0, max_tokens=self.max_tokens, json_schema=schema)
 
     async def generate(self, question: Question, trajectories: Sequence[Trajectory],
                        blocks: Sequence[dict[str, str | None]]) -> tuple[GeneratedRubrics | None, str | None]:
         messages = generation_messages(question, [render_attempt(b, self.stage_chars) for b in blocks],
                                        [self_rubrics(t) for t in trajectories], self.buffer(question).rubrics(),
                                        self.targets)
-        return parse_reply(await ask(self.generator, messages, self._sampling(GeneratedRubrics)), GeneratedRubrics)
+        return parse_reply(await ask(self.generator, messages, self._sampling(json_schema_of(GeneratedRubrics))), GeneratedRubrics)
 
     def admit(self, question: Question, drafts: GeneratedRubrics, step: int) -> int:
         buf, added = self.buffer(question), 0
@@ -326,7 +326,8 @@ class StagewiseJudge:
         values, notes, error = dict(local), {}, None
         if asked:
             out = await ask(self.evaluator, scoring_messages(question, render_attempt(blocks, self.stage_chars), asked),
-                            self._sampling(ScoreSheet))
+                            self._sampling(one_item_per_key(json_schema_of(ScoreSheet), "scores", "index",
+                                                            list(range(len(asked))))))
             sheet, error = parse_reply(out, ScoreSheet)
             if sheet is not None:
                 indices = sorted(s.index for s in sheet.scores)

@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from components.judges.stagewise import GeneratedRubrics, ScoreSheet
-from components.llm.json_schema import json_schema_of
+from components.llm.json_schema import json_schema_of, one_item_per_key
 
 
 class Item(BaseModel):
@@ -57,3 +57,22 @@ def test_the_llama_cpp_grammar_lets_the_model_write_a_title():
     grammar = pytest.importorskip("llama_cpp.llama_grammar")
     gbnf = grammar.json_schema_to_gbnf(json.dumps(json_schema_of(GeneratedRubrics)))
     assert '\\"title\\"' in gbnf or '"title"' in gbnf.replace('\\"', '"')
+
+
+def test_one_item_per_key_pins_each_index_once_in_order():
+    schema = one_item_per_key(json_schema_of(ScoreSheet), "scores", "index", [0, 1, 2])
+    field = schema["properties"]["scores"]
+    assert field["minItems"] == field["maxItems"] == 3 and field["items"] is False
+    assert [item["properties"]["index"] for item in field["prefixItems"]] == [{"const": 0}, {"const": 1}, {"const": 2}]
+    assert set(field["prefixItems"][1]["properties"]) == {"index", "justification", "score"}
+    assert json_schema_of(ScoreSheet)["properties"]["scores"]["items"]["properties"]["index"] != {"const": 0}  # a copy
+    jsonschema = pytest.importorskip("jsonschema")
+    good = {"scores": [{"index": i, "justification": "j", "score": 1} for i in range(3)]}
+    jsonschema.validate(good, schema)
+    for bad in ({"scores": good["scores"][:2]}, {"scores": [good["scores"][0]] * 3},
+                {"scores": good["scores"][::-1]}, {"scores": good["scores"] + [good["scores"][0]]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    grammar = pytest.importorskip("llama_cpp.llama_grammar")
+    gbnf = grammar.json_schema_to_gbnf(json.dumps(schema))
+    assert "tuple-2" in gbnf and "tuple-3" not in gbnf  # a fixed three-item array in llama.cpp's grammar

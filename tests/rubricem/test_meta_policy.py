@@ -58,6 +58,8 @@ def test_reflection_judge_weights_and_failures():
     # the valid candidates are shown as 1 and 2 (no gap where the invalid one was) and mapped back
     assert "--- Reflection 1 ---" in prompt and "--- Reflection 2 ---" in prompt and "Reflection 3" not in prompt
     assert prompt.count("Critical: find the town first.") == 2 and "(1, 2) exactly once" in prompt
+    pinned = judge.judge.requests[0][1].json_schema["properties"]["candidates"]["prefixItems"]
+    assert [c["properties"]["index"] for c in pinned] == [{"const": 1}, {"const": 2}]
     assert "How it was graded:\nplan 0.5" in prompt
     partial = ReflectionJudge(ScriptedChatModel([ratings((1, (1, 1, 1), (1, 1, 1)))]))
     scores, error = asyncio.run(partial.score(Q, "t", "f", [parse_reflection(GOOD)] * 2))
