@@ -272,6 +272,10 @@ class TrainPolicyParams(Section):
     eval_questions: int = Field(
         default=20, ge=0, description="Dev questions answered greedily through the rollout engine before and after "
         "training (metrics dev_before.* / dev_after.*); 0 skips.")
+    eval_batch_invariant: bool = Field(
+        default=True, description="Dev evaluation decodes each request alone with no reused prompt cache, so an "
+        "answer does not flip with what else the server batches (slower; perf/eval_determinism.py measures both). "
+        "Not part of the run key: it changes how the policy is measured, not how it is trained.")
 
 
 class SFTParams(Section):

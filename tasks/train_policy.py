@@ -10,13 +10,14 @@ Writes under outputs/train/<variant>/: adapter/ (the RL LoRA over the merged bas
 weights, optimizer, scheduler, RNG, data position, method state), metrics.csv (one row per step; a DVC
 plot) and metrics.json (last step, plus ``dev_before.*`` / ``dev_after.*``: EM, F1, answered rate and
 search-budget endings of greedy episodes on ``train_policy.eval_questions`` dev questions, served by the
-same rollout engine before the first and after the last update), dev_{before,after}.jsonl (those
-trajectories).
+same rollout engine before the first and after the last update, batch-invariant by default:
+``train_policy.eval_batch_invariant``), dev_{before,after}.jsonl (those trajectories).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -104,14 +105,14 @@ def accumulated_timings(path: Path, seconds: float) -> dict:
 
 def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     """What a run of ``variant`` (rolling out ``agent``) is: a checkpoint is resumed only under the same settings
-    and the same warm-start weights; ``grpo.steps`` (so a finished run can be extended) and micro-batching (the
-    same update, to a float tolerance; less memory) may change."""
+    and the same warm-start weights; ``grpo.steps`` (so a finished run can be extended), micro-batching (the
+    same update, to a float tolerance; less memory) and how the dev evaluation is served may change."""
     from components.embedded.lora_gguf import adapter_digest
 
     warm = warm_start_adapter(params, agent)
     sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora")
     settings = {name: getattr(params, name) for name in sections}
-    settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start"})
+    settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant"})
     method = warm_start_method(params, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
     section = get_variant(variant).__module__.rsplit(".", 1)[-1]  # components.methods.arbor -> params.arbor
@@ -145,10 +146,15 @@ def make_engine(params: Params, policy, tokenizer, base_adapters=()):
     return engine_for_policy(params, policy, tokenizer, base_adapters)
 
 
-def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens: int, path: Path) -> dict[str, float]:
+def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens: int, path: Path,
+                   batch_invariant: bool = False) -> dict[str, float]:
     """Greedy episodes of the policy the engine serves now, on ``questions``: mean EM and F1 (unanswered
-    scores 0), answered rate and share of search-budget endings; the trajectories go to ``path``."""
-    episodes = rollout_fn(engine, questions, 1, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    scores 0), answered rate and share of search-budget endings; the trajectories go to ``path``.
+    ``batch_invariant``: inside the engine's ``batch_invariant()`` (reported as ``batch_invariant`` 1/0, so a
+    before/after pair measured two ways shows it)."""
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    with engine.batch_invariant() if batch_invariant else nullcontext():
+        episodes = rollout_fn(engine, questions, 1, sampling)
     trajectories = [e.info["trajectory"] for e in episodes]
     write_trajectories(path, trajectories)
     n = len(trajectories)
@@ -158,6 +164,7 @@ def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens
         "f1": sum(f1_score(t.final_answer, golds[t.question_id]) for t in trajectories) / n,
         "answered": sum(t.finish_reason == "answer" for t in trajectories) / n,
         "search_budget": sum(t.finish_reason == "search_budget" for t in trajectories) / n,
+        "batch_invariant": float(batch_invariant),
     }
 
 
@@ -212,15 +219,17 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
             rows[:] = resumed_rows(trainer.history, folder / "metrics.csv")
             dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
             before_file = folder / "dev_before.json"
+            invariant = params.train_policy.eval_batch_invariant
             if dev and not before_file.exists():  # the folder is keyed: a measurement in it is of this run
                 write_json(before_file, dev_evaluation(rollout_fn, engine, dev, config.max_new_tokens,
-                                                       folder / "dev_before.jsonl"))
+                                                       folder / "dev_before.jsonl", invariant))
             history = trainer.train(params.grpo.steps)
             trainer.save()
             policy.model.save_pretrained(str(folder / "adapter"))
             last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
             if dev:
-                after = dev_evaluation(rollout_fn, engine, dev, config.max_new_tokens, folder / "dev_after.jsonl")
+                after = dev_evaluation(rollout_fn, engine, dev, config.max_new_tokens, folder / "dev_after.jsonl",
+                                       invariant)
                 before = read_json(before_file)
                 last.update({f"dev_before.{k}": round(v, 6) for k, v in before.items()})
                 last.update({f"dev_after.{k}": round(v, 6) for k, v in after.items()})

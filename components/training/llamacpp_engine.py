@@ -19,6 +19,12 @@ drops the scores of a matched stop string's tokens; those are re-scored by one f
 (temperatures other than 0 and 1) sort the whole vocabulary per token: about 40% slower decoding, so
 pass ``logprobs=False`` when the trainer recomputes log-probs anyway (its default).
 
+Batch invariance: with several requests in flight the server decodes them in one batch, and the
+quantized kernels' results (hence greedy near-ties) depend on the batch's size and on which prompt
+prefix a slot had cached. Inside ``with engine.batch_invariant():`` requests go one at a time and
+reuse no cached prompt, so each continuation depends on its own prompt only; dev evaluations use it
+(``train_policy.eval_batch_invariant``; its cost is measured by ``perf/eval_determinism.py``).
+
     engine = LlamaCppRolloutEngine(ensure_gguf("qwen2.5-coder-0.5b-instruct"), tokenizer, parallel=4)
     gens = engine.generate([prompt_ids] * 4, SamplingParams(max_new_tokens=128))
     engine.update_weights(policy, step)     # next generate samples from base + the new adapter
@@ -30,9 +36,11 @@ from __future__ import annotations
 import math
 import random
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
@@ -89,6 +97,8 @@ class LlamaCppRolloutEngine:
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="llamacpp-engine")
         self.last_update: dict[str, float] = {}
         self.unscored_generations = 0  # generations returned with logprobs None
+        self._invariant = False
+        self._alone = threading.Lock()  # held per request while batch-invariant
 
     # -- weights ---------------------------------------------------------------------------------------
     def update_weights(self, policy: Any, step: int) -> None:
@@ -108,6 +118,15 @@ class LlamaCppRolloutEngine:
     def load_adapter(self, adapter: str | Path | None) -> float:
         """Serve a LoRA GGUF over the base adapters (None: those alone); returns the restart time in seconds."""
         return self.server.restart([*self.base_loras, *([adapter] if adapter is not None else [])])
+
+    @contextmanager
+    def batch_invariant(self) -> Iterator[None]:
+        """Within the block, one request at a time and no cached prompt reused (see the module docstring)."""
+        previous, self._invariant = self._invariant, True
+        try:
+            yield
+        finally:
+            self._invariant = previous
 
     # -- sampling --------------------------------------------------------------------------------------
     def _encode(self, prompt: Sequence[int] | str) -> list[int]:
@@ -129,6 +148,12 @@ class LlamaCppRolloutEngine:
         return gens
 
     def _post(self, body: dict) -> dict:
+        if self._invariant:
+            with self._alone:
+                return self._send({**body, "cache_prompt": False})
+        return self._send(body)
+
+    def _send(self, body: dict) -> dict:
         response = self._client.post(f"{self.server.root_url}/completion", json=body)
         if response.status_code != 200:
             raise RuntimeError(f"llama-server /completion returned {response.status_code}: {response.text[:500]}")

@@ -27,7 +27,8 @@ Usage::
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -196,6 +197,11 @@ class RolloutEngine(Protocol):
         """Make the next ``generate`` sample from the policy's current weights."""
         ...
 
+    def batch_invariant(self) -> AbstractContextManager[None]:
+        """Within the block, a continuation depends on its own prompt only, not on what else is generated
+        with it or was generated before (dev evaluations: greedy answers that do not flip on near-ties)."""
+        ...
+
 
 class _StopScanner:
     """Says, token by token, when the decoded continuation first contains a stop string; linear time.
@@ -276,7 +282,8 @@ class HFRolloutEngine:
     ``stop_strings`` (those need a tokenizer); the stop token is kept as the last response token (it is
     learned too). Sampling draws from torch's global RNG, so
     seeding (and restoring RNG state from a checkpoint) makes rollouts reproducible. Prompts of different
-    lengths are left-padded within a call.
+    lengths are left-padded within a call; inside :meth:`batch_invariant` each prompt is generated alone
+    (no padding, no batch neighbours).
     """
 
     def __init__(
@@ -298,6 +305,14 @@ class HFRolloutEngine:
 
     def update_weights(self, policy: Any, step: int) -> None:
         """Nothing to do: ``generate`` runs on the very module being trained."""
+
+    @contextmanager
+    def batch_invariant(self) -> Iterator[None]:
+        previous, self.max_batch_size = self.max_batch_size, 1
+        try:
+            yield
+        finally:
+            self.max_batch_size = previous
 
     def _model_eos(self) -> list[int]:
         eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
@@ -415,9 +430,20 @@ class VLLMRolloutEngine:
         from components.llm.backends.vllm_lora import AdapterSlot
 
         self.adapter = AdapterSlot("policy")  # the same hot-swap path as the `vllm` chat backend
+        self._one_at_a_time = False
 
     def update_weights(self, policy: Any, step: int) -> None:
         self.adapter.publish(policy.model, self.adapter_dir, step)
+
+    @contextmanager
+    def batch_invariant(self) -> Iterator[None]:
+        """Prompts go one ``generate`` call each. A cached prefix can still change the numerics: pass
+        ``enable_prefix_caching=False`` (or run vLLM's own batch-invariant mode) for exact repeats. Unverified here."""
+        previous, self._one_at_a_time = self._one_at_a_time, True
+        try:
+            yield
+        finally:
+            self._one_at_a_time = previous
 
     def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
         from vllm import SamplingParams as VLLMSampling
@@ -436,9 +462,11 @@ class VLLMRolloutEngine:
             self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p)
             for p in prompts
         ]
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": ids} for ids in encoded], params, lora_request=self.adapter.request
-        )
+        requests = [{"prompt_token_ids": ids} for ids in encoded]
+        if self._one_at_a_time:
+            outputs = [out for r in requests for out in self.llm.generate([r], params, lora_request=self.adapter.request)]
+        else:
+            outputs = self.llm.generate(requests, params, lora_request=self.adapter.request)
         gens = []
         for ids, out in zip(encoded, outputs, strict=True):
             c = out.outputs[0]

@@ -110,3 +110,38 @@ def test_a_resumed_run_adds_its_time_to_the_earlier_invocations(tmp_path):
     assert accumulated_timings(path, 5.0) == {"wall_s": 105.0, "sessions_s": [100.0, 5.0]}
     write_json(path, {"wall_s": 105.0, "sessions_s": [100.0, 5.0]})
     assert accumulated_timings(path, 2.5)["wall_s"] == 107.5
+
+
+def test_dev_evaluation_serves_batch_invariant_when_asked(tmp_path):
+    from contextlib import contextmanager
+
+    question = Question(id="q0", question="Q?", answers=["Paris"], source="world")
+    inside = []
+
+    class Engine:
+        active = False
+
+        @contextmanager
+        def batch_invariant(self):
+            self.active = True
+            yield
+            self.active = False
+
+    def rollout_fn(engine, prompts, group_size, sampling):
+        inside.append(engine.active)
+        return [SimpleNamespace(info={"trajectory": Trajectory(
+            question_id="q0", question="Q?", steps=[], final_answer="Paris", finish_reason="answer", policy="p")})]
+
+    engine = Engine()
+    assert dev_evaluation(rollout_fn, engine, [question], 8, tmp_path / "a.jsonl", True)["batch_invariant"] == 1.0
+    assert dev_evaluation(rollout_fn, engine, [question], 8, tmp_path / "b.jsonl")["batch_invariant"] == 0.0
+    assert inside == [True, False] and engine.active is False
+
+
+def test_how_the_dev_evaluation_is_served_is_not_part_of_the_run_key(repo_root):
+    params = load_params(repo_root / "params.yaml")
+    other = params.model_copy(update={"train_policy": params.train_policy.model_copy(
+        update={"eval_batch_invariant": not params.train_policy.eval_batch_invariant})})
+    assert run_settings(params, "grpo") == run_settings(other, "grpo")
+    fewer = params.model_copy(update={"train_policy": params.train_policy.model_copy(update={"eval_questions": 3})})
+    assert run_settings(params, "grpo") != run_settings(fewer, "grpo")

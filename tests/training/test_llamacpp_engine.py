@@ -130,3 +130,64 @@ def test_sampling_is_seeded_scored_and_stops_on_strings(setup):
     assert cut.token_ids == full.token_ids[: full.token_ids.index(stop) + 1] and cut.finish_reason == "stop"
     # same tokens, but a cached prompt changes the batch shapes: logits move in the last bits
     assert cut.logprobs == pytest.approx(full.logprobs[: len(cut.token_ids)], abs=0.05)
+
+
+class _NoServer:
+    def __init__(self, *args, **kwargs):
+        self.root_url = "http://unused"
+
+    def start(self):
+        return self
+
+    def stop(self):
+        pass
+
+
+def test_batch_invariant_requests_go_alone_and_reuse_no_cached_prompt(monkeypatch):
+    import threading
+    import time
+
+    import components.training.llamacpp_engine as module
+
+    monkeypatch.setattr(module, "NativeLlamaServer", _NoServer)
+    engine = LlamaCppRolloutEngine("unused.gguf", parallel=4)
+    lock, state, bodies = threading.Lock(), {"now": 0, "most": 0}, []
+
+    def send(body):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+            bodies.append(body)
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        return {"tokens": [1], "stop_type": "eos", "completion_probabilities": [{"id": 1, "logprob": -0.1}]}
+
+    monkeypatch.setattr(engine, "_send", send)
+    greedy = SamplingParams(max_new_tokens=4, temperature=0.0)
+    engine.generate([[1, 2]] * 4, greedy)
+    assert state["most"] > 1 and all(b["cache_prompt"] for b in bodies)  # batched: in flight together, cached
+    state["most"], bodies[:] = 0, []
+    with engine.batch_invariant():
+        engine.generate([[1, 2]] * 4, greedy)
+    assert state["most"] == 1 and len(bodies) == 4 and not any(b["cache_prompt"] for b in bodies)
+    state["most"], bodies[:] = 0, []
+    engine.generate([[1, 2]] * 4, greedy)  # the block restores batched serving
+    assert state["most"] > 1 and all(b["cache_prompt"] for b in bodies)
+    engine.close()
+
+
+@pytest.mark.embedded
+@requires_native_server
+def test_a_batch_invariant_continuation_depends_on_its_own_prompt_only(setup):
+    """The same greedy request alone on a fresh slot, and among three neighbours after the slots cached other
+    prompts: identical tokens and bit-identical log-probs inside ``batch_invariant()``."""
+    _, _, prompts, engine = setup
+    greedy = SamplingParams(max_new_tokens=16, temperature=0.0)
+    with engine.batch_invariant():
+        alone = engine.generate([prompts[0]], greedy)[0]
+    engine.generate(prompts[1:], greedy)  # other prompts cached in the slots
+    with engine.batch_invariant():
+        crowded = engine.generate([prompts[1], prompts[0], prompts[2], prompts[3]], greedy)[1]
+    assert crowded.token_ids == alone.token_ids
+    assert crowded.logprobs == alone.logprobs  # exact: not one ulp of drift

@@ -120,3 +120,21 @@ def test_multi_turn_observation_tokens_get_no_gradient():
     obs = ~batch.loss_mask
     assert torch.all(logp.grad[obs] == 0)
     assert torch.all(logp.grad[batch.loss_mask] != 0)
+
+
+def test_hf_engine_generates_each_prompt_alone_inside_batch_invariant(monkeypatch):
+    """Padded batches change the numerics of the shorter prompts; inside ``batch_invariant()`` every prompt
+    is its own ``generate`` call, and a prompt's greedy log-probs equal those it gets alone."""
+    torch.manual_seed(0)
+    engine = HFRolloutEngine(_policy().model, TOK)
+    greedy = SamplingParams(max_new_tokens=4, temperature=0.0)
+    alone = engine.generate(["ab"], greedy)[0]
+    sizes = []
+    real = engine._generate_batch
+    monkeypatch.setattr(engine, "_generate_batch", lambda prompts, s: sizes.append(len(prompts)) or real(prompts, s))
+    with engine.batch_invariant():
+        crowded = engine.generate(["defghij", "ab", "cd"], greedy)[1]
+    assert sizes == [1, 1, 1] and engine.max_batch_size is None
+    assert crowded.token_ids == alone.token_ids and crowded.logprobs == alone.logprobs
+    engine.generate(["defghij", "ab"], greedy)
+    assert sizes[-1] == 2  # batched again after the block
