@@ -53,14 +53,9 @@ def release_memory() -> None:
     """Hand a finished training run's memory back to the OS. A process that runs several (a sweep's thread
     runner, a reused Ray worker) otherwise keeps the peak of each: glibc keeps freed torch buffers in its
     arenas, and the second GRPO run of one sweep process was killed for memory at 24 GB."""
-    import ctypes
-    import gc
+    from components.training.memory import release
 
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: the collector's work is all there is
+    release(min_growth_gb=0)
 
 
 def write_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> None:

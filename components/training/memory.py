@@ -3,10 +3,15 @@
 On CPU, torch frees tensors into glibc's heap, which keeps the pages: a step that allocates a few GB of
 activations in its update leaves the process that much bigger for the next rollout, and two models in one
 process (ARCO's policy and mu) grow until the kernel kills the run. :func:`release` collects cycles and asks
-glibc to return free pages (``malloc_trim``); it is a no-op where glibc is absent (macOS, musl).
+glibc to return free pages (``malloc_trim``); the trim is a no-op where glibc is absent (macOS, musl).
+
+A full collection costs 0.2-0.5 s in a process that imported torch and transformers, and more in a long-lived
+one (the test suite): after a phase that grew the resident set by less than ``min_growth_gb`` since the last
+release (a tiny model's step) :func:`release` does nothing.
 
     from components.training.memory import release, peak_rss_gb
     release()                      # after a phase that allocated a lot
+    release(min_growth_gb=0)       # always (a finished run)
     print(peak_rss_gb())           # this process's high-water mark so far
 """
 
@@ -35,14 +40,23 @@ def _libc() -> ctypes.CDLL | None:
     return lib
 
 
-def release() -> bool:
-    """Garbage-collect, then return glibc's free heap pages to the OS; True if the trim ran."""
+_baseline_gb = 0.0  # the resident set after the last release, lowered when it shrinks in between
+
+
+def release(min_growth_gb: float = 0.25) -> bool:
+    """Garbage-collect, then return glibc's free heap pages to the OS; True if the trim ran. Skipped (False)
+    while the resident set is less than ``min_growth_gb`` above what it was after the last release."""
+    global _baseline_gb
+    now = rss_gb()
+    if now is not None and min_growth_gb > 0 and now - _baseline_gb < min_growth_gb:
+        _baseline_gb = min(_baseline_gb, now)
+        return False
     gc.collect()
     lib = _libc()
-    if lib is None:
-        return False
-    lib.malloc_trim(0)
-    return True
+    if lib is not None:
+        lib.malloc_trim(0)
+    _baseline_gb = rss_gb() or 0.0
+    return lib is not None
 
 
 def rss_gb() -> float | None:
