@@ -141,11 +141,17 @@ class BackendParams(Section):
     lora: str | list[str] | None = Field(
         default=None, description="LoRA adapter(s) served by the native server: a peft adapter folder (converted "
         "to GGUF once) or a llama.cpp LoRA GGUF; a list applies them together (an RL adapter over its warm start).")
+    merge_lora: bool = Field(
+        default=False, description="Serve the adapter(s) merged into the weights (Q8_0, built once per adapter "
+        "content by components/embedded/lora_merge.py) instead of applying them at run time: faster, for an "
+        "adapter fixed for the whole run (evaluation). RL engines swap their adapter and keep it unmerged.")
 
     @model_validator(mode="after")
     def _lora_needs_native_server(self) -> BackendParams:
         if self.lora and self.server != "native":
             raise ValueError("lora is served by the native server only: set server: native")
+        if self.merge_lora and not self.lora:
+            raise ValueError("merge_lora needs an adapter to merge: set lora")
         return self
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LoraConversionError", "adapter_digest", "ensure_lora_gguf", "peft_to_gguf", "read_lora_gguf"]
+__all__ = ["LoraConversionError", "adapter_digest", "ensure_lora_gguf", "peft_to_gguf", "random_lora_gguf",
+           "read_lora_gguf"]
 
 # transformers module name -> llama.cpp tensor name (Qwen2 / Llama layout)
 TENSOR_NAMES = {
@@ -157,6 +158,36 @@ def ensure_lora_gguf(adapter: str | Path, cache_dir: str | Path, *, arch: str = 
         raise LoraConversionError(f"{adapter}: neither a .gguf file nor a peft adapter folder")
     target = Path(cache_dir) / "lora" / f"{adapter_digest(adapter, arch=arch)[:24]}.gguf"
     return target if target.is_file() else peft_to_gguf(adapter, target, arch=arch)
+
+
+_BLOCKS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+           "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+
+
+def random_lora_gguf(base: str | Path, folder: str | Path, *, r: int = 8, alpha: int = 16, b_std: float = 0.02,
+                     seed: int = 0, arch: str = "qwen2") -> Path:
+    """A peft adapter folder with random A (std 1/sqrt(in)) and B (std ``b_std``) on every attention and MLP
+    matrix of the GGUF model ``base``, converted to a LoRA GGUF (returned): an adapter of a trained one's size
+    and effect, for benchmarks and tests of serving without training one."""
+    import gguf
+    from safetensors.numpy import save_file
+
+    shapes = {t.name: [int(n) for n in t.shape] for t in gguf.GGUFReader(str(base)).tensors}  # [in, out]
+    rng = np.random.default_rng(seed)
+    tensors, layer = {}, 0
+    while f"blk.{layer}.attn_q.weight" in shapes:
+        for module, block in _BLOCKS.items():
+            n_in, n_out = shapes[f"blk.{layer}.{TENSOR_NAMES[module]}.weight"]
+            key = f"base_model.model.model.layers.{layer}.{block}.{module}"
+            tensors[f"{key}.lora_A.weight"] = (rng.standard_normal((r, n_in)) / np.sqrt(n_in)).astype(np.float32)
+            tensors[f"{key}.lora_B.weight"] = (rng.standard_normal((n_out, r)) * b_std).astype(np.float32)
+        layer += 1
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({"r": r, "lora_alpha": alpha, "bias": "none",
+                                                            "target_modules": list(_BLOCKS)}))
+    return peft_to_gguf(folder, folder / "adapter.gguf", arch=arch)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,10 @@ class LLMPool:
                     if lora:  # the response cache keys on identity: a new adapter must change it
                         sha = sha256_file(lora[0]) if len(lora) == 1 else hashlib.sha256(
                             "+".join(sha256_file(p) for p in lora).encode()).hexdigest()
+                    if lora and cfg.merge_lora:  # merged weights decode differently in the last bits
+                        from components.embedded.lora_merge import ensure_merged_gguf
+                        gguf, lora = ensure_merged_gguf(gguf, lora, cache_dir), []
+                        sha = hashlib.sha256(f"merged:{sha}".encode()).hexdigest()
                     server = NativeLlamaServer(gguf, alias=cfg.model or cfg.embedded, n_ctx=cfg.n_ctx,
                                                threads=cfg.threads, parallel=cfg.parallel, lora=lora).start()
                 else:

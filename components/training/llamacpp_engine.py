@@ -257,10 +257,13 @@ class LlamaCppRolloutEngine:
 def engine_for_policy(params: Any, policy: Any, tokenizer: Any,
                       base_adapters: Sequence[str | Path] = ()) -> LlamaCppRolloutEngine:
     """The rollout engine of a trained role: the trainable policy's embedded base (Q4_K_M GGUF) with
-    ``base_adapters`` (peft folders or GGUFs, e.g. a warm start merged into the trained model) under the
-    adapter being trained, one slot per episode of a step. Until the first update it serves the base
-    adapters alone, which the fresh trained adapter (B = 0) equals."""
+    ``base_adapters`` (peft folders or GGUFs, e.g. a warm start merged into the trained model) merged into
+    its weights once (:mod:`components.embedded.lora_merge`; they never change during training, and a
+    runtime adapter costs every decode step) under the adapter being trained, one slot per episode of a
+    step. Until the first update it serves the merged base alone, which the fresh trained adapter (B = 0)
+    equals."""
     from components.embedded.lora_gguf import ensure_lora_gguf
+    from components.embedded.lora_merge import ensure_merged_gguf
     from components.embedded.models import ensure_gguf
 
     cfg = params.llm.backends[params.llm.roles["trainable_policy"]]
@@ -269,7 +272,8 @@ def engine_for_policy(params: Any, policy: Any, tokenizer: Any,
                          "'hf' backend with `embedded:` set, or use engine: hf")
     cache_dir = params.run.cache_dir
     episodes = params.grpo.group_size * params.grpo.prompts_per_step
-    return LlamaCppRolloutEngine(
-        ensure_gguf(cfg.embedded, cache_dir), tokenizer, parallel=min(episodes, 8), threads=cfg.threads or 2,
-        n_ctx=params.train_policy.n_ctx, base_loras=[ensure_lora_gguf(a, cache_dir) for a in base_adapters],
-        seed=params.seed, logprobs=False)
+    model = ensure_gguf(cfg.embedded, cache_dir)
+    if base_adapters:
+        model = ensure_merged_gguf(model, [ensure_lora_gguf(a, cache_dir) for a in base_adapters], cache_dir)
+    return LlamaCppRolloutEngine(model, tokenizer, parallel=min(episodes, 8), threads=cfg.threads or 2,
+                                 n_ctx=params.train_policy.n_ctx, seed=params.seed, logprobs=False)
