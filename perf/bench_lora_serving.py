@@ -70,20 +70,13 @@ def run_workload(root_url: str, texts: list[str], parallel: int, gen_tokens: int
     timings = [rep["timings"] for rep in replies]
     prompt_n = sum(t["prompt_n"] for t in timings)
     gen_n = sum(t["predicted_n"] for t in timings)
-    tokens = [[p["id"] if "id" in p else p.get("content") for p in rep["completion_probabilities"]]
-              for rep in replies]
-    logprobs = [[_chosen_logprob(p) for p in rep["completion_probabilities"]] for rep in replies]
+    tokens = [[p["id"] for p in rep["completion_probabilities"]] for rep in replies]
+    logprobs = [[p["logprob"] for p in rep["completion_probabilities"]] for rep in replies]
     return {"wall_s": round(wall, 2), "prompt_tokens": prompt_n, "generated_tokens": gen_n,
             "tok_per_s_all": round((prompt_n + gen_n) / wall, 1), "gen_tok_per_s": round(gen_n / wall, 1),
             "server_prompt_ms_per_token": round(statistics.fmean(t["prompt_per_token_ms"] for t in timings), 2),
             "server_decode_ms_per_token": round(statistics.fmean(t["predicted_per_token_ms"] for t in timings), 2),
             "_tokens": tokens, "_logprobs": logprobs}
-
-
-def _chosen_logprob(p: dict) -> float:
-    if "logprob" in p:
-        return float(p["logprob"])
-    return float(np.log(max(p["probs"][0]["prob"], 1e-30)))  # older servers: probabilities of the top tokens
 
 
 def compare(ref: dict, other: dict) -> dict[str, float]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.embedded.lora_gguf import read_lora_gguf
+from components.embedded.lora_gguf import adapter_digest, read_lora_gguf
 
 __all__ = ["LoraMergeError", "ensure_merged_gguf", "merge_lora_into_gguf"]
 
@@ -75,7 +75,6 @@ def merge_lora_into_gguf(base: str | Path, adapters: Sequence[str | Path], out: 
     for name, terms in deltas.items():
         if name not in by_name:
             raise LoraMergeError(f"{terms[0][0]}: adapts {name}, which {base} does not have")
-    for name, terms in deltas.items():
         n_in, n_out = (int(n) for n in by_name[name].shape)  # ggml order
         for path, _, a, b in terms:
             if b.shape[0] != n_out or a.shape[1] != n_in:
@@ -109,7 +108,7 @@ def ensure_merged_gguf(base: str | Path, adapters: Sequence[str | Path], cache_d
     derived from the base file's name and every adapter's content."""
     digest = hashlib.sha256(Path(base).name.encode())
     for adapter in adapters:
-        digest.update(Path(adapter).read_bytes())
+        digest.update(adapter_digest(adapter).encode())
     target = Path(cache_dir) / "merged" / f"{Path(base).stem}-{digest.hexdigest()[:20]}.gguf"
     return target if target.is_file() else merge_lora_into_gguf(base, adapters, target)
 
