@@ -299,6 +299,10 @@ class SFTParams(Section):
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute decoder activations in the backward pass: the same gradients, less "
         "memory for long rows (a scaffold episode), about a third more step time.")
+    checkpoint_min_tokens: int = Field(
+        default=0, ge=0, description="With gradient_checkpointing: a micro-batch of fewer padded tokens (rows x its "
+        "longest row) keeps its activations instead, so short rows (ReAct turns) do not pay for the recomputation "
+        "that long rows (scaffold episodes) need. 0: every micro-batch recomputes.")
     checkpoint_every: int = Field(default=0, ge=0, description="Optimizer steps between checkpoints (0: at the end only).")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps (None: `epochs` passes).")
     samples_per_question: int = Field(default=2, ge=1, description="Teacher trajectories per question.")

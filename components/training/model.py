@@ -36,7 +36,7 @@ from torch import nn
 
 from components.training.losses import span_logprobs
 
-__all__ = ["LoRASettings", "Policy", "build_policy", "load_causal_lm"]
+__all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "load_causal_lm"]
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -190,6 +190,20 @@ def _decoder(model: nn.Module) -> nn.Module:
     """The transformer body under the LM head (through a peft wrapper)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return base.get_decoder()
+
+
+@contextmanager
+def activations_kept(model: nn.Module) -> Iterator[None]:
+    """Inside, the layers that gradient checkpointing made recompute their activations keep them instead (the
+    same gradients, faster, more memory); outside, they recompute again."""
+    flagged = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    for module in flagged:
+        module.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for module in flagged:
+            module.gradient_checkpointing = True
 
 
 def build_policy(

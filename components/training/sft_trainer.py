@@ -5,7 +5,8 @@ and in the code. One optimizer step takes ``batch_size`` rows (in ``micro_batch_
 gradient accumulation, each chunk's loss divided by the batch's token or sequence count so the sum is the
 batch loss); rows are shuffled with a seed each epoch; the LR warms up linearly over ``warmup_steps``;
 checkpoints hold weights, optimizer, scheduler, RNG and the data position, through the same atomic
-checkpoint code as GRPO.
+checkpoint code as GRPO. With ``gradient_checkpointing``, micro-batches under ``checkpoint_min_tokens`` padded
+tokens keep their activations (:func:`components.training.model.activations_kept`).
 
     trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=params.seed,
                          checkpoint_dir="outputs/sft/ckpt", on_metrics=log)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -24,7 +26,7 @@ import torch
 from components.params import SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.losses import aggregate, trainable_span
-from components.training.model import Policy
+from components.training.model import Policy, activations_kept
 from components.training.prompts import PromptSampler
 from components.training.sft import SFTExample, collate_sft
 
@@ -77,8 +79,10 @@ class SFTTrainer:
         for start in range(0, len(rows), c.micro_batch_size or c.batch_size):
             chunk = rows[start : start + (c.micro_batch_size or c.batch_size)]
             batch = collate_sft(chunk, pad_token_id=self.pad_token_id)
-            logp = self.policy.token_logprobs(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                                              span=trainable_span(batch["loss_mask"]))
+            short = batch["input_ids"].numel() < c.checkpoint_min_tokens
+            with activations_kept(self.policy.model) if short else nullcontext():
+                logp = self.policy.token_logprobs(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                                                  span=trainable_span(batch["loss_mask"]))
             loss = aggregate(-logp, batch["loss_mask"].to(device), c.loss_agg,
                              num_tokens=num_tokens, num_seqs=num_seqs)
             loss.backward()
