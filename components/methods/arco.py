@@ -35,9 +35,10 @@ LoRA-adapted hidden states, in one forward pass). Between mu and the policy ther
 - a separate model of the same scale (what the paper's "same-scale model mu" says): twice the base memory
   (0.5B: ~2 GB more in fp32), nothing shared with the policy's engine, optimizer or checkpoint weights.
 
-The variant uses the second: a builder runs before the policy is loaded and no hook gives a method state the
-trainer before its first reward or before resume, so a shared base would need that seam (a method
-``attach(trainer)`` called by the trainer) - reported, not worked around. mu's updates do not go through the
+The variant uses the second. The trainer's ``attach(trainer)`` seam (called before the first reward and before
+resume) would make the first possible, but on the llama.cpp engine the policy's HF model is only the trainer's
+copy, and on the HF engine a shared base makes the active adapter a hidden coupling between mu's calls and the
+policy's rollouts; the paper describes mu as a model of its own, so the memory is spent. mu's updates do not go through the
 trainer: its objective is not the clipped surrogate, so neither ``loss_fn`` (which sees the policy's hidden
 states, not mu's) nor ``extra_modules`` (whose parameters join the policy's optimizer) nor a second
 ``trainer.update()`` fits. mu has its own AdamW at a constant LR, stepped in ``on_step_end``; the trainer's
