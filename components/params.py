@@ -498,6 +498,10 @@ class ArcoParams(Section):
     write_batch: int = Field(default=8, ge=1, description="Steps whose criteria mu writes in one generate call "
                              "(bounds the KV cache and kept logits of transformers' generate on CPU).",
                              json_schema_extra={"execution": True})
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute mu's decoder activations in its backward passes (mu on its own base): "
+        "the same update; a looping trajectory's steps (about 12k tokens in one micro-batch) otherwise hold every "
+        "layer's activations.", json_schema_extra={"execution": True})
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm of mu's updates.")
     gamma: float = Field(default=1.0, ge=0, le=1, description="Discount of the step rewards' reward-to-go.")
     criteria_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of mu's "

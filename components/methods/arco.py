@@ -365,7 +365,7 @@ def _build(ctx: VariantContext, *, loss: str, frozen: bool) -> VariantParts:
     def factory() -> RubricModel:
         model, tokenizer = load_backbone(params, s.model_role)
         return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed,
-                           write_batch=s.write_batch)
+                           write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing)
 
     state = ArcoState(s, factory, ctx.roles(s.teacher_role) if s.warmup_steps else None, loss=loss, frozen=frozen,
                       sparse_steps=sparse_steps(params), normalize_std=params.grpo.std_normalize,

@@ -92,7 +92,8 @@ class RubricModel:
     ``generate`` on the model itself, under mu's adapter)."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, *, lora: LoRASettings | None = None, head_width: int = 128,
-                 k: int = 3, engine: Any = None, render: Any = None, seed: int = 0, write_batch: int | None = None):
+                 k: int = 3, engine: Any = None, render: Any = None, seed: int = 0, write_batch: int | None = None,
+                 gradient_checkpointing: bool = False):
         from peft import LoraConfig, PeftModel, get_peft_model
 
         lora = lora or LoRASettings()
@@ -105,6 +106,8 @@ class RubricModel:
             model.add_adapter(REFERENCE, config)
             model.set_adapter(previous)
         else:
+            if gradient_checkpointing:  # its own base: recompute activations in backward (generation keeps its cache)
+                model.gradient_checkpointing_enable()
             model = get_peft_model(model, config, adapter_name=ADAPTER)
             model.add_adapter(REFERENCE, config)
         for n, p in model.named_parameters():

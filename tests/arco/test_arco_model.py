@@ -121,3 +121,26 @@ def test_state_tensors_round_trip_exactly():
     assert set(loaded) == set(saved) and all(torch.equal(loaded[k], saved[k]) for k in saved)
     with pytest.raises(ValueError, match="does not fit"):
         other.load_adapter_state({"x": torch.zeros(1)})
+
+
+def test_own_backbone_recomputes_activations_for_the_same_gradient():
+    grads_by_mode, saved_by_mode = [], []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)  # the same LoRA initialisation
+        mu = RubricModel(tiny_qwen2(TOK.vocab_size, max_positions=2048, seed=0), TOK, lora=LORA, head_width=8,
+                         engine=MuWriter(), render=render, gradient_checkpointing=checkpointing)
+        mu.model.train()
+        saved = [0]
+
+        def pack(tensor, saved=saved):
+            saved[0] += 1
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            out = mu.forward([mu.target_sample(r) for r in rows()])
+        decomposition_loss([out.step_rewards], torch.tensor([1.0])).backward()
+        grads_by_mode.append([p.grad.clone() for p in mu.parameters()])
+        saved_by_mode.append(saved[0])
+    assert saved_by_mode[1] * 2 < saved_by_mode[0]  # only the layers' inputs are kept
+    for plain, recomputed in zip(*grads_by_mode):
+        assert torch.allclose(plain, recomputed, atol=1e-6)
