@@ -10,6 +10,7 @@ from components.rubrics.arco_model import ADAPTER, REFERENCE, CriteriaSample, Ru
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 from tests.arco.helpers import CRITERIA, GOOD, TOK, MuWriter, Q, render, trajectory
+from tests.autograd_saved import saved_tensor_count
 
 LORA = LoRASettings(r=4, alpha=8)
 
@@ -130,13 +131,7 @@ def test_own_backbone_recomputes_activations_for_the_same_gradient():
         mu = RubricModel(tiny_qwen2(TOK.vocab_size, max_positions=2048, seed=0), TOK, lora=LORA, head_width=8,
                          engine=MuWriter(), render=render, gradient_checkpointing=checkpointing)
         mu.model.train()
-        saved = [0]
-
-        def pack(tensor, saved=saved):
-            saved[0] += 1
-            return tensor
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        with saved_tensor_count() as saved:
             out = mu.forward([mu.target_sample(r) for r in rows()])
         decomposition_loss([out.step_rewards], torch.tensor([1.0])).backward()
         grads_by_mode.append([p.grad.clone() for p in mu.parameters()])

@@ -9,6 +9,7 @@ from components.training.model import LoRASettings, activations_kept, build_poli
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2
+from tests.autograd_saved import saved_tensor_count
 
 TOK = CharTokenizer("abcdefghijklmn")
 EXAMPLES = [SFTExample([2, 3, 4, 5, 6, 7], [0, 0, 1, 1, 1, 1]), SFTExample([3, 4, 5, 6], [0, 1, 1, 1])]
@@ -22,13 +23,7 @@ def trained(checkpointing: bool, min_tokens: int) -> tuple[dict[str, torch.Tenso
                           gradient_checkpointing=checkpointing)
     config = SFTParams(lr=1e-2, batch_size=2, gradient_checkpointing=checkpointing, checkpoint_min_tokens=min_tokens)
     trainer = SFTTrainer(policy, EXAMPLES, config, pad_token_id=0, seed=0)
-    saved = [0]
-
-    def pack(tensor):
-        saved[0] += 1
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with saved_tensor_count() as saved:
         trainer.step()
     weights = {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" in n}
     return weights, saved[0]
