@@ -67,7 +67,7 @@ def plan_turns(question: Question, toolbox, settings: AgentParams, rng: random.R
     if not question.gold_chain:
         raise OracleEpisodeError("no_chain", f"{question.id}: no gold chain to follow")
     rng = rng or random.Random(f"oracle:{question.id}")
-    thoughts = Thoughts(rng)
+    thoughts = Thoughts(rng, question.gold_chain, question.metadata.get("compare"))
     titles = hop_titles(question)
     limit = settings.observation_max_chars
     visible: dict[str, str] = {}  # doc id -> what the observations so far showed of it

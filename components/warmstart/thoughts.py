@@ -6,9 +6,15 @@ into what is looked for ("the director of The Glass Harbor"), and ``Thoughts`` j
 per turn, picking among phrasings with a seeded ``random.Random`` so a model trained on them does not
 learn one fixed sentence.
 
-    t = Thoughts(random.Random("q-1"))
-    t.first(hop, "The Glass Harbor")     # 'I need the director of The Glass Harbor first. I will search ...'
-    t.search([hop], next_hop, "Torvel Ashmere")  # 'The Glass Harbor was directed by Torvel Ashmere. Next I need ...'
+The thoughts count the chain's facts: the first one plans them ("I need 2 facts: 1) the director of The
+Glass Harbor; 2) the birthplace of that person."), each later one says which fact it just learned out of
+how many ("Fact 1 of 2: ..."), and the last one says all were found. A 0.5B policy trained on thoughts
+without that count kept searching after the last hop (60% of world test episodes ended on the search
+budget): nothing in its context said the chain was complete.
+
+    t = Thoughts(random.Random("q-1"), question.gold_chain)
+    t.first(hop, "The Glass Harbor")     # 'I need 2 facts: 1) the director of ...; 2) .... Fact 1 first: ...'
+    t.search([hop], next_hop, "Torvel Ashmere")  # 'Fact 1 of 2: The Glass Harbor was directed by ... Next, fact 2: ...'
 """
 
 from __future__ import annotations
@@ -50,11 +56,14 @@ _HOPS = [
      ["{x} is headquartered in {a}.", "{x} is based in {a}."], "company", "city"),
 ]
 
-_LEARNED = ["{facts}", "The result says: {facts}", "Found it. {facts}", "Now I know: {facts}"]
-_NEXT_SEARCH = ["Next I need {need}. I will search for {title}.", "Now I need {need}, so I look up {title}.",
-                "Next: {need}. Searching {title}.", "I still need {need}; let me search {title}."]
-_FIRST = ["I need {need} first. I will search for {title}.", "First: {need}. Let me look up {title}.",
-          "The question starts from {title}: I need {need}.", "To begin I must find {need}, so I search {title}."]
+_PLAN = ["I need {n} facts: {steps}.", "Plan, {n} facts: {steps}.", "This takes {n} facts: {steps}."]
+_COMPARE_PLAN = {"same": "then check whether they are the same", "order": "then compare them"}
+_LEARNED = ["{Fact} {k} of {n}: {facts}", "Found {fact} {k} of {n}. {facts}", "Now I have {fact} {k} of {n}: {facts}"]
+_NEXT_SEARCH = ["Next, fact {k}: {need}. I will search for {title}.", "Now fact {k}, {need}, so I look up {title}.",
+                "Fact {k} is {need}. Searching {title}.", "I still need fact {k}, {need}; let me search {title}."]
+_FIRST = ["Fact 1 first: I will search for {title}.", "Starting with fact 1, I look up {title}.",
+          "For fact 1 I search {title}.", "To begin, fact 1: search {title}."]
+_ALL_FOUND = ["All {n} facts are found.", "That was the last of the {n} facts.", "I have all {n} facts now."]
 _BROWSE = ["The snippet stops before that, so I will read the whole paragraph.",
            "That is not in the snippet; I will browse the full paragraph.",
            "The snippet is cut short, so I open the paragraph."]
@@ -90,6 +99,29 @@ def need(hop: SubQuestion) -> str:
     return found[1].format(**found[0]) if found else f"the answer to '{hop.question}'"
 
 
+def planned_need(chain: list[SubQuestion], k: int) -> str:
+    """Hop ``k``'s need as the plan can write it before searching: an entity an earlier hop answers is not
+    known yet, so it is named by its kind ("the birthplace of that person")."""
+    hop = chain[k]
+    found = match_hop(hop)
+    if found is None:
+        return need(hop)
+    groups, template, _, x_kind, _ = found
+    earlier = next((j for j in range(k) if chain[j].answer == groups.get("x")), None)
+    if earlier is not None:
+        kind = (match_hop(chain[earlier]) or (None,) * 5)[4] or x_kind
+        groups = {**groups, "x": f"that {kind}" if kind else "it"}
+    return template.format(**groups)
+
+
+def plan(chain: list[SubQuestion], compare: dict | None, rng: random.Random) -> str:
+    """The first thought's plan: the chain's facts numbered, and the comparison if the question makes one."""
+    steps = "; ".join(f"{k + 1}) {planned_need(chain, k)}" for k in range(len(chain)))
+    if compare:
+        steps += "; " + _COMPARE_PLAN["same" if compare.get("op") == "same" else "order"]
+    return rng.choice(_PLAN).format(n=len(chain), steps=steps)
+
+
 def fact(hop: SubQuestion, rng: random.Random) -> str:
     """A statement of the hop's answer; a plain 'Q A.' when the sub-question is of an unknown form."""
     found = match_hop(hop)
@@ -100,20 +132,29 @@ def fact(hop: SubQuestion, rng: random.Random) -> str:
 
 
 class Thoughts:
-    def __init__(self, rng: random.Random):
-        self.rng = rng
+    """The thoughts of one question's oracle episode over its gold ``chain`` (``compare``: the question's
+    comparison, from its metadata, if any)."""
+
+    def __init__(self, rng: random.Random, chain: list[SubQuestion], compare: dict | None = None):
+        self.rng, self.chain, self.compare = rng, list(chain), compare
+
+    def _number(self, hop: SubQuestion) -> int:
+        return next(k for k, h in enumerate(self.chain) if h is hop) + 1
 
     def _learned(self, hops: list[SubQuestion]) -> str:
         if not hops:
             return ""
+        numbers = [self._number(h) for h in hops]
+        k = str(numbers[0]) if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
         facts = " ".join(fact(h, self.rng) for h in hops)
-        return self.rng.choice(_LEARNED).format(facts=facts)
+        word = "fact" if len(numbers) == 1 else "facts"
+        return self.rng.choice(_LEARNED).format(k=k, n=len(self.chain), facts=facts, fact=word, Fact=word.capitalize())
 
     def first(self, hop: SubQuestion, title: str) -> str:
-        return self.rng.choice(_FIRST).format(need=need(hop), title=title)
+        return " ".join((plan(self.chain, self.compare, self.rng), self.rng.choice(_FIRST).format(title=title)))
 
     def search(self, learned: list[SubQuestion], hop: SubQuestion, title: str) -> str:
-        wanted = self.rng.choice(_NEXT_SEARCH).format(need=need(hop), title=title)
+        wanted = self.rng.choice(_NEXT_SEARCH).format(k=self._number(hop), need=need(hop), title=title)
         return " ".join(p for p in (self._learned(learned), wanted) if p)
 
     def browse(self, learned: list[SubQuestion], hop: SubQuestion, title: str, doc_id: str, shown_before: bool) -> str:
@@ -121,14 +162,15 @@ class Thoughts:
             why = self.rng.choice(_BROWSE_SHOWN).format(title=title, doc_id=doc_id)
         else:
             why = self.rng.choice(_BROWSE)
-        wanted = f"I need {need(hop)}. {why}"
+        wanted = f"I need fact {self._number(hop)}, {need(hop)}. {why}"
         return " ".join(p for p in (self._learned(learned), wanted) if p)
 
     def refine(self, title: str, kind: str) -> str:
         return self.rng.choice(_REFINE).format(title=title, kind=kind)
 
     def finish(self, learned: list[SubQuestion], conclusion: str) -> str:
-        return " ".join(p for p in (self._learned(learned), conclusion) if p)
+        done = self.rng.choice(_ALL_FOUND).format(n=len(self.chain))
+        return " ".join(p for p in (self._learned(learned), done, conclusion) if p)
 
 
 def conclusion(answers: list[str], compare: dict | None, answer: str, rng: random.Random) -> str:

@@ -115,3 +115,17 @@ def test_a_search_outranked_by_look_alikes_is_refined_with_the_kind_of_entity():
                 assert not gold & set(prev.tool_call.doc_ids) and gold & set(step.tool_call.doc_ids)
                 refined.append(step.action)
     assert "search[Corumbre city]" in refined
+
+
+def test_thoughts_plan_the_chain_count_its_facts_and_never_name_an_answer_before_it_is_found():
+    questions, tools = world_and_tools(3, "corpus", n_questions=60)
+    for q in questions:
+        t = run(q, tools)
+        n = len(q.gold_chain)
+        first, last = t.steps[0].thought, t.steps[-1].thought
+        assert f" {n} facts" in first and f"{n}) " in first and f"{n + 1}) " not in first
+        hidden = {h.answer for h in q.gold_chain} - {w for w in q.answers if w in q.question}
+        assert not any(a in first for a in hidden if a not in q.question)  # the plan writes "that person"
+        assert f" {n} facts" in last and f"of {n}" in last  # the last fact counted, all found
+        for step in t.steps[1:-1]:
+            assert f"all {n} facts" not in step.thought.lower() and "last of the" not in step.thought
