@@ -278,6 +278,12 @@ class TrainPolicyParams(Section):
     eval_questions: int = Field(
         default=20, ge=0, description="Dev questions answered greedily through the rollout engine before and after "
         "training (metrics dev_before.* / dev_after.*); 0 skips.")
+    branch_from: str | None = Field(
+        default=None, description="A checkpoint folder (ckpt/step_NNNNNN) of another run to start this run from: "
+        "policy LoRA, optimizer, scheduler, RNG, data position, step history and method state, as a resume would "
+        "restore them. For ablations that share a prefix (arco_frozen is arco up to the end of mu's warm-up), so "
+        "the prefix is trained once. Part of the run key, by the checkpoint's manifest digest; a run that already "
+        "has checkpoints of its own resumes from them instead.")
     eval_batch_invariant: bool = Field(
         default=True, description="Dev evaluation decodes each request alone with no reused prompt cache, so an "
         "answer does not flip with what else the server batches (slower; perf/eval_determinism.py measures both). "

@@ -12,6 +12,10 @@ plot) and metrics.json (last step, plus ``dev_before.*`` / ``dev_after.*``: EM, 
 search-budget endings of greedy episodes on ``train_policy.eval_questions`` dev questions, served by the
 same rollout engine before the first and after the last update, batch-invariant by default:
 ``train_policy.eval_batch_invariant``), dev_{before,after}.jsonl (those trajectories).
+
+``--set train_policy.branch_from=outputs/train/arco/ckpt/step_000001`` starts a run from another run's
+checkpoint (an ablation sharing that run's first steps); its ``dev_before`` is then the policy at the branch
+point, and its metrics.csv starts with the source run's steps.
 """
 
 from __future__ import annotations
@@ -112,7 +116,9 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     warm = warm_start_adapter(params, agent)
     sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora")
     settings = {name: getattr(params, name) for name in sections}
-    settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant"})
+    settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant",
+                                                                       "branch_from"})
+    settings["branch_from"] = branch_digest(params.train_policy.branch_from)
     method = warm_start_method(params, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
     section = get_variant(variant).__module__.rsplit(".", 1)[-1]  # components.methods.arbor -> params.arbor
@@ -124,6 +130,20 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution), method=own,
                     warm_start=adapter_digest(warm) if warm is not None else None)
     return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in settings.items()}
+
+
+def branch_digest(branch_from: str | None) -> str | None:
+    """The run-key entry of ``train_policy.branch_from``: the sha256 of the checkpoint's manifest (which lists
+    every file's sha256), so a branch is keyed by the weights and state it starts from, not by a path."""
+    if branch_from is None:
+        return None
+    import hashlib
+
+    manifest = Path(branch_from) / "manifest.json"
+    if not manifest.exists():
+        raise FileNotFoundError(f"train_policy.branch_from={branch_from}: no {manifest.name} there; name a complete "
+                                "checkpoint folder such as outputs/train/arco/ckpt/step_000001")
+    return hashlib.sha256(manifest.read_bytes()).hexdigest()
 
 
 def warm_start_options(params: Params, agent: str) -> dict:
@@ -215,8 +235,11 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                                   extra_modules=parts.extra_modules, method=parts.method, on_metrics=log,
                                   checkpoint_dir=folder / "ckpt", seed=params.seed,
                                   pad_token_id=tokenizer.pad_token_id or 0)
-            trainer.resume()
-            rows[:] = resumed_rows(trainer.history, folder / "metrics.csv")
+            branch = params.train_policy.branch_from
+            started_from = trainer.resume_or_branch(branch)
+            # a branch's first steps are the source run's (.../<run>/ckpt/step_N): their timings are in its csv
+            csv_path = Path(branch).parent.parent / "metrics.csv" if started_from == "branch" else folder / "metrics.csv"
+            rows[:] = resumed_rows(trainer.history, csv_path)
             dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
             before_file = folder / "dev_before.json"
             invariant = params.train_policy.eval_batch_invariant

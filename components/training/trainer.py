@@ -455,6 +455,18 @@ class GRPOTrainer:
             keep_last=self.config.keep_last,
         )
 
+    def resume_or_branch(self, branch: str | Path | None) -> str:
+        """Resume this run's own latest checkpoint; when it has none, start from ``branch`` (a checkpoint of
+        another run: an ablation sharing that run's first steps). Returns "own", "branch" or "fresh"."""
+        if self.resume():
+            return "own"
+        if branch is None:
+            return "fresh"
+        if not (Path(branch) / "manifest.json").exists():
+            raise FileNotFoundError(f"branch checkpoint {branch}: no manifest.json (not a complete checkpoint)")
+        self.resume(branch)
+        return "branch"
+
     def resume(self, path: str | Path | None = None) -> bool:
         """Restore everything from ``path`` (a checkpoint or a root; default: ``checkpoint_dir``).
         Returns False, changing nothing, when the root holds no checkpoint yet."""

@@ -145,3 +145,20 @@ def test_how_the_dev_evaluation_is_served_is_not_part_of_the_run_key(repo_root):
     assert run_settings(params, "grpo") == run_settings(other, "grpo")
     fewer = params.model_copy(update={"train_policy": params.train_policy.model_copy(update={"eval_questions": 3})})
     assert run_settings(params, "grpo") != run_settings(fewer, "grpo")
+
+
+def test_a_branch_is_keyed_by_its_checkpoints_manifest(tmp_path, repo_root):
+    for name, digest in (("a", "1" * 64), ("b", "2" * 64)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(f'{{"files": {{"weights": "{digest}"}}}}')
+    keys = [run_settings(load_params(repo_root / "params.yaml", overrides=overrides), "arco_frozen")
+            for overrides in ([], [f"train_policy.branch_from={tmp_path / 'a'}"],
+                              [f"train_policy.branch_from={tmp_path / 'b'}"])]
+    assert keys[0]["branch_from"] is None and len({str(k) for k in keys}) == 3
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "moved" / "manifest.json").write_bytes((tmp_path / "a" / "manifest.json").read_bytes())
+    moved = load_params(repo_root / "params.yaml", overrides=[f"train_policy.branch_from={tmp_path / 'moved'}"])
+    assert run_settings(moved, "arco_frozen") == keys[1]  # the same checkpoint copied elsewhere: the same run
+    missing = load_params(repo_root / "params.yaml", overrides=[f"train_policy.branch_from={tmp_path}"])
+    with pytest.raises(FileNotFoundError, match="manifest.json"):
+        run_settings(missing, "arco_frozen")

@@ -503,3 +503,25 @@ def test_gradient_checkpointing_gives_the_same_update():
     assert any(not torch.equal(before[n], plain[n]) for n in before)
     for name in plain:
         assert torch.allclose(plain[name], recomputed[name], atol=1e-6)
+
+
+def test_a_branch_starts_from_another_runs_checkpoint_then_resumes_its_own(tmp_path):
+    straight, _ = _resumable(tmp_path / "straight", init_seed=0)
+    straight.train(6)
+    source, _ = _resumable(tmp_path / "source", init_seed=0)
+    source.train(3)  # checkpoint step_000003 under source/
+
+    branch, memory = _resumable(tmp_path / "branch", init_seed=7)
+    assert branch.resume_or_branch(tmp_path / "source" / "step_000003") == "branch"
+    assert branch.step_count == 3 and memory.calls == 3  # the method state came along
+    branch.train(6)
+    for name, value in lora_weights(straight).items():
+        assert torch.equal(value, lora_weights(branch)[name]), name  # the same run as one that never branched
+    assert branch.history == straight.history
+
+    again, _ = _resumable(tmp_path / "branch", init_seed=7)  # its own checkpoints now win over the branch point
+    assert again.resume_or_branch(tmp_path / "source" / "step_000003") == "own" and again.step_count == 6
+    fresh, _ = _resumable(tmp_path / "fresh", init_seed=0)
+    assert fresh.resume_or_branch(None) == "fresh" and fresh.step_count == 0
+    with pytest.raises(FileNotFoundError, match="manifest"):
+        fresh.resume_or_branch(tmp_path / "source")  # a root, not a checkpoint folder
