@@ -146,6 +146,32 @@ def branch_digest(branch_from: str | None) -> str | None:
     return hashlib.sha256(manifest.read_bytes()).hexdigest()
 
 
+def lineage(settings: dict) -> str:
+    """A digest of what a run shares with the runs that may branch from it: its settings without the variant and
+    the branch point (written to lineage.json, checked by :func:`check_branch`)."""
+    import hashlib
+    import json
+
+    shared = {k: v for k, v in settings.items() if k not in ("variant", "branch_from")}
+    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_branch(branch: str, settings: dict) -> None:
+    """Refuse a branch point from a run trained under other shared settings (warm start, data, LoRA, GRPO,
+    the method's section): its LoRA would sit on another base. A source run older than lineage.json is
+    accepted with a warning."""
+    source = Path(branch).parent.parent / "lineage.json"
+    if not source.exists():
+        import warnings
+
+        warnings.warn(f"train_policy.branch_from={branch}: the source run has no lineage.json; cannot check that it "
+                      "was trained under this run's warm start and settings", stacklevel=2)
+        return
+    if read_json(source)["lineage"] != lineage(settings):
+        raise ValueError(f"train_policy.branch_from={branch}: that run was trained under other settings than this "
+                         f"one (warm start, data, agent, llm, lora, grpo or the method's section differ; {source})")
+
+
 def warm_start_options(params: Params, agent: str) -> dict:
     """The agent options ``agent``'s warm start was trained under (e.g. ``methods.sft``'s compact system prompt);
     a variant's own options override them."""
@@ -206,7 +232,11 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     try:
         # builders only construct (nothing is written before the folder is keyed); the key needs their agent
         parts = builder(VariantContext(params=params, roles=pool.role, toolbox=toolbox, out_dir=folder))
-        keyed_folder(folder, run_settings(params, variant, parts.agent))
+        settings = run_settings(params, variant, parts.agent)
+        keyed_folder(folder, settings)
+        write_json(folder / "lineage.json", {"lineage": lineage(settings)})
+        if params.train_policy.branch_from is not None:
+            check_branch(params.train_policy.branch_from, settings)
         policy, tokenizer = warm_started_policy(params, parts.agent)
         warm = warm_start_adapter(params, parts.agent)
         engine = make_engine(params, policy, tokenizer, [warm] if warm is not None else [])

@@ -162,3 +162,22 @@ def test_a_branch_is_keyed_by_its_checkpoints_manifest(tmp_path, repo_root):
     missing = load_params(repo_root / "params.yaml", overrides=[f"train_policy.branch_from={tmp_path}"])
     with pytest.raises(FileNotFoundError, match="manifest.json"):
         run_settings(missing, "arco_frozen")
+
+
+def test_a_branch_from_a_run_under_other_settings_is_refused(tmp_path, repo_root):
+    from components.io import write_json
+    from tasks.train_policy import check_branch, lineage
+
+    step = tmp_path / "arco" / "ckpt" / "step_000001"
+    step.mkdir(parents=True)
+    (step / "manifest.json").write_text("{}")
+    source = run_settings(load_params(repo_root / "params.yaml"), "arco")
+    write_json(tmp_path / "arco" / "lineage.json", {"lineage": lineage(source)})
+    frozen = load_params(repo_root / "params.yaml", overrides=[f"train_policy.branch_from={step}"])
+    check_branch(str(step), run_settings(frozen, "arco_frozen"))  # same shared settings: accepted
+    other = load_params(repo_root / "params.yaml", overrides=[f"train_policy.branch_from={step}", "lora.r=4"])
+    with pytest.raises(ValueError, match="other settings"):
+        check_branch(str(step), run_settings(other, "arco_frozen"))
+    (tmp_path / "arco" / "lineage.json").unlink()
+    with pytest.warns(UserWarning, match="no lineage.json"):
+        check_branch(str(step), run_settings(frozen, "arco_frozen"))
