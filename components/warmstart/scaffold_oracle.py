@@ -24,7 +24,8 @@ import random
 import re
 
 from components.schemas import Question, SubQuestion
-from components.warmstart.thoughts import entity_kind, fact, match_hop, need
+from components.warmstart import thoughts
+from components.warmstart.thoughts import fact, match_hop, need
 
 __all__ = ["planned_need", "scaffold_replies"]
 
@@ -32,16 +33,8 @@ _ACTION = re.compile(r"^(search|browse|finish)\[(.*)\]$", re.DOTALL)
 
 
 def planned_need(chain: list[SubQuestion], k: int) -> str:
-    """What hop ``k`` asks for, as the plan can say it before any lookup: an entity that is an earlier hop's
-    answer is named by its item ('the birthplace of the person from item 1')."""
-    hop, found = chain[k], match_hop(chain[k])
-    earlier = {h.answer: j for j, h in enumerate(chain[:k])}
-    if found is None or found[0].get("x") not in earlier:
-        return need(hop)
-    groups, template, _, x_kind, _ = found
-    j = earlier[groups["x"]]
-    kind = x_kind or entity_kind(groups["x"], chain) or "entity"
-    return template.format(**{**groups, "x": f"the {kind} from item {j + 1}"})
+    """Hop ``k``'s need in the scaffold's plan ('the birthplace of the person from item 1')."""
+    return thoughts.planned_need(chain, k, refer="the {kind} from item {item}")
 
 
 def _split(raw: str) -> tuple[str, str, str]:

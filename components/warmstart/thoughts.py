@@ -99,19 +99,17 @@ def need(hop: SubQuestion) -> str:
     return found[1].format(**found[0]) if found else f"the answer to '{hop.question}'"
 
 
-def planned_need(chain: list[SubQuestion], k: int) -> str:
-    """Hop ``k``'s need as the plan can write it before searching: an entity an earlier hop answers is not
-    known yet, so it is named by its kind ("the birthplace of that person")."""
-    hop = chain[k]
-    found = match_hop(hop)
-    if found is None:
+def planned_need(chain: list[SubQuestion], k: int, refer: str = "that {kind}") -> str:
+    """What hop ``k`` asks for, as a plan can say it before any lookup: an entity that is an earlier hop's
+    answer is not known yet, so it is named by ``refer`` with its kind and the earlier item's number
+    ("the birthplace of that person"; the scaffold's plan: "... of the person from item 1")."""
+    hop, found = chain[k], match_hop(chain[k])
+    earlier = {h.answer: j for j, h in enumerate(chain[:k])}
+    if found is None or found[0].get("x") not in earlier:
         return need(hop)
     groups, template, _, x_kind, _ = found
-    earlier = next((j for j in range(k) if chain[j].answer == groups.get("x")), None)
-    if earlier is not None:
-        kind = (match_hop(chain[earlier]) or (None,) * 5)[4] or x_kind
-        groups = {**groups, "x": f"that {kind}" if kind else "it"}
-    return template.format(**groups)
+    kind = x_kind or entity_kind(groups["x"], chain) or "entity"
+    return template.format(**{**groups, "x": refer.format(kind=kind, item=earlier[groups["x"]] + 1)})
 
 
 def plan(chain: list[SubQuestion], compare: dict | None, rng: random.Random) -> str:
