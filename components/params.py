@@ -24,6 +24,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
+OUT_DIR = "{out_dir}"  # in a backend's lora path: run.out_dir
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -140,7 +143,8 @@ class BackendParams(Section):
                           "set max_concurrency to the same number.")
     lora: str | list[str] | None = Field(
         default=None, description="LoRA adapter(s) served by the native server: a peft adapter folder (converted "
-        "to GGUF once) or a llama.cpp LoRA GGUF; a list applies them together (an RL adapter over its warm start).")
+        "to GGUF once) or a llama.cpp LoRA GGUF; a list applies them together (an RL adapter over its warm start). "
+        "`{out_dir}` in a path stands for run.out_dir, so a stage's adapter is read where that run wrote it.")
     merge_lora: bool = Field(
         default=False, description="Serve the adapter(s) merged into the weights (Q8_0, built once per adapter "
         "content by components/embedded/lora_merge.py) instead of applying them at run time: faster, for an "
@@ -592,6 +596,15 @@ class Params(Section):
     )
     deploy: DeployParams = Field(default_factory=DeployParams)
     sweep: SweepParams = Field(default_factory=SweepParams)
+
+    @model_validator(mode="after")
+    def _adapters_follow_out_dir(self) -> Params:
+        for backend in self.llm.backends.values():
+            if isinstance(backend.lora, str):
+                backend.lora = backend.lora.replace(OUT_DIR, self.run.out_dir)
+            elif backend.lora:
+                backend.lora = [path.replace(OUT_DIR, self.run.out_dir) for path in backend.lora]
+        return self
 
 
 class ParamsError(ValueError):

@@ -137,3 +137,15 @@ def test_bad_params_files_are_one_line_errors_with_file_and_line(tmp_path, text,
 def test_missing_params_file_is_a_params_error(tmp_path):
     with pytest.raises(ParamsError, match=r"nope\.yaml: cannot read params file: No such file"):
         load_params(tmp_path / "nope.yaml")
+
+
+def test_stage_adapters_are_read_under_the_runs_out_dir(repo_root):
+    default = load_params(repo_root / "params.yaml")
+    moved = load_params(repo_root / "params.yaml", overrides=["run.out_dir=outputs/hotpotqa"])
+    assert default.llm.backends["embedded-0_5b-sft"].lora == "outputs/sft/adapter"
+    assert moved.llm.backends["embedded-0_5b-sft"].lora == "outputs/hotpotqa/sft/adapter"  # not the world run's
+    served = [b.lora for b in moved.llm.backends.values() if b.lora]
+    assert served and all(str(path).startswith("outputs/hotpotqa/") for path in served)
+    listed = load_params(repo_root / "params.yaml", overrides=[
+        "run.out_dir=/runs/a", "llm.backends.embedded-0_5b-sft.lora=[x.gguf, '{out_dir}/rl']"])
+    assert listed.llm.backends["embedded-0_5b-sft"].lora == ["x.gguf", "/runs/a/rl"]
