@@ -95,14 +95,20 @@ def warm_start_folder(params: Params, stage: str, method: str) -> Path:
     return Path(params.run.out_dir) / name
 
 
+def settings_digest(settings: dict) -> str:
+    """The sha256 of ``settings`` as sorted JSON: a run's key (:func:`keyed_folder`) or its lineage."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def keyed_folder(folder: Path, settings: dict) -> bool:
     """Whether ``folder`` holds a run of exactly these ``settings`` (then the stage resumes it). Otherwise
     the folder is emptied and the new key written, so a run with other settings starts afresh instead of
     resuming (or returning) a checkpoint trained under different ones."""
-    import hashlib
     import shutil
 
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+    key = settings_digest(settings)
     key_file = folder / "run_key.json"
     if key_file.exists() and json.loads(key_file.read_text()) == {"run_key": key}:
         return True

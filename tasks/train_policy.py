@@ -46,6 +46,7 @@ from tasks.runtime import (
     params_from_args,
     release_memory,
     resolve,
+    settings_digest,
     stage_argparser,
     tracking,
     warm_start_folder,
@@ -149,11 +150,7 @@ def branch_digest(branch_from: str | None) -> str | None:
 def lineage(settings: dict) -> str:
     """A digest of what a run shares with the runs that may branch from it: its settings without the variant and
     the branch point (written to lineage.json, checked by :func:`check_branch`)."""
-    import hashlib
-    import json
-
-    shared = {k: v for k, v in settings.items() if k not in ("variant", "branch_from")}
-    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()
+    return settings_digest({k: v for k, v in settings.items() if k not in ("variant", "branch_from")})
 
 
 def check_branch(branch: str, settings: dict) -> None:

@@ -97,7 +97,7 @@ def plan_turns(question: Question, toolbox, settings: AgentParams, rng: random.R
         if doc_id in visible:
             call("browse", doc_id, thoughts.browse(learned, hop, title, doc_id, shown_before=True), k)
         else:
-            thought = thoughts.first(hop, title) if not turns else thoughts.search(learned, hop, title)
+            thought = thoughts.first(title) if not turns else thoughts.search(learned, hop, title)
             call("search", title, thought, k)
             kind = entity_kind(title, question.gold_chain)
             if doc_id not in visible and kind in ("film", "city", "company"):

@@ -13,7 +13,7 @@ without that count kept searching after the last hop (60% of world test episodes
 budget): nothing in its context said the chain was complete.
 
     t = Thoughts(random.Random("q-1"), question.gold_chain)
-    t.first(hop, "The Glass Harbor")     # 'I need 2 facts: 1) the director of ...; 2) .... Fact 1 first: ...'
+    t.first("The Glass Harbor")          # 'I need 2 facts: 1) the director of ...; 2) .... Fact 1 first: ...'
     t.search([hop], next_hop, "Torvel Ashmere")  # 'Fact 1 of 2: The Glass Harbor was directed by ... Next, fact 2: ...'
 """
 
@@ -148,7 +148,7 @@ class Thoughts:
         word = "fact" if len(numbers) == 1 else "facts"
         return self.rng.choice(_LEARNED).format(k=k, n=len(self.chain), facts=facts, fact=word, Fact=word.capitalize())
 
-    def first(self, hop: SubQuestion, title: str) -> str:
+    def first(self, title: str) -> str:
         return " ".join((plan(self.chain, self.compare, self.rng), self.rng.choice(_FIRST).format(title=title)))
 
     def search(self, learned: list[SubQuestion], hop: SubQuestion, title: str) -> str:
