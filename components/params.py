@@ -23,7 +23,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-
 OUT_DIR = "{out_dir}"  # in a backend's lora path: run.out_dir
 
 

@@ -34,7 +34,7 @@ from components.judges.arco_criteria import WarmupRow, parse_criteria, sft_segme
 from components.llm.base import Message
 from components.training.agent_rollout import chat_template_renderer
 from components.training.losses import kl_k3, trainable_span
-from components.training.model import LoRASettings, Policy
+from components.training.model import LoRASettings, Policy, recompute_activations
 from components.training.rollout import (
     HFRolloutEngine,
     RolloutBatch,
@@ -107,7 +107,7 @@ class RubricModel:
             model.set_adapter(previous)
         else:
             if gradient_checkpointing:  # its own base: recompute activations in backward (generation keeps its cache)
-                model.gradient_checkpointing_enable()
+                recompute_activations(model)
             model = get_peft_model(model, config, adapter_name=ADAPTER)
             model.add_adapter(REFERENCE, config)
         for n, p in model.named_parameters():

@@ -206,6 +206,14 @@ def activations_kept(model: nn.Module) -> Iterator[None]:
             module.gradient_checkpointing = True
 
 
+def recompute_activations(model: nn.Module) -> None:
+    """Make ``model``'s decoder layers recompute their activations in backward (the same gradients, less
+    memory); its input embeddings require grad, so adapters inside recomputed layers get gradients under
+    reentrant checkpointing too. Call before wrapping it with peft."""
+    model.gradient_checkpointing_enable()
+    model.enable_input_require_grads()
+
+
 def build_policy(
     source: str | Path | nn.Module,
     *,
@@ -218,9 +226,10 @@ def build_policy(
     """Load ``source`` and make it trainable: LoRA adapter when ``lora`` is given, else full fine-tuning."""
     model = load_causal_lm(source, gguf_file=gguf_file, dtype=dtype, device=device)
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
         model.config.use_cache = False
     if lora is None:
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable()
         reference = copy.deepcopy(model).eval()
         for p in reference.parameters():
             p.requires_grad_(False)
@@ -237,5 +246,5 @@ def build_policy(
         task_type="CAUSAL_LM",
     )
     if gradient_checkpointing:
-        model.enable_input_require_grads()
+        recompute_activations(model)
     return Policy(get_peft_model(model, config), is_lora=True)
