@@ -543,10 +543,13 @@ class DeployParams(Section):
 
 class SweepParams(Section):
     """The ablation sweep ``python -m flows.sweep`` runs (flows/sweep.py): ``train_policy`` once per (variant,
-    seed), each in its own folder, then one comparison report (components/reporting/compare.py)."""
+    seed) and ``evaluate`` once per (method, seed), each in its own folder, then one comparison report of the
+    variants (components/reporting/compare.py) and one of the methods (components/reporting/method_compare.py)."""
 
-    variants: list[str] = Field(default_factory=lambda: ["grpo", "dapo"], min_length=1, description="Training "
+    variants: list[str] = Field(default_factory=lambda: ["grpo", "dapo"], description="Training "
                                 "variants compared (names of train_policy --variant).")
+    methods: list[str] = Field(default_factory=list, description="Evaluated methods compared (names of evaluate "
+                               "--method, params.methods), e.g. Co-ReAct against its baselines and ablations.")
     seeds: list[int] = Field(default_factory=lambda: [1234], min_length=1, description="Seeds each variant trains "
                              "with (the run's `seed`); the report gives the mean and spread over them.")
     out_dir: str = Field(default="sweep", description="Folder of the sweep under run.out_dir: one seed_<s>/ per seed "
@@ -562,7 +565,9 @@ class SweepParams(Section):
 
     @model_validator(mode="after")
     def _distinct(self) -> SweepParams:
-        for key in ("variants", "seeds"):
+        if not self.variants and not self.methods:
+            raise ValueError("a sweep needs at least one training variant or evaluated method")
+        for key in ("variants", "methods", "seeds"):
             values = getattr(self, key)
             if len(set(values)) != len(values):
                 raise ValueError(f"{key} must be distinct (a repeated one would overwrite its own run), got {values}")

@@ -24,7 +24,7 @@ from prefect import flow, serve
 from prefect.schedules import Cron
 
 from components.params import Params, ParamsError, load_params
-from flows.pipeline import STAGES, VARIANTS, pipeline
+from flows.pipeline import METHODS, STAGES, VARIANTS, pipeline
 from tasks.runtime import PARAMS_PATH, params_from_args, run_stage, stage_argparser
 
 TARGETS = [*STAGES, *sorted({name.split("@")[0] for name in STAGES if "@" in name})]
@@ -33,6 +33,7 @@ TARGETS = [*STAGES, *sorted({name.split("@")[0] for name in STAGES if "@" in nam
 # the UI renders a multi-select of these names
 Target = Literal[tuple(TARGETS)]  # type: ignore[valid-type]
 Variant = Literal[tuple(VARIANTS)]  # type: ignore[valid-type]
+Method = Literal[tuple(METHODS)]  # type: ignore[valid-type]
 
 
 def _params(overrides: Sequence[str]) -> Params:
@@ -54,20 +55,22 @@ def run_pipeline(targets: Sequence[Target] = (), overrides: Sequence[str] = ()) 
 
 @flow(name="run-sweep", log_prints=True)
 def run_sweep(variants: Sequence[Variant] = (), seeds: Sequence[int] = (), overrides: Sequence[str] = (),
-              runner: Literal["thread", "ray"] | None = None) -> Any:
+              runner: Literal["thread", "ray"] | None = None, methods: Sequence[Method] = ()) -> Any:
     """The ablation sweep with this run's settings.
 
     Args:
         variants: Training variants to compare (`train_policy --variant`); empty: `sweep.variants` of
-            params.yaml.
-        seeds: Seeds each variant trains with; empty: `sweep.seeds`.
+            params.yaml (none when methods are picked).
+        seeds: Seeds each variant trains with and each method is evaluated with; empty: `sweep.seeds`.
         overrides: Settings for this run only, one `key=value` each as `--set` takes them, e.g. `grpo.steps=4`.
         runner: Where the runs execute: threads of the serving process, or Ray; empty: `sweep.runner`.
+        methods: Evaluated methods to compare (`evaluate --method`), e.g. Co-ReAct and its baselines; empty:
+            `sweep.methods`.
     """
     from flows.sweep import sweep  # imported when a run starts: serving does not need the sweep module
 
     return sweep(params=_params(overrides), variants=list(variants) or None, seeds=list(seeds) or None,
-                 runner=runner)
+                 runner=runner, methods=list(methods) or None)
 
 
 def deployments(params: Params, overrides: list[str]) -> list:

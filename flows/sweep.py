@@ -1,15 +1,20 @@
-"""The ablation sweep: train_policy@<variant> for each (variant, seed) side by side, then one comparison.
+"""The ablation sweep: train_policy@<variant> for each (variant, seed) and evaluate@<method> for each
+(method, seed) side by side, then one comparison of the variants and one of the methods.
 
-The comparison is tasks/report.py's: table and plot in the sweep's folder and in MLflow.
+The comparisons are tasks/report.py's: tables and plots in the sweep's folder and in MLflow.
 
-    python -m flows.sweep                        # params.yaml's sweep section: variants, seeds, runner
+    python -m flows.sweep                        # params.yaml's sweep section: variants, methods, seeds, runner
     python -m flows.sweep --variants grpo dapo --seeds 1 2 --runner thread --set grpo.steps=1
+    python -m flows.sweep --methods sft coreact self_refine self_refine_rubric --seeds 1 2 \
+        --set evaluation.n_questions=10          # Co-ReAct's comparison table (no training)
     python -m flows.sweep --runner ray           # the `ray` extra: pip install -e '.[ray]'
 
-Each run trains with ``seed`` = its seed and ``run.out_dir`` = <run.out_dir>/<sweep.out_dir>/seed_<seed>/, so
-its outputs land in seed_<seed>/train/<variant>/ and no two runs share a folder. The runs read the main job's
-outputs (data/, index/ and the warm-start adapters of ``train_policy.warm_start``: run `python -m
-flows.pipeline` first) through links in each seed folder.
+Each run has ``seed`` = its seed and ``run.out_dir`` = <run.out_dir>/<sweep.out_dir>/seed_<seed>/, so its
+outputs land in seed_<seed>/train/<variant>/ or seed_<seed>/eval/<method>/ and no two runs share a folder.
+The runs read the main job's outputs (data/, index/ and the warm-start adapters of
+``train_policy.warm_start``: run `python -m flows.pipeline` first) through links in each seed folder; the
+adapters a method's backends serve (the warm start, the trained rubric generators) are the main job's too,
+since their paths were resolved against its ``run.out_dir``. Given ``--methods`` alone, no variant trains.
 
 Runs are independent, so they are submitted together: ``runner="thread"`` runs them in threads of this
 process, ``runner="ray"`` as Prefect tasks on Ray through prefect-ray's RayTaskRunner (each run stays a
@@ -35,6 +40,7 @@ from pydantic import ValidationError
 from components.params import Params, ParamsError, SweepParams, apply_overrides, load_params
 from components.registry import RegistryError
 from components.reporting.compare import seed_dir
+from tasks.evaluate import evaluate
 from tasks.report import report, sweep_dir
 from tasks.runtime import PARAMS_PATH, params_from_args, run_stage, stage_argparser, tracking
 from tasks.train_policy import train_policy
@@ -101,11 +107,13 @@ def task_runner(runner: Runner, settings: SweepParams) -> TaskRunner:
 
 
 def _settings(params: Params, variants: list[str] | None, seeds: list[int] | None,
-              runner: Runner | None) -> SweepParams:
-    given = {"variants": variants, "seeds": seeds, "runner": runner}
+              runner: Runner | None, methods: list[str] | None = None) -> SweepParams:
+    given = {"variants": variants, "methods": methods, "seeds": seeds, "runner": runner}
+    if methods and not variants:  # methods named alone: an evaluation sweep, nothing trains
+        given["variants"] = []
+    given = {k: v for k, v in given.items() if v or (k == "variants" and v == [])}
     try:
-        settings = SweepParams.model_validate({**params.sweep.model_dump(),
-                                               **{k: v for k, v in given.items() if v}})
+        settings = SweepParams.model_validate({**params.sweep.model_dump(), **given})
     except ValidationError as exc:
         raise ParamsError(f"sweep: {exc.errors()[0]['msg']}") from None
     from components.methods.variants import get_variant
@@ -115,45 +123,63 @@ def _settings(params: Params, variants: list[str] | None, seeds: list[int] | Non
             get_variant(variant)
         except RegistryError as exc:
             raise ParamsError(f"sweep.variants: {exc}") from None
+    unknown = [m for m in settings.methods if m not in params.methods]
+    if unknown:
+        raise ParamsError(f"sweep.methods: unknown method {unknown[0]!r}; params.methods has "
+                          f"{', '.join(sorted(params.methods))}")
     return settings
+
+
+STAGES = {"train": train_policy, "eval": evaluate}
+"""A job's stage -> its task and folder under seed_<s>/: train/<variant>/ or eval/<method>/."""
 
 
 @flow(name="rubricflow-sweep", log_prints=True)
 def sweep(params: Params | None = None, variants: list[str] | None = None, seeds: list[int] | None = None,
-          runner: Runner | None = None, overrides: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Train every (variant, seed) and compare them; returns each variant's mean metrics over its seeds.
+          runner: Runner | None = None, overrides: list[str] | None = None,
+          methods: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Train every (variant, seed), evaluate every (method, seed) and compare them; returns each variant's and
+    each method's mean metrics over its seeds.
 
     Args:
         params: The parameters; None reads params.yaml when the run starts.
-        variants: Training variants to compare; empty: `sweep.variants`.
-        seeds: Seeds each variant trains with; empty: `sweep.seeds`.
+        variants: Training variants to compare; empty: `sweep.variants` (none when only methods are given).
+        seeds: Seeds each variant trains with and each method is evaluated with; empty: `sweep.seeds`.
         runner: Where the runs execute: `thread` (this process) or `ray`; empty: `sweep.runner`.
         overrides: Settings for this run only, one `key=value` each as `--set` takes them, e.g. `grpo.steps=4`.
+        methods: Evaluated methods to compare (params.methods); empty: `sweep.methods`.
     """
     params = with_overrides(params, overrides)
-    settings = _settings(params, variants, seeds, runner)
+    settings = _settings(params, variants, seeds, runner, methods)
     runs = {seed: seed_params(params, seed) for seed in settings.seeds}
-    jobs = [(variant, seed) for seed in settings.seeds for variant in settings.variants]
-    tags = {"variants": ",".join(settings.variants), "seeds": ",".join(map(str, settings.seeds)),
-            "runner": settings.runner}
+    jobs = [("train", variant, seed) for seed in settings.seeds for variant in settings.variants]
+    jobs += [("eval", method, seed) for seed in settings.seeds for method in settings.methods]
+    tags = {"variants": ",".join(settings.variants), "methods": ",".join(settings.methods),
+            "seeds": ",".join(map(str, settings.seeds)), "runner": settings.runner}
     with tracking(params, "sweep", tags=tags) as parent:
         with task_runner(settings.runner, settings) as pool:
-            futures = {job: pool.submit(train_policy, parameters={"params": runs[job[1]], "variant": job[0],
-                                                                  "parent_run_id": parent.run_id})
-                       for job in jobs}
+            futures = {}
+            for stage, name, seed in jobs:
+                key = "variant" if stage == "train" else "method"
+                futures[(stage, name, seed)] = pool.submit(
+                    STAGES[stage], parameters={"params": runs[seed], key: name, "parent_run_id": parent.run_id})
             failed: list[str] = []
-            for (variant, seed), future in futures.items():
+            for (stage, name, seed), future in futures.items():
                 try:
                     future.result()
                 except Exception as exc:  # noqa: BLE001 - a failed run is named, the others still compared
-                    failed.append(f"{variant}@seed_{seed}")
+                    failed.append(f"{name}@seed_{seed}")
                     print(f"sweep run {failed[-1]} failed: {type(exc).__name__}: {exc}")
-        done = {variant: [str(seed_dir(sweep_dir(params), seed) / "train" / variant) for seed in settings.seeds
-                          if f"{variant}@seed_{seed}" not in failed]
-                for variant in settings.variants}
-        done = {variant: folders for variant, folders in done.items() if folders}
+
+        def finished(stage: str, names: list[str]) -> dict[str, list[str]]:
+            done = {name: [str(seed_dir(sweep_dir(params), seed) / stage / name) for seed in settings.seeds
+                           if f"{name}@seed_{seed}" not in failed] for name in names}
+            return {name: folders for name, folders in done.items() if folders}
+
+        trained, evaluated = finished("train", settings.variants), finished("eval", settings.methods)
         parent.log_metrics({"runs": len(jobs), "runs_failed": len(failed)})
-        metrics = report(params, runs=done, parent_run_id=parent.run_id).metrics if done else {}
+        metrics = (report(params, runs=trained, methods=evaluated, parent_run_id=parent.run_id).metrics
+                   if trained or evaluated else {})
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(jobs)} sweep runs failed: {', '.join(failed)} (errors above); "
                                "the report compares the others")
@@ -163,10 +189,13 @@ def sweep(params: Params | None = None, variants: list[str] | None = None, seeds
 def main() -> None:
     parser: argparse.ArgumentParser = stage_argparser(__doc__)
     parser.add_argument("--variants", nargs="+", default=None, help="variants to compare (default: sweep.variants)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds per variant (default: sweep.seeds)")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="evaluated methods to compare (default: sweep.methods; alone, no variant trains)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds per run (default: sweep.seeds)")
     parser.add_argument("--runner", choices=["thread", "ray"], default=None, help="default: sweep.runner")
     args = parser.parse_args()
-    result: Any = sweep(params_from_args(args), variants=args.variants, seeds=args.seeds, runner=args.runner)
+    result: Any = sweep(params_from_args(args), variants=args.variants, seeds=args.seeds, runner=args.runner,
+                        methods=args.methods)
     print(json.dumps(result, indent=2))
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 from components.schemas import Trajectory
 
-__all__ = ["accounting_per_question", "behaviour_table", "cost_per_question", "guided_metrics", "verification_stats"]
+__all__ = ["BEHAVIOUR_COLUMNS", "accounting_per_question", "behaviour_table", "cost_per_question", "guided_metrics", "verification_stats"]
 
 
 def _guided(t: Trajectory) -> dict:
@@ -99,12 +99,15 @@ def accounting_per_question(llm_metrics: dict[str, float], n_questions: int) -> 
     return {f"{k}_per_question": v / n for k, v in llm_metrics.items() if k.endswith(keep)}
 
 
+BEHAVIOUR_COLUMNS = {"tool_calls_total_per_question": "tool calls", "unique_docs_retrieved": "retrieved docs",
+                     "unique_docs_cited": "cited sources", "utilisation": "utilisation",
+                     "verification_failure_rate": "verification failure rate", "cost.calls": "model calls"}
+"""Table 3's columns: evaluate's metric -> its label."""
+
+
 def behaviour_table(metrics_by_method: dict[str, dict[str, float]]) -> pd.DataFrame:
     """Table 3 from each method's evaluate metrics: tool calls, retrieved documents, cited sources,
     utilisation, verification failure rate and calls per question."""
-    columns = {"tool_calls_total_per_question": "tool calls", "unique_docs_retrieved": "retrieved docs",
-               "unique_docs_cited": "cited sources", "utilisation": "utilisation",
-               "verification_failure_rate": "verification failure rate", "cost.calls": "model calls"}
-    rows = [{"method": m, **{label: metrics.get(key, float("nan")) for key, label in columns.items()}}
+    rows = [{"method": m, **{label: metrics.get(key, float("nan")) for key, label in BEHAVIOUR_COLUMNS.items()}}
             for m, metrics in metrics_by_method.items()]
     return pd.DataFrame(rows).set_index("method")

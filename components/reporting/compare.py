@@ -78,12 +78,13 @@ def _seed_key(folder: Path) -> tuple[int, str]:
     return (int(label), "") if label.lstrip("-").isdigit() else (0, label)
 
 
-def discover_runs(sweep_dir: str | Path) -> dict[str, list[Path]]:
-    """Variant -> its finished run folders (those with a metrics.json) in a sweep's seed folders, in seed order."""
+def discover_runs(sweep_dir: str | Path, stage: str = "train") -> dict[str, list[Path]]:
+    """Variant (``stage="train"``: train/<variant>/) or method (``"eval"``: eval/<method>/) -> its finished run
+    folders (those with a metrics.json) in a sweep's seed folders, in seed order."""
     found: dict[str, list[Path]] = {}
     seeds = sorted((p for p in Path(sweep_dir).glob(f"{SEED_PREFIX}*") if p.is_dir()), key=_seed_key)
     for seed in seeds:
-        for metrics in sorted(seed.glob("train/*/metrics.json")):
+        for metrics in sorted(seed.glob(f"{stage}/*/metrics.json")):
             found.setdefault(metrics.parent.name, []).append(metrics.parent)
     return dict(sorted(found.items()))
 
@@ -146,7 +147,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     metrics = [c for c in table.columns if c != "seeds" and not c.endswith(".sd")]
     shown = pd.DataFrame({"seeds": table["seeds"].astype(int)}, index=table.index)
     for column in metrics:
-        digits = 0 if column in ("steps", "wall_s") else 3
+        digits = 0 if column in ("steps", "wall_s", "n") else 3
         shown[column] = [_cell(m, s, digits) for m, s in zip(table[column], table[f"{column}.sd"])]
     return shown
 

@@ -18,7 +18,7 @@ from prefect.testing.utilities import prefect_test_harness
 
 from components.params import ParamsError, load_params
 from flows import sweep as sweep_module
-from tests.reporting.helpers import dev, make_run
+from tests.reporting.helpers import dev, make_evaluation, make_run
 
 
 def expected(variant: str, seed: int, steps: int) -> dict:
@@ -43,6 +43,16 @@ def stub_train(params, variant: str = "grpo", parent_run_id: str | None = None, 
     return record
 
 
+@task(name="evaluate")
+def stub_evaluate(params, method: str = "react", parent_run_id: str | None = None, pool=None):
+    out = Path(params.run.out_dir)
+    rng = random.Random(f"{method}-{params.seed}")
+    make_evaluation(out / "eval" / method, {"n": 5.0, "em": round(rng.random(), 6), "f1": 0.5})
+    with open(os.environ["STUB_CALLS"], "a") as fh:
+        fh.write(json.dumps({"method": method, "seed": params.seed, "out_dir": str(out)}) + "\n")
+    return {}
+
+
 def calls(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -60,7 +70,7 @@ def base(repo_root, tmp_path, monkeypatch):
     in place of train_policy."""
     monkeypatch.setenv("RUBRICFLOW_MLFLOW", "0")
     monkeypatch.setenv("STUB_CALLS", str(tmp_path / "calls.jsonl"))
-    monkeypatch.setattr(sweep_module, "train_policy", stub_train)
+    monkeypatch.setattr(sweep_module, "STAGES", {"train": stub_train, "eval": stub_evaluate})
 
     def make(name: str = "out", *overrides: str):
         out = tmp_path / name
@@ -112,6 +122,27 @@ def test_defaults_come_from_the_sweep_section_and_overrides_reach_the_runs(prefe
     assert metrics["dapo"]["steps"] == 3
 
 
+def test_methods_alone_are_evaluated_per_seed_and_compared_without_training(prefect_api, base, tmp_path):
+    metrics = sweep_module.sweep(base(), methods=["sft", "coreact"], seeds=[1, 2], runner="thread")
+    made = calls(tmp_path / "calls.jsonl")
+    assert sorted((c.get("variant"), c.get("method"), c["seed"]) for c in made) == [
+        (None, "coreact", 1), (None, "coreact", 2), (None, "sft", 1), (None, "sft", 2)]
+    sweep_dir = tmp_path / "out" / "sweep"
+    ems = [random.Random(f"coreact-{seed}").random() for seed in (1, 2)]
+    assert metrics["coreact"]["em"] == pytest.approx(sum(ems) / 2, abs=1e-6)
+    table = pd.read_csv(sweep_dir / "methods.csv", index_col=0)
+    assert list(table.index) == ["sft", "coreact"] and list(table["seeds"]) == [2, 2]
+    assert not (sweep_dir / "comparison.csv").exists()  # nothing trained
+
+
+def test_variants_and_methods_together_give_both_comparisons(prefect_api, base, tmp_path):
+    metrics = sweep_module.sweep(base(), variants=["grpo"], methods=["sft"], seeds=[3], runner="thread")
+    assert {"grpo", "sft"} <= set(metrics)
+    sweep_dir = tmp_path / "out" / "sweep"
+    assert (sweep_dir / "comparison.csv").exists() and (sweep_dir / "methods.csv").exists()
+    assert (sweep_dir / "seed_3" / "eval" / "sft" / "metrics.json").exists()
+
+
 def test_bad_settings_fail_before_any_run(base, tmp_path):
     params = base()
     with pytest.raises(ParamsError, match="unknown training variant 'nope'"):
@@ -120,6 +151,10 @@ def test_bad_settings_fail_before_any_run(base, tmp_path):
         sweep_module.sweep.fn(params, overrides=["grpo.steps=0"])
     with pytest.raises(ParamsError, match="seeds must be distinct"):
         sweep_module.sweep.fn(params, seeds=[3, 3])
+    with pytest.raises(ParamsError, match="unknown method 'nope'"):
+        sweep_module.sweep.fn(params, methods=["sft", "nope"])
+    with pytest.raises(ParamsError, match="at least one training variant or evaluated method"):
+        sweep_module.sweep.fn(params, overrides=["sweep.variants=[]"])
     assert calls(tmp_path / "calls.jsonl") == []
 
 
@@ -146,3 +181,14 @@ def test_thread_and_ray_runners_give_the_same_comparison(prefect_api, base, tmp_
     assert len(by_runner["thread"]) == len(by_runner["ray"]) == 4
     assert {c["pid"] for c in by_runner["thread"]} == {os.getpid()}
     assert os.getpid() not in {c["pid"] for c in by_runner["ray"]}  # the runs ran in Ray's worker processes
+
+
+def test_the_sweep_form_in_the_prefect_ui_offers_every_method_and_variant():
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.deploy import run_sweep
+    from flows.pipeline import METHODS, VARIANTS
+
+    form = parameter_schema(run_sweep.fn).model_dump()["properties"]
+    assert form["methods"]["items"]["enum"] == list(METHODS)
+    assert form["variants"]["items"]["enum"] == list(VARIANTS)

@@ -27,3 +27,13 @@ def make_run(folder: Path, rewards: list[float], reward_stds: list[float] | None
 def dev(before_em: float, after_em: float, before_f1: float, after_f1: float) -> dict[str, float]:
     return {"dev_before.em": before_em, "dev_after.em": after_em, "dev_before.f1": before_f1,
             "dev_after.f1": after_f1, "dev_before.answered": 1.0, "dev_after.answered": 1.0}
+
+
+def make_evaluation(folder: Path, metrics: dict[str, float], s_per_question: float | None = 6.0) -> Path:
+    """metrics.json and timings.json as ``evaluate@<method>`` writes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    if s_per_question is not None:
+        (folder / "timings.json").write_text(json.dumps({"wall_s": 10 * s_per_question,
+                                                         "s_per_question": s_per_question}))
+    return folder

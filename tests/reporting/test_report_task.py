@@ -62,3 +62,24 @@ def test_without_a_parent_the_report_is_its_own_run(params, tmp_path):
     own = runs["report"].iloc[0]["run_id"]
     assert (runs["report@dapo"]["tags.mlflow.parentRunId"] == own).all()
     assert {f.path for f in mlflow.MlflowClient().list_artifacts(own)} == {"comparison"}
+
+
+def test_evaluated_methods_get_their_own_table_files_and_child_runs(params, tmp_path):
+    from tests.reporting.helpers import make_evaluation
+
+    sweep = tmp_path / "out" / "sweep"
+    for seed, em in ((1, 0.2), (2, 0.4)):
+        make_evaluation(seed_dir(sweep, seed) / "eval" / "coreact", {"n": 10.0, "em": em, "f1": em, "retry_rate": 0.25})
+    with tracking(params, "sweep") as parent:
+        result = report.fn(params, parent_run_id=parent.run_id)  # discovers both kinds
+    runs = runs_by_stage(params)
+    assert set(runs) == {"sweep", "report@grpo", "report@dapo", "report@coreact"}
+    coreact = runs["report@coreact"].iloc[0]
+    assert coreact["tags.evaluated_method"] == "coreact" and coreact["tags.seeds"] == "2"
+    assert coreact["metrics.em"] == pytest.approx(0.3) and coreact["metrics.retry_rate"] == pytest.approx(0.25)
+    assert runs["sweep"].iloc[0]["metrics.coreact.em"] == pytest.approx(0.3)
+    files = {f.path for f in mlflow.MlflowClient().list_artifacts(parent.run_id, "methods")}
+    assert files == {f"methods/{name}" for name in
+                     ("methods.csv", "methods.md", "method_runs.csv", "methods.png", "methods.json")}
+    assert result.files["methods_plot"] == str(sweep / "methods.png")
+    assert result.metrics["grpo"]["dev_after.em"] == pytest.approx(0.4)  # the training comparison is still there
