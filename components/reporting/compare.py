@@ -194,14 +194,6 @@ def comparison_figure(runs: Sequence[Run], table: pd.DataFrame) -> Figure:
     return fig
 
 
-def plot_comparison(runs: Sequence[Run], table: pd.DataFrame, path: str | Path) -> Path:
-    """comparison_figure as a PNG at ``path``."""
-    path = Path(path)
-    with atomic_path(path, "wb") as fh:
-        comparison_figure(runs, table).savefig(fh, format="png", dpi=120)
-    return path
-
-
 def write_report(runs: Mapping[str, Sequence[str | Path]], out_dir: str | Path, final_steps: int = 5) -> Report:
     """Load every run folder of ``runs`` (variant -> folders, one per seed) and write the comparison files
     into ``out_dir``."""
@@ -212,15 +204,22 @@ def write_report(runs: Mapping[str, Sequence[str | Path]], out_dir: str | Path, 
     own = sorted({k for r in loaded for k in method_metrics(r.final)})
     per_run = per_run[["variant", "run", *SUMMARY_COLUMNS, *own, "wall_s"]]
     table = comparison_table(per_run)
-    markdown = to_markdown(table)
     out = Path(out_dir)
     paths = {"comparison_csv": out / "comparison.csv", "comparison_md": out / "comparison.md",
              "runs_csv": out / "runs.csv", "plot": out / "comparison.png"}
-    with atomic_path(paths["comparison_csv"]) as fh:
+    return save_report(table, per_run, comparison_figure(loaded, table), paths)
+
+
+def save_report(table: pd.DataFrame, per_run: pd.DataFrame, figure: Figure, paths: dict[str, Path]) -> Report:
+    """Write a comparison's files atomically: ``paths`` in the order table CSV, markdown, per-run CSV, PNG."""
+    table_csv, table_md, runs_csv, png = paths.values()
+    markdown = to_markdown(table)
+    with atomic_path(table_csv) as fh:
         table.to_csv(fh)
-    with atomic_path(paths["runs_csv"]) as fh:
+    with atomic_path(runs_csv) as fh:
         per_run.to_csv(fh, index=False)
-    with atomic_path(paths["comparison_md"]) as fh:
+    with atomic_path(table_md) as fh:
         fh.write(markdown)
-    plot_comparison(loaded, table, paths["plot"])
+    with atomic_path(png, "wb") as fh:
+        figure.savefig(fh, format="png", dpi=120)
     return Report(table=table, runs=per_run, markdown=markdown, paths=paths)

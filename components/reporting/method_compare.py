@@ -26,8 +26,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from components.evaluation.guided import BEHAVIOUR_COLUMNS
-from components.io import atomic_path, read_json
-from components.reporting.compare import Report, Run, comparison_table, load_run, to_markdown
+from components.io import read_json
+from components.reporting.compare import Report, Run, comparison_table, load_run, save_report
 
 ACCURACY_COLUMNS = ["n", "em", "f1", "judge_accuracy", "judge_failures", "gold_recall", "answered_rate"]
 GUIDANCE_COLUMNS = ["retry_rate", "rubric_failures", "verifier_failures", "token_budget_hits"]
@@ -74,16 +74,7 @@ def write_method_report(runs: Mapping[str, Sequence[str | Path]], out_dir: str |
     roles = sorted(c for c in per_run.columns if c not in fixed and c != "s_per_question")
     per_run = per_run[[*fixed, *roles, "s_per_question"]]
     table = comparison_table(per_run)
-    markdown = to_markdown(table)
     out = Path(out_dir)
     paths = {"methods_csv": out / "methods.csv", "methods_md": out / "methods.md",
              "method_runs_csv": out / "method_runs.csv", "methods_plot": out / "methods.png"}
-    with atomic_path(paths["methods_csv"]) as fh:
-        table.to_csv(fh)
-    with atomic_path(paths["method_runs_csv"]) as fh:
-        per_run.to_csv(fh, index=False)
-    with atomic_path(paths["methods_md"]) as fh:
-        fh.write(markdown)
-    with atomic_path(paths["methods_plot"], "wb") as fh:
-        method_figure(table).savefig(fh, format="png", dpi=120)
-    return Report(table=table, runs=per_run, markdown=markdown, paths=paths)
+    return save_report(table, per_run, method_figure(table), paths)
