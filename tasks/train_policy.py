@@ -11,7 +11,9 @@ weights, optimizer, scheduler, RNG, data position, method state), metrics.csv (o
 plot) and metrics.json (last step, plus ``dev_before.*`` / ``dev_after.*``: EM, F1, answered rate and
 search-budget endings of greedy episodes on ``train_policy.eval_questions`` dev questions, served by the
 same rollout engine before the first and after the last update, batch-invariant by default:
-``train_policy.eval_batch_invariant``), dev_{before,after}.jsonl (those trajectories).
+``train_policy.eval_batch_invariant``), dev_{before,after}.jsonl (those trajectories). Fresh runs that
+start from the same weights and evaluate the same way (the variants of one warm start in a sweep) measure
+``dev_before`` once and share it through ``run.cache_dir``/dev_before/ (batch-invariant evaluations only).
 
 ``--set train_policy.branch_from=outputs/train/arco/ckpt/step_000001`` starts a run from another run's
 checkpoint (an ablation sharing that run's first steps); its ``dev_before`` is then the policy at the branch
@@ -153,6 +155,40 @@ def lineage(settings: dict) -> str:
     return settings_digest({k: v for k, v in settings.items() if k not in ("variant", "branch_from")})
 
 
+def shared_dev_before(params: Params, settings: dict, agent: str, options: dict, dev: list[Question]) -> Path:
+    """Where the dev evaluation of a fresh run's starting weights is kept for every run that starts from the
+    same weights and evaluates the same way (``run.cache_dir``/dev_before/<key>/): the variants of one warm
+    start measure their ``dev_before`` once. The key is the run's settings without what only training reads
+    (variant, the method's section, GRPO, training questions), plus the agent, its options (an object by its
+    type, e.g. an empty rubric bank's guidance) and the dev questions. Only batch-invariant evaluations are
+    shared: a batched one is not a function of its key."""
+    plain = (str, int, float, bool, type(None), list, dict)
+    kept = {k: v for k, v in settings.items() if k not in ("variant", "method", "grpo", "branch_from", "train_policy")}
+    kept["train_policy"] = {k: v for k, v in settings["train_policy"].items() if k != "n_questions"}
+    kept.update(agent=agent, options={k: v if isinstance(v, plain) else type(v).__name__ for k, v in options.items()},
+                dev=[q.model_dump() for q in dev])
+    return Path(params.run.cache_dir) / "dev_before" / settings_digest(kept)
+
+
+def measure_dev_before(rollout_fn, engine, dev: list[Question], max_new_tokens: int, folder: Path,
+                       batch_invariant: bool, shared: Path | None) -> None:
+    """dev_before.json/.jsonl in ``folder``: copied from ``shared`` when another run measured the same start,
+    else measured (and left in ``shared`` for the next run)."""
+    import shutil
+
+    names = ("dev_before.json", "dev_before.jsonl")
+    if shared is not None and all((shared / n).exists() for n in names):
+        for n in names:
+            shutil.copyfile(shared / n, folder / n)
+        return
+    result = dev_evaluation(rollout_fn, engine, dev, max_new_tokens, folder / names[1], batch_invariant)
+    write_json(folder / names[0], result)
+    if shared is not None:
+        shared.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / names[1], shared / names[1])
+        shutil.copyfile(folder / names[0], shared / names[0])  # last: its presence says the pair is whole
+
+
 def check_branch(branch: str, settings: dict) -> None:
     """Refuse a branch point from a run trained under other shared settings (warm start, data, LoRA, GRPO,
     the method's section): its LoRA would sit on another base. A source run older than lineage.json is
@@ -271,8 +307,9 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
             before_file = folder / "dev_before.json"
             invariant = params.train_policy.eval_batch_invariant
             if dev and not before_file.exists():  # the folder is keyed: a measurement in it is of this run
-                write_json(before_file, dev_evaluation(rollout_fn, engine, dev, config.max_new_tokens,
-                                                       folder / "dev_before.jsonl", invariant))
+                fresh = started_from == "fresh" and invariant
+                shared = shared_dev_before(params, settings, parts.agent, options, dev) if fresh else None
+                measure_dev_before(rollout_fn, engine, dev, config.max_new_tokens, folder, invariant, shared)
             history = trainer.train(params.grpo.steps)
             trainer.save()
             policy.model.save_pretrained(str(folder / "adapter"))

@@ -181,3 +181,61 @@ def test_a_branch_from_a_run_under_other_settings_is_refused(tmp_path, repo_root
     (tmp_path / "arco" / "lineage.json").unlink()
     with pytest.warns(UserWarning, match="no lineage.json"):
         check_branch(str(step), run_settings(frozen, "arco_frozen"))
+
+
+def _greedy_engine_and_rollouts(calls: list[str]):
+    from contextlib import nullcontext
+
+    engine = SimpleNamespace(batch_invariant=nullcontext)
+
+    def rollout_fn(engine, prompts, group_size, sampling):
+        calls.append(prompts[0].id)
+        return [SimpleNamespace(info={"trajectory": Trajectory(
+            question_id=q.id, question=q.question, steps=[], final_answer="Paris", finish_reason="answer",
+            policy="p")}) for q in prompts]
+
+    return engine, rollout_fn
+
+
+def test_variants_of_one_warm_start_share_the_dev_evaluation_of_their_start(repo_root, tmp_path):
+    from tasks.train_policy import shared_dev_before
+
+    params = load_params(repo_root / "params.yaml", overrides=[f"run.cache_dir={tmp_path / 'cache'}"])
+    dev = [Question(id="d0", question="Where?", answers=["Paris"], source="world")]
+
+    def key(variant, agent="react", options=None, questions=dev, p=params):
+        return shared_dev_before(p, run_settings(p, variant, agent), agent, options or {}, questions)
+
+    assert key("grpo") == key("dapo")  # only training differs
+    assert key("grpo").parent == tmp_path / "cache" / "dev_before"
+    assert key("scaffold_grpo", "scaffold") == key("ss_grpo", "scaffold")
+    assert key("scaffold_grpo", "scaffold") != key("grpo")
+    guidance = {"guidance": object()}  # an object enters the key by its type, not its address
+    assert key("meta_policy", "scaffold", guidance) == key("rubricem", "scaffold", {"guidance": object()})
+    assert key("meta_policy", "scaffold", guidance) != key("scaffold_grpo", "scaffold")
+    assert key("grpo", questions=dev * 2) != key("grpo")
+    other_world = load_params(repo_root / "params.yaml", overrides=[f"run.cache_dir={tmp_path / 'cache'}",
+                                                                    "world.n_people=81"])
+    assert key("grpo", p=other_world) != key("grpo")
+
+
+def test_a_shared_dev_evaluation_is_measured_once_and_copied_whole(tmp_path):
+    from tasks.train_policy import measure_dev_before
+
+    dev = [Question(id="d0", question="Where?", answers=["Paris"], source="world")]
+    calls: list[str] = []
+    engine, rollout_fn = _greedy_engine_and_rollouts(calls)
+    shared = tmp_path / "cache" / "dev_before" / "k"
+    first, second, alone = (tmp_path / n for n in ("grpo", "dapo", "other"))
+    for folder in (first, second, alone):
+        folder.mkdir()
+    measure_dev_before(rollout_fn, engine, dev, 8, first, True, shared)
+    measure_dev_before(rollout_fn, engine, dev, 8, second, True, shared)
+    assert calls == ["d0"]  # the second run read the first one's measurement
+    for name in ("dev_before.json", "dev_before.jsonl"):
+        assert (second / name).read_bytes() == (first / name).read_bytes()
+    measure_dev_before(rollout_fn, engine, dev, 8, alone, False, None)
+    assert calls == ["d0", "d0"]
+    (shared / "dev_before.json").unlink()  # a measurement cut off before its summary is not reused
+    measure_dev_before(rollout_fn, engine, dev, 8, alone, True, shared)
+    assert calls == ["d0", "d0", "d0"] and (shared / "dev_before.json").exists()
