@@ -6,8 +6,8 @@
   samples in one request splits the call (``inner.split`` / ``inner.join``) into requests of a slot each,
 - a per-attempt timeout that starts once the attempt holds a slot (queueing never times a call out),
 - retries with exponential backoff plus jitter on transient errors only (tenacity),
-- a persistent response cache (sqlite, key = sha256 of model + messages + sampling incl. seed), used
-  only for deterministic calls (temperature 0 or seeded),
+- a persistent response cache (sqlite, key = sha256 of model + messages + sampling, the seed only when
+  sampling at temperature > 0), used only for deterministic calls (temperature 0 or seeded),
 - accounting per role: calls, failures by type, retries, cache hits, tokens, cost, latency.
 A call that still fails comes back as a ``ChatFailure`` and is counted; nothing is raised.
 """
@@ -45,10 +45,12 @@ class ResponseCache:
 
     @staticmethod
     def key(model_identity: str, messages: list[Message], sampling: Sampling) -> str:
+        """The request's hash. A greedy request's seed is left out: it picks nothing at temperature 0, so an
+        evaluation repeated under another seed replays its greedy calls and samples only what is sampled."""
         payload = {
             "model": model_identity,
             "messages": [m.model_dump() for m in messages],
-            "sampling": sampling.model_dump(mode="json"),
+            "sampling": sampling.model_dump(mode="json", exclude={"seed"} if sampling.temperature == 0 else None),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

@@ -101,6 +101,17 @@ def test_cache_hits_on_second_identical_deterministic_call(server, tmp_path):
     assert asyncio.run(again.chat(MSG, seeded)).cached
 
 
+def test_a_greedy_call_replays_under_another_seed_but_a_sampled_one_does_not(server, tmp_path):
+    server.behaviours = [("ok", "greedy"), ("ok", "sampled 1"), ("ok", "sampled 2")]
+    model = make(server, tmp_path)
+    first = asyncio.run(model.chat(MSG, Sampling(temperature=0.0, max_tokens=8, seed=1)))
+    other_seed = asyncio.run(model.chat(MSG, Sampling(temperature=0.0, max_tokens=8, seed=2)))
+    assert other_seed.cached and other_seed.text == first.text == "greedy" and len(server.requests) == 1
+    a = asyncio.run(model.chat(MSG, Sampling(temperature=0.7, max_tokens=8, seed=1)))
+    b = asyncio.run(model.chat(MSG, Sampling(temperature=0.7, max_tokens=8, seed=2)))
+    assert not a.cached and not b.cached and (a.text, b.text) == ("sampled 1", "sampled 2")
+
+
 def test_failures_are_never_cached(server, tmp_path):
     server.behaviours = [("status", 400), ("ok", "fine")]
     model = make(server, tmp_path)
