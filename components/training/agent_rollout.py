@@ -197,6 +197,10 @@ class EpisodePolicy(ChatModel):
             new, extends = context, False
         else:
             (context, new), extends = extension, True
+        window = getattr(self.batcher.engine, "context_window", None)
+        if window is not None and len(context) >= window:  # refused here, so the rest of the batch still runs
+            raise PermanentLLMError(f"the episode's context of {len(context)} tokens fills the rollout engine's "
+                                    f"{window}-token window (train_policy.n_ctx)")
         gen = await self.batcher.generate(self.episode, context, engine_sampling(sampling, self.batcher.sampling))
         self.turns.append(TurnRecord(list(messages), context, new, gen, extends, call))
         text = gen.text if gen.text is not None else self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)

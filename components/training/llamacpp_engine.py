@@ -87,6 +87,7 @@ class LlamaCppRolloutEngine:
         request_timeout_s: float = 600.0,
     ):
         self.tokenizer, self.logprobs = tokenizer, logprobs
+        self.context_window = n_ctx  # tokens per slot: a longer prompt is refused by the server
         self.base_loras = tuple(Path(p) for p in base_loras)
         self.server = NativeLlamaServer(model_path, n_ctx=n_ctx, threads=threads, parallel=parallel,
                                         lora=[*self.base_loras, *([lora] if lora is not None else [])])

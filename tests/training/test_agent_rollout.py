@@ -319,3 +319,21 @@ def test_episode_policy_refuses_several_samples_per_turn():
 
     out = asyncio.run(EpisodePolicy(batcher, TOK, 0, render=render).chat([user("hi")], Sampling(n=2)))
     assert not out.ok and "n=1" in out.message
+
+
+def test_an_episode_whose_context_fills_the_engines_window_ends_alone_with_an_llm_failure(policy):
+    class Windowed(ForcedEngine):
+        def generate(self, prompts, sampling):
+            assert all(len(p) < self.context_window for p in prompts)  # the server would refuse the batch
+            return super().generate(prompts, sampling)
+
+    long_question = Question(id="q3", question="Where? " + "x" * 500, answers=["Kestrow"], source="world")
+    engine = Windowed(policy.model, [REPLIES[0], REPLIES[1]])
+    engine.context_window = 400
+    rollout = make_agent_rollout(agent_factory("chat", max_turns=2), TOK, render=render)
+    samples = rollout(engine, [Q1, long_question], 1, SamplingParams(temperature=1.0))
+    by_question = {s.info["trajectory"].question_id: s.info["trajectory"] for s in samples}
+    assert by_question["q1"].finish_reason == "answer", by_question["q1"]
+    assert by_question["q1"].final_answer == "Kestrow"
+    assert by_question["q3"].finish_reason == "llm_failure" and by_question["q3"].final_answer is None
+    assert "400-token window" in by_question["q3"].metadata.get("error", "") + str(by_question["q3"].steps)
