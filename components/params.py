@@ -277,7 +277,7 @@ class TrainPolicyParams(Section):
         "and whose prompts the agent keeps. An agent not listed, or mapped to null, starts from the base model.",
     )
     n_questions: int = Field(default=40, ge=1, description="Training questions (train split) the prompts cycle over.")
-    n_ctx: int = Field(default=2048, ge=256, description="llamacpp engine: context tokens per slot.")
+    n_ctx: int = Field(default=4096, ge=256, description="llamacpp engine: context tokens per slot.")
     eval_questions: int = Field(
         default=20, ge=0, description="Dev questions answered greedily through the rollout engine before and after "
         "training (metrics dev_before.* / dev_after.*); 0 skips.")
