@@ -213,6 +213,9 @@ class ReflectionBranch:
                 log.warning("reflection judge failed for %s: %s", job.question.id, why)
                 continue
             scored = [(s, n) for n, (s, p) in enumerate(zip(job.scores, parsed)) if p.valid and s is not None]
+            rated = [s for s in job.scores if s is not None]
+            if len(rated) > 1 and max(rated) == min(rated):  # the judge rated every candidate alike: no signal
+                metrics["reflection/flat_groups"] = metrics.get("reflection/flat_groups", 0.0) + 1.0
             if scored:
                 score, n = max(scored, key=lambda x: (x[0], -x[1]))
                 overwrote = self.bank.put(job.question.question, rubrics=parsed[n].rubrics,
@@ -235,6 +238,7 @@ class ReflectionBranch:
             batch = assemble(rows, pad_token_id=trainer.pad_token_id, max_length=trainer.max_length)
             token_adv, batch.loss_mask = place_episode_advantages(adv, list(range(len(rows))), batch.segment_ids,
                                                                   batch.loss_mask)
+            metrics["reflection/updated"] = 0.0
             if bool(batch.loss_mask.any()) and bool(adv.abs().sum() > 0):
                 update = trainer.update(batch, token_adv, row_episode=list(range(len(rows))), ctx=ctx)
                 trainer.engine.update_weights(trainer.policy, ctx.step)

@@ -153,6 +153,14 @@ QB = Question(id="qb", question="Who directed Nightfall Harbor?", answers=["Ossi
               metadata={PHASE_KEY: "within"})
 
 
+def test_candidates_rated_alike_still_reach_the_bank_but_train_nothing_and_are_counted():
+    br, bank = branch([ratings((1, (1, 1, 0), (1, 1, 0)), (2, (1, 1, 0), (1, 1, 0)))], defer=False)
+    trainer = Trainer(Engine([GOOD, GOOD.replace("town first", "town")]))
+    out = br.step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.tensor([[0.5], [1.0]]))
+    assert out["reflection/flat_groups"] == 1 and out["reflection/updated"] == 0 and trainer.updates == []
+    assert out["reflection/bank_writes"] == 1 and len(bank) == 1  # the first of the tied best enters the bank
+
+
 def test_deferred_reflection_update_lands_one_step_later():
     br, bank = branch([ratings((1, (1, 1, 1), (1, 1, 1)))])  # only the valid candidate goes to the judge
     trainer = Trainer(Engine([GOOD.replace("town first", "town"), "not a reflection"]))
