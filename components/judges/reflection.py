@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
+from components.evaluation.metrics import normalize_answer
 from components.judges.stagewise import ask, parse_reply
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_schema import json_schema_of, one_item_per_key
@@ -76,8 +77,24 @@ class Reflection:
         return self.error is None
 
 
-def parse_reflection(text: str) -> Reflection:
-    """Exactly one non-empty rubrics block followed by one non-empty takeaways block, nothing else of substance."""
+YES_NO = frozenset({"yes", "no"})
+
+
+def named_answer(text: str, answers: Sequence[str]) -> str | None:
+    """The first of ``answers`` that ``text`` names (SQuAD-normalised, on word boundaries); yes/no answers are
+    too common as words to count."""
+    norm = f" {normalize_answer(text)} "
+    for answer in answers:
+        a = normalize_answer(answer or "")
+        if a and a not in YES_NO and f" {a} " in norm:
+            return answer
+    return None
+
+
+def parse_reflection(text: str, withheld: Sequence[str] = ()) -> Reflection:
+    """Exactly one non-empty rubrics block followed by one non-empty takeaways block, nothing else of substance,
+    and none of the ``withheld`` answers (the question's gold, the reflected trajectory's own): a reflection
+    carries lessons, and an answer in the bank reaches other questions through cross-episode retrieval."""
     found = {name: pattern.findall(text) for name, pattern in _BLOCK.items()}
     for name, blocks in found.items():
         if len(blocks) != 1 or not blocks[0].strip():
@@ -89,7 +106,11 @@ def parse_reflection(text: str) -> Reflection:
         rest = pattern.sub("", rest)
     if rest.strip():
         return Reflection(error=f"text outside the two blocks: {rest.strip()[:60]!r}")
-    return Reflection(found["reflection_rubrics"][0].strip(), found["reflection_takeaways"][0].strip())
+    rubrics, takeaways = found["reflection_rubrics"][0].strip(), found["reflection_takeaways"][0].strip()
+    leaked = named_answer(f"{rubrics}\n{takeaways}", withheld)
+    if leaked is not None:
+        return Reflection(error=f"names an answer ({leaked!r}): a reflection carries lessons, not answers")
+    return Reflection(rubrics, takeaways)
 
 
 class Ratings(BaseModel):

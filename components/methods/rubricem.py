@@ -116,21 +116,24 @@ class ReflectionJob:
     candidates: list[tuple[list[int], list[float] | None, str]]  # sampled ids, their log-probs, text
     scores: list[float | None] | None = None
     error: str | None = None
+    final_answer: str | None = None  # the reflected trajectory's, withheld from its reflections with the gold
 
     @property
     def parsed(self) -> list[Reflection]:
-        return [parse_reflection(text) for _, _, text in self.candidates]
+        withheld = [*self.question.answers, *([self.final_answer] if self.final_answer else [])]
+        return [parse_reflection(text, withheld) for _, _, text in self.candidates]
 
     def to_json(self) -> dict[str, Any]:
         return {"question": self.question.model_dump(mode="json"), "trajectory": self.trajectory,
                 "feedback": self.feedback, "prompt_ids": self.prompt_ids,
-                "candidates": [list(c) for c in self.candidates], "scores": self.scores, "error": self.error}
+                "candidates": [list(c) for c in self.candidates], "scores": self.scores, "error": self.error,
+                "final_answer": self.final_answer}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReflectionJob:
         return cls(Question.model_validate(data["question"]), data["trajectory"], data["feedback"],
                    list(data["prompt_ids"]), [(list(i), lp, t) for i, lp, t in data["candidates"]], data["scores"],
-                   data["error"])
+                   data["error"], data.get("final_answer"))
 
 
 def _feedback(episode: Episode, score_row: torch.Tensor) -> str:
@@ -168,7 +171,8 @@ class ReflectionBranch:
             pick = random.Random(f"{self.seed}/{ctx.step}/{group}").choice(idx)
             text = trajectory_text(episodes[pick].info["trajectory"])
             prompt = list(tokenizer.encode(render(reflection_messages(question, text), True), add_special_tokens=False))
-            jobs.append(ReflectionJob(question, text, _feedback(episodes[pick], scores[pick]), prompt, []))
+            jobs.append(ReflectionJob(question, text, _feedback(episodes[pick], scores[pick]), prompt, [],
+                                      final_answer=episodes[pick].info["trajectory"].final_answer))
         if jobs:
             sampling = replace(trainer.sampling, max_new_tokens=self.max_tokens, temperature=self.temperature,
                                stop_strings=())

@@ -39,6 +39,18 @@ def test_reflection_parser():
     assert "text outside" in parse_reflection("Sure! " + GOOD).error
 
 
+def test_a_reflection_that_names_an_answer_is_invalid():
+    leaky = GOOD.replace("1. Follow the new name.", "1. The answer is Torsten Radefelt.")
+    assert parse_reflection(leaky).valid  # nothing withheld
+    bad = parse_reflection(leaky, ["Ammel", "Torsten Radefelt"])
+    assert not bad.valid and "names an answer ('Torsten Radefelt')" in bad.error
+    assert parse_reflection(GOOD, ["Ammel", "Torsten Radefelt"]).valid
+    assert parse_reflection(GOOD.replace("new name", "new AMMEL."), ["Ammel"]).error  # normalised match
+    assert parse_reflection(GOOD, ["town"]).error  # "the town first": a word match
+    assert parse_reflection(GOOD.replace("town first", "townhall"), ["town"]).valid  # not inside a word
+    assert parse_reflection(GOOD.replace("new name", "no guess"), ["no"]).valid  # yes/no are plain words
+
+
 def ratings(*triples):
     return json.dumps({"candidates": [
         {"index": i, "within": dict(zip(("diagnostic_accuracy", "specificity", "scope"), w)),
@@ -159,6 +171,20 @@ def test_candidates_rated_alike_still_reach_the_bank_but_train_nothing_and_are_c
     out = br.step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.tensor([[0.5], [1.0]]))
     assert out["reflection/flat_groups"] == 1 and out["reflection/updated"] == 0 and trainer.updates == []
     assert out["reflection/bank_writes"] == 1 and len(bank) == 1  # the first of the tied best enters the bank
+
+
+def test_a_candidate_naming_its_trajectorys_answer_never_reaches_the_bank():
+    leaky = GOOD.replace("1. Follow the new name.", "1. The answer was Kestrow Mill.")
+    br, bank = branch([ratings((1, (1, 1, 1), (1, 1, 1)))], defer=False)
+    trainer = Trainer(Engine([leaky, GOOD]))
+    episodes = step_episodes([QA])
+    for e in episodes:
+        e.info["trajectory"] = e.info["trajectory"].model_copy(update={"final_answer": "Kestrow Mill"})
+    out = br.step_end(trainer, StepContext(step=1, groups=[0, 0]), episodes, torch.tensor([[0.5], [1.0]]))
+    assert out["reflection/valid_fraction"] == 0.5 and out["reflection/bank_writes"] == 1
+    assert "Kestrow Mill" not in bank.exact(QA.question).takeaways
+    prompt = br.judge.judge.requests[0][0][-1].content
+    assert "Kestrow Mill" not in prompt.split("--- Reflection 1 ---", 1)[1]  # the judge sees only the valid one
 
 
 def test_deferred_reflection_update_lands_one_step_later():
