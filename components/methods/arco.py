@@ -325,7 +325,7 @@ class ArcoState:
         from safetensors.torch import load_file
 
         self.mu.load_state_tensors(load_file(str(path)))
-        self.optimizer.load_state_dict(torch.load(Path(files_dir) / MU_OPTIMIZER_FILE, weights_only=True))
+        self.optimizer.load_state_dict(torch.load(Path(files_dir) / MU_OPTIMIZER_FILE, map_location="cpu", weights_only=True))
 
 
 class ArcoReward:

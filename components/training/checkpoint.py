@@ -298,10 +298,12 @@ def load_checkpoint(
         if not file.exists():
             raise FileNotFoundError(f"checkpoint {path} has no extra module {extra_name!r} ({file})")
         load_model(module, str(file))
+    # Tensors are read onto the CPU: a checkpoint written on a GPU machine must resume on a CPU-only one, and
+    # the optimizer's load_state_dict moves each state tensor to its parameter's device either way.
     if optimizer is not None:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
     if scheduler is not None:
-        scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+        scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
     if restore_rng:
         set_rng_state(json.loads((path / "rng.json").read_text()), load_file(str(path / "rng.safetensors")))
     state = json.loads((path / "trainer_state.json").read_text())
