@@ -458,6 +458,10 @@ class RubricGeneratorParams(Section):
     evaluator_role: str = Field(default="rubric_evaluator", description="Role that scores slate actions against a "
                                 "rubric.")
     evaluator_max_tokens: int = Field(default=128, ge=8, description="Completion tokens of an evaluator call.")
+    evaluator_mode: Literal["action", "slate"] = Field(
+        default="action", description="How the evaluator scores a slate: 'action' = one call per slate action, as "
+        "in the paper; 'slate' = one call that sees every action and gives each criterion's verdict for all of "
+        "them side by side (for evaluators that give every action alone the same verdicts).")
 
     @model_validator(mode="after")
     def _check(self) -> RubricGeneratorParams:

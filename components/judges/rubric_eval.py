@@ -9,8 +9,19 @@ boolean per criterion, in order::
 Parsing is strict (exactly one boolean per criterion). A failed call or a reply that does not parse gives no
 score (``None``) and is counted in the :class:`~components.judges.pairwise.Tally`; it is never a 0.
 
+The **slate** mode (``rubric_generator.evaluator_mode: slate``) asks once for the whole slate: the actions are
+labelled A, B, ... (in an order the caller chooses, to spread the evaluator's position bias) and the reply
+holds, per criterion, one verdict for each action side by side::
+
+    {"verdicts": [[true, false, true, true], [false, false, true, false]]}
+
+An evaluator that gives every action seen alone the same verdicts (the embedded 1.5B did, so the rank term
+was chance for every rubric) must then compare the actions on each criterion. One failed or unparseable
+call leaves every action of the slate without a score.
+
     outcomes = await evaluate_actions(evaluator, question, prefix_text, actions, rubric, max_tokens=128)
     [o.score for o in outcomes]        # e.g. [0.75, None, 0.0, 1.0]
+    outcomes = await evaluate_slate(evaluator, question, prefix_text, actions, rubric, order=[2, 0, 3, 1])
 """
 
 from __future__ import annotations
@@ -25,8 +36,9 @@ from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.schemas import Rubric
 
-__all__ = ["ActionScore", "evaluate_action", "evaluate_actions", "evaluator_messages", "parse_satisfied",
-           "satisfied_schema", "weighted_fraction"]
+__all__ = ["ActionScore", "evaluate_action", "evaluate_actions", "evaluate_slate", "evaluator_messages",
+           "parse_satisfied", "parse_verdicts", "satisfied_schema", "slate_messages", "verdicts_schema",
+           "weighted_fraction"]
 
 SYSTEM_PROMPT = (
     "You check one proposed next action of a research agent against a checklist. The agent answers questions "
@@ -35,6 +47,20 @@ SYSTEM_PROMPT = (
     "the question and the history, satisfies it. Judge the action itself, not whether its search will "
     "succeed. Reply with one JSON object and nothing else: "
     '{"satisfied": [true or false for criterion 1, for criterion 2, ...]}, one value per criterion, in order.'
+)
+
+
+SLATE_PROMPT = (
+    "You compare several proposed next actions of a research agent against a checklist. The agent answers "
+    "questions by searching an encyclopedia (search[words]), reading paragraphs (browse[doc_id]) and answering "
+    "(finish[answer]). The actions are labelled A, B, C and so on; they are alternatives for the same next "
+    "step. Take the criteria one at a time and, for each, look at every action: mark true only the actions "
+    "that meet that criterion, given the question and the history, and false the ones that do not (for "
+    "example a search that repeats an earlier one, looks up an entity the question does not lead to, or an "
+    "answer given before the facts are in hand). Judge the actions themselves, not whether a search will "
+    "succeed. Reply with one JSON object and nothing else: "
+    '{"verdicts": [[criterion 1: true or false for A, for B, ...], [criterion 2: ...], ...]}, one list per '
+    "criterion in order, each with one value per action in label order."
 )
 
 
@@ -52,6 +78,30 @@ def evaluator_messages(question: str, prefix_text: str, action: str, rubric: Rub
     return [system(SYSTEM_PROMPT), user(
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
         f"Proposed next action:\n{' '.join(action.split())}\n\n"
+        f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
+    )]
+
+
+def verdicts_schema(n: int, k: int) -> dict:
+    row = {"type": "array", "minItems": k, "maxItems": k, "items": {"type": "boolean"}}
+    return {
+        "type": "object",
+        "properties": {"verdicts": {"type": "array", "minItems": n, "maxItems": n, "items": row}},
+        "required": ["verdicts"],
+        "additionalProperties": False,
+    }
+
+
+def _label(i: int) -> str:
+    return chr(ord("A") + i)
+
+
+def slate_messages(question: str, prefix_text: str, actions: Sequence[str], rubric: Rubric) -> list[Message]:
+    history = prefix_text.strip() or "(nothing yet: this is the first action)"
+    listed = "\n".join(f"{_label(i)}. {' '.join(a.split())}" for i, a in enumerate(actions))
+    return [system(SLATE_PROMPT), user(
+        f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
+        f"Proposed next actions ({len(actions)}):\n{listed}\n\n"
         f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
     )]
 
@@ -75,6 +125,21 @@ def parse_satisfied(text: str, n: int) -> list[bool] | str:
     if len(values) != n:
         return f"{len(values)} verdicts for {n} criteria"
     return values
+
+
+def parse_verdicts(text: str, n: int, k: int) -> list[list[bool]] | str:
+    """Per criterion, one boolean per action (``n`` lists of ``k``), or a one-line reason the reply is unusable."""
+    obj = _json_object(text or "")
+    if obj is None:
+        return "no JSON object in the reply"
+    rows = obj.get("verdicts")
+    if not isinstance(rows, list) or not all(isinstance(r, list) and all(isinstance(v, bool) for v in r) for r in rows):
+        return "'verdicts' must be a list of lists of true/false values"
+    if len(rows) != n:
+        return f"{len(rows)} verdict lists for {n} criteria"
+    if any(len(r) != k for r in rows):
+        return f"a criterion's verdict list does not have one value for each of the {k} actions"
+    return rows
 
 
 def weighted_fraction(rubric: Rubric, satisfied: Sequence[bool]) -> float:
@@ -117,3 +182,32 @@ async def evaluate_actions(evaluator: ChatModel, question: str, prefix_text: str
     return list(await asyncio.gather(*(
         evaluate_action(evaluator, question, prefix_text, a, rubric, max_tokens=max_tokens, tally=tally)
         for a in actions)))
+
+
+async def evaluate_slate(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
+                         rubric: Rubric, *, order: Sequence[int] | None = None, max_tokens: int = 128,
+                         tally: Tally | None = None) -> list[ActionScore]:
+    """Every action scored in one call (the slate mode); ``order`` is the permutation of ``actions`` shown as
+    A, B, ... (default: as given). Scores come back in the order of ``actions``."""
+    k, n = len(actions), len(rubric.criteria)
+    order = list(range(k)) if order is None else list(order)
+    if sorted(order) != list(range(k)):
+        raise ValueError(f"order {order} is not a permutation of {k} actions")
+    if k > 26:
+        raise ValueError(f"a slate of {k} actions has more than 26 labels")
+    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=verdicts_schema(n, k))
+    outcome = await evaluator.chat(slate_messages(question, prefix_text, [actions[i] for i in order], rubric), sampling)
+    if tally is not None:
+        tally.add(outcome)
+    if not outcome.ok:
+        return [ActionScore(None, error=f"evaluator call failed: {outcome.error_type}: {outcome.message}")] * k
+    parsed = parse_verdicts(outcome.text, n, k)
+    if isinstance(parsed, str):
+        if tally is not None:
+            tally.unparsed += 1
+        return [ActionScore(None, error=parsed)] * k
+    scores: list[ActionScore | None] = [None] * k
+    for shown, action in enumerate(order):
+        satisfied = tuple(row[shown] for row in parsed)
+        scores[action] = ActionScore(weighted_fraction(rubric, satisfied), satisfied)
+    return scores  # type: ignore[return-value]

@@ -10,6 +10,8 @@ For a sampled rubric R at a branching point with slate actions a_1..a_k:
   random order. A rubric that gives every action the same score induces no order: its correlation is
   undefined and is taken as 0, so it earns exactly chance, 0.5, and no more (counted as ``flat_rate``: a
   high rate means the evaluator, not the generator, is what limits the rank term).
+  With ``evaluator_mode: slate`` one evaluator call scores the whole slate side by side
+  (:func:`~components.judges.rubric_eval.evaluate_slate`), the actions shown in an order drawn per (seed, point).
 - **rank** (pairwise, the "w/o listwise" ablation): one pair of slate actions with different Borda scores,
   drawn per (seed, step, branching point) and shared by the whole group; ``r_rank`` is 1 when R's scores
   order the pair as the council does, 0.5 when they tie it, 0 when they reverse it. Only the two actions are
@@ -49,7 +51,7 @@ from scipy.stats import spearmanr
 from components.coreact.rubric_generator import ParsedRubric, parse_rubric
 from components.judges.council import render_prefix
 from components.judges.pairwise import Tally
-from components.judges.rubric_eval import evaluate_actions
+from components.judges.rubric_eval import evaluate_actions, evaluate_slate
 from components.llm.base import ChatModel
 from components.params import RubricGeneratorParams
 from components.schemas import BranchingPoint, Rubric
@@ -173,6 +175,13 @@ class RubricReward:
             raise ValueError(f"branching point {point_key(point)}: the consensus ranks every action equal")
         return random.Random(f"{self.seed}:{step}:{point_key(point)}").choice(pairs)
 
+    def slate_order(self, point: BranchingPoint, k: int) -> list[int]:
+        """The order the slate mode shows ``k`` actions in: drawn per (seed, point), so every rubric of a group
+        sees the same order and the evaluator's position bias cannot line up with the slate's own order."""
+        order = list(range(k))
+        random.Random(f"{self.seed}:order:{point_key(point)}").shuffle(order)
+        return order
+
     async def score(self, point: BranchingPoint, text: str, *, step: int = 0,
                     tally: Tally | None = None) -> RewardParts | None:
         """The reward of rubric ``text`` at ``point``; None when the evaluator failed on an action it needed."""
@@ -186,9 +195,14 @@ class RubricReward:
             return RewardParts(0.0, None, atom, fmt, repetition, gated=True)
         actions, borda = slate_actions(point), consensus_scores(point)
         positions = list(self.pair_for(point, step)) if self.pairwise else list(range(len(actions)))
-        outcomes = await evaluate_actions(
-            self.evaluator, point.question, render_prefix(point.prefix, self.observation_chars),
-            [actions[p] for p in positions], parsed.rubric, max_tokens=s.evaluator_max_tokens, tally=tally)
+        prefix, shown = render_prefix(point.prefix, self.observation_chars), [actions[p] for p in positions]
+        if s.evaluator_mode == "slate":
+            outcomes = await evaluate_slate(self.evaluator, point.question, prefix, shown, parsed.rubric,
+                                            order=self.slate_order(point, len(shown)),
+                                            max_tokens=s.evaluator_max_tokens, tally=tally)
+        else:
+            outcomes = await evaluate_actions(self.evaluator, point.question, prefix, shown, parsed.rubric,
+                                              max_tokens=s.evaluator_max_tokens, tally=tally)
         if any(o.score is None for o in outcomes):
             return None
         scores = [o.score for o in outcomes]

@@ -184,3 +184,63 @@ def test_failing_evaluator_drops_the_sample_and_the_group_shrinks():
     # the group is the three scored rubrics: [1, 0, 1] -> mean 2/3, population std sqrt(2)/3
     assert kept.tolist() == pytest.approx([(1 - 2 / 3) / (2 ** 0.5 / 3), (0 - 2 / 3) / (2 ** 0.5 / 3),
                                            (1 - 2 / 3) / (2 ** 0.5 / 3)], abs=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------- slate mode
+
+SLATE = RubricGeneratorParams(evaluator_mode="slate")
+
+
+def slate_evaluator(verdicts: dict[str, list[bool]], fail=False, reply=None, seen=None):
+    """Scripted slate evaluator: reads the labelled actions in the order shown and answers criterion-major."""
+
+    def respond(messages, sampling):
+        body = messages[1].content
+        shown = re.findall(r"^[A-Z]\. (.+)$", body.split("Proposed next actions", 1)[1].split("Checklist")[0], re.M)
+        if seen is not None:
+            seen.append(shown)
+        if fail:
+            raise TransientLLMError("evaluator down")
+        if reply is not None:
+            return reply
+        n = len(verdicts[shown[0]])
+        return json.dumps({"verdicts": [[verdicts[a][c] for a in shown] for c in range(n)]})
+
+    return ScriptedChatModel(respond)
+
+
+def test_slate_mode_scores_every_action_in_one_call_whatever_the_order_shown():
+    seen = []
+    model = slate_evaluator(IN_ORDER, seen=seen)
+    best = asyncio.run(RubricReward(model, SLATE, seed=3).score(point(), GOOD))
+    assert len(seen) == 1 and sorted(seen[0]) == sorted(ACTIONS)  # one call, the whole slate
+    assert best.rho == pytest.approx(1.0) and best.total == pytest.approx(1.0)
+    worst = asyncio.run(RubricReward(slate_evaluator(REVERSED), SLATE, seed=3).score(point(), GOOD))
+    assert worst.rho == pytest.approx(-1.0)
+    # the order shown is drawn per (seed, point): the same for every rubric of a group, not always A = slate[0]
+    orders = set()
+    for seed in range(8):
+        shown = []
+        reward = RubricReward(slate_evaluator(IN_ORDER, seen=shown), SLATE, seed=seed)
+        asyncio.run(reward.score(point(), GOOD))
+        asyncio.run(reward.score(point(), rubric_text("Names an entity", "Searches")))
+        assert shown[0] == shown[1]
+        orders.add(tuple(shown[0]))
+    assert len(orders) > 1
+
+
+def test_slate_mode_failures_leave_the_whole_rubric_unscored():
+    assert asyncio.run(RubricReward(slate_evaluator(IN_ORDER, fail=True), SLATE).score(point(), GOOD)) is None
+    # two criteria but one verdict list, and a list one action short: unparseable, never a zero
+    for bad in ('{"verdicts": [[true, false, true, true]]}', '{"verdicts": [[true, true, true], [true, true, true]]}',
+                "all of them look fine"):
+        assert asyncio.run(RubricReward(slate_evaluator(IN_ORDER, reply=bad), SLATE).score(point(), GOOD)) is None
+
+
+def test_slate_mode_pairwise_shows_only_the_pair():
+    seen = []
+    reward = RubricReward(slate_evaluator(IN_ORDER, seen=seen), SLATE, pairwise=True, seed=5)
+    parts = asyncio.run(reward.score(point(), GOOD, step=2))
+    better, worse = reward.pair_for(point(), 2)
+    assert sorted(seen[0]) == sorted([ACTIONS[better], ACTIONS[worse]])
+    assert parts.rank == 1.0  # IN_ORDER scores follow the Borda order
