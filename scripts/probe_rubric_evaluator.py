@@ -88,7 +88,8 @@ def main() -> None:
     cols = ["evaluated", "dropped", "flat_rate", "rho_mean", "abs_rho_mean", "rank_mean", "evaluator_calls",
             "evaluator_tokens"]
     print(f"{len(points)} points, {result['rubrics_parsed']} parsed rubrics")
-    print("| mode | " + " | ".join(cols) + " |\n|---" * (len(cols) + 1) + "|")
+    print("| mode | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
     for mode, row in result["modes"].items():
         print(f"| {mode} | " + " | ".join(f"{row[c]:.3g}" for c in cols) + " |")
     print(json.dumps(result["modes"], indent=1))
