@@ -65,15 +65,25 @@ def render(messages, add_generation_prompt):
 
 
 def evaluator(calls):
-    def respond(messages, sampling):
-        body = messages[1].content
-        action = re.search(r"Proposed next action:\n(.+)", body).group(1)
-        calls.append(action)
+    """Scripted evaluator of either mode: one action (``{"satisfied": ...}``) or the labelled slate
+    (``{"verdicts": ...}``, criterion by criterion)."""
+
+    def verdicts(body, action):
         if "FLATRUBRIC" in body and action == ACTIONS[2]:  # the flat rubric can never be scored
             raise TransientLLMError("evaluator down")
         i = ACTIONS.index(action)
-        verdicts = IN_ORDER[i] if "GOODRUBRIC" in body else IN_ORDER[3 - i] if "BADRUBRIC" in body else [True, False]
-        return json.dumps({"satisfied": verdicts})
+        return IN_ORDER[i] if "GOODRUBRIC" in body else IN_ORDER[3 - i] if "BADRUBRIC" in body else [True, False]
+
+    def respond(messages, sampling):
+        body = messages[1].content
+        if "Proposed next actions" in body:
+            shown = re.findall(r"^[A-Z]\. (.+)$", body.split("Proposed next actions", 1)[1].split("Checklist")[0], re.M)
+            calls.extend(shown)
+            rows = [verdicts(body, a) for a in shown]
+            return json.dumps({"verdicts": [list(c) for c in zip(*rows)]})
+        action = re.search(r"Proposed next action:\n(.+)", body).group(1)
+        calls.append(action)
+        return json.dumps({"satisfied": verdicts(body, action)})
 
     return ScriptedChatModel(respond)
 
@@ -107,8 +117,10 @@ def tiny_policy():
     return build_policy(tiny_qwen2(TOK.vocab_size, seed=0, max_positions=256), lora=LoRASettings(r=8, alpha=16))
 
 
-def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp_path):
-    params = params_for(repo_root, tmp_path, "rubric_generator.epochs=8", "rubric_generator.lr=0.03")
+@pytest.mark.parametrize("mode", ["action", "slate"])
+def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp_path, mode):
+    params = params_for(repo_root, tmp_path, "rubric_generator.epochs=8", "rubric_generator.lr=0.03",
+                        f"rubric_generator.evaluator_mode={mode}")
     torch.manual_seed(0)
     policy, calls = tiny_policy(), []
     folder = tmp_path / "train_rubric_generator" / "listwise"
