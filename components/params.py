@@ -458,6 +458,8 @@ class RubricGeneratorParams(Section):
     evaluator_role: str = Field(default="rubric_evaluator", description="Role that scores slate actions against a "
                                 "rubric.")
     evaluator_max_tokens: int = Field(default=128, ge=8, description="Completion tokens of an evaluator call.")
+    checkpoint_every: int = Field(default=1, ge=0, description="GRPO steps between checkpoints of the generator "
+                                  "(0: only at the end). Its steps are few and long, so the default keeps every one.")
     evaluator_mode: Literal["action", "slate"] = Field(
         default="action", description="How the evaluator scores a slate: 'action' = one call per slate action, as "
         "in the paper; 'slate' = one call that sees every action and gives each criterion's verdict for all of "

@@ -110,7 +110,7 @@ class MenuEngine:
 def params_for(repo_root, tmp_path, *extra):
     return load_params(repo_root / "params.yaml", overrides=[
         f"run.out_dir={tmp_path}", "rubric_generator.group_size=8", "rubric_generator.prompts_per_step=2",
-        "rubric_generator.kl_coef=0.0", "grpo.checkpoint_every=0", *extra])
+        "rubric_generator.kl_coef=0.0", "rubric_generator.checkpoint_every=0", *extra])
 
 
 def tiny_policy():
@@ -162,3 +162,15 @@ def test_unparseable_rubrics_score_zero_without_evaluator_calls(repo_root, tmp_p
     assert result.metrics["reward/rubric_parse_failure_rate"] == 1.0 and result.metrics["reward/mean"] == 0.0
     assert result.before["parse_rate"] == 0.0 and result.after["evaluated"] == 0.0
     assert (folder / "metrics.json").exists() and (folder / "adapter" / "adapter_config.json").exists()
+
+
+def test_generator_checkpoints_on_its_own_schedule(repo_root, tmp_path):
+    """grpo.checkpoint_every (10) is for long policy runs; the generator's few, long steps are each kept."""
+    from components.coreact.rubric_training import generator_config
+
+    params = load_params(repo_root / "params.yaml", overrides=["grpo.checkpoint_every=10",
+                                                               "rubric_generator.checkpoint_every=1"])
+    config = generator_config(params, n_train_points=6)
+    assert config.checkpoint_every == 1 and config.steps == 3 * params.rubric_generator.epochs
+    assert generator_config(params.model_copy(update={"rubric_generator": params.rubric_generator.model_copy(
+        update={"checkpoint_every": 0})}), 6).checkpoint_every == 0
