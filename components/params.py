@@ -460,6 +460,9 @@ class RubricGeneratorParams(Section):
     evaluator_max_tokens: int = Field(default=128, ge=8, description="Completion tokens of an evaluator call.")
     checkpoint_every: int = Field(default=1, ge=0, description="GRPO steps between checkpoints of the generator "
                                   "(0: only at the end). Its steps are few and long, so the default keeps every one.")
+    micro_batch_tokens: int = Field(default=2048, ge=64, description="Tokens per micro-batch of the generator's "
+                                    "update: its prompts carry the whole trajectory prefix, and grpo's 4096 reached "
+                                    "20.6 GB and was killed on a 24 GB machine.")
     evaluator_mode: Literal["action", "slate"] = Field(
         default="action", description="How the evaluator scores a slate: 'action' = one call per slate action, as "
         "in the paper; 'slate' = one call that sees every action and gives each criterion's verdict for all of "

@@ -82,7 +82,7 @@ def generator_config(params: Params, n_train_points: int) -> GRPOParams:
     return params.grpo.model_copy(update={
         "group_size": s.group_size, "prompts_per_step": s.prompts_per_step, "lr": s.lr, "kl_coef": s.kl_coef,
         "temperature": s.temperature, "top_p": s.top_p, "max_new_tokens": s.max_tokens, "steps": steps,
-        "checkpoint_every": s.checkpoint_every,
+        "checkpoint_every": s.checkpoint_every, "micro_batch_tokens": s.micro_batch_tokens,
     })
 
 

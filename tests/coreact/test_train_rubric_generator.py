@@ -172,5 +172,6 @@ def test_generator_checkpoints_on_its_own_schedule(repo_root, tmp_path):
                                                                "rubric_generator.checkpoint_every=1"])
     config = generator_config(params, n_train_points=6)
     assert config.checkpoint_every == 1 and config.steps == 3 * params.rubric_generator.epochs
+    assert config.micro_batch_tokens == params.rubric_generator.micro_batch_tokens != params.grpo.micro_batch_tokens
     assert generator_config(params.model_copy(update={"rubric_generator": params.rubric_generator.model_copy(
         update={"checkpoint_every": 0})}), 6).checkpoint_every == 0
