@@ -27,8 +27,9 @@ call leaves every action of the slate without a score.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from components.coreact.rubric_generator import render_rubric
 from components.judges.pairwise import Tally
@@ -159,19 +160,27 @@ class ActionScore:
     error: str | None = None
 
 
-async def evaluate_action(evaluator: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
-                          *, max_tokens: int = 128, tally: Tally | None = None) -> ActionScore:
-    n = len(rubric.criteria)
-    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=satisfied_schema(n))
-    outcome = await evaluator.chat(evaluator_messages(question, prefix_text, action, rubric), sampling)
+async def _ask(evaluator: ChatModel, messages: list[Message], schema: dict, max_tokens: int, tally: Tally | None,
+               parse: Callable[[str], Any]) -> Any:
+    """One greedy, schema-constrained evaluator call, counted: the parsed reply, or a one-line reason (a failed
+    call or a reply ``parse`` rejected) that the caller turns into no score."""
+    outcome = await evaluator.chat(messages, Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=schema))
     if tally is not None:
         tally.add(outcome)
     if not outcome.ok:
-        return ActionScore(None, error=f"evaluator call failed: {outcome.error_type}: {outcome.message}")
-    parsed = parse_satisfied(outcome.text, n)
+        return f"evaluator call failed: {outcome.error_type}: {outcome.message}"
+    parsed = parse(outcome.text)
+    if isinstance(parsed, str) and tally is not None:
+        tally.unparsed += 1
+    return parsed
+
+
+async def evaluate_action(evaluator: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
+                          *, max_tokens: int = 128, tally: Tally | None = None) -> ActionScore:
+    n = len(rubric.criteria)
+    parsed = await _ask(evaluator, evaluator_messages(question, prefix_text, action, rubric), satisfied_schema(n),
+                        max_tokens, tally, lambda text: parse_satisfied(text, n))
     if isinstance(parsed, str):
-        if tally is not None:
-            tally.unparsed += 1
         return ActionScore(None, error=parsed)
     return ActionScore(weighted_fraction(rubric, parsed), tuple(parsed))
 
@@ -195,16 +204,9 @@ async def evaluate_slate(evaluator: ChatModel, question: str, prefix_text: str, 
         raise ValueError(f"order {order} is not a permutation of {k} actions")
     if k > 26:
         raise ValueError(f"a slate of {k} actions has more than 26 labels")
-    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=verdicts_schema(n, k))
-    outcome = await evaluator.chat(slate_messages(question, prefix_text, [actions[i] for i in order], rubric), sampling)
-    if tally is not None:
-        tally.add(outcome)
-    if not outcome.ok:
-        return [ActionScore(None, error=f"evaluator call failed: {outcome.error_type}: {outcome.message}")] * k
-    parsed = parse_verdicts(outcome.text, n, k)
+    parsed = await _ask(evaluator, slate_messages(question, prefix_text, [actions[i] for i in order], rubric),
+                        verdicts_schema(n, k), max_tokens, tally, lambda text: parse_verdicts(text, n, k))
     if isinstance(parsed, str):
-        if tally is not None:
-            tally.unparsed += 1
         return [ActionScore(None, error=parsed)] * k
     scores: list[ActionScore | None] = [None] * k
     for shown, action in enumerate(order):
