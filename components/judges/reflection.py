@@ -166,9 +166,10 @@ class ReflectionJudge:
         answers = f"Reference answer: {' / '.join(question.answers)}\n" if question.answers else ""
         user = (f"Question: {question.question}\n{answers}\nThe attempt:\n{text}\n\nHow it was graded:\n{feedback}\n\n"
                 f"Reflections:\n{shown}\n\n"
-                'Reply with one JSON object: {"candidates": [{"index": 1, "within": {"diagnostic_accuracy": 0.5, '
-                '"specificity": 0.5, "scope": 0.5}, "cross": {...}}, ...]} rating every reflection number '
-                f"({', '.join(str(i) for i, _ in candidates)}) exactly once.")
+                'Reply with one JSON object: {"candidates": [{"index": 1, "within": {"diagnostic_accuracy": r, '
+                '"specificity": r, "scope": r}, "cross": {...}}, ...]} rating every reflection number '
+                f"({', '.join(str(i) for i, _ in candidates)}) exactly once, each r your own rating from 0.0 to 1.0. "
+                "Compare the reflections with each other: a better one gets higher ratings than a worse one.")
         return [Message(role="system", content=JUDGE_SYSTEM), Message(role="user", content=user)]
 
     def utility(self, ratings: Ratings) -> float:

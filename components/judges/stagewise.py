@@ -9,7 +9,9 @@ One step, for every group (:meth:`StagewiseJudge.judge_groups`):
    agents' own ``<rubric>`` blocks only as references) and proposes positive and negative rubrics per stage,
    weights 1-3; a failed or unparseable call adds nothing and is counted;
 2. one scoring call per trajectory, all concurrent, against persistent + active rubrics: 0/1/2 per rubric with
-   a justification. A positive rubric's value is ``score / 2``, a negative one's ``1 - score / 2``; the stage
+   a justification (``scoring="trajectory"``, the paper's). ``scoring="group"`` instead asks one call per group
+   for every attempt's 0/1/2 on every rubric, the attempts side by side in an order drawn per (seed, step,
+   question): a 1.5B judge that sees one attempt at a time gives nearly every rubric a 2. A positive rubric's value is ``score / 2``, a negative one's ``1 - score / 2``; the stage
    score ``R_k`` is the weight-averaged value of the stage's rubrics, in [0, 1]. A stage the trajectory never
    reaches scores 0 (its rubrics are not asked); a stage with no rubric at all is missing (None). A failed or
    unparseable scoring call falls back to the answer stage's persistent score only (the other stages are
@@ -26,9 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -40,7 +43,9 @@ from components.llm.json_reply import first_json_object
 from components.llm.json_schema import json_schema_of, one_item_per_key
 from components.schemas import Question, Trajectory
 
-__all__ = ["JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge"]
+__all__ = ["SCORING_MODES", "JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge"]
+
+SCORING_MODES = ("trajectory", "group")
 
 STAGE_NAMES = ("Plan", "Research", "Review", "Answer")
 STAGE_PURPOSE = (
@@ -142,6 +147,17 @@ class ScoreSheet(BaseModel):
     scores: list[RubricScore]
 
 
+class GroupSheet(BaseModel):
+    scores: list[list[Annotated[int, Field(ge=0, le=2)]]]
+
+
+def group_sheet_schema(n_rubrics: int, n_attempts: int) -> dict[str, Any]:
+    """``{"scores": [[s, ...], ...]}``: one row per rubric, one 0/1/2 per attempt."""
+    row = {"type": "array", "minItems": n_attempts, "maxItems": n_attempts, "items": {"type": "integer", "enum": [0, 1, 2]}}
+    return {"type": "object", "required": ["scores"], "additionalProperties": False,
+            "properties": {"scores": {"type": "array", "minItems": n_rubrics, "maxItems": n_rubrics, "items": row}}}
+
+
 log = logging.getLogger(__name__)
 
 
@@ -233,14 +249,19 @@ def generation_messages(question: Question, attempts: Sequence[str], own_rubrics
                     "its attempts at the same question, stage by stage."), Message(role="user", content=text)]
 
 
+def _listed(rubrics: Sequence[StageRubric]) -> str:
+    return "\n".join(f"{i}. [{'NEGATIVE' if r.negative else 'POSITIVE'}, stage {r.stage + 1} "
+                     f"{STAGE_NAMES[r.stage]}] {r.title}: {r.description}" for i, r in enumerate(rubrics))
+
+
+_SCALE = ("POSITIVE rubric: 2 = the attempt fully shows the quality, 1 = partly, 0 = not at all.\n"
+          "NEGATIVE rubric: 2 = the attempt fully shows the flaw, 1 = partly, 0 = it avoids the flaw.\n")
+
+
 def scoring_messages(question: Question, attempt: str, rubrics: Sequence[StageRubric]) -> list[Message]:
-    listed = "\n".join(f"{i}. [{'NEGATIVE' if r.negative else 'POSITIVE'}, stage {r.stage + 1} "
-                       f"{STAGE_NAMES[r.stage]}] {r.title}: {r.description}" for i, r in enumerate(rubrics))
     text = (
         f"Question: {question.question}\n{_reference(question)}\nThe attempt, by stage:\n{attempt}\n\n"
-        f"Rubrics:\n{listed}\n\n"
-        "POSITIVE rubric: 2 = the attempt fully shows the quality, 1 = partly, 0 = not at all.\n"
-        "NEGATIVE rubric: 2 = the attempt fully shows the flaw, 1 = partly, 0 = it avoids the flaw.\n"
+        f"Rubrics:\n{_listed(rubrics)}\n\n{_SCALE}"
         "Score each rubric on its own, by its description only, and justify it in one sentence that points at "
         "the attempt.\n\n"
         'Reply with one JSON object: {"scores": [{"index": 0, "justification": "...", "score": 2}, ...]} with '
@@ -248,6 +269,25 @@ def scoring_messages(question: Question, attempt: str, rubrics: Sequence[StageRu
     )
     return [Message(role="system", content="You grade one attempt of a research agent against rubrics, strictly by "
                     "what the attempt shows."), Message(role="user", content=text)]
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i)
+
+
+def group_scoring_messages(question: Question, attempts: Sequence[str], rubrics: Sequence[StageRubric]) -> list[Message]:
+    shown = "\n\n".join(f"=== Attempt {_letter(i)} ===\n{a}" for i, a in enumerate(attempts))
+    letters = ", ".join(_letter(i) for i in range(len(attempts)))
+    text = (
+        f"Question: {question.question}\n{_reference(question)}\n{shown}\n\nRubrics:\n{_listed(rubrics)}\n\n{_SCALE}"
+        "Score every rubric for every attempt, reading the attempts side by side: an attempt that meets a rubric "
+        "better than another gets the higher score, and equal scores mean equally good on that rubric. A stage "
+        "that never happens meets no positive rubric.\n\n"
+        f'Reply with one JSON object: {{"scores": [[...], ...]}}: {len(rubrics)} rows, row i for rubric i, each '
+        f"row one score per attempt in the order {letters}."
+    )
+    return [Message(role="system", content="You grade several attempts of a research agent at the same question "
+                    "against rubrics, strictly by what each attempt shows."), Message(role="user", content=text)]
 
 
 # ------------------------------------------------------------------------------ the judge
@@ -277,9 +317,12 @@ class JudgeResult:
 class StagewiseJudge:
     def __init__(self, generator: ChatModel, evaluator: ChatModel, *, caps: Sequence[int] = (3, 2, 2, 3),
                  targets: Sequence[tuple[int, int]] = ((1, 4), (1, 4), (1, 4), (2, 5)), max_tokens: int = 1024,
-                 stage_chars: int = 1500, answer_weight: float = 3.0):
+                 stage_chars: int = 1500, answer_weight: float = 3.0, scoring: str = "trajectory", seed: int = 0):
         if len(caps) != len(STAGES) or len(targets) != len(STAGES):
             raise ValueError(f"caps and targets need one entry per stage ({len(STAGES)})")
+        if scoring not in SCORING_MODES:
+            raise ValueError(f"scoring must be one of {SCORING_MODES}, got {scoring!r}")
+        self.scoring, self.seed = scoring, seed
         self.generator, self.evaluator = generator, evaluator
         self.caps, self.targets = list(caps), [tuple(t) for t in targets]
         self.max_tokens, self.stage_chars, self.answer_weight = max_tokens, stage_chars, answer_weight
@@ -312,9 +355,9 @@ class StagewiseJudge:
                 added += sum(buf.add(k, d.title, d.description, d.weight, negative, step) is not None for d in items)
         return added
 
-    async def score(self, question: Question, trajectory: Trajectory, blocks: dict[str, str | None],
-                    rubrics: Sequence[StageRubric]) -> JudgeResult:
-        present = [blocks[name] is not None for name in STAGES]
+    def _local(self, question: Question, trajectory: Trajectory, present: list[bool],
+               rubrics: Sequence[StageRubric]) -> dict[str, float]:
+        """Values that need no judge call: the persistent F1 rubric, and 0 for a stage never reached."""
         local: dict[str, float] = {}
         for r in rubrics:
             if r.kind == "answer_f1":
@@ -322,8 +365,29 @@ class StagewiseJudge:
                 local[r.id] = float(f1_score(trajectory.final_answer, question.answers)) if answered else 0.0
             elif not present[r.stage]:
                 local[r.id] = 0.0
+        return local
+
+    @staticmethod
+    def _result(rubrics: Sequence[StageRubric], local: dict[str, float], judged: dict[str, float],
+                notes: dict[str, str], error: str | None, asked: int) -> JudgeResult:
+        """Stage scores from rubric values; a failed judge call leaves only the answer stage's F1."""
+        values = {**local, **judged} if error is None else {r.id: local[r.id] for r in rubrics if r.kind == "answer_f1"}
+        by_id = {r.id: r for r in rubrics}
+        scores: list[float | None] = []
+        for k in range(len(STAGES)):
+            scored = [(by_id[i].weight, v) for i, v in values.items() if by_id[i].stage == k]
+            scores.append(sum(w * v for w, v in scored) / sum(w for w, _ in scored) if scored else None)
+        labels = {r.id: f"{STAGES[r.stage]} {'-' if r.negative else '+'} {r.title}" for r in rubrics}
+        return JudgeResult(scores, values, notes if error is None else {}, failed=error is not None, error=error,
+                           asked=asked, labels=labels)
+
+    async def score(self, question: Question, trajectory: Trajectory, blocks: dict[str, str | None],
+                    rubrics: Sequence[StageRubric]) -> JudgeResult:
+        """One trajectory scored alone (``scoring="trajectory"``)."""
+        present = [blocks[name] is not None for name in STAGES]
+        local = self._local(question, trajectory, present, rubrics)
         asked = [r for r in rubrics if r.kind == "judge" and present[r.stage]]
-        values, notes, error = dict(local), {}, None
+        judged, notes, error = {}, {}, None
         if asked:
             out = await ask(self.evaluator, scoring_messages(question, render_attempt(blocks, self.stage_chars), asked),
                             self._sampling(one_item_per_key(json_schema_of(ScoreSheet), "scores", "index",
@@ -335,17 +399,44 @@ class StagewiseJudge:
                     error = f"rated indices {indices}, expected each of 0..{len(asked) - 1} once"
                 else:
                     for s in sheet.scores:
-                        values[asked[s.index].id], notes[asked[s.index].id] = asked[s.index].value(s.score), s.justification
-        if error is not None:
-            values = {r.id: local[r.id] for r in rubrics if r.kind == "answer_f1"}
-        by_id = {r.id: r for r in rubrics}
-        scores: list[float | None] = []
-        for k in range(len(STAGES)):
-            scored = [(by_id[i].weight, v) for i, v in values.items() if by_id[i].stage == k]
-            scores.append(sum(w * v for w, v in scored) / sum(w for w, _ in scored) if scored else None)
-        labels = {r.id: f"{STAGES[r.stage]} {'-' if r.negative else '+'} {r.title}" for r in rubrics}
-        return JudgeResult(scores, values, notes, failed=error is not None, error=error, asked=len(asked),
-                           labels=labels)
+                        judged[asked[s.index].id], notes[asked[s.index].id] = asked[s.index].value(s.score), s.justification
+        return self._result(rubrics, local, judged, notes, error, len(asked))
+
+    def group_order(self, question: Question, step: int, n: int) -> list[int]:
+        """The order ``scoring="group"`` shows a group's attempts in (position -> attempt), drawn per
+        (seed, step, question) so the judge's position bias cannot follow the rollout order."""
+        order = list(range(n))
+        random.Random(f"{self.seed}:{step}:{question.id}").shuffle(order)
+        return order
+
+    async def score_group(self, question: Question, trajectories: Sequence[Trajectory],
+                          blocks: Sequence[dict[str, str | None]], rubrics: Sequence[StageRubric],
+                          step: int) -> list[JudgeResult]:
+        """Every attempt of a group scored in one call (``scoring="group"``). A failed, unparseable or
+        wrongly shaped reply fails every attempt of the group (each falls back to its answer score)."""
+        present = [[b[name] is not None for name in STAGES] for b in blocks]
+        local = [self._local(question, t, p, rubrics) for t, p in zip(trajectories, present)]
+        asked = [r for r in rubrics if r.kind == "judge" and any(p[r.stage] for p in present)]
+        judged: list[dict[str, float]] = [{} for _ in trajectories]
+        error = None
+        if asked:
+            order = self.group_order(question, step, len(trajectories))
+            out = await ask(self.evaluator,
+                            group_scoring_messages(question, [render_attempt(blocks[i], self.stage_chars) for i in order],
+                                                   asked),
+                            self._sampling(group_sheet_schema(len(asked), len(order))))
+            sheet, error = parse_reply(out, GroupSheet)
+            if sheet is not None:
+                shape = [len(row) for row in sheet.scores]
+                if shape != [len(order)] * len(asked):
+                    error = f"rated {len(shape)} rubrics x {shape} attempts, expected {len(asked)} x {len(order)}"
+                else:
+                    for row, r in zip(sheet.scores, asked):
+                        for pos, i in enumerate(order):
+                            if present[i][r.stage]:
+                                judged[i][r.id] = r.value(row[pos])
+        return [self._result(rubrics, local[i], judged[i], {}, error,
+                             sum(present[i][r.stage] for r in asked)) for i in range(len(trajectories))]
 
     async def judge_groups(self, groups: Sequence[tuple[Question, Sequence[Trajectory]]],
                            step: int) -> tuple[list[list[JudgeResult]], dict[str, float]]:
@@ -359,12 +450,18 @@ class StagewiseJudge:
                 log.warning("stagewise judge: rubric generation for %s failed: %s", q.id, why)
         added = sum(self.admit(q, d, step) for (q, _), (d, _) in zip(groups, generated) if d is not None)
         rubric_sets = [self.buffer(q).rubrics() for q, _ in groups]
-        flat = [(g, i) for g, (_, trajs) in enumerate(groups) for i in range(len(trajs))]
-        scored = await asyncio.gather(*(self.score(groups[g][0], groups[g][1][i], blocks[g][i], rubric_sets[g])
-                                        for g, i in flat))
         results: list[list[JudgeResult]] = [[] for _ in groups]
-        for (g, _), result in zip(flat, scored):
-            results[g].append(result)
+        if self.scoring == "group":
+            results = list(await asyncio.gather(*(self.score_group(q, trajs, blocks[g], rubric_sets[g], step)
+                                                  for g, (q, trajs) in enumerate(groups))))
+            calls = sum(any(r.asked for r in group) for group in results)
+        else:
+            flat = [(g, i) for g, (_, trajs) in enumerate(groups) for i in range(len(trajs))]
+            scored = await asyncio.gather(*(self.score(groups[g][0], groups[g][1][i], blocks[g][i], rubric_sets[g])
+                                            for g, i in flat))
+            for (g, _), result in zip(flat, scored):
+                results[g].append(result)
+            calls = sum(r.asked > 0 for group in results for r in group)
         pruned = 0
         for (question, _), group in zip(groups, results):
             buf = self.buffer(question)
@@ -377,10 +474,13 @@ class StagewiseJudge:
         every = [r for group in results for r in group]
         metrics: dict[str, float] = {
             "judge/generation_calls": float(len(groups)), "judge/generation_failures": float(gen_failures),
-            "judge/scoring_calls": float(sum(r.asked > 0 for r in every)),
+            "judge/scoring_calls": float(calls),
             "judge/scoring_failures": float(sum(r.failed for r in every)),
             "judge/fallback_fraction": sum(r.failed for r in every) / max(len(every), 1),
             "judge/rubrics_added": float(added), "judge/rubrics_pruned": float(pruned),
+            # groups of 2+ judged attempts whose judge-scored stages (all but the answer's F1) came out identical
+            "judge/flat_groups": float(sum(len(g) > 1 and not any(r.failed for r in g)
+                                           and len({tuple(r.scores[:ANSWER]) for r in g}) == 1 for g in results)),
         }
         for why in [why for d, why in generated if d is None] + [r.error for r in every if r.error]:
             key = f"judge/failure/{failure_kind(why)}"

@@ -354,7 +354,7 @@ def _build(ctx: VariantContext, *, stagewise: bool, meta: bool) -> VariantParts:
     if stagewise:
         judge = StagewiseJudge(ctx.roles(p.generator_role), ctx.roles(p.judge_role), caps=p.stage_caps,
                                targets=p.rubric_targets, max_tokens=p.judge_max_tokens, stage_chars=p.stage_chars,
-                               answer_weight=p.answer_weight)
+                               answer_weight=p.answer_weight, scoring=p.judge_scoring, seed=ctx.params.seed)
         reward = StagewiseReward(judge)
         advantage_fn = StageReturns(p.stage_lambda, normalize_std=grpo.std_normalize, eps=grpo.adv_eps)
     options: dict[str, Any] = {"max_tokens": p.scaffold_max_tokens}

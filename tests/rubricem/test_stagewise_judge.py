@@ -196,3 +196,81 @@ def test_reward_runs_calls_concurrently_and_leaves_results_for_the_reflection_ju
     assert out.scores[0] == pytest.approx([1.0, 1.0, 0.5, 1.0]) and out.scores[3] == out.scores[0]
     assert episodes[4].info["stagewise"].scores == pytest.approx([0.5, 0.375, 0.0, 1.0])
     assert set(reward.judge.buffers) == {"q1", "q2"}
+
+
+def group_respond(table, reply=None):
+    """A scripted group scorer: finds each shown attempt's marker, in the order shown, and answers a row per rubric
+    with ``table[marker][title]`` (0 where the table has no entry); ``reply`` overrides the answer."""
+    seen = []
+
+    def respond(messages, sampling=None):
+        text = messages[-1].content
+        markers = re.findall(r"=== Attempt [A-Z] ===\n\[Stage 1: Plan\]\n<think>Two hops\. (\w+)", text)
+        listed = re.findall(r"^(\d+)\. \[[A-Z]+, stage \d \w+\] (.+?): checks", text, re.MULTILINE)
+        seen.append((markers, sampling.json_schema))
+        if reply is not None:
+            return reply
+        return json.dumps({"scores": [[table[m].get(title, 0) for m in markers] for _, title in listed]})
+
+    return respond, seen
+
+
+def test_group_scoring_maps_scores_back_to_each_attempt_whatever_order_it_shows():
+    orders = set()
+    for seed in range(6):
+        respond, seen = group_respond(TABLE)
+        judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring="group", seed=seed)
+        results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+        a, b, c = results[0]
+        # the same hand-computed scores as one call per trajectory (test_stage_scores_by_hand)
+        assert a.scores == pytest.approx([1.0, 1.0, 0.5, 1.0])
+        assert b.scores == pytest.approx([0.5, 0.375, 0.0, 1.0])
+        assert c.scores == pytest.approx([0.0, 0.5, 0.0, 0.0])
+        assert len(seen) == 1 and metrics["judge/scoring_calls"] == 1 and metrics["judge/flat_groups"] == 0
+        markers, schema = seen[0]
+        assert sorted(markers) == ["A", "B", "C"] and markers == [["A", "B", "C"][i] for i in judge.group_order(Q, 1, 3)]
+        rows = schema["properties"]["scores"]
+        assert rows["minItems"] == rows["maxItems"] == 5 and rows["items"]["minItems"] == rows["items"]["maxItems"] == 3
+        orders.add(tuple(markers))
+    assert len(orders) > 1  # the shown order is drawn, not the rollout order
+
+
+def test_group_order_is_drawn_per_seed_step_and_question():
+    judge = StagewiseJudge(ScriptedChatModel([]), ScriptedChatModel([]), scoring="group", seed=3)
+    assert judge.group_order(Q, 2, 4) == judge.group_order(Q, 2, 4)
+    assert sorted(judge.group_order(Q, 2, 4)) == [0, 1, 2, 3]
+    assert len({tuple(judge.group_order(Q, step, 4)) for step in range(8)}) > 1
+
+
+@pytest.mark.parametrize("reply, why", [
+    (TransientLLMError("judge overloaded"), "call_TransientLLMError"),
+    ('{"scores": [[2, 2, 2]]}', "coverage"),                 # one row for five rubrics
+    ('{"scores": [[2, 2], [2, 2], [2, 2], [2, 2], [2, 2]]}', "coverage"),  # two scores for three attempts
+    ('{"scores": [[3, 2, 2], [2, 2, 2], [2, 2, 2], [2, 2, 2], [2, 2, 2]]}', "schema"),  # off the 0/1/2 scale
+    ("all of them look fine", "no_json"),
+])
+def test_a_failed_or_misshapen_group_call_fails_every_attempt_of_the_group(reply, why):
+    respond, _ = group_respond(TABLE, reply=reply)
+    judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring="group")
+    results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    a, b, c = results[0]
+    assert all(r.failed for r in results[0])
+    assert [a.scores, b.scores, c.scores] == [[None, None, None, 1.0], [None, None, None, 1.0], [None, None, None, 0.0]]
+    assert metrics["judge/scoring_failures"] == 3 and metrics[f"judge/failure/{why}"] == 3
+    assert metrics["judge/flat_groups"] == 0  # a failed group is not a flat one
+
+
+def test_flat_groups_counts_groups_the_judge_scored_alike():
+    same = {m: {"Names both hops": 2, "Searches the town": 2, "Repeats a search": 0, "Cites each fact": 2,
+                "Gives only the river": 2} for m in "ABC"}
+    respond, _ = group_respond(same)
+    judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring="group")
+    trajs = [episode_trajectory("A"), episode_trajectory("B"), episode_trajectory("C", answer="Danube")]
+    results, metrics = asyncio.run(judge.judge_groups([(Q, trajs)], step=1))
+    assert metrics["judge/flat_groups"] == 1  # the answers differ (F1 1, 1, 0) but the judged stages do not
+    assert [r.scores[3] for r in results[0]] != [results[0][0].scores[3]] * 3
+
+
+def test_unknown_scoring_mode_is_refused():
+    with pytest.raises(ValueError, match="scoring must be one of"):
+        StagewiseJudge(ScriptedChatModel([]), ScriptedChatModel([]), scoring="pairs")
