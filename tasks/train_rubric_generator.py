@@ -10,7 +10,7 @@ Reads outputs/collect/branching_points.parquet. The generator starts from the ba
 ``rubric_generator.evaluator_role`` role. Writes under outputs/train_rubric_generator/<reward>/: adapter/ (served
 as ``rubric_generator_trained`` / ``rubric_generator_pairwise``), ckpt/ (resumable), metrics.csv (one row per
 step: reward and each of its terms, evaluator calls and failures; a DVC plot), heldout.json (held-out Spearman
-before and after), metrics.json and timings.json.
+before and after, and each held-out point's greedy rubric with its rho), metrics.json and timings.json.
 """
 
 from __future__ import annotations
@@ -73,10 +73,11 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
 
     before_path = folder / "heldout_before.json"  # measured once, on the untrained weights (a resume keeps it)
     if before_path.exists():
-        before = read_json(before_path)
+        stored = read_json(before_path)
+        before, rubrics_before = (stored["summary"], stored["rubrics"]) if "summary" in stored else (stored, [])
     else:
-        before = held_out_spearman(engine, held_items, scorer, s.max_tokens)
-        write_json(before_path, before)
+        before, rubrics_before = held_out_spearman(engine, held_items, scorer, s.max_tokens)
+        write_json(before_path, {"summary": before, "rubrics": rubrics_before})
     rows: list[dict[str, float]] = []
 
     def log(step: int, metrics: dict[str, float]) -> None:
@@ -92,8 +93,9 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     history = trainer.train(config.steps)
     trainer.save()
     policy.model.save_pretrained(str(folder / "adapter"))
-    after = held_out_spearman(engine, held_items, scorer, s.max_tokens)
-    write_json(folder / "heldout.json", {"before": before, "after": after})
+    after, rubrics_after = held_out_spearman(engine, held_items, scorer, s.max_tokens)
+    write_json(folder / "heldout.json", {"before": before, "after": after, "rubrics_before": rubrics_before,
+                                         "rubrics_after": rubrics_after})
     last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
     metrics = {**last, "points_train": float(len(train)), "points_held_out": float(len(held_out)),
                **{f"points_dropped.{k}": float(v) for k, v in dropped.items()},

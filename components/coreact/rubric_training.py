@@ -10,12 +10,13 @@ train, the held-out split, the single-turn prompts, the trainer configuration, a
 - Held-out Spearman: one greedy rubric per held-out point from the current weights, scored by the evaluator;
   reported as the mean rho over the points whose rubric parsed and was evaluated, with the parse rate, the
   mean listwise reward and the evaluator's failures beside it (the same measure before and after training,
-  whatever the training reward).
+  whatever the training reward), and each held-out rubric's text beside its rho.
 
     train, held_out = split_points(usable_points(points)[0], 0.25, seed=1234)
     items = prompt_items(train, render, max_criteria=4)
     config = generator_config(params, len(train))
-    before = held_out_spearman(engine, prompt_items(held_out, render, 4), RubricReward(evaluator, params.rubric_generator), 256)
+    before, rubrics = held_out_spearman(engine, prompt_items(held_out, render, 4),
+                                        RubricReward(evaluator, params.rubric_generator), 256)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from components.coreact.rubric_generator import generator_messages
 from components.llm.base import Message
 from components.params import GRPOParams, Params
-from components.rewards.spearman import RubricReward, consensus_scores
+from components.rewards.spearman import RubricReward, consensus_scores, point_key
 from components.schemas import BranchingPoint
 from components.training.rollout import RolloutEngine, SamplingParams
 
@@ -87,10 +88,11 @@ def generator_config(params: Params, n_train_points: int) -> GRPOParams:
 
 
 def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], scorer: RubricReward,
-                      max_new_tokens: int) -> dict[str, float]:
-    """One greedy rubric per item from the engine's current weights, scored listwise (see the module doc)."""
+                      max_new_tokens: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """One greedy rubric per item from the engine's current weights, scored listwise (see the module doc):
+    the summary, and per point the rubric's text with its rho (None: not evaluated) and whether it parsed."""
     if not items:
-        return {"points": 0.0}
+        return {"points": 0.0}, []
     gens = engine.generate([it["prompt"] for it in items], SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
 
     async def score_all():
@@ -100,6 +102,9 @@ def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], sc
     scored = [p for p in parts if p is not None]
     evaluated = [p for p in scored if p.rho is not None]
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+    rubrics = [{"point": point_key(it["point"]), "rubric": g.text or "", "evaluator_failed": p is None,
+                "parsed": p is not None and p.format > 0, "rho": None if p is None else p.rho,
+                "reward": None if p is None else p.total} for it, g, p in zip(items, gens, parts, strict=True)]
     return {
         "points": float(len(items)),
         "spearman": mean([p.rho for p in evaluated]),
@@ -109,4 +114,4 @@ def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], sc
         "flat_rate": mean([float(p.flat) for p in evaluated]),
         "reward": mean([p.total for p in scored]),
         "evaluator_failed": float(len(parts) - len(scored)),
-    }
+    }, rubrics

@@ -142,7 +142,14 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     print("held-out before", before, "after", after)
     assert after["spearman"] == pytest.approx(1.0) and after["parse_rate"] == 1.0
     assert not before["spearman"] >= 1.0  # NaN (an unparseable choice) or a worse rubric
-    assert read_json(folder / "heldout.json") == {"before": before, "after": after}
+    stored = read_json(folder / "heldout.json")
+    assert stored["before"] == before and stored["after"] == after
+    # each held-out point's greedy rubric is kept beside its rho, before and after
+    assert [r["point"] for r in stored["rubrics_after"]] == [r["point"] for r in stored["rubrics_before"]]
+    assert len(stored["rubrics_after"]) == 2 and all(r["parsed"] and r["rho"] == pytest.approx(1.0)
+                                                     for r in stored["rubrics_after"])
+    assert all(r["rubric"] for r in stored["rubrics_after"])
+    assert any(not r["parsed"] or r["rho"] != pytest.approx(1.0) for r in stored["rubrics_before"])
     assert (folder / "adapter" / "adapter_config.json").exists()
 
     # a re-run resumes at the last step: nothing is trained again and "before" is the untrained measurement
