@@ -382,8 +382,8 @@ class RubricEMParams(Section):
     generator_role: str = Field(default="rubric_evaluator", description="Role that proposes stage rubrics.")
     judge_role: str = Field(default="rubric_evaluator", description="Role that scores trajectories on stage rubrics.")
     judge_scoring: Literal["trajectory", "group"] = Field(
-        default="trajectory", description="trajectory: one scoring call per trajectory (paper C.3); group: one call "
-        "per rollout group scoring its attempts side by side, in an order drawn per (seed, step, question).")
+        default="trajectory", description="trajectory: one scoring call per trajectory (paper C.3); group: a group's "
+        "attempts scored side by side, once per balanced order (each attempt once at every position), averaged.")
     reflection_judge_role: str = Field(default="reflection_judge", description="Role that scores reflections.")
     judge_max_tokens: int = Field(default=1024, ge=16, description="Completion tokens of a judge call.")
     stage_chars: int = Field(default=1500, ge=100, description="Characters of each stage shown to the judges.")

@@ -9,9 +9,10 @@ One step, for every group (:meth:`StagewiseJudge.judge_groups`):
    agents' own ``<rubric>`` blocks only as references) and proposes positive and negative rubrics per stage,
    weights 1-3; a failed or unparseable call adds nothing and is counted;
 2. one scoring call per trajectory, all concurrent, against persistent + active rubrics: 0/1/2 per rubric with
-   a justification (``scoring="trajectory"``, the paper's). ``scoring="group"`` instead asks one call per group
-   for every attempt's 0/1/2 on every rubric, the attempts side by side in an order drawn per (seed, step,
-   question): a 1.5B judge that sees one attempt at a time gives nearly every rubric a 2. A positive rubric's value is ``score / 2``, a negative one's ``1 - score / 2``; the stage
+   a justification (``scoring="trajectory"``, the paper's). ``scoring="group"`` instead asks for every attempt's
+   0/1/2 on every rubric with the attempts side by side, once per balanced order (each attempt once at every
+   position, :mod:`components.judges.orders`), and averages: a 1.5B judge that sees one attempt at a time gives
+   nearly every rubric a 2, and one that sees them side by side in one order scores by position. A positive rubric's value is ``score / 2``, a negative one's ``1 - score / 2``; the stage
    score ``R_k`` is the weight-averaged value of the stage's rubrics, in [0, 1]. A stage the trajectory never
    reaches scores 0 (its rubrics are not asked); a stage with no rubric at all is missing (None). A failed or
    unparseable scoring call falls back to the answer stage's persistent score only (the other stages are
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.agents.scaffold_format import ANSWER, STAGES, self_rubrics, split_stages, trajectory_text
 from components.evaluation.metrics import f1_score
+from components.judges.orders import balanced_orders
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import first_json_object
 from components.llm.json_schema import json_schema_of, one_item_per_key
@@ -402,41 +403,56 @@ class StagewiseJudge:
                         judged[asked[s.index].id], notes[asked[s.index].id] = asked[s.index].value(s.score), s.justification
         return self._result(rubrics, local, judged, notes, error, len(asked))
 
-    def group_order(self, question: Question, step: int, n: int) -> list[int]:
-        """The order ``scoring="group"`` shows a group's attempts in (position -> attempt), drawn per
-        (seed, step, question) so the judge's position bias cannot follow the rollout order."""
-        order = list(range(n))
-        random.Random(f"{self.seed}:{step}:{question.id}").shuffle(order)
-        return order
+    def group_orders(self, question: Question, step: int, n: int) -> list[list[int]]:
+        """The orders ``scoring="group"`` shows a group's attempts in (each position -> attempt): the cyclic
+        shifts of one order drawn per (seed, step, question), so each attempt is seen once at every position."""
+        return balanced_orders(f"{self.seed}:{step}:{question.id}", n)
 
     async def score_group(self, question: Question, trajectories: Sequence[Trajectory],
                           blocks: Sequence[dict[str, str | None]], rubrics: Sequence[StageRubric],
-                          step: int) -> list[JudgeResult]:
-        """Every attempt of a group scored in one call (``scoring="group"``). A failed, unparseable or
-        wrongly shaped reply fails every attempt of the group (each falls back to its answer score)."""
+                          step: int) -> tuple[list[JudgeResult], int, dict[str, float]]:
+        """Every attempt of a group scored side by side (``scoring="group"``), once per balanced order; a
+        rubric's value for an attempt is its mean over the orders. A failed, unparseable or wrongly shaped reply
+        to any of the calls fails every attempt of the group (each falls back to its answer score). Returns the
+        results, the calls made and the position diagnostics: ``position_spread`` (max - min over shown
+        positions of the judge's mean score, halved to [0, 1], before negative rubrics are inverted) and
+        ``attempt_spread`` (the same over attempts)."""
         present = [[b[name] is not None for name in STAGES] for b in blocks]
         local = [self._local(question, t, p, rubrics) for t, p in zip(trajectories, present)]
         asked = [r for r in rubrics if r.kind == "judge" and any(p[r.stage] for p in present)]
         judged: list[dict[str, float]] = [{} for _ in trajectories]
-        error = None
+        error, orders, diagnostics = None, [], {}
         if asked:
-            order = self.group_order(question, step, len(trajectories))
-            out = await ask(self.evaluator,
-                            group_scoring_messages(question, [render_attempt(blocks[i], self.stage_chars) for i in order],
-                                                   asked),
-                            self._sampling(group_sheet_schema(len(asked), len(order))))
-            sheet, error = parse_reply(out, GroupSheet)
-            if sheet is not None:
-                shape = [len(row) for row in sheet.scores]
-                if shape != [len(order)] * len(asked):
-                    error = f"rated {len(shape)} rubrics x {shape} attempts, expected {len(asked)} x {len(order)}"
-                else:
-                    for row, r in zip(sheet.scores, asked):
-                        for pos, i in enumerate(order):
-                            if present[i][r.stage]:
-                                judged[i][r.id] = r.value(row[pos])
-        return [self._result(rubrics, local[i], judged[i], {}, error,
-                             sum(present[i][r.stage] for r in asked)) for i in range(len(trajectories))]
+            orders = self.group_orders(question, step, len(trajectories))
+            rendered = [render_attempt(b, self.stage_chars) for b in blocks]
+            schema = self._sampling(group_sheet_schema(len(asked), len(trajectories)))
+            outs = await asyncio.gather(*(ask(self.evaluator, group_scoring_messages(
+                question, [rendered[i] for i in order], asked), schema) for order in orders))
+            by_attempt: list[dict[str, list[float]]] = [{} for _ in trajectories]
+            raw_attempt: list[list[float]] = [[] for _ in trajectories]  # the judge's 0/1/2 (halved), uninverted
+            raw_position: list[list[float]] = [[] for _ in trajectories]
+            for order, out in zip(orders, outs):
+                sheet, why = parse_reply(out, GroupSheet)
+                if sheet is not None:
+                    shape = [len(row) for row in sheet.scores]
+                    if shape != [len(order)] * len(asked):
+                        why = f"rated {len(shape)} rubrics x {shape} attempts, expected {len(asked)} x {len(order)}"
+                if why is not None:
+                    error = error or why
+                    continue
+                for row, r in zip(sheet.scores, asked):
+                    for pos, i in enumerate(order):
+                        if present[i][r.stage]:
+                            by_attempt[i].setdefault(r.id, []).append(r.value(row[pos]))
+                            raw_attempt[i].append(row[pos] / 2)
+                            raw_position[pos].append(row[pos] / 2)
+            if error is None:
+                judged = [{rid: float(np.mean(v)) for rid, v in per.items()} for per in by_attempt]
+                spread = lambda groups: float(np.ptp([np.mean(v) for v in groups if v])) if any(groups) else 0.0
+                diagnostics = {"position_spread": spread(raw_position), "attempt_spread": spread(raw_attempt)}
+        results = [self._result(rubrics, local[i], judged[i], {}, error, sum(present[i][r.stage] for r in asked))
+                   for i in range(len(trajectories))]
+        return results, len(orders), diagnostics
 
     async def judge_groups(self, groups: Sequence[tuple[Question, Sequence[Trajectory]]],
                            step: int) -> tuple[list[list[JudgeResult]], dict[str, float]]:
@@ -451,10 +467,13 @@ class StagewiseJudge:
         added = sum(self.admit(q, d, step) for (q, _), (d, _) in zip(groups, generated) if d is not None)
         rubric_sets = [self.buffer(q).rubrics() for q, _ in groups]
         results: list[list[JudgeResult]] = [[] for _ in groups]
+        diagnostics: list[dict[str, float]] = []
         if self.scoring == "group":
-            results = list(await asyncio.gather(*(self.score_group(q, trajs, blocks[g], rubric_sets[g], step)
-                                                  for g, (q, trajs) in enumerate(groups))))
-            calls = sum(any(r.asked for r in group) for group in results)
+            scored_groups = await asyncio.gather(*(self.score_group(q, trajs, blocks[g], rubric_sets[g], step)
+                                                   for g, (q, trajs) in enumerate(groups)))
+            results = [group for group, _, _ in scored_groups]
+            calls = sum(n for _, n, _ in scored_groups)
+            diagnostics = [d for _, _, d in scored_groups if d]
         else:
             flat = [(g, i) for g, (_, trajs) in enumerate(groups) for i in range(len(trajs))]
             scored = await asyncio.gather(*(self.score(groups[g][0], groups[g][1][i], blocks[g][i], rubric_sets[g])
@@ -482,6 +501,9 @@ class StagewiseJudge:
             "judge/flat_groups": float(sum(len(g) > 1 and not any(r.failed for r in g)
                                            and len({tuple(r.scores[:ANSWER]) for r in g}) == 1 for g in results)),
         }
+        for key in ("position_spread", "attempt_spread"):  # group scoring: how much follows position, not attempt
+            if diagnostics:
+                metrics[f"judge/{key}"] = float(np.mean([d[key] for d in diagnostics]))
         for why in [why for d, why in generated if d is None] + [r.error for r in every if r.error]:
             key = f"judge/failure/{failure_kind(why)}"
             metrics[key] = metrics.get(key, 0.0) + 1.0

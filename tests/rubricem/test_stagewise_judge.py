@@ -200,7 +200,7 @@ def test_reward_runs_calls_concurrently_and_leaves_results_for_the_reflection_ju
 
 def group_respond(table, reply=None):
     """A scripted group scorer: finds each shown attempt's marker, in the order shown, and answers a row per rubric
-    with ``table[marker][title]`` (0 where the table has no entry); ``reply`` overrides the answer."""
+    with ``table[marker][title]`` (0 where the table has no entry); ``reply(call_index)`` overrides the answer."""
     seen = []
 
     def respond(messages, sampling=None):
@@ -209,15 +209,15 @@ def group_respond(table, reply=None):
         listed = re.findall(r"^(\d+)\. \[[A-Z]+, stage \d \w+\] (.+?): checks", text, re.MULTILINE)
         seen.append((markers, sampling.json_schema))
         if reply is not None:
-            return reply
+            return reply(len(seen) - 1)
         return json.dumps({"scores": [[table[m].get(title, 0) for m in markers] for _, title in listed]})
 
     return respond, seen
 
 
-def test_group_scoring_maps_scores_back_to_each_attempt_whatever_order_it_shows():
+def test_group_scoring_shows_each_attempt_at_every_position_and_maps_scores_back():
     orders = set()
-    for seed in range(6):
+    for seed in range(4):
         respond, seen = group_respond(TABLE)
         judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring="group", seed=seed)
         results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
@@ -226,20 +226,49 @@ def test_group_scoring_maps_scores_back_to_each_attempt_whatever_order_it_shows(
         assert a.scores == pytest.approx([1.0, 1.0, 0.5, 1.0])
         assert b.scores == pytest.approx([0.5, 0.375, 0.0, 1.0])
         assert c.scores == pytest.approx([0.0, 0.5, 0.0, 0.0])
-        assert len(seen) == 1 and metrics["judge/scoring_calls"] == 1 and metrics["judge/flat_groups"] == 0
-        markers, schema = seen[0]
-        assert sorted(markers) == ["A", "B", "C"] and markers == [["A", "B", "C"][i] for i in judge.group_order(Q, 1, 3)]
-        rows = schema["properties"]["scores"]
+        assert len(seen) == 3 and metrics["judge/scoring_calls"] == 3 and metrics["judge/flat_groups"] == 0
+        shown = [markers for markers, _ in seen]
+        assert sorted(map(tuple, shown)) == sorted(tuple("ABC"[i] for i in o) for o in judge.group_orders(Q, 1, 3))
+        for position in range(3):
+            assert sorted(m[position] for m in shown) == ["A", "B", "C"]
+        rows = seen[0][1]["properties"]["scores"]
         assert rows["minItems"] == rows["maxItems"] == 5 and rows["items"]["minItems"] == rows["items"]["maxItems"] == 3
-        orders.add(tuple(markers))
-    assert len(orders) > 1  # the shown order is drawn, not the rollout order
+        assert metrics["judge/attempt_spread"] > 0
+        orders.add(tuple(shown[0]))
+    assert len(orders) > 1  # the orders are drawn, not the rollout order
 
 
-def test_group_order_is_drawn_per_seed_step_and_question():
+def test_a_judge_that_scores_by_position_gives_a_flat_group():
+    """The 1.5B's reply on a real group: the same descending row for every rubric, whatever it was shown."""
+    def by_position(call):
+        return json.dumps({"scores": [[2, 1, 0]] * 5})
+
+    respond, seen = group_respond(TABLE, reply=by_position)
+    judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring="group")
+    results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    a, b, c = results[0]
+    assert a.scores[0] == b.scores[0] == c.scores[0] == pytest.approx(0.5)  # (2 + 1 + 0) / 3 / 2 each
+    assert a.scores[1] == pytest.approx(c.scores[1])
+    assert metrics["judge/position_spread"] == pytest.approx(1.0) and metrics["judge/attempt_spread"] < 0.2
+    # B never reaches the review stage: its stage is 0 whatever the judge said, so B's mean differs a little
+
+
+def test_one_failed_order_fails_the_whole_group():
+    def second_fails(call):
+        return TransientLLMError("judge overloaded") if call == 1 else json.dumps({"scores": [[2, 1, 0]] * 5})
+
+    respond, seen = group_respond(TABLE, reply=second_fails)
+    judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring="group")
+    results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    assert len(seen) == 3 and all(r.failed for r in results[0])
+    assert [r.scores for r in results[0]] == [[None, None, None, 1.0], [None, None, None, 1.0], [None, None, None, 0.0]]
+    assert "judge/position_spread" not in metrics
+
+
+def test_group_orders_are_drawn_per_seed_step_and_question():
     judge = StagewiseJudge(ScriptedChatModel([]), ScriptedChatModel([]), scoring="group", seed=3)
-    assert judge.group_order(Q, 2, 4) == judge.group_order(Q, 2, 4)
-    assert sorted(judge.group_order(Q, 2, 4)) == [0, 1, 2, 3]
-    assert len({tuple(judge.group_order(Q, step, 4)) for step in range(8)}) > 1
+    assert judge.group_orders(Q, 2, 4) == judge.group_orders(Q, 2, 4)
+    assert len({tuple(judge.group_orders(Q, step, 4)[0]) for step in range(8)}) > 1
 
 
 @pytest.mark.parametrize("reply, why", [
@@ -250,7 +279,7 @@ def test_group_order_is_drawn_per_seed_step_and_question():
     ("all of them look fine", "no_json"),
 ])
 def test_a_failed_or_misshapen_group_call_fails_every_attempt_of_the_group(reply, why):
-    respond, _ = group_respond(TABLE, reply=reply)
+    respond, _ = group_respond(TABLE, reply=lambda call: reply)
     judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring="group")
     results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
     a, b, c = results[0]
