@@ -9,19 +9,21 @@ boolean per criterion, in order::
 Parsing is strict (exactly one boolean per criterion). A failed call or a reply that does not parse gives no
 score (``None``) and is counted in the :class:`~components.judges.pairwise.Tally`; it is never a 0.
 
-The **slate** mode (``rubric_generator.evaluator_mode: slate``) asks once for the whole slate: the actions are
-labelled A, B, ... (in an order the caller chooses, to spread the evaluator's position bias) and the reply
-holds, per criterion, one verdict for each action side by side::
+The **slate** mode (``rubric_generator.evaluator_mode: slate``) shows the whole slate at once: the actions are
+labelled A, B, ... and the reply holds, per criterion, one verdict for each action side by side::
 
     {"verdicts": [[true, false, true, true], [false, false, true, false]]}
 
 An evaluator that gives every action seen alone the same verdicts (the embedded 1.5B did, so the rank term
-was chance for every rubric) must then compare the actions on each criterion. One failed or unparseable
-call leaves every action of the slate without a score.
+was chance for every rubric) must then compare the actions on each criterion. Shown side by side in one order,
+the same 1.5B answered by position (the first row began true, false, true, false in most replies), so the
+caller passes balanced orders (:func:`components.judges.orders.balanced_orders`: each action once at every
+position) and the scores are averaged over them. One failed or unparseable call leaves every action of the
+slate without a score.
 
     outcomes = await evaluate_actions(evaluator, question, prefix_text, actions, rubric, max_tokens=128)
     [o.score for o in outcomes]        # e.g. [0.75, None, 0.0, 1.0]
-    outcomes = await evaluate_slate(evaluator, question, prefix_text, actions, rubric, order=[2, 0, 3, 1])
+    outcomes = await evaluate_slate(evaluator, question, prefix_text, actions, rubric, orders=balanced_orders("s:q", 4))
 """
 
 from __future__ import annotations
@@ -194,22 +196,31 @@ async def evaluate_actions(evaluator: ChatModel, question: str, prefix_text: str
 
 
 async def evaluate_slate(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
-                         rubric: Rubric, *, order: Sequence[int] | None = None, max_tokens: int = 128,
+                         rubric: Rubric, *, orders: Sequence[Sequence[int]] | None = None, max_tokens: int = 128,
                          tally: Tally | None = None) -> list[ActionScore]:
-    """Every action scored in one call (the slate mode); ``order`` is the permutation of ``actions`` shown as
-    A, B, ... (default: as given). Scores come back in the order of ``actions``."""
+    """Every action scored side by side (the slate mode), one call per order in ``orders`` (each a permutation
+    of ``actions`` shown as A, B, ...; default: as given, once). An action's score is the mean of its weighted
+    fractions over the orders, its ``satisfied`` the per-criterion majority (a tie is not satisfied). Scores
+    come back in the order of ``actions``; one failed or unparseable call leaves every action unscored."""
     k, n = len(actions), len(rubric.criteria)
-    order = list(range(k)) if order is None else list(order)
-    if sorted(order) != list(range(k)):
-        raise ValueError(f"order {order} is not a permutation of {k} actions")
+    orders = [list(range(k))] if orders is None else [list(o) for o in orders]
+    if not orders or any(sorted(o) != list(range(k)) for o in orders):
+        raise ValueError(f"orders {orders} are not permutations of {k} actions")
     if k > 26:
         raise ValueError(f"a slate of {k} actions has more than 26 labels")
-    parsed = await _ask(evaluator, slate_messages(question, prefix_text, [actions[i] for i in order], rubric),
-                        verdicts_schema(n, k), max_tokens, tally, lambda text: parse_verdicts(text, n, k))
-    if isinstance(parsed, str):
-        return [ActionScore(None, error=parsed)] * k
-    scores: list[ActionScore | None] = [None] * k
-    for shown, action in enumerate(order):
-        satisfied = tuple(row[shown] for row in parsed)
-        scores[action] = ActionScore(weighted_fraction(rubric, satisfied), satisfied)
-    return scores  # type: ignore[return-value]
+    replies = await asyncio.gather(*(
+        _ask(evaluator, slate_messages(question, prefix_text, [actions[i] for i in order], rubric),
+             verdicts_schema(n, k), max_tokens, tally, lambda text: parse_verdicts(text, n, k)) for order in orders))
+    failed = next((r for r in replies if isinstance(r, str)), None)
+    if failed is not None:
+        return [ActionScore(None, error=failed)] * k
+    verdicts: list[list[tuple[bool, ...]]] = [[] for _ in range(k)]
+    for order, parsed in zip(orders, replies):
+        for shown, action in enumerate(order):
+            verdicts[action].append(tuple(row[shown] for row in parsed))
+    scores = []
+    for seen in verdicts:
+        fraction = sum(weighted_fraction(rubric, v) for v in seen) / len(seen)
+        majority = tuple(2 * sum(v[c] for v in seen) > len(seen) for c in range(n))
+        scores.append(ActionScore(fraction, majority))
+    return scores

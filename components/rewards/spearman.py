@@ -11,7 +11,8 @@ For a sampled rubric R at a branching point with slate actions a_1..a_k:
   undefined and is taken as 0, so it earns exactly chance, 0.5, and no more (counted as ``flat_rate``: a
   high rate means the evaluator, not the generator, is what limits the rank term).
   With ``evaluator_mode: slate`` one evaluator call scores the whole slate side by side
-  (:func:`~components.judges.rubric_eval.evaluate_slate`), the actions shown in an order drawn per (seed, point).
+  (:func:`~components.judges.rubric_eval.evaluate_slate`), once per balanced order of the actions (each
+  action once at every position; drawn per (seed, point)) and averaged.
 - **rank** (pairwise, the "w/o listwise" ablation): one pair of slate actions with different Borda scores,
   drawn per (seed, step, branching point) and shared by the whole group; ``r_rank`` is 1 when R's scores
   order the pair as the council does, 0.5 when they tie it, 0 when they reverse it. Only the two actions are
@@ -50,6 +51,7 @@ from scipy.stats import spearmanr
 
 from components.coreact.rubric_generator import ParsedRubric, parse_rubric
 from components.judges.council import render_prefix
+from components.judges.orders import balanced_orders
 from components.judges.pairwise import Tally
 from components.judges.rubric_eval import evaluate_actions, evaluate_slate
 from components.llm.base import ChatModel
@@ -175,12 +177,11 @@ class RubricReward:
             raise ValueError(f"branching point {point_key(point)}: the consensus ranks every action equal")
         return random.Random(f"{self.seed}:{step}:{point_key(point)}").choice(pairs)
 
-    def slate_order(self, point: BranchingPoint, k: int) -> list[int]:
-        """The order the slate mode shows ``k`` actions in: drawn per (seed, point), so every rubric of a group
-        sees the same order and the evaluator's position bias cannot line up with the slate's own order."""
-        order = list(range(k))
-        random.Random(f"{self.seed}:order:{point_key(point)}").shuffle(order)
-        return order
+    def slate_orders(self, point: BranchingPoint, k: int) -> list[list[int]]:
+        """The orders the slate mode shows ``k`` actions in: balanced (each action once at every position) and
+        drawn per (seed, point), so every rubric of a group sees the same orders and the evaluator's position
+        bias averages out."""
+        return balanced_orders(f"{self.seed}:order:{point_key(point)}", k)
 
     async def score(self, point: BranchingPoint, text: str, *, step: int = 0,
                     tally: Tally | None = None) -> RewardParts | None:
@@ -198,7 +199,7 @@ class RubricReward:
         prefix, shown = render_prefix(point.prefix, self.observation_chars), [actions[p] for p in positions]
         if s.evaluator_mode == "slate":
             outcomes = await evaluate_slate(self.evaluator, point.question, prefix, shown, parsed.rubric,
-                                            order=self.slate_order(point, len(shown)),
+                                            orders=self.slate_orders(point, len(shown)),
                                             max_tokens=s.evaluator_max_tokens, tally=tally)
         else:
             outcomes = await evaluate_actions(self.evaluator, point.question, prefix, shown, parsed.rubric,

@@ -209,24 +209,35 @@ def slate_evaluator(verdicts: dict[str, list[bool]], fail=False, reply=None, see
     return ScriptedChatModel(respond)
 
 
-def test_slate_mode_scores_every_action_in_one_call_whatever_the_order_shown():
+def test_slate_mode_shows_each_action_at_every_position_and_maps_scores_back():
     seen = []
     model = slate_evaluator(IN_ORDER, seen=seen)
-    best = asyncio.run(RubricReward(model, SLATE, seed=3).score(point(), GOOD))
-    assert len(seen) == 1 and sorted(seen[0]) == sorted(ACTIONS)  # one call, the whole slate
+    reward = RubricReward(model, SLATE, seed=3)
+    best = asyncio.run(reward.score(point(), GOOD))
+    assert len(seen) == 4 and all(sorted(s) == sorted(ACTIONS) for s in seen)  # the whole slate, once per order
+    for position in range(4):  # each action shown once at each position
+        assert sorted(s[position] for s in seen) == sorted(ACTIONS)
+    assert [ACTIONS[i] for i in reward.slate_orders(point(), 4)[0]] in seen
     assert best.rho == pytest.approx(1.0) and best.total == pytest.approx(1.0)
     worst = asyncio.run(RubricReward(slate_evaluator(REVERSED), SLATE, seed=3).score(point(), GOOD))
     assert worst.rho == pytest.approx(-1.0)
-    # the order shown is drawn per (seed, point): the same for every rubric of a group, not always A = slate[0]
-    orders = set()
+    # the orders are drawn per (seed, point): the same for every rubric of a group, not always A = slate[0]
+    firsts = set()
     for seed in range(8):
         shown = []
         reward = RubricReward(slate_evaluator(IN_ORDER, seen=shown), SLATE, seed=seed)
         asyncio.run(reward.score(point(), GOOD))
         asyncio.run(reward.score(point(), rubric_text("Names an entity", "Searches")))
-        assert shown[0] == shown[1]
-        orders.add(tuple(shown[0]))
-    assert len(orders) > 1
+        assert sorted(map(tuple, shown[:4])) == sorted(map(tuple, shown[4:]))
+        firsts.add(tuple(shown[0]))
+    assert len(firsts) > 1
+
+
+def test_slate_mode_a_position_only_evaluator_scores_flat():
+    """The 1.5B's habit on real slates: the same verdicts by position whatever actions it is shown."""
+    by_position = '{"verdicts": [[true, false, true, false], [false, true, false, false]]}'
+    parts = asyncio.run(RubricReward(slate_evaluator(IN_ORDER, reply=by_position), SLATE, seed=1).score(point(), GOOD))
+    assert parts.flat and parts.rho == 0.0 and parts.rank == pytest.approx(0.5)
 
 
 def test_slate_mode_failures_leave_the_whole_rubric_unscored():
