@@ -498,7 +498,7 @@ class StagewiseJudge:
             "judge/fallback_fraction": sum(r.failed for r in every) / max(len(every), 1),
             "judge/rubrics_added": float(added), "judge/rubrics_pruned": float(pruned),
             # groups of 2+ judged attempts whose judge-scored stages (all but the answer's F1) came out identical
-            "judge/flat_groups": float(sum(len(g) > 1 and not any(r.failed for r in g)
+            "judge/flat_groups": float(sum(len(g) > 1 and any(r.asked for r in g) and not any(r.failed for r in g)
                                            and len({tuple(r.scores[:ANSWER]) for r in g}) == 1 for g in results)),
         }
         for key in ("position_spread", "attempt_spread"):  # group scoring: how much follows position, not attempt

@@ -368,7 +368,8 @@ class GRPOTrainer:
             if adv.shape != scores_k.shape:
                 raise ValueError(f"advantage_fn returned {tuple(adv.shape)} for scores {tuple(scores_k.shape)}")
             rows, row_episode = [], []
-            silent = [bool((adv[j] == 0).all()) for j in range(len(episodes_k))]
+            # an episode is silent when every advantage is 0 or masked (NaN: a missing stage score trains nothing)
+            silent = [bool(((adv[j] == 0) | adv[j].isnan()).all()) for j in range(len(episodes_k))]
             metrics["episodes/zero_advantage"] = float(sum(silent))
             for j, e in enumerate(episodes_k):
                 if c.skip_zero_advantage and silent[j]:

@@ -156,6 +156,7 @@ def test_failed_generation_adds_nothing_and_is_counted(caplog):
     with caplog.at_level("WARNING", logger="components.judges.stagewise"):
         results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
     assert metrics["judge/generation_failures"] == 1 and metrics["judge/rubrics_added"] == 0
+    assert metrics["judge/flat_groups"] == 0  # nothing was judged: not a group the judge scored alike
     assert metrics["judge/failure/call_TransientLLMError"] == 1
     assert f"rubric generation for {Q.id} failed: call failed: TransientLLMError: down" in caplog.text
     assert metrics["judge/scoring_calls"] == 0  # nothing to ask an LLM: only the persistent F1 rubric

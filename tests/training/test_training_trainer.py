@@ -459,6 +459,24 @@ def test_all_zero_variance_step_makes_no_update_when_skipping():
         assert torch.equal(before[name], value)
 
 
+def test_episodes_whose_advantages_are_zero_or_masked_are_skipped():
+    """Per-stage advantages where every stage is missing (NaN) or carries no signal (0), as SS-GRPO gives when
+    the stage judge's rubric generation failed and every answer scored the same: nothing to train on."""
+    def advantages(episodes, scores, ctx):
+        adv = torch.zeros(len(episodes), 4)
+        adv[:, :3] = float("nan")
+        return adv
+
+    trainer = make_trainer(GRPOParams(group_size=4, lr=1e-1, skip_zero_advantage=True),
+                           reward=lambda episodes, ctx: [[None, None, None, 0.0]] * len(episodes),
+                           advantage_fn=advantages)
+    before = lora_weights(trainer)
+    metrics = trainer.step()
+    assert metrics["episodes/zero_advantage"] == metrics["episodes"] and "loss" not in metrics
+    for name, value in lora_weights(trainer).items():
+        assert torch.equal(before[name], value)
+
+
 def test_token_budget_micro_batches_pack_by_length_and_give_the_same_update():
     from components.training.rollout import assemble
 
