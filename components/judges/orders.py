@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 
-__all__ = ["balanced_orders", "drawn_order"]
+__all__ = ["balanced_orders", "drawn_order", "letter"]
 
 
 def drawn_order(key: str, n: int) -> list[int]:
@@ -27,3 +27,8 @@ def balanced_orders(key: str, n: int) -> list[list[int]]:
     """The ``n`` cyclic shifts of :func:`drawn_order`: a Latin square, each candidate once at each position."""
     base = drawn_order(key, n)
     return [[base[(p + j) % n] for p in range(n)] for j in range(n)]
+
+
+def letter(position: int) -> str:
+    """The label of a shown position: A, B, ..."""
+    return chr(ord("A") + position)

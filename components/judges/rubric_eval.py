@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.coreact.rubric_generator import render_rubric
+from components.judges.orders import letter
 from components.judges.pairwise import Tally
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
@@ -95,13 +96,9 @@ def verdicts_schema(n: int, k: int) -> dict:
     }
 
 
-def _label(i: int) -> str:
-    return chr(ord("A") + i)
-
-
 def slate_messages(question: str, prefix_text: str, actions: Sequence[str], rubric: Rubric) -> list[Message]:
     history = prefix_text.strip() or "(nothing yet: this is the first action)"
-    listed = "\n".join(f"{_label(i)}. {' '.join(a.split())}" for i, a in enumerate(actions))
+    listed = "\n".join(f"{letter(i)}. {' '.join(a.split())}" for i, a in enumerate(actions))
     return [system(SLATE_PROMPT), user(
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
         f"Proposed next actions ({len(actions)}):\n{listed}\n\n"

@@ -12,7 +12,8 @@ One step, for every group (:meth:`StagewiseJudge.judge_groups`):
    a justification (``scoring="trajectory"``, the paper's). ``scoring="group"`` instead asks for every attempt's
    0/1/2 on every rubric with the attempts side by side, once per balanced order (each attempt once at every
    position, :mod:`components.judges.orders`), and averages: a 1.5B judge that sees one attempt at a time gives
-   nearly every rubric a 2, and one that sees them side by side in one order scores by position. A positive rubric's value is ``score / 2``, a negative one's ``1 - score / 2``; the stage
+   nearly every rubric a 2, and one that sees them side by side in one order scores by position.
+   A positive rubric's value is ``score / 2``, a negative one's ``1 - score / 2``; the stage
    score ``R_k`` is the weight-averaged value of the stage's rubrics, in [0, 1]. A stage the trajectory never
    reaches scores 0 (its rubrics are not asked); a stage with no rubric at all is missing (None). A failed or
    unparseable scoring call falls back to the answer stage's persistent score only (the other stages are
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.agents.scaffold_format import ANSWER, STAGES, self_rubrics, split_stages, trajectory_text
 from components.evaluation.metrics import f1_score
-from components.judges.orders import balanced_orders
+from components.judges.orders import balanced_orders, letter
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import first_json_object
 from components.llm.json_schema import json_schema_of, one_item_per_key
@@ -272,13 +273,9 @@ def scoring_messages(question: Question, attempt: str, rubrics: Sequence[StageRu
                     "what the attempt shows."), Message(role="user", content=text)]
 
 
-def _letter(i: int) -> str:
-    return chr(ord("A") + i)
-
-
 def group_scoring_messages(question: Question, attempts: Sequence[str], rubrics: Sequence[StageRubric]) -> list[Message]:
-    shown = "\n\n".join(f"=== Attempt {_letter(i)} ===\n{a}" for i, a in enumerate(attempts))
-    letters = ", ".join(_letter(i) for i in range(len(attempts)))
+    shown = "\n\n".join(f"=== Attempt {letter(i)} ===\n{a}" for i, a in enumerate(attempts))
+    letters = ", ".join(letter(i) for i in range(len(attempts)))
     text = (
         f"Question: {question.question}\n{_reference(question)}\n{shown}\n\nRubrics:\n{_listed(rubrics)}\n\n{_SCALE}"
         "Score every rubric for every attempt, reading the attempts side by side: an attempt that meets a rubric "
