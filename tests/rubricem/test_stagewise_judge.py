@@ -244,7 +244,7 @@ def test_a_judge_that_scores_by_position_gives_a_flat_group():
     def by_position(call):
         return json.dumps({"scores": [[2, 1, 0]] * 5})
 
-    respond, seen = group_respond(TABLE, reply=by_position)
+    respond, _ = group_respond(TABLE, reply=by_position)
     judge = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring="group")
     results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
     a, b, c = results[0]
