@@ -328,6 +328,10 @@ class SFTParams(Section):
     teacher_temperature: float = Field(
         default=0.7, ge=0, le=2, description="sft_data: temperature of teacher samples after the first (greedy) one."
     )
+    reflection_rows: dict[str, int] = Field(
+        default_factory=dict, description="sft_data: warm start (methods entry) -> attempts the teacher reflects on in "
+        "the reflection meta-policy's format (components/warmstart/reflections.py); each valid reflection is one more "
+        "SFT row. A policy that cannot write that format gives the meta-policy nothing to learn from.")
 
 
 class ArborParams(Section):

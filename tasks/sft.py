@@ -8,7 +8,8 @@ can search.
 ``--method`` names the warm start (a params.methods entry, default ``sft``): rows are rendered under its
 agent and options, the prompts ``evaluate --method`` uses for the adapter.
 Reads outputs/sft_data/trajectories.jsonl (outputs/sft_data_<name>/ for ``sft_<name>``; the questions they
-answer are stored in the trajectories' metadata). Writes outputs/sft/ (outputs/sft_<name>/): adapter/ (peft
+answer are stored in the trajectories' metadata) and, where sft_data wrote any, reflections.jsonl: one row
+each, the reflection prompt (not trained) and the reflection (trained). Writes outputs/sft/ (outputs/sft_<name>/): adapter/ (peft
 adapter), loss.csv (DVC plot: loss per optimizer step), metrics.json and ckpt/ (resumable checkpoints).
 """
 
@@ -29,6 +30,7 @@ from components.training.model import LoRASettings, build_policy
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
 from components.training.trajectory_sft import trajectory_rows
+from components.warmstart.reflections import REFLECTIONS_FILE, ReflectionRow, reflection_sft_row
 from tasks.runtime import SFT_METHOD, params_from_args, resolve, stage_argparser, tracking, warm_start_folder
 
 
@@ -60,6 +62,16 @@ def load_trainable_policy(params: Params):
     return AutoModelForCausalLM.from_pretrained(cfg.model), AutoTokenizer.from_pretrained(cfg.model)
 
 
+def reflection_examples(params: Params, method: str, tokenizer, render) -> tuple[list, int]:
+    """The sft_data stage's reflection rows as examples, and how many were left out for being longer than
+    ``sft.max_length`` (cut at the right, the reflection would lose its closing block)."""
+    path = warm_start_folder(params, "sft_data", method) / REFLECTIONS_FILE
+    examples = [build_sft_example(reflection_sft_row(r, render), tokenizer)
+                for r in (read_jsonl(path, ReflectionRow) if path.exists() else [])]
+    fits = [e for e in examples if len(e.input_ids) <= params.sft.max_length]
+    return fits, len(examples) - len(fits)
+
+
 @task(name="sft")
 def sft(params: Params | None = None, parent_run_id: str | None = None, method: str = SFT_METHOD) -> SFTResult:
     params = resolve(params)
@@ -79,6 +91,8 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     for t in trajectories:
         for row in trajectory_rows(agent, t, trajectory_question(t), render):
             examples.append(build_sft_example(row, tokenizer, max_length=params.sft.max_length))
+    reflections, reflections_too_long = reflection_examples(params, method, tokenizer, render)
+    examples += reflections
     lora = params.lora
     policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None,
                           gradient_checkpointing=params.sft.gradient_checkpointing)
@@ -97,6 +111,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
         curve.to_csv(folder / "loss.csv", index=False)
         first, last = curve["loss"].iloc[: max(1, len(curve) // 10)].mean(), curve["loss"].iloc[-max(1, len(curve) // 10):].mean()
         metrics = {"trajectories": float(len(trajectories)), "rows": float(len(examples)),
+                   "reflection_rows": float(len(reflections)), "reflection_rows_too_long": float(reflections_too_long),
                    "trained_tokens": float(sum(sum(e.loss_mask) for e in examples)),
                    "optimizer_steps": float(len(history)), "loss_first_tenth": round(float(first), 6),
                    "loss_last_tenth": round(float(last), 6)}

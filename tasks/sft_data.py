@@ -17,9 +17,13 @@ the training worlds' questions the oracle did not take; benchmarks: outputs/data
 prepared corpus and index), ``sft.samples_per_question`` samples each, then rejection sampling keeps
 format-valid, correct (EM, or F1 >= ``sft.min_f1``), grounded episodes without repeated calls. Both
 honour ``retrieval.scope``.
-Writes outputs/sft_data/ (outputs/sft_data_<name>/ for ``sft_<name>``): trajectories.jsonl (kept; metadata.source = oracle | teacher), rejections.jsonl
-(one record per rejected episode, with its reason), metrics.json (counts only, deterministic) and
-timings.json.
+Reflections: for a warm start listed in ``sft.reflection_rows``, the teacher reflects on that many of the
+episodes above (kept or not) in the reflection meta-policy's format, and the valid reflections become SFT rows
+too (components/warmstart/reflections.py: RubricEM's meta-policy needs a policy that can write them).
+Writes outputs/sft_data/ (outputs/sft_data_<name>/ for ``sft_<name>``): trajectories.jsonl (kept; metadata.source
+= oracle | teacher), rejections.jsonl (one record per rejected episode, with its reason), reflections.jsonl and
+reflection_rejections.jsonl (empty unless reflections were asked for), metrics.json (counts only,
+deterministic) and timings.json.
 """
 
 from __future__ import annotations
@@ -39,10 +43,15 @@ from components.params import Params
 from components.schemas import Document, Question, Trajectory
 from components.warmstart import (
     REASONS,
+    REFLECTION_REASONS,
+    REFLECTIONS_FILE,
+    ReflectionRejection,
+    ReflectionRow,
     build_training_world,
     oracle_episodes,
     select,
     teacher_episodes,
+    teacher_reflections,
     training_seeds,
 )
 from tasks.index import build_from_params, make_embedder
@@ -91,6 +100,13 @@ def _summary(kept: list[Trajectory], rejections, oracle_failures: Counter, world
     return {k: round(float(v), 6) for k, v in metrics.items()}
 
 
+def _reflection_summary(asked: int, rows: list[ReflectionRow], rejected: list[ReflectionRejection]) -> dict[str, float]:
+    reasons = Counter(r.reason for r in rejected)
+    return {"reflections.asked": float(asked), "reflections.kept": float(len(rows)),
+            "reflections.kept_on_failed_attempts": float(sum(not r.attempt_correct for r in rows)),
+            **{f"reflections.rejected.{reason}": float(reasons[reason]) for reason in REFLECTION_REASONS}}
+
+
 @task(name="sft_data")
 def sft_data(params: Params | None = None, parent_run_id: str | None = None,
              pool: LLMPool | None = None, method: str = SFT_METHOD) -> SFTDataResult:
@@ -131,23 +147,33 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
         items = [(q, toolbox) for q in train]
 
     teacher: list[tuple[Trajectory, Question]] = []
+    reflections: list[ReflectionRow] = []
+    reflection_rejections: list[ReflectionRejection] = []
+    n_reflections = s.reflection_rows.get(method, 0)
     llm_metrics: dict = {}
-    if items:
+    if items or n_reflections:
         own_pool = pool is None
         pool = pool or LLMPool(params)
         try:
-            with tqdm(total=len(items) * s.samples_per_question, desc="sft_data teacher") as bar:
-                teacher = asyncio.run(teacher_episodes(
-                    pool.role("teacher"), items, params.agent, samples=s.samples_per_question,
-                    temperature=s.teacher_temperature, seed=params.seed, name=params.llm.roles["teacher"],
-                    concurrency=params.llm.middleware.max_concurrency, progress=bar, agent=agent, options=options))
+            if items:
+                with tqdm(total=len(items) * s.samples_per_question, desc="sft_data teacher") as bar:
+                    teacher = asyncio.run(teacher_episodes(
+                        pool.role("teacher"), items, params.agent, samples=s.samples_per_question,
+                        temperature=s.teacher_temperature, seed=params.seed, name=params.llm.roles["teacher"],
+                        concurrency=params.llm.middleware.max_concurrency, progress=bar, agent=agent, options=options))
+            for traj, q in teacher:
+                traj.metadata.update(question_type=q.type, answers=q.answers,
+                                     **({"world_seed": q.metadata["world_seed"]} if "world_seed" in q.metadata else {}))
+            if n_reflections:
+                attempts = [(t, q, "oracle") for t, q in oracle] + [(t, q, "teacher") for t, q in teacher]
+                reflections, reflection_rejections = asyncio.run(teacher_reflections(
+                    pool.role("teacher"), attempts, n=n_reflections, samples=s.samples_per_question,
+                    temperature=s.teacher_temperature, seed=params.seed,
+                    max_tokens=params.rubricem.reflection_max_tokens))
             llm_metrics = pool.accounting.metrics()
         finally:
             if own_pool:
                 pool.close()
-    for traj, q in teacher:
-        traj.metadata.update(question_type=q.type, answers=q.answers,
-                             **({"world_seed": q.metadata["world_seed"]} if "world_seed" in q.metadata else {}))
 
     kept_oracle, rejected_oracle = select([(t, q, "oracle") for t, q in oracle], s.min_f1, agent=agent)
     kept_teacher, rejected_teacher = select([(t, q, "teacher") for t, q in teacher], s.min_f1, kept_before=kept_oracle,
@@ -156,7 +182,10 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     traj_path, rej_path = folder / "trajectories.jsonl", folder / "rejections.jsonl"
     write_trajectories(traj_path, kept)
     write_jsonl(rej_path, [r.model_copy(update={"trajectory": r.trajectory.without_timings()}) for r in rejections])
+    write_jsonl(folder / REFLECTIONS_FILE, reflections)
+    write_jsonl(folder / "reflection_rejections.jsonl", reflection_rejections)
     metrics = _summary(kept, rejections, oracle_failures, worlds, n_oracle_tried, len(items), len(teacher))
+    metrics.update(_reflection_summary(n_reflections, reflections, reflection_rejections))
     write_json(folder / "metrics.json", metrics)
     timings = {"wall_s": time.perf_counter() - started,
                "teacher_s_per_episode": sum(t.wall_s for t, _ in teacher) / len(teacher) if teacher else 0.0}

@@ -12,6 +12,9 @@ learns to stop) are trainable; prompts and observations are not.
 
     rows = trajectory_rows(agent, trajectory, question, render)     # list of [(text, trainable), ...]
     examples = [build_sft_example(r, tokenizer, max_length=2048) for r in rows]
+
+A single-turn row (e.g. a reflection the meta-policy learns to write) is ``reply_row(messages, reply, render)``:
+the rendered prompt, not trainable, then the reply with its end-of-turn tokens, trainable.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Callable
 from components.llm.base import Message, assistant, user
 from components.schemas import Question, Trajectory
 
-__all__ = ["reply_closing", "trajectory_rows"]
+__all__ = ["reply_closing", "reply_row", "trajectory_rows"]
 
 Renderer = Callable[[list[Message], bool], str]
 _MARK = "\x00REPLY\x00"
@@ -31,6 +34,10 @@ def reply_closing(render: Renderer) -> str:
     """What the template writes after an assistant reply's text (``<|im_end|>\\n`` for ChatML)."""
     text = render([user("u"), assistant(_MARK)], False)
     return text[text.index(_MARK) + len(_MARK):]
+
+
+def reply_row(messages: list[Message], reply: str, render: Renderer) -> list[tuple[str, bool]]:
+    return [(render(messages, True), False), (reply.strip() + reply_closing(render), True)]
 
 
 def trajectory_rows(agent, trajectory: Trajectory, question: Question,

@@ -4,7 +4,8 @@ teacher role, rejection-sampled. Run as the ``sft_data`` stage (``python -m task
 Modules: ``worlds`` (training worlds from other seeds, with their corpus, index and toolbox), ``oracle``
 (the gold chain followed through the real tools, recorded by the ReAct agent), ``thoughts`` (the oracle's
 varied short thoughts), ``teacher`` (the teacher running the agent, several samples per question),
-``rejection`` (what is kept, and every rejection with its reason).
+``rejection`` (what is kept, and every rejection with its reason), ``reflections`` (the teacher's reflections
+on those episodes in the reflection meta-policy's format, rejection-sampled).
 
     from components.warmstart import oracle_trajectory, select
     traj = asyncio.run(oracle_trajectory(question, toolbox.for_question(question), params.agent))
@@ -12,13 +13,24 @@ varied short thoughts), ``teacher`` (the teacher running the agent, several samp
 """
 
 from components.warmstart.oracle import OracleEpisodeError, oracle_episodes, oracle_trajectory, plan_turns
+from components.warmstart.reflections import (
+    REFLECTION_REASONS,
+    REFLECTIONS_FILE,
+    ReflectionRejection,
+    ReflectionRow,
+    teacher_reflections,
+)
 from components.warmstart.rejection import REASONS, Rejection, grounded, problems, select
 from components.warmstart.teacher import teacher_episodes
 from components.warmstart.worlds import TrainingWorld, build_training_world, training_seeds
 
 __all__ = [
     "REASONS",
+    "REFLECTIONS_FILE",
+    "REFLECTION_REASONS",
     "OracleEpisodeError",
+    "ReflectionRejection",
+    "ReflectionRow",
     "Rejection",
     "TrainingWorld",
     "build_training_world",
@@ -29,5 +41,6 @@ __all__ = [
     "problems",
     "select",
     "teacher_episodes",
+    "teacher_reflections",
     "training_seeds",
 ]

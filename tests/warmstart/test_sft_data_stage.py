@@ -7,11 +7,12 @@ from pathlib import Path
 
 from components.evaluation.metrics import normalize_answer
 from components.io import read_json, read_jsonl
+from components.judges.reflection import POLICY_SYSTEM
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
 from components.retrieval import load_index, make_toolbox
 from components.schemas import Document, Question, Trajectory
-from components.warmstart import Rejection, plan_turns
+from components.warmstart import ReflectionRejection, ReflectionRow, Rejection, plan_turns
 from tasks.sft_data import sft_data
 from tests.agents.prompt_reading import depth_of, question_of
 
@@ -131,6 +132,11 @@ def test_benchmark_train_split_in_question_scope(prepared_params, benchmarks_dir
     assert {r.reason for r in rejected} <= {"repeated_call", "ungrounded"}
 
 
+REFLECTION = ("<reflection_rubrics>\nCritical requirements: both hops.\nApproach: one search per hop.\n"
+              "Pitfalls: none seen.\n</reflection_rubrics>\n<reflection_takeaways>\n1. Search each hop by name.\n"
+              "</reflection_takeaways>")
+
+
 def scaffold_teacher(params):
     """The scaffold format. Greedy: the oracle's turns rewritten in the scaffold (kept); sampled: the same
     episode with the review dropped from its last reply (rejected for its stage boundary)."""
@@ -144,6 +150,8 @@ def scaffold_teacher(params):
         return scaffold_replies(q, plan_turns(q, tools, params.agent)), text.count("<tool_output>")
 
     def respond(messages, sampling):
+        if messages[0].content == POLICY_SYSTEM:  # a reflection: greedy runs on into the scaffold, sampled is valid
+            return REFLECTION if sampling.temperature > 0 else "<reflection_rubrics>\nHop one.</think>\n<plan>"
         turns, depth = replies(messages)
         reply = turns[depth]
         if sampling.temperature > 0 and depth == len(turns) - 1:
@@ -172,3 +180,16 @@ def test_scaffold_warm_start_data(prepared_params):
         assert split_stages(trajectory_text(t)).present() == [True] * 4
         assert t.steps[0].raw.startswith("<think>") and "<structured_plan>" in t.steps[0].raw
     assert not Path(params.run.out_dir, "sft_data", "trajectories.jsonl").exists()  # the ReAct data untouched
+    # reflections (params.yaml asks for more than the 8 episodes there are): one per episode, kept or not,
+    # each after its greedy sample was rejected for breaking the format
+    reflections = read_jsonl(out / "reflections.jsonl", ReflectionRow)
+    refused = read_jsonl(out / "reflection_rejections.jsonl", ReflectionRejection)
+    assert params.sft.reflection_rows["sft_scaffold"] > 8
+    assert m["reflections.kept"] == len(reflections) == 8 and m["reflections.rejected.format"] == len(refused) == 8
+    assert m["reflections.rejected.names_answer"] == m["reflections.rejected.call_failed"] == 0
+    assert all(r.reflection == REFLECTION for r in reflections) and all(r.sample == 0 for r in refused)
+    assert sorted(r.source for r in reflections) == ["oracle"] * 4 + ["teacher"] * 4
+    # the two rejected episodes dropped their review, not the right answer
+    assert m["reflections.kept_on_failed_attempts"] == sum(not r.attempt_correct for r in reflections) == 0
+    attempts = {trajectory_text(t) for t in kept} | {trajectory_text(r.trajectory) for r in rejected}
+    assert {r.attempt for r in reflections} == attempts

@@ -1,0 +1,113 @@
+"""Reflection rows of a warm start: the teacher reflects on warm-start attempts in the meta-policy's format
+(``components.judges.reflection``), and rejection sampling keeps the valid reflections.
+
+RubricEM's reflection meta-policy is the policy itself writing ``<reflection_rubrics>`` and
+``<reflection_takeaways>`` about one of its attempts. The paper's Qwen3-8B follows that format from the prompt
+alone. The embedded 0.5B, after scaffold SFT, does not: it goes on writing the scaffold. Then every candidate
+is invalid, the group is flat, the bank stays empty and the meta-policy never gets an update. So the embedded
+profile adds ``sft.reflection_rows`` reflection rows to a warm start's SFT data, and the paper profile adds
+none.
+
+The attempts are the warm start's own episodes, oracle and teacher alike, kept or rejected (a failed attempt
+is what a reflection is most useful for), drawn with the run's seed. Each is shown to the teacher exactly as
+the meta-policy is shown an attempt during training (``reflection_messages`` over ``trajectory_text``). Sample
+0 is greedy and samples 1.. are drawn at ``temperature``. The first reflection that ``parse_reflection``
+accepts is kept: both blocks, nothing outside them, and neither the gold answer nor the attempt's own answer
+named. Every rejected sample is recorded with its reason.
+
+    rows, rejected = asyncio.run(teacher_reflections(pool.role("teacher"), attempts, n=24, samples=2,
+                                                     temperature=0.7, seed=params.seed, max_tokens=256))
+    segments = reflection_sft_row(rows[0], render)    # [(prompt, False), (reflection + end of turn, True)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from components.agents.scaffold_format import trajectory_text
+from components.evaluation.metrics import exact_match
+from components.judges.reflection import parse_reflection, reflection_messages
+from components.llm.base import ChatModel, Sampling
+from components.schemas import Question, Trajectory
+from components.training.trajectory_sft import Renderer, reply_row
+
+__all__ = ["REFLECTIONS_FILE", "REFLECTION_REASONS", "ReflectionRejection", "ReflectionRow", "reflection_sft_row",
+           "teacher_reflections"]
+
+RejectReason = Literal["call_failed", "format", "names_answer"]
+REFLECTION_REASONS: tuple[str, ...] = ("call_failed", "format", "names_answer")
+REFLECTIONS_FILE = "reflections.jsonl"
+"""The kept rows in the sft_data folder; the sft stage reads them from there."""
+
+
+class ReflectionRow(BaseModel):
+    """One SFT row of the meta-policy: the attempt as the policy is shown it, and the reflection it learns to write."""
+
+    question: Question
+    attempt: str = Field(description="trajectory_text of the attempt reflected on")
+    reflection: str = Field(description="the kept reflection, both blocks, as the teacher wrote it")
+    source: str = Field(description="where the attempt came from: oracle | teacher")
+    attempt_correct: bool
+
+
+class ReflectionRejection(BaseModel):
+    question_id: str
+    sample: int
+    reason: RejectReason
+    detail: str
+    text: str = ""
+
+
+def _withheld(trajectory: Trajectory, question: Question) -> list[str]:
+    return [*question.answers, *([trajectory.final_answer] if trajectory.final_answer else [])]
+
+
+async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Question, source: str, index: int, *,
+                   samples: int,
+                   temperature: float, seed: int, max_tokens: int) -> tuple[ReflectionRow | None, list[ReflectionRejection]]:
+    attempt = trajectory_text(trajectory)
+    messages = reflection_messages(question, attempt)
+    rejected: list[ReflectionRejection] = []
+    for s in range(samples):
+        sampling = (Sampling(temperature=0.0, max_tokens=max_tokens) if s == 0 else
+                    Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed + 1000 * index + s))
+        outcome = await teacher.chat(messages, sampling)
+        if not outcome.ok:
+            rejected.append(ReflectionRejection(question_id=question.id, sample=s, reason="call_failed",
+                                                detail=f"{outcome.error_type}: {outcome.message}"))
+            continue
+        parsed = parse_reflection(outcome.text, _withheld(trajectory, question))
+        if parsed.valid:
+            row = ReflectionRow(question=question, attempt=attempt, reflection=outcome.text.strip(),
+                                source=source, attempt_correct=exact_match(trajectory.final_answer, question.answers) == 1.0)
+            return row, rejected
+        reason: RejectReason = "names_answer" if parsed.error.startswith("names an answer") else "format"
+        rejected.append(ReflectionRejection(question_id=question.id, sample=s, reason=reason, detail=parsed.error,
+                                            text=outcome.text))
+    return None, rejected
+
+
+async def teacher_reflections(
+    teacher: ChatModel, attempts: Sequence[tuple[Trajectory, Question, str]], *, n: int, samples: int,
+    temperature: float, seed: int, max_tokens: int,
+) -> tuple[list[ReflectionRow], list[ReflectionRejection]]:
+    """Reflections on ``n`` of the ``(trajectory, question, source)`` attempts drawn with ``seed`` (all of them when there are fewer), at most one per
+    attempt, in draw order; and every rejected sample. The middleware bounds how many calls run at once."""
+    if n <= 0 or not attempts:
+        return [], []
+    drawn = random.Random(seed).sample(range(len(attempts)), min(n, len(attempts)))
+    results = await asyncio.gather(*(
+        _reflect(teacher, *attempts[i], i, samples=samples, temperature=temperature, seed=seed, max_tokens=max_tokens)
+        for i in drawn))
+    rows = [row for row, _ in results if row is not None]
+    return rows, [r for _, rejected in results for r in rejected]
+
+
+def reflection_sft_row(row: ReflectionRow, render: Renderer) -> list[tuple[str, bool]]:
+    """The row's SFT segments: the meta-policy's prompt (not trained), then the reflection (trained)."""
+    return reply_row(reflection_messages(row.question, row.attempt), row.reflection, render)

@@ -1,0 +1,100 @@
+"""Reflection rows of the warm start: the teacher's reflections rejection-sampled in the meta-policy's format,
+and the SFT row a kept reflection becomes."""
+
+import asyncio
+
+from components.agents.scaffold_format import trajectory_text
+from components.judges.reflection import POLICY_SYSTEM, parse_reflection
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import PermanentLLMError
+from components.schemas import Question, Step, Trajectory
+from components.warmstart.reflections import ReflectionRow, reflection_sft_row, teacher_reflections
+
+VALID = ("<reflection_rubrics>\nCritical requirements: both hops.\nApproach: search the person first.\n"
+         "Pitfalls: stopping after hop one.\n</reflection_rubrics>\n<reflection_takeaways>\n"
+         "1. Resolve the first hop before the second.\n</reflection_takeaways>")
+SCAFFOLD_RUN_ON = ("<reflection_rubrics>\nCritical requirements: hop one.</think>\n"
+                   "<call_tool name=\"search\">Tamiis Galstead</call_tool>")
+
+
+def attempt(qid: str, answer: str | None, gold: str = "Falelle Tamgard") -> tuple[Trajectory, Question, str]:
+    question = Question(id=qid, question=f"Who is the grandmother in {qid}?", answers=[gold], source="world")
+    steps = [Step(index=0, raw="<plan>two hops</plan><call_tool name=\"search\">X</call_tool>", observation="[1] X ..."),
+             Step(index=1, raw=f"<answer>{answer}</answer>", final_answer=answer)]
+    return (Trajectory(question_id=qid, question=question.question, steps=steps, final_answer=answer,
+                       finish_reason="answer"), question, "teacher")
+
+
+def run(teacher, attempts, n, samples=2):
+    return asyncio.run(teacher_reflections(teacher, attempts, n=n, samples=samples, temperature=0.7, seed=3,
+                                           max_tokens=256))
+
+
+def test_first_valid_sample_is_kept_and_every_rejection_has_its_reason():
+    replies = {  # (question id, greedy?) -> reply
+        ("q-format", True): SCAFFOLD_RUN_ON, ("q-format", False): VALID,
+        ("q-leak", True): VALID.replace("both hops", "the answer is Falelle Tamgard"), ("q-leak", False): VALID,
+        ("q-own", True): VALID.replace("both hops", "it said Torys Varworth"),
+        ("q-own", False): VALID.replace("both hops", "it said Torys Varworth"),
+        ("q-ok", True): VALID,
+    }
+
+    def respond(messages, sampling):
+        qid = next(k for k, _ in replies if f"grandmother in {k}?" in messages[1].content)
+        return replies[(qid, sampling.temperature == 0)]
+
+    teacher = ScriptedChatModel(respond)
+    attempts = [attempt("q-format", "Torys Varworth"), attempt("q-leak", "Falelle Tamgard"),
+                attempt("q-own", "Torys Varworth"), attempt("q-ok", "Falelle Tamgard")]
+    rows, rejected = run(teacher, attempts, n=4)
+
+    assert sorted(r.question.id for r in rows) == ["q-format", "q-leak", "q-ok"]
+    assert all(r.reflection == VALID for r in rows)
+    assert {r.question.id: r.attempt_correct for r in rows} == {"q-format": False, "q-leak": True, "q-ok": True}
+    assert sorted((r.question_id, r.sample, r.reason) for r in rejected) == [
+        ("q-format", 0, "format"), ("q-leak", 0, "names_answer"), ("q-own", 0, "names_answer"),
+        ("q-own", 1, "names_answer")]
+    # greedy first, then a seeded sample; a valid greedy reply costs one call
+    calls = [(m[1].content.split("grandmother in ")[1][:5], s.temperature, s.seed) for m, s in teacher.requests]
+    assert calls.count(("q-ok?", 0.0, None)) == 1 and len(calls) == 7
+    assert all(seed is not None for _, t, seed in calls if t > 0)
+    # each attempt is shown as the meta-policy is shown it during training
+    by_id = {q.id: t for t, q, _ in attempts}
+    for messages, _ in teacher.requests:
+        assert messages[0].content == POLICY_SYSTEM
+        qid = next(k for k in by_id if f"grandmother in {k}?" in messages[1].content)
+        assert trajectory_text(by_id[qid]).strip() in messages[1].content
+
+def test_failed_calls_are_counted_and_never_kept():
+    teacher = ScriptedChatModel(lambda m, s: PermanentLLMError("bad request"))
+    rows, rejected = run(teacher, [attempt("q1", "A")], n=1, samples=2)
+    assert rows == []
+    assert [(r.reason, r.sample) for r in rejected] == [("call_failed", 0), ("call_failed", 1)]
+    assert "bad request" in rejected[0].detail
+
+
+def test_attempts_are_drawn_with_the_seed():
+    teacher = ScriptedChatModel(lambda m, s: VALID)
+    attempts = [attempt(f"q{i}", "A") for i in range(10)]
+    first, _ = run(teacher, attempts, n=4)
+    again, _ = run(ScriptedChatModel(lambda m, s: VALID), attempts, n=4)
+    assert [r.question.id for r in first] == [r.question.id for r in again]
+    assert len({r.question.id for r in first}) == 4
+    assert run(teacher, attempts, n=0) == ([], [])
+    assert len(run(teacher, attempts[:2], n=5)[0]) == 2
+
+
+def test_sft_row_trains_only_the_reflection_and_its_end_of_turn():
+    def render(messages, generation_prompt):
+        text = "".join(f"<|{m.role}|>{m.content}<|end|>" for m in messages)
+        return text + ("<|assistant|>" if generation_prompt else "")
+
+    traj, question, _ = attempt("q1", "Torys Varworth")
+    row = ReflectionRow(question=question, attempt=trajectory_text(traj), reflection=VALID, source="teacher",
+                        attempt_correct=False)
+    (prompt, prompt_trained), (reply, reply_trained) = reflection_sft_row(row, render)
+    assert (prompt_trained, reply_trained) == (False, True)
+    assert prompt.startswith(f"<|system|>{POLICY_SYSTEM}<|end|><|user|>Question: {question.question}")
+    assert trajectory_text(traj).strip() in prompt and prompt.endswith("<|assistant|>")
+    assert reply == VALID + "<|end|>"
+    assert parse_reflection(reply.removesuffix("<|end|>"), ["Falelle Tamgard", "Torys Varworth"]).valid
