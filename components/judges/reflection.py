@@ -91,9 +91,18 @@ def named_answer(text: str, answers: Sequence[str]) -> str | None:
     return None
 
 
+_PLACEHOLDER_LINE = re.compile(r"^\s*(?:\d+[.)]|[-*])?\s*(?:[A-Za-z][A-Za-z ]{0,40}:)?\s*(?:\.\.\.|…)?\s*(?:\([^)]*\))?\s*$")
+
+
+def placeholder_only(block: str) -> bool:
+    """Whether every line of ``block`` is at most a label, ``...`` and a parenthesis, as the format shows them
+    ("Approach: ...", "1. ... (one to four short lessons)"): a copied template, not a reflection."""
+    return all(_PLACEHOLDER_LINE.match(line) for line in block.splitlines())
+
+
 def parse_reflection(text: str, withheld: Sequence[str] = ()) -> Reflection:
-    """Exactly one non-empty rubrics block followed by one non-empty takeaways block, nothing else of substance,
-    and none of the ``withheld`` answers (the question's gold, the reflected trajectory's own): a reflection
+    """Exactly one non-empty rubrics block followed by one non-empty takeaways block, neither of them only the
+    format's placeholders, nothing else of substance, and none of the ``withheld`` answers (the question's gold, the reflected trajectory's own): a reflection
     carries lessons, and an answer in the bank reaches other questions through cross-episode retrieval."""
     found = {name: pattern.findall(text) for name, pattern in _BLOCK.items()}
     for name, blocks in found.items():
@@ -107,6 +116,9 @@ def parse_reflection(text: str, withheld: Sequence[str] = ()) -> Reflection:
     if rest.strip():
         return Reflection(error=f"text outside the two blocks: {rest.strip()[:60]!r}")
     rubrics, takeaways = found["reflection_rubrics"][0].strip(), found["reflection_takeaways"][0].strip()
+    for name, block in (("reflection_rubrics", rubrics), ("reflection_takeaways", takeaways)):
+        if placeholder_only(block):
+            return Reflection(error=f"<{name}> only repeats the format's placeholders")
     leaked = named_answer(f"{rubrics}\n{takeaways}", withheld)
     if leaked is not None:
         return Reflection(error=f"names an answer ({leaked!r}): a reflection carries lessons, not answers")

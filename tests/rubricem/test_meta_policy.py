@@ -37,6 +37,12 @@ def test_reflection_parser():
     swapped = GOOD.split("\n<reflection_takeaways>")
     assert "comes before" in parse_reflection("<reflection_takeaways>" + swapped[1] + swapped[0]).error
     assert "text outside" in parse_reflection("Sure! " + GOOD).error
+    # the format's own placeholders copied (the 1.5B teacher's first reply did this) are not a reflection
+    copied = GOOD.replace("Critical: find the town first.", "Critical requirements: ...\nApproach: ...\nPitfalls: ...")
+    assert "only repeats the format's placeholders" in parse_reflection(copied).error
+    assert "<reflection_takeaways> only" in parse_reflection(
+        GOOD.replace("1. Follow the new name.", "1. ... (one to four short lessons)")).error
+    assert parse_reflection(GOOD.replace("Critical: find the town first.", "Critical: ...\nApproach: search first.")).valid
 
 
 def test_a_reflection_that_names_an_answer_is_invalid():
