@@ -68,8 +68,8 @@ def _withheld(trajectory: Trajectory, question: Question) -> list[str]:
 
 
 async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Question, source: str, index: int, *,
-                   samples: int,
-                   temperature: float, seed: int, max_tokens: int) -> tuple[ReflectionRow | None, list[ReflectionRejection]]:
+                   samples: int, temperature: float, seed: int,
+                   max_tokens: int) -> tuple[ReflectionRow | None, list[ReflectionRejection]]:
     attempt = trajectory_text(trajectory)
     messages = reflection_messages(question, attempt)
     rejected: list[ReflectionRejection] = []
@@ -83,8 +83,9 @@ async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Questio
             continue
         parsed = parse_reflection(outcome.text, _withheld(trajectory, question))
         if parsed.valid:
-            row = ReflectionRow(question=question, attempt=attempt, reflection=outcome.text.strip(),
-                                source=source, attempt_correct=exact_match(trajectory.final_answer, question.answers) == 1.0)
+            correct = exact_match(trajectory.final_answer, question.answers) == 1.0
+            row = ReflectionRow(question=question, attempt=attempt, reflection=outcome.text.strip(), source=source,
+                                attempt_correct=correct)
             return row, rejected
         reason: RejectReason = "names_answer" if parsed.error.startswith("names an answer") else "format"
         rejected.append(ReflectionRejection(question_id=question.id, sample=s, reason=reason, detail=parsed.error,
@@ -96,8 +97,9 @@ async def teacher_reflections(
     teacher: ChatModel, attempts: Sequence[tuple[Trajectory, Question, str]], *, n: int, samples: int,
     temperature: float, seed: int, max_tokens: int,
 ) -> tuple[list[ReflectionRow], list[ReflectionRejection]]:
-    """Reflections on ``n`` of the ``(trajectory, question, source)`` attempts drawn with ``seed`` (all of them when there are fewer), at most one per
-    attempt, in draw order; and every rejected sample. The middleware bounds how many calls run at once."""
+    """Reflections on ``n`` of the ``(trajectory, question, source)`` attempts, drawn with ``seed`` (all of them
+    when there are fewer), at most one per attempt, in draw order; and every rejected sample. The middleware
+    bounds how many calls run at once."""
     if n <= 0 or not attempts:
         return [], []
     drawn = random.Random(seed).sample(range(len(attempts)), min(n, len(attempts)))
