@@ -102,8 +102,9 @@ def placeholder_only(block: str) -> bool:
 
 def parse_reflection(text: str, withheld: Sequence[str] = ()) -> Reflection:
     """Exactly one non-empty rubrics block followed by one non-empty takeaways block, neither of them only the
-    format's placeholders, nothing else of substance, and none of the ``withheld`` answers (the question's gold, the reflected trajectory's own): a reflection
-    carries lessons, and an answer in the bank reaches other questions through cross-episode retrieval."""
+    format's placeholders, nothing else of substance, and none of the ``withheld`` answers (the question's gold,
+    the reflected trajectory's own): a reflection carries lessons, and an answer in the bank reaches other
+    questions through cross-episode retrieval."""
     found = {name: pattern.findall(text) for name, pattern in _BLOCK.items()}
     for name, blocks in found.items():
         if len(blocks) != 1 or not blocks[0].strip():
