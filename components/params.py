@@ -454,6 +454,10 @@ class RubricGeneratorParams(Section):
     top_p: float = Field(default=0.95, gt=0, le=1, description="Nucleus sampling of rubrics.")
     max_tokens: int = Field(default=256, ge=16, description="Tokens per rubric.")
     max_criteria: int = Field(default=4, ge=1, description="Most criteria a rubric may have (more is a format failure).")
+    max_criterion_chars: int = Field(default=160, ge=16, description="Longest criterion in characters (longer is a "
+                                     "format failure; also the schema's maxLength, so structured output cannot run "
+                                     "on): the 0.5B copied whole observations into criteria until max_tokens cut "
+                                     "the JSON off.")
     reward_weights: dict[str, float] = Field(
         default_factory=lambda: {"rank": 0.75, "atomicity": 0.15, "format": 0.10},
         description="w1, w2, w3 of r = w1 r_rank + w2 r_atom + w3 r_fmt.")

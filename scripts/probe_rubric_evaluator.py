@@ -55,7 +55,8 @@ async def probe(params, points: list[BranchingPoint], samples: int) -> dict:
     try:
         generator = RubricGenerator(pool.role("rubric_generator"), max_criteria=s.max_criteria,
                                     temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
-                                    observation_chars=params.coreact.observation_chars)
+                                    observation_chars=params.coreact.observation_chars,
+                                    max_chars=s.max_criterion_chars)
         evaluator = pool.role(s.evaluator_role)
         rubrics = []
         for p in points:

@@ -65,8 +65,8 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     if not train:
         raise ValueError(f"no branching point to train on ({len(points)} read, dropped: {dropped}); run collect first")
     obs = params.coreact.observation_chars
-    train_items = prompt_items(train, render, s.max_criteria, obs)
-    held_items = prompt_items(held_out, render, s.max_criteria, obs)
+    train_items = prompt_items(train, render, s.max_criteria, obs, s.max_criterion_chars)
+    held_items = prompt_items(held_out, render, s.max_criteria, obs, s.max_criterion_chars)
     reward_fn = RubricReward(evaluator, s, pairwise=reward == "pairwise", seed=params.seed, observation_chars=obs)
     scorer = RubricReward(evaluator, s, seed=params.seed, observation_chars=obs)  # held-out Spearman is listwise
     config = generator_config(params, len(train))
@@ -89,7 +89,9 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
 
     trainer = GRPOTrainer(policy, engine, reward_fn, train_items, config, on_metrics=log,
                           checkpoint_dir=folder / "ckpt", seed=params.seed, pad_token_id=pad_token_id)
-    trainer.resume()
+    if trainer.resume():  # the resumed steps' rows: a run resumed after its last step still writes metrics.csv
+        rows.extend(dict(h) for h in trainer.history)
+        pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)
     history = trainer.train(config.steps)
     trainer.save()
     policy.model.save_pretrained(str(folder / "adapter"))

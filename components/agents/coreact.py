@@ -108,7 +108,8 @@ class GuidedAgent(ReActAgent):
         return {"token_budget": c.token_budget, "observation_chars": c.observation_chars,
                 "judge_max_tokens": c.judge_max_tokens,
                 "generator_settings": {"max_criteria": g.max_criteria, "temperature": g.temperature,
-                                       "top_p": g.top_p, "max_tokens": g.max_tokens}}
+                                       "top_p": g.top_p, "max_tokens": g.max_tokens,
+                                       "max_chars": g.max_criterion_chars}}
 
     @classmethod
     def from_roles(cls, roles, toolbox, settings, options: dict[str, Any]) -> GuidedAgent:

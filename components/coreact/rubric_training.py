@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from components.coreact.rubric_generator import generator_messages
+from components.coreact.rubric_generator import MAX_CRITERION_CHARS, generator_messages
 from components.llm.base import Message
 from components.params import GRPOParams, Params
 from components.rewards.spearman import RubricReward, consensus_scores, point_key
@@ -69,8 +69,9 @@ def split_points(points: Sequence[BranchingPoint], held_out_fraction: float,
 
 
 def prompt_items(points: Sequence[BranchingPoint], render: Render, max_criteria: int,
-                 observation_chars: int = 400) -> list[dict[str, Any]]:
-    return [{"prompt": render(generator_messages(p.question, p.prefix, max_criteria, observation_chars), True),
+                 observation_chars: int = 400, max_chars: int = MAX_CRITERION_CHARS) -> list[dict[str, Any]]:
+    return [{"prompt": render(generator_messages(p.question, p.prefix, max_criteria, observation_chars, max_chars),
+                              True),
              "point": p} for p in points]
 
 

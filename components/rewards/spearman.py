@@ -187,7 +187,7 @@ class RubricReward:
                     tally: Tally | None = None) -> RewardParts | None:
         """The reward of rubric ``text`` at ``point``; None when the evaluator failed on an action it needed."""
         s = self.settings
-        parsed = parse_rubric(text or "", s.max_criteria)
+        parsed = parse_rubric(text or "", s.max_criteria, max_chars=s.max_criterion_chars)
         repetition = repetition_rate(_criteria_text(parsed, text or ""), s.repetition_ngram)
         if not parsed.ok:
             return RewardParts(0.0, None, 0.0, 0.0, repetition)

@@ -37,6 +37,7 @@ def test_strict_parse_normalises_weights_and_scores_the_format():
     ('{"criteria": [{"criterion": "a", "weight": 11}]}', "criterion 1: 'weight' must be a number"),
     ('{"criteria": [{"criterion": " ", "weight": 1}]}', "criterion 1: 'criterion' must be a non-empty string"),
     ('{"criteria": [{"criterion": "a", "weight": 1, "why": "x"}]}', "criterion 1: expected exactly the keys"),
+    ('{"criteria": [{"criterion": "' + "x" * 161 + '", "weight": 1}]}', "criterion 1: 161 characters (at most 160)"),
 ])
 def test_bad_rubrics_fail_with_a_reason(text, error):
     p = parse_rubric(text, max_criteria=2)
@@ -55,6 +56,15 @@ def test_generator_counts_failed_calls_and_bad_replies_and_sends_the_schema():
     assert "between 1 and 3" in messages[0].content and "Step 1 action: search[Nightfall Harbor]" in messages[1].content
     assert "a film by Ossian Threll" in messages[1].content
     assert sampling.json_schema == rubric_schema(3) and sampling.seed == 3 and sampling.top_p == 0.95
+    # the length limit is in the prompt and in the schema, so structured output cannot run a criterion on
+    assert "at most 160 characters" in messages[0].content
+    assert sampling.json_schema["properties"]["criteria"]["items"]["properties"]["criterion"]["maxLength"] == 160
+
+
+def test_a_criterion_at_the_length_limit_parses():
+    text = '{"criteria": [{"criterion": "' + "x" * 40 + '", "weight": 1}]}'
+    assert parse_rubric(text, 4, max_chars=40).ok and "41 characters" in parse_rubric(text.replace("x", "xx", 1), 4,
+                                                                                      max_chars=40).error
 
 
 def test_evaluator_and_verifier_replies_are_strict():

@@ -152,10 +152,15 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     assert any(not r["parsed"] or r["rho"] != pytest.approx(1.0) for r in stored["rubrics_before"])
     assert (folder / "adapter" / "adapter_config.json").exists()
 
-    # a re-run resumes at the last step: nothing is trained again and "before" is the untrained measurement
+    # a re-run resumes at the last step: nothing is trained again and "before" is the untrained measurement;
+    # metrics.csv is written again from the checkpoint's history (a run killed after its last checkpoint)
+    (folder / "metrics.csv").unlink()
     fresh = tiny_policy()
     rerun = run_training(params, fresh, MenuEngine(fresh.model), evaluator([]), points(), folder, render=render)
     assert rerun.before == before and rerun.after == after
+    rows = __import__("pandas").read_csv(folder / "metrics.csv").to_dict("records")
+    assert [r["step"] for r in rows] == [r["step"] for r in history]
+    assert [r["reward/mean"] for r in rows] == pytest.approx([r["reward/mean"] for r in history])
 
 
 def test_unparseable_rubrics_score_zero_without_evaluator_calls(repo_root, tmp_path):
