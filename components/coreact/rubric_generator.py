@@ -9,9 +9,10 @@ A rubric is one JSON object and nothing else (a fenced ```json block is allowed)
 Parsing is strict: 1..max_criteria items, each with exactly a non-empty ``criterion`` string of at most
 ``max_chars`` characters and a positive numeric ``weight`` (at most 10); weights are normalised to sum to 1. The
 length limit is in the schema too, so a backend with structured output cannot run a criterion on (the 0.5B copies
-whole observations into criteria and is cut off at ``max_tokens``, leaving no JSON). A reply that does not meet it is a failure
-with a one-line reason, counted by the caller; it never raises. :attr:`ParsedRubric.format_score` is the format
-term of the reward: 1 for the object alone, 0.5 when it parses but has other text around it, 0 otherwise.
+whole observations into criteria and is cut off at ``max_tokens``, leaving no JSON). A reply that does not meet
+it is a failure with a one-line reason, counted by the caller; it never raises. :attr:`ParsedRubric.format_score`
+is the format term of the reward: 1 for the object alone, 0.5 when it parses but has other text around it, 0
+otherwise.
 
     generator = RubricGenerator(pool.role("rubric_generator"), max_criteria=4)
     out = await generator.generate(question, steps, seed=7)
