@@ -10,7 +10,8 @@ agent and options, the prompts ``evaluate --method`` uses for the adapter.
 Reads outputs/sft_data/trajectories.jsonl (outputs/sft_data_<name>/ for ``sft_<name>``; the questions they
 answer are stored in the trajectories' metadata) and, where sft_data wrote any, reflections.jsonl: one row
 each, the reflection prompt (not trained) and the reflection (trained). Writes outputs/sft/
-(outputs/sft_<name>/): adapter/ (peft adapter), loss.csv (DVC plot: loss per optimizer step), metrics.json and ckpt/ (resumable checkpoints).
+(outputs/sft_<name>/): adapter/ (peft adapter), loss.csv (DVC plot: loss per optimizer step), metrics.json and
+ckpt/ (resumable checkpoints).
 """
 
 from __future__ import annotations

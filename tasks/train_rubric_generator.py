@@ -80,10 +80,13 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
         write_json(before_path, {"summary": before, "rubrics": rubrics_before})
     rows: list[dict[str, float]] = []
 
+    def save_rows() -> None:
+        pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)
+
     def log(step: int, metrics: dict[str, float]) -> None:
         rows.append({"step": step, **metrics})
         tracker.log_metrics(metrics, step=step)
-        pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)
+        save_rows()
         if on_metrics is not None:
             on_metrics(step, metrics)
 
@@ -91,7 +94,7 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
                           checkpoint_dir=folder / "ckpt", seed=params.seed, pad_token_id=pad_token_id)
     if trainer.resume():  # the resumed steps' rows: a run resumed after its last step still writes metrics.csv
         rows.extend(dict(h) for h in trainer.history)
-        pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)
+        save_rows()
     history = trainer.train(config.steps)
     trainer.save()
     policy.model.save_pretrained(str(folder / "adapter"))
