@@ -65,8 +65,8 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     if not train:
         raise ValueError(f"no branching point to train on ({len(points)} read, dropped: {dropped}); run collect first")
     obs = params.coreact.observation_chars
-    train_items = prompt_items(train, render, s.max_criteria, obs, s.max_criterion_chars)
-    held_items = prompt_items(held_out, render, s.max_criteria, obs, s.max_criterion_chars)
+    train_items = prompt_items(train, render, s.max_criteria, obs, max_chars=s.max_criterion_chars)
+    held_items = prompt_items(held_out, render, s.max_criteria, obs, max_chars=s.max_criterion_chars)
     reward_fn = RubricReward(evaluator, s, pairwise=reward == "pairwise", seed=params.seed, observation_chars=obs)
     scorer = RubricReward(evaluator, s, seed=params.seed, observation_chars=obs)  # held-out Spearman is listwise
     config = generator_config(params, len(train))

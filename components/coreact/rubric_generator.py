@@ -7,14 +7,14 @@ A rubric is one JSON object and nothing else (a fenced ```json block is allowed)
                   {"criterion": "Does not repeat an earlier search", "weight": 1}]}
 
 Parsing is strict: 1..max_criteria items, each with exactly a non-empty ``criterion`` string of at most
-``max_chars`` characters and a positive numeric ``weight`` (at most 10); weights are normalised to sum to 1. The
-length limit is in the schema too, so a backend with structured output cannot run a criterion on (the 0.5B copies
-whole observations into criteria and is cut off at ``max_tokens``, leaving no JSON). A reply that does not meet
-it is a failure with a one-line reason, counted by the caller; it never raises. :attr:`ParsedRubric.format_score`
-is the format term of the reward: 1 for the object alone, 0.5 when it parses but has other text around it, 0
-otherwise.
+``max_chars`` characters (``rubric_generator.max_criterion_chars``, passed in by every caller) and a positive
+numeric ``weight`` (at most 10); weights are normalised to sum to 1. The length limit is in the schema too, so a
+backend with structured output cannot run a criterion on (the 0.5B copies whole observations into criteria and
+is cut off at ``max_tokens``, leaving no JSON). A reply that does not meet it is a failure with a one-line reason,
+counted by the caller; it never raises. :attr:`ParsedRubric.format_score` is the format term of the reward: 1 for
+the object alone, 0.5 when it parses but has other text around it, 0 otherwise.
 
-    generator = RubricGenerator(pool.role("rubric_generator"), max_criteria=4)
+    generator = RubricGenerator(pool.role("rubric_generator"), max_criteria=4, max_chars=160)
     out = await generator.generate(question, steps, seed=7)
     out.rubric.criteria if out.ok else out.error
 """
@@ -35,7 +35,6 @@ __all__ = ["GeneratedRubric", "ParsedRubric", "RubricGenerator", "generator_mess
            "render_rubric", "rubric_schema"]
 
 MAX_WEIGHT = 10.0
-MAX_CRITERION_CHARS = 160
 
 SYSTEM_PROMPT = """\
 You coach a research agent that answers questions by looking facts up in an encyclopedia. The agent acts with \
@@ -56,7 +55,7 @@ Reply with one JSON object and nothing else:
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
-def rubric_schema(max_criteria: int, max_chars: int = MAX_CRITERION_CHARS) -> dict[str, Any]:
+def rubric_schema(max_criteria: int, *, max_chars: int) -> dict[str, Any]:
     """JSON schema of a rubric reply (structured output for backends that have it)."""
     return {
         "type": "object",
@@ -78,7 +77,7 @@ def rubric_schema(max_criteria: int, max_chars: int = MAX_CRITERION_CHARS) -> di
 
 
 def generator_messages(question: str, steps: Sequence[Step], max_criteria: int,
-                       observation_chars: int = 400, max_chars: int = MAX_CRITERION_CHARS) -> list[Message]:
+                       observation_chars: int = 400, *, max_chars: int) -> list[Message]:
     """The generator's prompt for the next step after ``steps`` (the history as the council saw it)."""
     history = render_prefix(steps, observation_chars).strip() or "(nothing yet: the next action is the first one)"
     return [system(SYSTEM_PROMPT.format(max_criteria=max_criteria, max_chars=max_chars)),
@@ -143,7 +142,7 @@ def _criteria(obj: dict, max_criteria: int, max_chars: int) -> list[Criterion] |
     return [c.model_copy(update={"weight": c.weight / total}) for c in out]
 
 
-def parse_rubric(text: str, max_criteria: int, source: str = "", max_chars: int = MAX_CRITERION_CHARS) -> ParsedRubric:
+def parse_rubric(text: str, max_criteria: int, source: str = "", *, max_chars: int) -> ParsedRubric:
     """The first JSON object of ``text`` that holds ``criteria`` is the rubric; it must validate strictly."""
     if not text or not text.strip():
         return ParsedRubric(None, "empty reply")
@@ -182,7 +181,7 @@ class RubricGenerator:
     """The ``rubric_generator`` role behind the strict format; counts its calls, failed calls and bad replies."""
 
     def __init__(self, model: ChatModel, *, max_criteria: int = 4, temperature: float = 0.7, top_p: float = 0.95,
-                 max_tokens: int = 256, observation_chars: int = 400, max_chars: int = MAX_CRITERION_CHARS):
+                 max_tokens: int = 256, observation_chars: int = 400, max_chars: int):
         self.model, self.max_criteria, self.max_chars = model, max_criteria, max_chars
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.observation_chars = observation_chars
@@ -190,11 +189,12 @@ class RubricGenerator:
 
     def sampling(self, seed: int | None = None) -> Sampling:
         return Sampling(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=seed,
-                        json_schema=rubric_schema(self.max_criteria, self.max_chars))
+                        json_schema=rubric_schema(self.max_criteria, max_chars=self.max_chars))
 
     async def generate(self, question: str, steps: Sequence[Step], seed: int | None = None) -> GeneratedRubric:
         self.calls += 1
-        messages = generator_messages(question, steps, self.max_criteria, self.observation_chars, self.max_chars)
+        messages = generator_messages(question, steps, self.max_criteria, self.observation_chars,
+                                      max_chars=self.max_chars)
         out = await self.model.chat(messages, self.sampling(seed))
         if not out.ok:
             self.failed_calls += 1

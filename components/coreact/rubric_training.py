@@ -13,9 +13,9 @@ train, the held-out split, the single-turn prompts, the trainer configuration, a
   whatever the training reward), and each held-out rubric's text beside its rho.
 
     train, held_out = split_points(usable_points(points)[0], 0.25, seed=1234)
-    items = prompt_items(train, render, max_criteria=4)
+    items = prompt_items(train, render, max_criteria=4, max_chars=160)
     config = generator_config(params, len(train))
-    before, rubrics = held_out_spearman(engine, prompt_items(held_out, render, 4),
+    before, rubrics = held_out_spearman(engine, prompt_items(held_out, render, 4, max_chars=160),
                                         RubricReward(evaluator, params.rubric_generator), 256)
 """
 
@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from components.coreact.rubric_generator import MAX_CRITERION_CHARS, generator_messages
+from components.coreact.rubric_generator import generator_messages
 from components.llm.base import Message
 from components.params import GRPOParams, Params
 from components.rewards.spearman import RubricReward, consensus_scores, point_key
@@ -69,9 +69,9 @@ def split_points(points: Sequence[BranchingPoint], held_out_fraction: float,
 
 
 def prompt_items(points: Sequence[BranchingPoint], render: Render, max_criteria: int,
-                 observation_chars: int = 400, max_chars: int = MAX_CRITERION_CHARS) -> list[dict[str, Any]]:
-    return [{"prompt": render(generator_messages(p.question, p.prefix, max_criteria, observation_chars, max_chars),
-                              True),
+                 observation_chars: int = 400, *, max_chars: int) -> list[dict[str, Any]]:
+    return [{"prompt": render(generator_messages(p.question, p.prefix, max_criteria, observation_chars,
+                                                 max_chars=max_chars), True),
              "point": p} for p in points]
 
 

@@ -45,7 +45,7 @@ def make(turns=react_turns, verdicts=judge_bad_first, **kw):
 def _gen(model):
     from components.coreact.rubric_generator import RubricGenerator
 
-    return RubricGenerator(model, max_criteria=4)
+    return RubricGenerator(model, max_criteria=4, max_chars=160)
 
 
 def test_rejected_draft_is_recorded_not_run_and_not_trainable():

@@ -11,19 +11,21 @@ from components.judges.rubric_eval import parse_satisfied
 from components.judges.verifier import parse_verdicts, verify_action
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
+from components.params import RubricGeneratorParams
 from components.schemas import Criterion, Rubric, Step, ToolCall
 
+LIMIT = RubricGeneratorParams().max_criterion_chars  # 160
 OK = '{"criteria": [{"criterion": "Looks up  the film", "weight": 3}, {"criterion": "Avoids repeats", "weight": 1}]}'
 
 
 def test_strict_parse_normalises_weights_and_scores_the_format():
-    p = parse_rubric(OK, max_criteria=4)
+    p = parse_rubric(OK, max_criteria=4, max_chars=LIMIT)
     assert p.ok and p.exact and p.format_score == 1.0
     assert [c.text for c in p.rubric.criteria] == ["Looks up the film", "Avoids repeats"]
     assert [c.weight for c in p.rubric.criteria] == pytest.approx([0.75, 0.25])
     assert render_rubric(p.rubric) == "1. (weight 0.75) Looks up the film\n2. (weight 0.25) Avoids repeats"
-    assert parse_rubric(f"```json\n{OK}\n```", 4).format_score == 1.0
-    assert parse_rubric(f"Sure! {OK} Hope it helps.", 4).format_score == 0.5
+    assert parse_rubric(f"```json\n{OK}\n```", 4, max_chars=LIMIT).format_score == 1.0
+    assert parse_rubric(f"Sure! {OK} Hope it helps.", 4, max_chars=LIMIT).format_score == 0.5
 
 
 @pytest.mark.parametrize("text, error", [
@@ -40,13 +42,13 @@ def test_strict_parse_normalises_weights_and_scores_the_format():
     ('{"criteria": [{"criterion": "' + "x" * 161 + '", "weight": 1}]}', "criterion 1: 161 characters (at most 160)"),
 ])
 def test_bad_rubrics_fail_with_a_reason(text, error):
-    p = parse_rubric(text, max_criteria=2)
+    p = parse_rubric(text, max_criteria=2, max_chars=LIMIT)
     assert not p.ok and p.format_score == 0.0 and error in p.error
 
 
 def test_generator_counts_failed_calls_and_bad_replies_and_sends_the_schema():
     model = ScriptedChatModel([OK, "no idea", TransientLLMError("down")])
-    gen = RubricGenerator(model, max_criteria=3, temperature=0.7, top_p=0.95, max_tokens=64)
+    gen = RubricGenerator(model, max_criteria=3, temperature=0.7, top_p=0.95, max_tokens=64, max_chars=LIMIT)
     steps = [Step(index=0, action="search[Nightfall Harbor]",
                   tool_call=ToolCall(name="search", observation="[1] (d1) Nightfall Harbor: a film by Ossian Threll"))]
     outs = [asyncio.run(gen.generate("Where was the director of Nightfall Harbor born?", steps, seed=3)) for _ in range(3)]
@@ -55,7 +57,7 @@ def test_generator_counts_failed_calls_and_bad_replies_and_sends_the_schema():
     messages, sampling = model.requests[0]
     assert "between 1 and 3" in messages[0].content and "Step 1 action: search[Nightfall Harbor]" in messages[1].content
     assert "a film by Ossian Threll" in messages[1].content
-    assert sampling.json_schema == rubric_schema(3) and sampling.seed == 3 and sampling.top_p == 0.95
+    assert sampling.json_schema == rubric_schema(3, max_chars=LIMIT) and sampling.seed == 3 and sampling.top_p == 0.95
     # the length limit is in the prompt and in the schema, so structured output cannot run a criterion on
     assert "at most 160 characters" in messages[0].content
     assert sampling.json_schema["properties"]["criteria"]["items"]["properties"]["criterion"]["maxLength"] == 160
