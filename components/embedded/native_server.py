@@ -86,11 +86,6 @@ class NativeLlamaServer(LlamaServer):
 
     LOG_PREFIX, NAME, POLL_S = "llama-native-", "llama-server", 0.1
 
-    def environment(self) -> dict[str, str]:
-        # Passive OpenMP waits: with spinning threads (the default) a server sharing its cores with another
-        # busy process decodes ~10x slower (measured: 1.2 vs 11 tok/s beside a torch job); ~10% slower alone.
-        return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
-
     @property
     def health_url(self) -> str:
         return f"{self.root_url}/health"

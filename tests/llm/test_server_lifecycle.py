@@ -1,4 +1,4 @@
-"""A model server started by a process that is killed does not outlive it."""
+"""A model server started by a process that is killed does not outlive it; servers wait passively (OpenMP)."""
 
 import os
 import signal
@@ -7,6 +7,10 @@ import sys
 import textwrap
 import time
 
+import pytest
+
+from components.embedded.native_server import NativeLlamaServer
+from components.embedded.server import LlamaServer
 from tests.conftest import requires_embedded
 
 
@@ -37,3 +41,17 @@ def test_server_dies_with_a_killed_parent(repo_root, tmp_path):
         time.sleep(0.25)
     os.kill(server_pid, signal.SIGKILL)
     raise AssertionError("the model server outlived its killed parent")
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_servers_wait_passively_unless_the_user_says_otherwise(native, tmp_path, monkeypatch):
+    # spinning OpenMP waits made three servers decoding at once on 2 cores 4.5x slower (perf/bench_server_threads.py)
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    binary.chmod(0o755)
+    monkeypatch.setenv("RUBRICFLOW_LLAMA_SERVER", str(binary))
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    cls = NativeLlamaServer if native else LlamaServer
+    assert cls(tmp_path / "m.gguf").environment()["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert cls(tmp_path / "m.gguf").environment()["OMP_WAIT_POLICY"] == "ACTIVE"
