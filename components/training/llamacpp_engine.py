@@ -48,7 +48,7 @@ import httpx
 
 from components.embedded.lora_gguf import peft_to_gguf
 from components.embedded.native_server import NativeLlamaServer
-from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop
+from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop, encode_prompt
 
 __all__ = ["LlamaCppRolloutEngine", "engine_for_policy"]
 
@@ -131,11 +131,7 @@ class LlamaCppRolloutEngine:
 
     # -- sampling --------------------------------------------------------------------------------------
     def _encode(self, prompt: Sequence[int] | str) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("text prompt given but the engine has no tokenizer")
-            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
-        return [int(t) for t in prompt]
+        return encode_prompt(self.tokenizer, prompt)
 
     def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
         if (sampling.stop_token_ids or sampling.stop_strings) and self.tokenizer is None:

@@ -233,6 +233,15 @@ class _StopScanner:
         return found
 
 
+def encode_prompt(tokenizer: Any, prompt: Sequence[int] | str) -> list[int]:
+    """A prompt as token ids: ids pass through; text is encoded without special tokens (the chat template has them)."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError("text prompt given but the engine has no tokenizer")
+        return list(tokenizer.encode(prompt, add_special_tokens=False))
+    return [int(t) for t in prompt]
+
+
 def _find_stop(
     tokens: Sequence[int], stop_ids: Sequence[int], stop_strings: Sequence[str], decode: Any
 ) -> tuple[int, Literal["stop", "length"]]:
@@ -321,11 +330,7 @@ class HFRolloutEngine:
         return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
 
     def _encode(self, prompt: Sequence[int] | str) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("text prompt given but the engine has no tokenizer")
-            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
-        return [int(t) for t in prompt]
+        return encode_prompt(self.tokenizer, prompt)
 
     def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
         encoded = [self._encode(p) for p in prompts]
