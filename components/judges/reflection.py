@@ -29,12 +29,22 @@ from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_schema import json_schema_of, one_item_per_key
 from components.schemas import Question
 
-__all__ = ["DIMENSIONS", "Reflection", "ReflectionJudge", "parse_reflection", "reflection_messages"]
+__all__ = ["DIMENSIONS", "Reflection", "ReflectionDraft", "ReflectionJudge", "parse_reflection",
+           "reflection_messages", "render_draft"]
 
 DIMENSIONS = ("diagnostic_accuracy", "specificity", "scope")
 DEFAULT_WEIGHTS = {"diagnostic_accuracy": 0.4, "specificity": 0.3, "scope": 0.3}
 
-POLICY_SYSTEM = """\
+EXAMPLE_QUESTION = "Which river flows through the birthplace of the architect of the Tollan Bridge?"
+EXAMPLE_RUBRICS = """\
+Critical requirements: the architect of the Tollan Bridge, that architect's birthplace, the river through it.
+Approach: search the bridge, browse its page for the architect, then search the architect for the birthplace.
+Pitfalls: the attempt answered with the town, not the river; it never opened the town's page."""
+EXAMPLE_TAKEAWAYS = """\
+1. In a chain of three hops, name each intermediate entity before searching for the next one.
+2. Before finishing, check that the answer is the kind of thing asked for (a river, not a town)."""
+
+POLICY_SYSTEM = f"""\
 You review a finished attempt by a research agent and write guidance for later attempts. You do not answer \
 the question again and do not rewrite the answer.
 
@@ -43,15 +53,59 @@ weaknesses that mattered most, trace each to what the agent visibly did, and tur
 fits this question and carries over to similar ones. Stay with what the attempt shows: no invented flaws, \
 no guesses about hidden reasoning, no generic advice such as "be careful".
 
-Reply with exactly these two blocks and nothing else:
+Reply with exactly two blocks and nothing else. <reflection_rubrics> has three lines: "Critical requirements:" \
+(the facts the answer depends on), "Approach:" (the searches and pages that lead to them) and "Pitfalls:" (what \
+went wrong or could have). <reflection_takeaways> has one to four numbered lessons. Write your own sentences \
+about THIS attempt; never copy the example.
+
+Example, for another question ("{EXAMPLE_QUESTION}"):
 <reflection_rubrics>
-Critical requirements: ...
-Approach: ...
-Pitfalls: ...
+{EXAMPLE_RUBRICS}
 </reflection_rubrics>
 <reflection_takeaways>
-1. ... (one to four short lessons)
+{EXAMPLE_TAKEAWAYS}
 </reflection_takeaways>"""
+
+_LABEL = re.compile(r"^\s*(?:\d+[.)]|[-*]|[A-Za-z][A-Za-z ]{0,40}:)\s*")
+
+
+def _content(line: str) -> str:
+    """A line without its label ("Approach:", "1.") and normalised (case, punctuation, articles, spaces)."""
+    return normalize_answer(_LABEL.sub("", line, count=1))
+
+
+_EXAMPLE_LINES = tuple(_content(line) for line in f"{EXAMPLE_RUBRICS}\n{EXAMPLE_TAKEAWAYS}".splitlines())
+
+
+def copies_example(block: str) -> bool:
+    """Whether a line of ``block`` holds a line of the prompt's example (the 1.5B teacher copied them whole,
+    dropping a full stop or renumbering; a lesson reworded for this question is its own)."""
+    return any(example in _content(line) for line in block.splitlines() for example in _EXAMPLE_LINES)
+
+
+class ReflectionDraft(BaseModel):
+    """A reflection as JSON fields, for a writer under structured output (the warm start's teacher); rendered
+    into the two blocks by :func:`render_draft`."""
+
+    critical_requirements: str = Field(min_length=1, max_length=300)
+    approach: str = Field(min_length=1, max_length=300)
+    pitfalls: str = Field(min_length=1, max_length=300)
+    takeaways: list[str] = Field(min_length=1, max_length=4)
+
+
+DRAFT_REQUEST = ("Reply as one JSON object instead: critical_requirements, approach and pitfalls (one sentence "
+                 "each, the three lines of <reflection_rubrics>) and takeaways (a list of one to four lessons).")
+
+
+def render_draft(draft: ReflectionDraft) -> str:
+    """The draft in the policy's format: the two blocks, the takeaways numbered."""
+    def one(text: str) -> str:
+        return " ".join(text.split())
+
+    lessons = "\n".join(f"{i}. {one(t)}" for i, t in enumerate(draft.takeaways, start=1))
+    return (f"<reflection_rubrics>\nCritical requirements: {one(draft.critical_requirements)}\n"
+            f"Approach: {one(draft.approach)}\nPitfalls: {one(draft.pitfalls)}\n</reflection_rubrics>\n"
+            f"<reflection_takeaways>\n{lessons}\n</reflection_takeaways>")
 
 
 def reflection_messages(question: Question, trajectory: str) -> list[Message]:
@@ -102,9 +156,9 @@ def placeholder_only(block: str) -> bool:
 
 def parse_reflection(text: str, withheld: Sequence[str] = ()) -> Reflection:
     """Exactly one non-empty rubrics block followed by one non-empty takeaways block, neither of them only the
-    format's placeholders, nothing else of substance, and none of the ``withheld`` answers (the question's gold,
-    the reflected trajectory's own): a reflection carries lessons, and an answer in the bank reaches other
-    questions through cross-episode retrieval."""
+    format's placeholders nor with a line of the prompt's example, nothing else of substance, and none of the
+    ``withheld`` answers (the question's gold, the reflected trajectory's own): a reflection carries lessons, and
+    an answer in the bank reaches other questions through cross-episode retrieval."""
     found = {name: pattern.findall(text) for name, pattern in _BLOCK.items()}
     for name, blocks in found.items():
         if len(blocks) != 1 or not blocks[0].strip():
@@ -120,6 +174,8 @@ def parse_reflection(text: str, withheld: Sequence[str] = ()) -> Reflection:
     for name, block in (("reflection_rubrics", rubrics), ("reflection_takeaways", takeaways)):
         if placeholder_only(block):
             return Reflection(error=f"<{name}> only repeats the format's placeholders")
+        if copies_example(block):
+            return Reflection(error=f"<{name}> copies a line of the prompt's example")
     leaked = named_answer(f"{rubrics}\n{takeaways}", withheld)
     if leaked is not None:
         return Reflection(error=f"names an answer ({leaked!r}): a reflection carries lessons, not answers")

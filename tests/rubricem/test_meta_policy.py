@@ -332,3 +332,20 @@ def test_deferred_judging_runs_in_the_background_while_the_next_step_proceeds():
     gated.gate.set()
     out = br.step_end(trainer, StepContext(step=2, groups=[]), [], torch.zeros(0, 1))  # joins, then trains
     assert out["reflection/updated"] == 1 and len(bank) == 1 and br.pending is None
+
+
+def test_a_reflection_that_copies_the_prompts_example_is_invalid():
+    # the prompt shows a worked example for another question instead of "...": a copied line is not a reflection
+    from components.judges.reflection import EXAMPLE_RUBRICS, EXAMPLE_TAKEAWAYS, POLICY_SYSTEM
+    assert EXAMPLE_RUBRICS in POLICY_SYSTEM and EXAMPLE_TAKEAWAYS in POLICY_SYSTEM and "..." not in POLICY_SYSTEM
+    copied_line = EXAMPLE_RUBRICS.splitlines()[1]
+    bad = parse_reflection(GOOD.replace("Critical: find the town first.", f"Critical: find the town.\n  {copied_line} "))
+    assert "copies a line of the prompt's example" in bad.error
+    assert "<reflection_takeaways> copies" in parse_reflection(
+        GOOD.replace("1. Follow the new name.", EXAMPLE_TAKEAWAYS.splitlines()[0].upper())).error
+    assert parse_reflection(GOOD.replace("Critical: find the town first.", "Approach: search the bridge first.")).valid
+    # as the 1.5B teacher copied it: without the full stop, renumbered; a lesson reworded for the question is kept
+    lesson = EXAMPLE_TAKEAWAYS.splitlines()[0]
+    assert "copies" in parse_reflection(GOOD.replace("1. Follow the new name.", "2. " + lesson[3:].rstrip("."))).error
+    reworded = "1. In a chain of two hops, name each intermediate entity before searching for the next one."
+    assert parse_reflection(GOOD.replace("1. Follow the new name.", reworded)).valid

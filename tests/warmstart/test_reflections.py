@@ -2,13 +2,29 @@
 and the SFT row a kept reflection becomes."""
 
 import asyncio
+import json
 
 from components.agents.scaffold_format import trajectory_text
-from components.judges.reflection import POLICY_SYSTEM, parse_reflection
+from components.judges.reflection import (
+    DRAFT_REQUEST,
+    POLICY_SYSTEM,
+    ReflectionDraft,
+    parse_reflection,
+    render_draft,
+)
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import PermanentLLMError
 from components.schemas import Question, Step, Trajectory
 from components.warmstart.reflections import ReflectionRow, reflection_sft_row, teacher_reflections
+
+DRAFT = {"critical_requirements": "both hops.", "approach": "search the person first.",
+         "pitfalls": "stopping after hop one.", "takeaways": ["Resolve the first hop before the second."]}
+
+
+def draft(**changes) -> str:
+    """The teacher's structured reply."""
+    return json.dumps({**DRAFT, **changes})
+
 
 VALID = ("<reflection_rubrics>\nCritical requirements: both hops.\nApproach: search the person first.\n"
          "Pitfalls: stopping after hop one.\n</reflection_rubrics>\n<reflection_takeaways>\n"
@@ -32,11 +48,11 @@ def run(teacher, attempts, n, samples=2):
 
 def test_first_valid_sample_is_kept_and_every_rejection_has_its_reason():
     replies = {  # (question id, greedy?) -> reply
-        ("q-format", True): SCAFFOLD_RUN_ON, ("q-format", False): VALID,
-        ("q-leak", True): VALID.replace("both hops", "the answer is Falelle Tamgard"), ("q-leak", False): VALID,
-        ("q-own", True): VALID.replace("both hops", "it said Torys Varworth"),
-        ("q-own", False): VALID.replace("both hops", "it said Torys Varworth"),
-        ("q-ok", True): VALID,
+        ("q-format", True): SCAFFOLD_RUN_ON, ("q-format", False): draft(),
+        ("q-leak", True): draft(critical_requirements="the answer is Falelle Tamgard"), ("q-leak", False): draft(),
+        ("q-own", True): draft(pitfalls="it said Torys Varworth"),
+        ("q-own", False): draft(takeaways=["Torys Varworth was a guess."]),
+        ("q-ok", True): draft(),
     }
 
     def respond(messages, sampling):
@@ -60,10 +76,23 @@ def test_first_valid_sample_is_kept_and_every_rejection_has_its_reason():
     assert all(seed is not None for _, t, seed in calls if t > 0)
     # each attempt is shown as the meta-policy is shown it during training
     by_id = {q.id: t for t, q, _ in attempts}
-    for messages, _ in teacher.requests:
+    for messages, sampling in teacher.requests:
         assert messages[0].content == POLICY_SYSTEM
         qid = next(k for k in by_id if f"grandmother in {k}?" in messages[1].content)
         assert trajectory_text(by_id[qid]).strip() in messages[1].content
+        # ... and answers under structured output, with the one sentence that asks for the JSON draft
+        assert messages[1].content.endswith(DRAFT_REQUEST) and sampling.json_schema["required"] == list(DRAFT)
+
+
+def test_the_draft_is_rendered_into_the_two_blocks_and_a_bad_draft_is_a_format_rejection():
+    assert render_draft(ReflectionDraft.model_validate_json(draft(approach="search\n  the person first."))) == VALID
+    two = render_draft(ReflectionDraft(**{**DRAFT, "takeaways": ["One.", "Two."]}))
+    assert two.endswith("1. One.\n2. Two.\n</reflection_takeaways>") and parse_reflection(two).valid
+    replies = iter([draft(takeaways=[]), draft(critical_requirements="...", approach="...", pitfalls="...")])
+    rows, rejected = run(ScriptedChatModel(lambda m, s: next(replies)), [attempt("q1", "A")], n=1)
+    assert rows == [] and [r.reason for r in rejected] == ["format", "format"]
+    assert "not a reflection draft: takeaways" in rejected[0].detail
+    assert "only repeats the format's placeholders" in rejected[1].detail  # the rendered text's own checks
 
 def test_failed_calls_are_counted_and_never_kept():
     teacher = ScriptedChatModel(lambda m, s: PermanentLLMError("bad request"))
@@ -74,10 +103,10 @@ def test_failed_calls_are_counted_and_never_kept():
 
 
 def test_attempts_are_drawn_with_the_seed():
-    teacher = ScriptedChatModel(lambda m, s: VALID)
+    teacher = ScriptedChatModel(lambda m, s: draft())
     attempts = [attempt(f"q{i}", "A") for i in range(10)]
     first, _ = run(teacher, attempts, n=4)
-    again, _ = run(ScriptedChatModel(lambda m, s: VALID), attempts, n=4)
+    again, _ = run(ScriptedChatModel(lambda m, s: draft()), attempts, n=4)
     assert [r.question.id for r in first] == [r.question.id for r in again]
     assert len({r.question.id for r in first}) == 4
     assert run(teacher, attempts, n=0) == ([], [])

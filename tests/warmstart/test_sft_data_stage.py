@@ -135,6 +135,8 @@ def test_benchmark_train_split_in_question_scope(prepared_params, benchmarks_dir
 REFLECTION = ("<reflection_rubrics>\nCritical requirements: both hops.\nApproach: one search per hop.\n"
               "Pitfalls: none seen.\n</reflection_rubrics>\n<reflection_takeaways>\n1. Search each hop by name.\n"
               "</reflection_takeaways>")
+DRAFT = ('{"critical_requirements": "both hops.", "approach": "one search per hop.", "pitfalls": "none seen.", '
+         '"takeaways": ["Search each hop by name."]}')  # the teacher's structured reply, rendered as REFLECTION
 
 
 def scaffold_teacher(params):
@@ -150,8 +152,8 @@ def scaffold_teacher(params):
         return scaffold_replies(q, plan_turns(q, tools, params.agent)), text.count("<tool_output>")
 
     def respond(messages, sampling):
-        if messages[0].content == POLICY_SYSTEM:  # a reflection: greedy runs on into the scaffold, sampled is valid
-            return REFLECTION if sampling.temperature > 0 else "<reflection_rubrics>\nHop one.</think>\n<plan>"
+        if messages[0].content == POLICY_SYSTEM:  # a reflection: greedy is not a draft, sampled is valid
+            return DRAFT if sampling.temperature > 0 else "<reflection_rubrics>\nHop one.</think>\n<plan>"
         turns, depth = replies(messages)
         reply = turns[depth]
         if sampling.temperature > 0 and depth == len(turns) - 1:
