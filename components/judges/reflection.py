@@ -44,7 +44,7 @@ EXAMPLE_TAKEAWAYS = """\
 1. In a chain of three hops, name each intermediate entity before searching for the next one.
 2. Before finishing, check that the answer is the kind of thing asked for (a river, not a town)."""
 
-POLICY_SYSTEM = f"""\
+INSTRUCTIONS = """\
 You review a finished attempt by a research agent and write guidance for later attempts. You do not answer \
 the question again and do not rewrite the answer.
 
@@ -55,8 +55,11 @@ no guesses about hidden reasoning, no generic advice such as "be careful".
 
 Reply with exactly two blocks and nothing else. <reflection_rubrics> has three lines: "Critical requirements:" \
 (the facts the answer depends on), "Approach:" (the searches and pages that lead to them) and "Pitfalls:" (what \
-went wrong or could have). <reflection_takeaways> has one to four numbered lessons. Write your own sentences \
-about THIS attempt; never copy the example.
+went wrong or could have). <reflection_takeaways> has one to four numbered lessons."""
+
+# the policy's prompt shows a worked example (a format to follow); the warm start's teacher, under structured
+# output, is shown the instructions alone: with the example it copied its lines into 5 of 6 replies
+POLICY_SYSTEM = f"""{INSTRUCTIONS} Write your own sentences about THIS attempt; never copy the example.
 
 Example, for another question ("{EXAMPLE_QUESTION}"):
 <reflection_rubrics>
@@ -108,9 +111,10 @@ def render_draft(draft: ReflectionDraft) -> str:
             f"<reflection_takeaways>\n{lessons}\n</reflection_takeaways>")
 
 
-def reflection_messages(question: Question, trajectory: str) -> list[Message]:
-    """The prompt the shared backbone answers with a reflection candidate."""
-    return [Message(role="system", content=POLICY_SYSTEM),
+def reflection_messages(question: Question, trajectory: str, *, example: bool = True) -> list[Message]:
+    """The prompt the shared backbone answers with a reflection candidate (``example=False``: the instructions
+    without the worked example)."""
+    return [Message(role="system", content=POLICY_SYSTEM if example else INSTRUCTIONS),
             Message(role="user", content=f"Question: {question.question}\n\nThe attempt:\n{trajectory.strip()}\n\n"
                                          "Write the two blocks.")]
 

@@ -10,14 +10,15 @@ none.
 
 The attempts are the warm start's own episodes, oracle and teacher alike, kept or rejected (a failed attempt
 is what a reflection is most useful for), drawn with the run's seed. Each is shown to the teacher exactly as
-the meta-policy is shown an attempt during training (``reflection_messages`` over ``trajectory_text``), with
-one sentence more: the teacher replies under structured output, as a ``ReflectionDraft`` JSON object that is
-rendered into the two blocks (``render_draft``). Asked for the tagged blocks, the 1.5B teacher copied the
-format's placeholders in 20 of 20 replies, and after the prompt showed a worked example instead it dropped the
-tags in 5 of 6. Sample 0 is greedy and samples 1.. are drawn at ``temperature``. The first rendered reflection
-that ``parse_reflection`` accepts is kept: both blocks, no placeholder or line of the prompt's example, and
-neither the gold answer nor the attempt's own answer named. Every rejected sample is recorded with its reason
-(a reply that is not a valid draft is ``format``).
+the meta-policy is shown an attempt during training (``reflection_messages`` over ``trajectory_text``), but
+without the prompt's worked example and with one sentence more: the teacher replies under structured output, as
+a ``ReflectionDraft`` JSON object that is rendered into the two blocks (``render_draft``). Asked for the tagged
+blocks, the 1.5B teacher copied the format's placeholders in 20 of 20 replies; shown a worked example instead,
+it dropped the tags in 5 of 6; under JSON with the example, it copied the example's lines in 5 of 6. The SFT
+row's prompt is the meta-policy's own, example included. Sample 0 is greedy and samples 1.. are drawn at
+``temperature``. The first rendered reflection that ``parse_reflection`` accepts is kept: both blocks, no
+placeholder or line of the prompt's example, and neither the gold answer nor the attempt's own answer named.
+Every rejected sample is recorded with its reason (a reply that is not a valid draft is ``format``).
 
     rows, rejected = asyncio.run(teacher_reflections(pool.role("teacher"), attempts, n=24, samples=2,
                                                      temperature=0.7, seed=params.seed, max_tokens=256))
@@ -82,7 +83,7 @@ async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Questio
                    samples: int, temperature: float, seed: int,
                    max_tokens: int) -> tuple[ReflectionRow | None, list[ReflectionRejection]]:
     attempt = trajectory_text(trajectory)
-    system, prompt = reflection_messages(question, attempt)
+    system, prompt = reflection_messages(question, attempt, example=False)
     messages = [system, prompt.model_copy(update={"content": f"{prompt.content} {DRAFT_REQUEST}"})]
     schema = json_schema_of(ReflectionDraft)
     rejected: list[ReflectionRejection] = []

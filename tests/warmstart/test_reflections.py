@@ -7,6 +7,8 @@ import json
 from components.agents.scaffold_format import trajectory_text
 from components.judges.reflection import (
     DRAFT_REQUEST,
+    EXAMPLE_RUBRICS,
+    INSTRUCTIONS,
     POLICY_SYSTEM,
     ReflectionDraft,
     parse_reflection,
@@ -74,10 +76,11 @@ def test_first_valid_sample_is_kept_and_every_rejection_has_its_reason():
     calls = [(m[1].content.split("grandmother in ")[1][:5], s.temperature, s.seed) for m, s in teacher.requests]
     assert calls.count(("q-ok?", 0.0, None)) == 1 and len(calls) == 7
     assert all(seed is not None for _, t, seed in calls if t > 0)
-    # each attempt is shown as the meta-policy is shown it during training
+    # each attempt is shown as the meta-policy is shown it during training, but without the worked example
     by_id = {q.id: t for t, q, _ in attempts}
+    assert POLICY_SYSTEM.startswith(INSTRUCTIONS) and EXAMPLE_RUBRICS not in INSTRUCTIONS
     for messages, sampling in teacher.requests:
-        assert messages[0].content == POLICY_SYSTEM
+        assert messages[0].content == INSTRUCTIONS
         qid = next(k for k in by_id if f"grandmother in {k}?" in messages[1].content)
         assert trajectory_text(by_id[qid]).strip() in messages[1].content
         # ... and answers under structured output, with the one sentence that asks for the JSON draft

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from components.evaluation.metrics import normalize_answer
 from components.io import read_json, read_jsonl
-from components.judges.reflection import POLICY_SYSTEM
+from components.judges.reflection import INSTRUCTIONS
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
 from components.retrieval import load_index, make_toolbox
@@ -152,7 +152,7 @@ def scaffold_teacher(params):
         return scaffold_replies(q, plan_turns(q, tools, params.agent)), text.count("<tool_output>")
 
     def respond(messages, sampling):
-        if messages[0].content == POLICY_SYSTEM:  # a reflection: greedy is not a draft, sampled is valid
+        if messages[0].content == INSTRUCTIONS:  # a reflection: greedy is not a draft, sampled is valid
             return DRAFT if sampling.temperature > 0 else "<reflection_rubrics>\nHop one.</think>\n<plan>"
         turns, depth = replies(messages)
         reply = turns[depth]
