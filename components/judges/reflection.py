@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -122,6 +123,11 @@ def reflection_messages(question: Question, trajectory: str, *, example: bool = 
 _BLOCK = {name: re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL) for name in ("reflection_rubrics", "reflection_takeaways")}
 
 
+InvalidReason = Literal["format", "names_answer"]
+"""Why a candidate is invalid: its blocks (missing, out of order, placeholders, the example's lines), or an answer
+named in it."""
+
+
 @dataclass
 class Reflection:
     """A parsed candidate: both blocks, or the reason it is invalid."""
@@ -129,6 +135,7 @@ class Reflection:
     rubrics: str = ""
     takeaways: str = ""
     error: str | None = None
+    reason: InvalidReason | None = None
 
     @property
     def valid(self) -> bool:
@@ -166,23 +173,24 @@ def parse_reflection(text: str, withheld: Sequence[str] = ()) -> Reflection:
     found = {name: pattern.findall(text) for name, pattern in _BLOCK.items()}
     for name, blocks in found.items():
         if len(blocks) != 1 or not blocks[0].strip():
-            return Reflection(error=f"expected one non-empty <{name}> block, found {len(blocks)}")
+            return Reflection(error=f"expected one non-empty <{name}> block, found {len(blocks)}", reason="format")
     if text.find("<reflection_rubrics>") > text.find("<reflection_takeaways>"):
-        return Reflection(error="<reflection_takeaways> comes before <reflection_rubrics>")
+        return Reflection(error="<reflection_takeaways> comes before <reflection_rubrics>", reason="format")
     rest = text
     for pattern in _BLOCK.values():
         rest = pattern.sub("", rest)
     if rest.strip():
-        return Reflection(error=f"text outside the two blocks: {rest.strip()[:60]!r}")
+        return Reflection(error=f"text outside the two blocks: {rest.strip()[:60]!r}", reason="format")
     rubrics, takeaways = found["reflection_rubrics"][0].strip(), found["reflection_takeaways"][0].strip()
     for name, block in (("reflection_rubrics", rubrics), ("reflection_takeaways", takeaways)):
         if placeholder_only(block):
-            return Reflection(error=f"<{name}> only repeats the format's placeholders")
+            return Reflection(error=f"<{name}> only repeats the format's placeholders", reason="format")
         if copies_example(block):
-            return Reflection(error=f"<{name}> copies a line of the prompt's example")
+            return Reflection(error=f"<{name}> copies a line of the prompt's example", reason="format")
     leaked = named_answer(f"{rubrics}\n{takeaways}", withheld)
     if leaked is not None:
-        return Reflection(error=f"names an answer ({leaked!r}): a reflection carries lessons, not answers")
+        return Reflection(error=f"names an answer ({leaked!r}): a reflection carries lessons, not answers",
+                          reason="names_answer")
     return Reflection(rubrics, takeaways)
 
 

@@ -209,6 +209,10 @@ class ReflectionBranch:
             parsed = job.parsed
             total += len(parsed)
             valid_count += sum(p.valid for p in parsed)
+            for p in parsed:
+                if p.reason is not None:
+                    key = f"reflection/invalid/{p.reason}"
+                    metrics[key] = metrics.get(key, 0.0) + 1.0
             if job.scores is None or all(s is None for s in job.scores):
                 metrics["reflection/judge_failures"] += 1
                 why = job.error or "no scores"

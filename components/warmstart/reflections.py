@@ -110,9 +110,8 @@ async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Questio
             row = ReflectionRow(question=question, attempt=attempt, reflection=text, source=source,
                                 attempt_correct=correct)
             return row, rejected
-        reason: RejectReason = "names_answer" if parsed.error.startswith("names an answer") else "format"
-        rejected.append(ReflectionRejection(question_id=question.id, sample=s, reason=reason, detail=parsed.error,
-                                            text=text))
+        rejected.append(ReflectionRejection(question_id=question.id, sample=s, reason=parsed.reason or "format",
+                                            detail=parsed.error, text=text))
     return None, rejected
 
 

@@ -43,13 +43,14 @@ def test_reflection_parser():
     assert "<reflection_takeaways> only" in parse_reflection(
         GOOD.replace("1. Follow the new name.", "1. ... (one to four short lessons)")).error
     assert parse_reflection(GOOD.replace("Critical: find the town first.", "Critical: ...\nApproach: search first.")).valid
+    assert ok.reason is None and {parse_reflection(t).reason for t in ("junk", "Sure! " + GOOD, copied)} == {"format"}
 
 
 def test_a_reflection_that_names_an_answer_is_invalid():
     leaky = GOOD.replace("1. Follow the new name.", "1. The answer is Torsten Radefelt.")
     assert parse_reflection(leaky).valid  # nothing withheld
     bad = parse_reflection(leaky, ["Ammel", "Torsten Radefelt"])
-    assert not bad.valid and "names an answer ('Torsten Radefelt')" in bad.error
+    assert not bad.valid and "names an answer ('Torsten Radefelt')" in bad.error and bad.reason == "names_answer"
     assert parse_reflection(GOOD, ["Ammel", "Torsten Radefelt"]).valid
     assert parse_reflection(GOOD.replace("new name", "new AMMEL."), ["Ammel"]).error  # normalised match
     assert parse_reflection(GOOD, ["town"]).error  # "the town first": a word match
@@ -188,6 +189,7 @@ def test_a_candidate_naming_its_trajectorys_answer_never_reaches_the_bank():
         e.info["trajectory"] = e.info["trajectory"].model_copy(update={"final_answer": "Kestrow Mill"})
     out = br.step_end(trainer, StepContext(step=1, groups=[0, 0]), episodes, torch.tensor([[0.5], [1.0]]))
     assert out["reflection/valid_fraction"] == 0.5 and out["reflection/bank_writes"] == 1
+    assert out["reflection/invalid/names_answer"] == 1 and "reflection/invalid/format" not in out
     assert "Kestrow Mill" not in bank.exact(QA.question).takeaways
     prompt = br.judge.judge.requests[0][0][-1].content
     assert "Kestrow Mill" not in prompt.split("--- Reflection 1 ---", 1)[1]  # the judge sees only the valid one
@@ -206,6 +208,7 @@ def test_deferred_reflection_update_lands_one_step_later():
     m2 = br.step_end(trainer, StepContext(step=2, groups=[0, 0, 1, 1]), step_episodes([QB]), scores[:2])
     assert m2["reflection/bank_writes"] == 1 and m2["reflection/updated"] == 1 and m2["reflection/loss"] == 0.25
     assert m2["reflection/valid_fraction"] == 0.5 and m2["reflection/best_score"] == pytest.approx(1.0)
+    assert m2["reflection/invalid/format"] == 1
     assert bank.exact(QA.question).rubrics == "Critical: find the town."
     (batch, adv, step), = trainer.updates
     assert step == 2 and trainer.engine.refreshed == [2]
