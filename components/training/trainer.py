@@ -418,12 +418,13 @@ class GRPOTrainer:
 
     def finish(self) -> dict[str, float]:
         """The method's ``on_train_end``: work it deferred past the last step lands now. Its metrics join the
-        last step's (history and ``on_metrics``), and the checkpoint of that step is rewritten so it holds
+        last step's (history and ``on_metrics``) under ``end/`` (the same work of the step before, landed during
+        the last step, keeps its own keys), and the checkpoint of that step is rewritten so it holds
         the finished state. A hook with nothing left to do returns nothing and nothing is written, so calling
         this again (a resumed, finished run) changes nothing. A run extended after it finished has applied
         that work at the end of the shorter run, one step earlier than an uninterrupted run would."""
         ctx = StepContext(step=self.step_count, groups=[], method=self.method)
-        metrics = run_method_hook(self.method, "on_train_end", self, ctx)
+        metrics = {f"end/{k}": v for k, v in run_method_hook(self.method, "on_train_end", self, ctx).items()}
         memory.release()
         if not metrics:
             return {}

@@ -351,8 +351,8 @@ def test_two_updates_in_one_step_advance_the_schedule_once():
 
 def test_on_train_end_lands_deferred_work_once_and_the_checkpoint_holds_it(tmp_path):
     """A method that defers work past a step (RubricEM's reflection batch) finishes it after the last step:
-    metrics join the last step, the last checkpoint is rewritten, a second call (a finished run resumed)
-    does nothing."""
+    metrics join the last step's under end/ (the step's own metrics from the same hook stay), the last
+    checkpoint is rewritten, a second call (a finished run resumed) does nothing."""
 
     class Deferred:
         def __init__(self):
@@ -365,7 +365,7 @@ def test_on_train_end_lands_deferred_work_once_and_the_checkpoint_holds_it(tmp_p
             self.pending, self.done = (state or {}).get("pending", 0), (state or {}).get("done", 0)
 
         def on_step_end(self, trainer, ctx, episodes, scores):
-            out = {"landed": float(self.pending)} if self.pending else {}
+            out = {"landed": 10.0 * self.pending} if self.pending else {}
             self.done, self.pending = self.done + self.pending, 1  # this step's work waits for the next
             return out
 
@@ -382,8 +382,9 @@ def test_on_train_end_lands_deferred_work_once_and_the_checkpoint_holds_it(tmp_p
                            checkpoint_dir=tmp_path, on_metrics=lambda step, m: logged.append((step, m)))
     trainer.train(2)
     assert method.done == 2 and method.pending == 0 and method.ends == 1
-    assert trainer.history[-1]["method/landed"] == 1.0 and trainer.history[-1]["method/at_step"] == 2.0
-    assert logged[-1] == (2, {"method/landed": 1.0, "method/at_step": 2.0})
+    assert trainer.history[-1]["method/landed"] == 10.0  # step 1's work, landed during step 2
+    assert trainer.history[-1]["end/method/landed"] == 1.0 and trainer.history[-1]["end/method/at_step"] == 2.0
+    assert logged[-1] == (2, {"end/method/landed": 1.0, "end/method/at_step": 2.0})
     state = json.loads((latest_checkpoint(tmp_path) / "method" / "state.json").read_text())
     assert state == {"pending": 0, "done": 2}
     again = Deferred()
