@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -38,6 +38,7 @@ from components.agents.scaffold_format import trajectory_text
 from components.evaluation.metrics import exact_match
 from components.judges.reflection import (
     DRAFT_REQUEST,
+    InvalidReason,
     ReflectionDraft,
     parse_reflection,
     reflection_messages,
@@ -51,8 +52,8 @@ from components.training.trajectory_sft import Renderer, reply_row
 __all__ = ["REFLECTIONS_FILE", "REFLECTION_REASONS", "ReflectionRejection", "ReflectionRow", "reflection_sft_row",
            "teacher_reflections"]
 
-RejectReason = Literal["call_failed", "format", "names_answer"]
-REFLECTION_REASONS: tuple[str, ...] = ("call_failed", "format", "names_answer")
+RejectReason = Literal["call_failed"] | InvalidReason
+REFLECTION_REASONS: tuple[str, ...] = ("call_failed", *get_args(InvalidReason))
 REFLECTIONS_FILE = "reflections.jsonl"
 """The kept rows in the sft_data folder; the sft stage reads them from there."""
 
@@ -110,7 +111,7 @@ async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Questio
             row = ReflectionRow(question=question, attempt=attempt, reflection=text, source=source,
                                 attempt_correct=correct)
             return row, rejected
-        rejected.append(ReflectionRejection(question_id=question.id, sample=s, reason=parsed.reason or "format",
+        rejected.append(ReflectionRejection(question_id=question.id, sample=s, reason=parsed.reason,
                                             detail=parsed.error, text=text))
     return None, rejected
 
