@@ -466,6 +466,9 @@ class RubricGeneratorParams(Section):
                                        "this get reward 0.")
     held_out_fraction: float = Field(default=0.25, ge=0, lt=1, description="Share of the questions whose branching "
                                      "points are held out to measure Spearman before and after training.")
+    heldout_samples: int = Field(default=0, ge=0, description="Rubrics sampled per held-out point (at temperature "
+                                 "and top_p, as the agent draws them) beside the greedy one: the held-out Spearman "
+                                 "of the policy and not only of its mode.")
     evaluator_role: str = Field(default="rubric_evaluator", description="Role that scores slate actions against a "
                                 "rubric.")
     evaluator_max_tokens: int = Field(default=128, ge=8, description="Completion tokens of an evaluator call.")

@@ -10,7 +10,8 @@ Reads outputs/collect/branching_points.parquet. The generator starts from the ba
 ``rubric_generator.evaluator_role`` role. Writes under outputs/train_rubric_generator/<reward>/: adapter/ (served
 as ``rubric_generator_trained`` / ``rubric_generator_pairwise``), ckpt/ (resumable), metrics.csv (one row per
 step: reward and each of its terms, evaluator calls and failures; a DVC plot), heldout.json (held-out Spearman
-before and after, and each held-out point's greedy rubric with its rho), metrics.json and timings.json.
+before and after: greedy, and ``heldout_samples`` sampled rubrics per point; each rubric with its rho),
+metrics.json and timings.json.
 """
 
 from __future__ import annotations
@@ -70,13 +71,14 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     reward_fn = RubricReward(evaluator, s, pairwise=reward == "pairwise", seed=params.seed, observation_chars=obs)
     scorer = RubricReward(evaluator, s, seed=params.seed, observation_chars=obs)  # held-out Spearman is listwise
     config = generator_config(params, len(train))
+    sampling = {"samples": s.heldout_samples, "temperature": s.temperature, "top_p": s.top_p}
 
     before_path = folder / "heldout_before.json"  # measured once, on the untrained weights (a resume keeps it)
     if before_path.exists():
         stored = read_json(before_path)
         before, rubrics_before = (stored["summary"], stored["rubrics"]) if "summary" in stored else (stored, [])
     else:
-        before, rubrics_before = held_out_spearman(engine, held_items, scorer, s.max_tokens)
+        before, rubrics_before = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
         write_json(before_path, {"summary": before, "rubrics": rubrics_before})
     rows: list[dict[str, float]] = []
 
@@ -98,7 +100,7 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     history = trainer.train(config.steps)
     trainer.save()
     policy.model.save_pretrained(str(folder / "adapter"))
-    after, rubrics_after = held_out_spearman(engine, held_items, scorer, s.max_tokens)
+    after, rubrics_after = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
     write_json(folder / "heldout.json", {"before": before, "after": after, "rubrics_before": rubrics_before,
                                          "rubrics_after": rubrics_after})
     last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}

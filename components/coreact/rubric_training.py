@@ -10,7 +10,10 @@ train, the held-out split, the single-turn prompts, the trainer configuration, a
 - Held-out Spearman: one greedy rubric per held-out point from the current weights, scored by the evaluator;
   reported as the mean rho over the points whose rubric parsed and was evaluated, with the parse rate, the
   mean listwise reward and the evaluator's failures beside it (the same measure before and after training,
-  whatever the training reward), and each held-out rubric's text beside its rho.
+  whatever the training reward), and each held-out rubric's text beside its rho. With ``samples`` > 0, that
+  many rubrics per point are also sampled at the generator's own temperature and top-p (how the Co-ReAct agent
+  draws them) and reported as ``sampled_*``: the policy's expected held-out rho, which moves before a few
+  steps of LoRA change the greedy text.
 
     train, held_out = split_points(usable_points(points)[0], 0.25, seed=1234)
     items = prompt_items(train, render, max_criteria=4, max_chars=160)
@@ -89,25 +92,42 @@ def generator_config(params: Params, n_train_points: int) -> GRPOParams:
 
 
 def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], scorer: RubricReward,
-                      max_new_tokens: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """One greedy rubric per item from the engine's current weights, scored listwise (see the module doc):
-    the summary, and per point the rubric's text with its rho (None: not evaluated) and whether it parsed."""
+                      max_new_tokens: int, *, samples: int = 0, temperature: float = 0.7,
+                      top_p: float = 1.0) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The greedy rubric of each item from the engine's current weights, plus ``samples`` sampled ones at
+    ``temperature``/``top_p``, scored listwise (see the module doc): the summary (greedy keys, and ``sampled_*``
+    when ``samples`` > 0), and per rubric its point, text, rho (None: not evaluated), whether it parsed and
+    whether it was the greedy one."""
     if not items:
         return {"points": 0.0}, []
-    gens = engine.generate([it["prompt"] for it in items], SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    prompts = [it["prompt"] for it in items]
+    runs = [("greedy", items, engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens,
+                                                                       temperature=0.0)))]
+    if samples > 0:
+        sampled = engine.generate([p for p in prompts for _ in range(samples)], SamplingParams(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p))
+        runs.append(("sampled", [it for it in items for _ in range(samples)], sampled))
 
-    async def score_all():
-        return await asyncio.gather(*(scorer.score(it["point"], g.text or "") for it, g in zip(items, gens, strict=True)))
+    async def score_all(its, gens):
+        return await asyncio.gather(*(scorer.score(it["point"], g.text or "") for it, g in zip(its, gens, strict=True)))
 
-    parts = asyncio.run(score_all())
+    summary, rubrics = {"points": float(len(items))}, []
+    for kind, its, gens in runs:
+        parts = asyncio.run(score_all(its, gens))
+        prefix = "" if kind == "greedy" else "sampled_"
+        summary.update({f"{prefix}{k}": v for k, v in _summarize(parts).items()})
+        rubrics += [{"point": point_key(it["point"]), "greedy": kind == "greedy", "rubric": g.text or "",
+                     "evaluator_failed": p is None, "parsed": p is not None and p.format > 0,
+                     "rho": None if p is None else p.rho, "reward": None if p is None else p.total}
+                    for it, g, p in zip(its, gens, parts, strict=True)]
+    return summary, rubrics
+
+
+def _summarize(parts: Sequence[Any]) -> dict[str, float]:
     scored = [p for p in parts if p is not None]
     evaluated = [p for p in scored if p.rho is not None]
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
-    rubrics = [{"point": point_key(it["point"]), "rubric": g.text or "", "evaluator_failed": p is None,
-                "parsed": p is not None and p.format > 0, "rho": None if p is None else p.rho,
-                "reward": None if p is None else p.total} for it, g, p in zip(items, gens, parts, strict=True)]
     return {
-        "points": float(len(items)),
         "spearman": mean([p.rho for p in evaluated]),
         "evaluated": float(len(evaluated)),
         "parse_rate": sum(p.format > 0 for p in scored) / max(len(scored), 1),
@@ -115,4 +135,4 @@ def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], sc
         "flat_rate": mean([float(p.flat) for p in evaluated]),
         "reward": mean([p.total for p in scored]),
         "evaluator_failed": float(len(parts) - len(scored)),
-    }, rubrics
+    }

@@ -77,7 +77,7 @@ def evaluator(calls):
     def respond(messages, sampling):
         body = messages[1].content
         if "Proposed next actions" in body:
-            shown = re.findall(r"^[A-Z]\. (.+)$", body.split("Proposed next actions", 1)[1].split("Checklist")[0], re.M)
+            shown = re.findall(r"^[A-Z]\. (.+)$", body.split("Proposed next actions", 1)[1].split("Checklist")[0], re.MULTILINE)
             calls.extend(shown)
             rows = [verdicts(body, a) for a in shown]
             return json.dumps({"verdicts": [list(c) for c in zip(*rows)]})
@@ -120,7 +120,7 @@ def tiny_policy():
 @pytest.mark.parametrize("mode", ["action", "slate"])
 def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp_path, mode):
     params = params_for(repo_root, tmp_path, "rubric_generator.epochs=8", "rubric_generator.lr=0.03",
-                        f"rubric_generator.evaluator_mode={mode}")
+                        f"rubric_generator.evaluator_mode={mode}", "rubric_generator.heldout_samples=3")
     torch.manual_seed(0)
     policy, calls = tiny_policy(), []
     folder = tmp_path / "train_rubric_generator" / "listwise"
@@ -145,11 +145,18 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     stored = read_json(folder / "heldout.json")
     assert stored["before"] == before and stored["after"] == after
     # each held-out point's greedy rubric is kept beside its rho, before and after
-    assert [r["point"] for r in stored["rubrics_after"]] == [r["point"] for r in stored["rubrics_before"]]
-    assert len(stored["rubrics_after"]) == 2 and all(r["parsed"] and r["rho"] == pytest.approx(1.0)
-                                                     for r in stored["rubrics_after"])
-    assert all(r["rubric"] for r in stored["rubrics_after"])
-    assert any(not r["parsed"] or r["rho"] != pytest.approx(1.0) for r in stored["rubrics_before"])
+    greedy = {k: [r for r in stored[f"rubrics_{k}"] if r["greedy"]] for k in ("before", "after")}
+    assert [r["point"] for r in greedy["after"]] == [r["point"] for r in greedy["before"]]
+    assert len(greedy["after"]) == 2 and all(r["parsed"] and r["rho"] == pytest.approx(1.0) for r in greedy["after"])
+    assert all(r["rubric"] for r in greedy["after"])
+    assert any(not r["parsed"] or r["rho"] != pytest.approx(1.0) for r in greedy["before"])
+    # ... and 3 sampled rubrics per point beside it, summarised as the policy's expected held-out rho
+    sampled = [r for r in stored["rubrics_after"] if not r["greedy"]]
+    assert sorted(r["point"] for r in sampled) == sorted([r["point"] for r in greedy["after"]] * 3)
+    evaluated = [r["rho"] for r in sampled if r["rho"] is not None]
+    assert after["sampled_evaluated"] == len(evaluated)
+    assert after["sampled_spearman"] == pytest.approx(sum(evaluated) / len(evaluated))
+    assert after["sampled_spearman"] > 0.5 and not before["sampled_spearman"] >= after["sampled_spearman"]
     assert (folder / "adapter" / "adapter_config.json").exists()
 
     # a re-run resumes at the last step: nothing is trained again and "before" is the untrained measurement;
