@@ -11,10 +11,11 @@ The comparisons are tasks/report.py's: tables and plots in the sweep's folder an
 
 Each run has ``seed`` = its seed and ``run.out_dir`` = <run.out_dir>/<sweep.out_dir>/seed_<seed>/, so its
 outputs land in seed_<seed>/train/<variant>/ or seed_<seed>/eval/<method>/ and no two runs share a folder.
-The runs read the main job's outputs (data/, index/ and the warm-start adapters of
-``train_policy.warm_start``: run `python -m flows.pipeline` first) through links in each seed folder; the
-adapters a method's backends serve (the warm start, the trained rubric generators) are the main job's too,
-since their paths were resolved against its ``run.out_dir``. Given ``--methods`` alone, no variant trains.
+The runs read the main job's outputs (data/, index/ and the folders of the adapters its backends serve: the
+warm starts, the trained rubric generators; run `python -m flows.pipeline` first) through links in each seed
+folder. The runs' own backends serve the main job's adapters too, since their paths were resolved against its
+``run.out_dir``; the links let a stage run pointed at a seed folder serve the same weights (and branch from
+its runs: train_policy's lineage counts adapters by content). Given ``--methods`` alone, no variant trains.
 
 Runs are independent, so they are submitted together: ``runner="thread"`` runs them in threads of this
 process, ``runner="ray"`` as Prefect tasks on Ray through prefect-ray's RayTaskRunner (each run stays a
@@ -68,12 +69,14 @@ def seed_params(params: Params, seed: int) -> Params:
     """The params of the sweep's runs with ``seed``: their own out_dir, linked to the main job's inputs."""
     base, folder = Path(params.run.out_dir), seed_dir(sweep_dir(params), seed)
     inputs = ["data", "index"]
-    # the warm starts (train_policy.warm_start): those the main job trained; a variant whose agent needs a
-    # missing one fails in train_policy, naming the stage to run
-    warm = [name for name in sorted({m for m in params.train_policy.warm_start.values() if m})
-            if (base / name).exists()]
+    # the folders of the adapters the main job trained (warm starts, rubric generators), so that a stage run
+    # pointed at this folder serves the same weights (and may branch from these runs); a variant whose agent
+    # needs a missing warm start fails in train_policy, naming the stage to run
+    adapters = sorted({Path(p).relative_to(base).parts[0] for b in params.llm.backends.values()
+                       for p in ([b.lora] if isinstance(b.lora, str) else b.lora or [])
+                       if Path(p).is_relative_to(base) and Path(p).exists()})
     folder.mkdir(parents=True, exist_ok=True)
-    for name in inputs + warm:
+    for name in inputs + adapters:
         target, link = base / name, folder / name
         if not target.exists():
             raise FileNotFoundError(f"{target}: missing; the sweep trains from the main job's outputs "

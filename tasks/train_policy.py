@@ -22,6 +22,7 @@ point, and its metrics.csv starts with the source run's steps.
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -149,10 +150,40 @@ def branch_digest(branch_from: str | None) -> str | None:
     return hashlib.sha256(manifest.read_bytes()).hexdigest()
 
 
-def lineage(settings: dict) -> str:
-    """A digest of what a run shares with the runs that may branch from it: its settings without the variant and
-    the branch point (written to lineage.json, checked by :func:`check_branch`)."""
-    return settings_digest({k: v for k, v in settings.items() if k not in ("variant", "branch_from")})
+LINEAGE_VERSION = 2  # 1: adapters by path, so a run in another run.out_dir could not branch from the same weights
+
+
+def lineage_settings(settings: dict, version: int = LINEAGE_VERSION) -> dict:
+    """What a run shares with the runs that may branch from it: its settings without the variant and the branch
+    point. The backends' adapters count by content (:func:`adapter_digest`; None when absent), not by path:
+    paths follow ``run.out_dir``, which differs between a sweep's runs and a stage run beside them. ``version``
+    1 kept the paths (the lineage.json of older runs)."""
+    from components.embedded.lora_gguf import adapter_digest
+
+    shared = {k: v for k, v in settings.items() if k not in ("variant", "branch_from")}
+    if version >= 2:
+        shared["llm"] = {**shared["llm"], "backends": {
+            name: {**b, "lora": [adapter_digest(p) for p in ([b["lora"]] if isinstance(b["lora"], str) else b["lora"])]}
+            if b.get("lora") else b for name, b in shared["llm"]["backends"].items()}}
+    return shared
+
+
+def lineage(settings: dict, version: int = LINEAGE_VERSION) -> str:
+    """The digest of :func:`lineage_settings` (written to lineage.json, checked by :func:`check_branch`)."""
+    return settings_digest(lineage_settings(settings, version))
+
+
+def lineage_record(settings: dict) -> dict:
+    """lineage.json's content: the digest, its version and the settings digested (a refusal names what differs)."""
+    shared = lineage_settings(settings)
+    return {"lineage": settings_digest(shared), "version": LINEAGE_VERSION,
+            "settings": json.loads(json.dumps(shared, default=str))}
+
+
+def _differences(a: object, b: object, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in _differences(a.get(k), b.get(k), f"{path}.{k}" if path else k)]
+    return [] if a == b else [path]
 
 
 def shared_dev_before(params: Params, settings: dict, agent: str, options: dict, dev: list[Question]) -> Path:
@@ -200,9 +231,14 @@ def check_branch(branch: str, settings: dict) -> None:
         warnings.warn(f"train_policy.branch_from={branch}: the source run has no lineage.json; cannot check that it "
                       "was trained under this run's warm start and settings", stacklevel=2)
         return
-    if read_json(source)["lineage"] != lineage(settings):
+    stored = read_json(source)
+    version = stored.get("version", 1)
+    if stored["lineage"] != lineage(settings, version):
+        here = json.loads(json.dumps(lineage_settings(settings, version), default=str))
+        differ = _differences(stored["settings"], here) if "settings" in stored else []
+        what = ", ".join(differ[:6]) if differ else "warm start, data, agent, llm, lora, grpo or the method's section"
         raise ValueError(f"train_policy.branch_from={branch}: that run was trained under other settings than this "
-                         f"one (warm start, data, agent, llm, lora, grpo or the method's section differ; {source})")
+                         f"one ({what} differ; {source})")
 
 
 def warm_start_options(params: Params, agent: str) -> dict:
@@ -267,7 +303,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
         parts = builder(VariantContext(params=params, roles=pool.role, toolbox=toolbox, out_dir=folder))
         settings = run_settings(params, variant, parts.agent)
         keyed_folder(folder, settings)
-        write_json(folder / "lineage.json", {"lineage": lineage(settings)})
+        write_json(folder / "lineage.json", lineage_record(settings))
         if params.train_policy.branch_from is not None:
             check_branch(params.train_policy.branch_from, settings)
         policy, tokenizer = warm_started_policy(params, parts.agent)

@@ -74,7 +74,7 @@ def base(repo_root, tmp_path, monkeypatch):
 
     def make(name: str = "out", *overrides: str):
         out = tmp_path / name
-        for folder in ("data", "index", "sft/adapter"):
+        for folder in ("data", "index", "sft/adapter", "train_rubric_generator/listwise/adapter"):
             (out / folder).mkdir(parents=True)
         (out / "data" / "train.jsonl").write_text("the questions\n")
         return load_params(repo_root / "params.yaml", overrides=[f"run.out_dir={out}", "grpo.steps=4",
@@ -92,7 +92,9 @@ def test_every_variant_and_seed_runs_once_in_its_own_folder_and_is_reported(pref
     for c in made:
         assert c["out_dir"] == str(sweep_dir / f"seed_{c['seed']}")
         assert c["inputs"] == "the questions\n"
-        assert (sweep_dir / f"seed_{c['seed']}" / "sft" / "adapter").is_dir()  # the warm start is linked too
+        seed_dir = sweep_dir / f"seed_{c['seed']}"
+        assert (seed_dir / "sft" / "adapter").is_dir()  # the warm start is linked too, and every trained adapter
+        assert (seed_dir / "train_rubric_generator").is_symlink() and not (seed_dir / "sft_scaffold").exists()
     assert len({(c["out_dir"], c["variant"]) for c in made}) == 4
     for variant in ("grpo", "dapo"):
         runs = [expected(variant, seed, 4) for seed in (1, 2)]

@@ -166,13 +166,13 @@ def test_a_branch_is_keyed_by_its_checkpoints_manifest(tmp_path, repo_root):
 
 def test_a_branch_from_a_run_under_other_settings_is_refused(tmp_path, repo_root):
     from components.io import write_json
-    from tasks.train_policy import check_branch, lineage
+    from tasks.train_policy import check_branch, lineage_record
 
     step = tmp_path / "arco" / "ckpt" / "step_000001"
     step.mkdir(parents=True)
     (step / "manifest.json").write_text("{}")
     source = run_settings(load_params(repo_root / "params.yaml"), "arco")
-    write_json(tmp_path / "arco" / "lineage.json", {"lineage": lineage(source)})
+    write_json(tmp_path / "arco" / "lineage.json", lineage_record(source))
     frozen = load_params(repo_root / "params.yaml", overrides=[f"train_policy.branch_from={step}"])
     check_branch(str(step), run_settings(frozen, "arco_frozen"))  # same shared settings: accepted
     other = load_params(repo_root / "params.yaml", overrides=[f"train_policy.branch_from={step}", "lora.r=4"])
@@ -181,6 +181,41 @@ def test_a_branch_from_a_run_under_other_settings_is_refused(tmp_path, repo_root
     (tmp_path / "arco" / "lineage.json").unlink()
     with pytest.warns(UserWarning, match="no lineage.json"):
         check_branch(str(step), run_settings(frozen, "arco_frozen"))
+
+
+def test_a_branch_matches_adapters_by_content_not_by_their_out_dir(tmp_path, repo_root):
+    """A sweep's runs resolve adapter paths against the main job's run.out_dir, a stage run against its own:
+    the same weights in two folders are one lineage, other weights are another. A lineage.json of version 1
+    (adapter paths) is still checked as it was written."""
+    import shutil
+
+    from components.io import write_json
+    from tasks.train_policy import check_branch, lineage, lineage_record
+
+    def out_dir(name, weights):
+        adapter = tmp_path / name / "sft" / "adapter"
+        adapter.mkdir(parents=True)
+        (adapter / "adapter_config.json").write_text('{"r": 8}')
+        (adapter / "adapter_model.safetensors").write_bytes(weights)
+        return load_params(repo_root / "params.yaml", overrides=[f"run.out_dir={tmp_path / name}"])
+
+    main, stage = out_dir("main", b"w1"), out_dir("stage", b"w1")
+    step = tmp_path / "main" / "train" / "grpo" / "ckpt" / "step_000001"
+    step.mkdir(parents=True)
+    (step / "manifest.json").write_text("{}")
+    source = run_settings(main, "grpo")
+    write_json(step.parent.parent / "lineage.json", lineage_record(source))
+    branch = lambda p: p.model_copy(update={"train_policy": p.train_policy.model_copy(
+        update={"branch_from": str(step)})})
+    check_branch(str(step), run_settings(branch(stage), "grpo"))  # same weights, other folder: accepted
+    shutil.rmtree(tmp_path / "stage")
+    other = out_dir("stage", b"w2")
+    with pytest.raises(ValueError, match=r"\(llm\.backends\.embedded-0_5b-sft\.lora, warm_start differ"):
+        check_branch(str(step), run_settings(branch(other), "grpo"))  # the refusal names what differs
+    write_json(step.parent.parent / "lineage.json", {"lineage": lineage(source, version=1)})  # an older run
+    check_branch(str(step), run_settings(branch(main), "grpo"))
+    with pytest.raises(ValueError, match="other settings"):  # version 1 keyed the paths: refused as before
+        check_branch(str(step), run_settings(branch(other), "grpo"))
 
 
 def _greedy_engine_and_rollouts(calls: list[str]):
