@@ -115,6 +115,11 @@ class MiddlewareParams(Section):
     cache: bool = Field(default=True, description="Persist deterministic (temperature 0 or seeded) responses.")
 
 
+def lora_paths(lora: str | list[str] | None) -> list[str]:
+    """A backend's ``lora`` field, one adapter or several, as a list."""
+    return [lora] if isinstance(lora, str) else list(lora or [])
+
+
 class BackendParams(Section):
     type: str = Field(description="Backend registry name: openai, gemini, hf, llamacpp, vllm, scripted.")
     model: str = Field(default="", description="Model name sent to the server / loaded.")
@@ -148,6 +153,11 @@ class BackendParams(Section):
         default=False, description="Serve the adapter(s) merged into the weights (Q8_0, built once per adapter "
         "content by components/embedded/lora_merge.py) instead of applying them at run time: faster, for an "
         "adapter fixed for the whole run (evaluation). RL engines swap their adapter and keep it unmerged.")
+
+    @property
+    def adapters(self) -> list[str]:
+        """``lora`` as a list (empty when None)."""
+        return lora_paths(self.lora)
 
     @model_validator(mode="after")
     def _lora_needs_native_server(self) -> BackendParams:

@@ -72,8 +72,7 @@ def seed_params(params: Params, seed: int) -> Params:
     # the folders of the adapters the main job trained (warm starts, rubric generators), so that a stage run
     # pointed at this folder serves the same weights (and may branch from these runs); a variant whose agent
     # needs a missing warm start fails in train_policy, naming the stage to run
-    adapters = sorted({Path(p).relative_to(base).parts[0] for b in params.llm.backends.values()
-                       for p in ([b.lora] if isinstance(b.lora, str) else b.lora or [])
+    adapters = sorted({Path(p).relative_to(base).parts[0] for b in params.llm.backends.values() for p in b.adapters
                        if Path(p).is_relative_to(base) and Path(p).exists()})
     folder.mkdir(parents=True, exist_ok=True)
     for name in inputs + adapters:

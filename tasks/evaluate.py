@@ -62,9 +62,9 @@ def served_adapters(params: Params) -> dict[str, list[str | None]]:
     bound = {b for v in params.llm.roles.values() for b in ([v] if isinstance(v, str) else v)}
     served = {}
     for name in sorted(bound):
-        lora = params.llm.backends[name].lora if name in params.llm.backends else None
-        if lora:
-            served[name] = [adapter_digest(a) for a in ([lora] if isinstance(lora, str) else lora)]
+        adapters = params.llm.backends[name].adapters if name in params.llm.backends else []
+        if adapters:
+            served[name] = [adapter_digest(a) for a in adapters]
     return served
 
 

@@ -36,7 +36,7 @@ from components.evaluation.metrics import exact_match, f1_score
 from components.io import read_json, read_jsonl, write_json
 from components.llm.factory import LLMPool
 from components.methods.variants import VARIANTS, VariantContext, get_variant
-from components.params import Params
+from components.params import Params, lora_paths
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
 from components.training.model import LoRASettings, build_policy
@@ -163,8 +163,8 @@ def lineage_settings(settings: dict, version: int = LINEAGE_VERSION) -> dict:
     shared = {k: v for k, v in settings.items() if k not in ("variant", "branch_from")}
     if version >= 2:
         shared["llm"] = {**shared["llm"], "backends": {
-            name: {**b, "lora": [adapter_digest(p) for p in ([b["lora"]] if isinstance(b["lora"], str) else b["lora"])]}
-            if b.get("lora") else b for name, b in shared["llm"]["backends"].items()}}
+            name: {**b, "lora": [adapter_digest(p) for p in lora_paths(b["lora"])]} if b.get("lora") else b
+            for name, b in shared["llm"]["backends"].items()}}
     return shared
 
 
@@ -232,9 +232,9 @@ def check_branch(branch: str, settings: dict) -> None:
                       "was trained under this run's warm start and settings", stacklevel=2)
         return
     stored = read_json(source)
-    version = stored.get("version", 1)
-    if stored["lineage"] != lineage(settings, version):
-        here = json.loads(json.dumps(lineage_settings(settings, version), default=str))
+    shared = lineage_settings(settings, stored.get("version", 1))
+    if stored["lineage"] != settings_digest(shared):
+        here = json.loads(json.dumps(shared, default=str))
         differ = _differences(stored["settings"], here) if "settings" in stored else []
         what = ", ".join(differ[:6]) if differ else "warm start, data, agent, llm, lora, grpo or the method's section"
         raise ValueError(f"train_policy.branch_from={branch}: that run was trained under other settings than this "

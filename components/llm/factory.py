@@ -67,8 +67,7 @@ class LLMPool:
                     from components.embedded.lora_gguf import ensure_lora_gguf
                     from components.embedded.models import sha256_file
                     from components.embedded.native_server import NativeLlamaServer
-                    adapters = [cfg.lora] if isinstance(cfg.lora, str) else list(cfg.lora or [])
-                    lora = [ensure_lora_gguf(a, cache_dir) for a in adapters]
+                    lora = [ensure_lora_gguf(a, cache_dir) for a in cfg.adapters]
                     if lora:  # the response cache keys on identity: a new adapter must change it
                         sha = sha256_file(lora[0]) if len(lora) == 1 else hashlib.sha256(
                             "+".join(sha256_file(p) for p in lora).encode()).hexdigest()
