@@ -214,6 +214,9 @@ class CollectParams(Section):
     mmr_lambda: float = Field(default=0.5, ge=0, le=1, description="MMR weight on relevance vs diversity.")
     min_valid_judges: int = Field(default=2, ge=1, description="Keep a point only with this many valid rankings.")
     max_depth: int = Field(default=4, ge=1, description="Depth-wise expansion limit per question.")
+    judge_reference: bool = Field(default=False, description=(
+        "Show the council each question's gold answer and hop chain (reference-guided judging). The paper's "
+        "frontier judges rank unaided; small local judges barely agree without it."))
 
 
 class LoRAParams(Section):

@@ -3,6 +3,7 @@ and Borda consensus, from the training questions.
 
     python -m tasks.collect                         # all questions
     python -m tasks.collect --shard 0 --num-shards 4   # one of four shards (run them anywhere)
+    python -m tasks.collect --relabel --set collect.judge_reference=true   # same points, the current council
 
 A shard's questions run concurrently on one event loop, as many at once as the candidate policies' and
 judges' backends have slots (``LLMPool.slots``); each keeps the seed of its index in the question list, so
@@ -11,11 +12,18 @@ outputs/collect/shard-<i>-of-<n>/points.jsonl and the question to done.jsonl; a 
 questions and discards any points of unfinished ones. When every shard is done, the kept points are merged into
 outputs/collect/branching_points.parquet and outputs/collect/metrics.json (kept/dropped by reason, judge
 validity per judge, mean pairwise Kendall tau, slate diversity, label distributions).
+
+``--relabel`` asks the current council (judges, ``judge_reference``) to rank again every slate a finished
+shard already holds, with the seeds ``collect`` used, and merges as usual. Candidate pools, slates and
+prefixes are kept, so the costly sampling is not redone; prefixes still follow the old council's winners.
+It appends to relabelled.jsonl (resumable) and, once every point is done, moves the old points to
+points.before_relabel.jsonl and the new ones into points.jsonl.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,6 +101,50 @@ def merge(params: Params, num_shards: int) -> tuple[bool, str | None, dict[str, 
     return True, str(dataset), metrics
 
 
+async def _relabel_all(collector: BranchingCollector, todo: list[BranchingPoint], questions: list[Question],
+                       base_seed: int, in_flight: int, finished: Callable[[BranchingPoint], None]) -> None:
+    slots = asyncio.Semaphore(in_flight)
+    by_id = {q.id: (i, q) for i, q in enumerate(questions)}
+
+    async def one(point: BranchingPoint) -> None:
+        i, question = by_id[point.question_id]
+        async with slots:
+            finished(await collector.relabel(point, question, base_seed + 7919 * i))
+
+    await asyncio.gather(*(one(p) for p in todo))
+
+
+def relabel_shard(params: Params, pool: LLMPool, shard: int, num_shards: int) -> None:
+    """Judge a finished shard's points again with the current council (see the module docstring)."""
+    folder = shard_dir(params, shard, num_shards)
+    questions = _questions(params)
+    mine = {q.id for i, q in enumerate(questions) if i % num_shards == shard}
+    done = _resume(folder)
+    if not mine <= done:
+        raise ValueError(f"{folder}: relabel needs a finished shard; {len(mine - done)} of its questions are not "
+                         f"in done.jsonl (run collect first)")
+    points = read_jsonl(folder / "points.jsonl", BranchingPoint)
+    out_file = folder / "relabelled.jsonl"
+    key = lambda p: (p.question_id, p.depth)
+    have = {key(p) for p in read_jsonl(out_file, BranchingPoint, skip_torn_tail=True)} if out_file.exists() else set()
+    todo = [p for p in points if key(p) not in have]
+    agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
+    collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
+                                   params.collect, seed=params.seed)
+    with JsonlAppender(out_file) as out, tqdm(total=len(todo), desc=f"relabel shard {shard}/{num_shards}") as bar:
+        def finished(point: BranchingPoint) -> None:
+            out.append(point)
+            bar.update()
+
+        asyncio.run(_relabel_all(collector, todo, questions, params.seed, pool.slots("council_judges"), finished))
+    relabelled = {key(p): p for p in read_jsonl(out_file, BranchingPoint, skip_torn_tail=True)}
+    if set(relabelled) != {key(p) for p in points}:
+        raise RuntimeError(f"{out_file}: relabelled points do not match {folder / 'points.jsonl'}")
+    shutil.copyfile(folder / "points.jsonl", folder / "points.before_relabel.jsonl")
+    write_jsonl(folder / "points.jsonl", [relabelled[key(p)] for p in points])  # in the order collect wrote them
+    out_file.unlink()
+
+
 def _questions(params: Params) -> list[Question]:
     return read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.collect.n_questions]
 
@@ -119,7 +171,7 @@ async def _expand_all(collector: BranchingCollector, todo: list[tuple[int, Quest
 
 @task(name="collect")
 def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, parent_run_id: str | None = None,
-            pool: LLMPool | None = None) -> CollectResult:
+            pool: LLMPool | None = None, relabel: bool = False) -> CollectResult:
     params = resolve(params)
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not in [0, {num_shards})")
@@ -130,10 +182,12 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
     own_pool = pool is None
     pool = pool or LLMPool(params)
     try:
+        if relabel:
+            relabel_shard(params, pool, shard, num_shards)
         agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
         collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
                                        params.collect, seed=params.seed)
-        todo = [(i, q) for i, q in mine if q.id not in done]
+        todo = [] if relabel else [(i, q) for i, q in mine if q.id not in done]
         with JsonlAppender(folder / "points.jsonl") as points_out, JsonlAppender(folder / "done.jsonl") as done_out, \
                 tqdm(total=len(todo), desc=f"collect shard {shard}/{num_shards}") as progress:
 
@@ -165,8 +219,9 @@ def main() -> None:
     parser = stage_argparser(__doc__)
     parser.add_argument("--shard", type=int, default=0)
     parser.add_argument("--num-shards", type=int, default=1)
+    parser.add_argument("--relabel", action="store_true", help="rank the shard's existing slates again")
     args = parser.parse_args()
-    result = collect.fn(params_from_args(args), shard=args.shard, num_shards=args.num_shards)
+    result = collect.fn(params_from_args(args), shard=args.shard, num_shards=args.num_shards, relabel=args.relabel)
     print(result.model_dump_json(indent=2))
 
 

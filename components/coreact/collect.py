@@ -5,7 +5,8 @@ For one question, starting from the empty prefix, at each depth:
    each), parsed into normalised actions; unparseable samples and failed calls are counted, not kept;
 2. de-duplicate and pick a slate of k actions by MMR with BM25 similarity (``components.coreact.slates``);
 3. ask the council: each judge sees its own random permutation under neutral labels, rankings are
-   aggregated by Borda over the valid votes (``components.judges.council``);
+   aggregated by Borda over the valid votes (``components.judges.council``); with
+   ``judge_reference`` every judge also sees the gold answer and hop chain;
 4. commit the consensus top action, run its tool, and go one level deeper.
 
 Every point is recorded; only kept ones train the rubric generator. A point is dropped when
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 
 from components.agents.parsing import parse_turn
 from components.agents.react import EpisodeState, Proposal, ReActAgent
-from components.judges.council import judge_slate, render_prefix
+from components.coreact.slates import select_slate, slate_context
+from components.judges.council import judge_slate, reference_notes, render_prefix
 from components.llm.base import ChatModel, Sampling
 from components.params import CollectParams
 from components.schemas import BranchingPoint, Candidate, Question
-from components.coreact.slates import select_slate, slate_context
 
 
 @dataclass
@@ -79,6 +80,31 @@ class BranchingCollector:
                                       temperature=temperature, sample_index=j))
         return pool
 
+    async def judge(self, point: BranchingPoint, question: Question, seed: int) -> None:
+        """Ask the council about ``point``'s slate and set its votes, Borda scores, consensus and whether it is
+        kept; ``seed`` draws the judges' permutations. Used when expanding and when relabelling a point."""
+        s = self.settings
+        outcome = await judge_slate(self.judges, question.question, render_prefix(point.prefix),
+                                    [point.candidates[i].action for i in point.slate], rng_seed=seed,
+                                    min_valid=s.min_valid_judges, sampling=self.judge_sampling,
+                                    reference=reference_notes(question) if s.judge_reference else None)
+        point.votes, point.borda_scores = outcome.votes, list(outcome.scores)
+        point.consensus, point.kept, point.drop_reason = [], True, None
+        if not outcome.kept:
+            point.kept, point.drop_reason = False, "too_few_valid_judges"
+            return
+        point.consensus = list(outcome.consensus)
+        if point.candidates[point.slate[point.consensus[0]]].action.startswith("finish["):
+            point.kept, point.drop_reason = False, "final_answer"
+
+    async def relabel(self, point: BranchingPoint, question: Question, question_seed: int) -> BranchingPoint:
+        """``point`` judged again by this collector's council, with the seed ``expand`` gives its depth.
+        Prefixes, pools, slates and the committed action stay as collected: only the labels change."""
+        point = point.model_copy(deep=True)
+        if point.slate:
+            await self.judge(point, question, question_seed + 1009 * point.depth)
+        return point
+
     async def expand(self, question: Question, question_seed: int) -> QuestionResult:
         s = self.settings
         result = QuestionResult(question.id)
@@ -103,17 +129,9 @@ class BranchingCollector:
                 point.kept, point.drop_reason = False, "too_few_distinct"
             else:
                 point.slate = list(selection.indices)
-                outcome = await judge_slate(self.judges, question.question, render_prefix(state.steps),
-                                            [pool[i].action for i in point.slate], rng_seed=seed,
-                                            min_valid=s.min_valid_judges, sampling=self.judge_sampling)
-                point.votes, point.borda_scores = outcome.votes, list(outcome.scores)
-                if not outcome.kept:
-                    point.kept, point.drop_reason = False, "too_few_valid_judges"
-                else:
-                    point.consensus = list(outcome.consensus)
+                await self.judge(point, question, seed)
+                if point.consensus:
                     committed = point.slate[point.consensus[0]]
-                    if pool[committed].action.startswith("finish["):
-                        point.kept, point.drop_reason = False, "final_answer"
             point.committed = committed
             result.points.append(point)
             if point.drop_reason == "final_answer":

@@ -31,7 +31,7 @@ from scipy.stats import kendalltau
 
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import json_objects
-from components.schemas import JudgeVote, Step
+from components.schemas import JudgeVote, Question, Step
 
 BASE_LABELS = ["X", "Y", "Z", "W"] + [c for c in "VUTSRQPONMLKJIHGFEDCBA"]
 
@@ -80,13 +80,31 @@ def render_prefix(steps: Sequence[Step], max_observation_chars: int = 600) -> st
     return "\n".join(lines)
 
 
-def build_messages(question: str, prefix_text: str, shown: Sequence[tuple[str, str]]) -> list[Message]:
-    """The listwise ranking prompt; ``shown`` is (label, action) in the order the judge sees them."""
+def reference_notes(question: Question) -> str:
+    """The gold answer and, when the question has one, its hop chain: what a reference-guided judge is
+    shown (``collect.judge_reference``). The agent and the rubric generator never see it."""
+    answer = f'The correct answer is "{question.answers[0]}".'
+    if not question.gold_chain:
+        return answer
+    hops = "\n".join(f"{i}. {hop.question} -> {hop.answer}" for i, hop in enumerate(question.gold_chain, 1))
+    return f"{answer} It follows from these facts, found in this order:\n{hops}"
+
+
+def build_messages(question: str, prefix_text: str, shown: Sequence[tuple[str, str]],
+                   reference: str | None = None) -> list[Message]:
+    """The listwise ranking prompt; ``shown`` is (label, action) in the order the judge sees them.
+    ``reference`` (see ``reference_notes``) adds what the judge may use but the agent has not seen."""
     labels = [lab for lab, _ in shown]
     candidates = "\n".join(f"[{lab}] {' '.join(action.split())}" for lab, action in shown)
     history = prefix_text.strip() or "(nothing yet: this is the first step)"
+    notes = (
+        f"Reference notes, for you only (the agent has not seen them):\n{reference.strip()}\n"
+        "Use them to tell which step gets the agent closer to the next fact it is missing; a final answer "
+        "that disagrees with the reference is a bad step.\n\n"
+    ) if reference else ""
     user = (
         f"Question:\n{question}\n\n"
+        f"{notes}"
         f"What the agent has done so far:\n{history}\n\n"
         f"Candidate next actions (the labels are arbitrary and say nothing about quality):\n{candidates}\n\n"
         f"Rank all {len(labels)} candidates from the most useful next step to the least useful. "
@@ -255,16 +273,17 @@ class CouncilOutcome(NamedTuple):
 
 async def judge_slate(
     judges: Sequence[ChatModel], question: str, prefix_text: str, slate_actions: Sequence[str],
-    rng_seed: int, min_valid: int = 2, sampling: Sampling | None = None,
+    rng_seed: int, min_valid: int = 2, sampling: Sampling | None = None, reference: str | None = None,
 ) -> CouncilOutcome:
-    """Ask every judge concurrently; Borda over the valid votes; keep only with ``min_valid`` of them."""
+    """Ask every judge concurrently; Borda over the valid votes; keep only with ``min_valid`` of them.
+    ``reference`` goes into every judge's prompt (reference-guided judging; None: the paper's council)."""
     k = len(slate_actions)
     labels = neutral_labels(k)
     perms = permutations_for(len(judges), k, rng_seed)
     base = sampling or Sampling(temperature=0.0, max_tokens=512)
     sampling = base.model_copy(update={"json_schema": ranking_schema(labels)})
     prompts = [
-        build_messages(question, prefix_text, [(labels[j], slate_actions[p]) for j, p in enumerate(perm)])
+        build_messages(question, prefix_text, [(labels[j], slate_actions[p]) for j, p in enumerate(perm)], reference)
         for perm in perms
     ]
     outcomes = await asyncio.gather(*(_ask(j, m, sampling) for j, m in zip(judges, prompts, strict=True)))

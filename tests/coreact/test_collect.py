@@ -4,6 +4,7 @@ import asyncio
 import json
 import re
 
+import pytest
 
 from components.agents.react import ReActAgent
 from components.coreact.collect import BranchingCollector
@@ -12,7 +13,7 @@ from components.judges.council import judge_slate
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.middleware import ReliableChatModel
 from components.params import AgentParams, CollectParams, MiddlewareParams
-from components.schemas import Question, ToolCall
+from components.schemas import Question, SubQuestion, ToolCall
 
 Q = Question(id="q1", question="Where was the director of Nightfall Harbor born?", answers=["Kestrow"],
              source="world")
@@ -38,7 +39,7 @@ def policy(actions_by_depth):
 
 
 def shown_actions(messages):
-    return dict(re.findall(r"^\[([A-Z])\] (.+)$", messages[1].content, flags=re.M))
+    return dict(re.findall(r"^\[([A-Z])\] (.+)$", messages[1].content, flags=re.MULTILINE))
 
 
 def preferring(word):
@@ -81,6 +82,45 @@ def test_consensus_top_action_is_committed_depth_by_depth():
     assert all(len(p.slate) == 4 for p in result.points if p.kept)
     assert {c.model for c in result.points[0].candidates} == {"cand[0]", "cand[1]"}
     assert {c.temperature for c in result.points[0].candidates} == {0.4, 1.0}
+
+
+def guided(seen):
+    """A judge that prefers candidates naming a fact from its reference notes (hop answers after '->');
+    with no notes it ranks in label order. ``seen`` collects whether each prompt carried notes."""
+    def respond(messages, sampling):
+        prompt = messages[1].content
+        seen.append("Reference notes" in prompt)
+        facts = re.findall(r"-> (.+)$", prompt, flags=re.MULTILINE)
+        shown = shown_actions(messages)
+        display = list(shown)
+        order = sorted(shown, key=lambda lab: (not any(f in shown[lab] for f in facts), display.index(lab)))
+        return json.dumps({"rationale": "r", "ranking": order})
+    return respond
+
+
+@pytest.mark.parametrize("reference", [True, False])
+def test_reference_guided_council_sees_the_gold_chain_and_the_agent_does_not(reference):
+    gold = Q.model_copy(update={"gold_chain": [
+        SubQuestion(question="Who directed Nightfall Harbor?", answer="Ossian Threll"),
+        SubQuestion(question="Where was Ossian Threll born?", answer="Kestrow")]})
+    policy_prompts = []
+
+    def recording(messages, sampling):
+        policy_prompts.append(" ".join(m.content for m in messages))
+        return policy(DEPTHS)(messages, sampling)
+
+    seen = []
+    pols = [wrap(ScriptedChatModel(recording, name="p"), "cand[0]")]
+    judges = [wrap(ScriptedChatModel(guided(seen)), f"j{i}") for i in range(2)]
+    result = asyncio.run(collector(pols, judges, judge_reference=reference, samples_per_temperature=3).expand(gold, 11))
+    assert seen and all(s is reference for s in seen)
+    assert not any("Reference notes" in p or "Ossian Threll ->" in p for p in policy_prompts)
+    if reference:  # both judges put the one candidate naming a gold fact first, so the consensus does too
+        for point in result.points:
+            slate = [point.candidates[i].action for i in point.slate]
+            if "search[Kestrow]" in slate:
+                assert slate[point.consensus[0]] == "search[Kestrow]"
+        assert any("search[Kestrow]" in [p.candidates[i].action for i in p.slate] for p in result.points)
 
 
 def test_final_answer_winner_drops_the_point_and_stops():
@@ -134,9 +174,9 @@ def test_judge_position_bias_is_detected_and_controlled_by_permutation(monkeypat
     slate. With the permutation switched off, the first candidate would always win."""
     from scipy.stats import chisquare
 
-    import components.judges.council as council
+    from components.judges import council
 
-    biased = lambda messages, sampling: json.dumps({"rationale": "first is best",  # noqa: E731
+    biased = lambda messages, sampling: json.dumps({"rationale": "first is best",
                                                     "ranking": list(shown_actions(messages))})
     judges = [wrap(ScriptedChatModel(biased), f"j{i}") for i in range(3)]
     slate = ["search[a]", "search[b]", "search[c]", "search[d]"]
@@ -156,7 +196,7 @@ def test_judge_position_bias_is_detected_and_controlled_by_permutation(monkeypat
 
 def test_unbiased_judges_give_uniform_winner_labels():
     """Judges that rank by content (alphabetical action) ignore position: the winner's label is uniform."""
-    by_content = lambda messages, sampling: json.dumps({"rationale": "content",  # noqa: E731
+    by_content = lambda messages, sampling: json.dumps({"rationale": "content",
         "ranking": sorted(shown_actions(messages), key=lambda lab: shown_actions(messages)[lab])})
     judges = [wrap(ScriptedChatModel(by_content), f"j{i}") for i in range(3)]
     m = summarize(_council_runs(judges, ["search[a]", "search[b]", "search[c]", "search[d]"], 400))

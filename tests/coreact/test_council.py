@@ -20,11 +20,12 @@ from components.judges.council import (
     parse_ranking,
     permutations_for,
     ranking_schema,
+    reference_notes,
     vote_from_reply,
 )
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatResult, PermanentLLMError, TransientLLMError
-from components.schemas import JudgeVote
+from components.schemas import JudgeVote, Question, SubQuestion
 
 LABELS = ["X", "Y", "Z", "W"]
 SLATE = ["search[Nightfall Harbor]", "search[Mara Quill birthplace]", "browse[d3]", "answer[Vantor]"]
@@ -60,6 +61,21 @@ def test_schema_demands_a_full_ranking_of_the_labels():
 def _shown(messages):
     """(label, action) pairs in the order the prompt lists them."""
     return re.findall(r"^\[([A-Z])\] (.+)$", messages[-1].content, flags=re.MULTILINE)
+
+
+def test_reference_notes_carry_the_answer_and_hops_in_order_and_only_when_given():
+    q = Question(id="q", question="Where was the director of Nightfall Harbor born?", answers=["Kestrow", "K."],
+                 source="world")
+    assert reference_notes(q) == 'The correct answer is "Kestrow".'
+    q.gold_chain = [SubQuestion(question="Who directed Nightfall Harbor?", answer="Mara Quill"),
+                    SubQuestion(question="Where was Mara Quill born?", answer="Kestrow")]
+    notes = reference_notes(q)
+    assert notes.index("1. Who directed Nightfall Harbor? -> Mara Quill") < notes.index(
+        "2. Where was Mara Quill born? -> Kestrow")
+    shown = [(LABELS[j], SLATE[j]) for j in range(4)]
+    guided, plain = build_messages(q.question, "", shown, notes)[-1].content, build_messages(q.question, "", shown)[-1].content
+    assert notes in guided and "Kestrow" not in plain and "Reference" not in plain
+    assert _shown(build_messages(q.question, "", shown, notes)) == _shown(build_messages(q.question, "", shown))
 
 
 @pytest.mark.parametrize("perm", list(itertools.permutations(range(4))))

@@ -32,7 +32,7 @@ def params(prepared_params):
     )
 
 
-def scripted_world(params, crash_after=None):
+def scripted_world(params, crash_after=None, gold_first=True):
     questions = {q.question: q for q in read_jsonl(f"{params.run.out_dir}/data/train.jsonl", Question)}
     calls = {"n": 0}
 
@@ -44,8 +44,8 @@ def scripted_world(params, crash_after=None):
             shown = dict(re.findall(r"^\[([A-Z])\] (.+)$", messages[1].content, flags=re.MULTILINE))
             q = next(q for text, q in questions.items() if text in messages[1].content)
             gold = set(gold_search_queries(q))
-            order = sorted(shown, key=lambda lab: (re.sub(r"^search\[(.*)\]$", r"\1", shown[lab]) not in gold,
-                                                   list(shown).index(lab)))
+            order = sorted(shown, key=lambda lab: ((re.sub(r"^search\[(.*)\]$", r"\1", shown[lab]) in gold)
+                                                   is not gold_first, list(shown).index(lab)))
             return json.dumps({"rationale": "gold first", "ranking": order})
         q = questions[question_of(messages)]
         depth = depth_of(messages)
@@ -57,9 +57,9 @@ def scripted_world(params, crash_after=None):
     return ScriptedChatModel(respond)
 
 
-def run(params, model, shard=0, num_shards=1):
+def run(params, model, shard=0, num_shards=1, relabel=False):
     with LLMPool(params, overrides={"embedded-0_5b": model, "embedded-1_5b": model}) as pool:
-        return collect.fn(params, shard=shard, num_shards=num_shards, pool=pool)
+        return collect.fn(params, shard=shard, num_shards=num_shards, pool=pool, relabel=relabel)
 
 
 def test_two_shards_resume_and_merge(params):
@@ -137,3 +137,37 @@ def test_questions_run_concurrently_and_the_result_ignores_completion_order(para
         outputs.append((points, read_json(f"{params.run.out_dir}/collect/metrics.json")))
     assert finish_orders[0] != finish_orders[1]
     assert outputs[0][0] and outputs[0] == outputs[1]
+
+
+def test_relabel_ranks_the_same_slates_again_and_resumes_after_a_crash(params):
+    run(params, scripted_world(params))
+    folder = shard_dir(params, 0, 1)
+    collected = [without_timings(p.model_dump()) for p in read_jsonl(folder / "points.jsonl", BranchingPoint)]
+    # the same council with the seeds collect used: every vote comes out the same
+    run(params, scripted_world(params), relabel=True)
+    assert [without_timings(p.model_dump()) for p in read_jsonl(folder / "points.jsonl", BranchingPoint)] == collected
+    # a council that puts gold queries last; it crashes after three calls, and a re-run finishes the rest
+    with pytest.raises(SimulatedCrash):
+        run(params, scripted_world(params, crash_after=3, gold_first=False), relabel=True)
+    assert 0 < len(read_jsonl(folder / "relabelled.jsonl", BranchingPoint, skip_torn_tail=True)) < len(collected)
+    result = run(params, scripted_world(params, gold_first=False), relabel=True)
+    assert not (folder / "relabelled.jsonl").exists()
+    assert [without_timings(p.model_dump()) for p in read_jsonl(folder / "points.before_relabel.jsonl",
+                                                                 BranchingPoint)] == collected
+    after = read_jsonl(folder / "points.jsonl", BranchingPoint)
+    questions = {q.id: q for q in read_jsonl(f"{params.run.out_dir}/data/train.jsonl", Question)}
+    assert len(after) == len(collected)
+    flipped = 0
+    for old, new in zip(collected, after, strict=True):
+        assert (new.question_id, new.depth, new.committed, new.slate) == (old["question_id"], old["depth"],
+                                                                            old["committed"], old["slate"])
+        assert [c.action for c in new.candidates] == [c["action"] for c in old["candidates"]]
+        assert [s.action for s in new.prefix] == [s["action"] for s in old["prefix"]]
+        gold = {f"search[{g}]" for g in gold_search_queries(questions[new.question_id])}
+        slate = [new.candidates[i].action for i in new.slate]
+        if new.consensus and any(a in gold for a in slate) and not all(a in gold for a in slate):
+            assert slate[new.consensus[0]] not in gold
+            flipped += 1
+    assert flipped >= 2
+    by_key = lambda p: (p.question_id, p.depth)
+    assert read_parquet(result.dataset, BranchingPoint) == sorted((p for p in after if p.kept), key=by_key)
