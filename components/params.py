@@ -410,6 +410,9 @@ class RubricEMParams(Section):
     reflection_candidates: int = Field(default=8, ge=1, description="m: reflection candidates per sampled trajectory.")
     reflection_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of reflections.")
     reflection_max_tokens: int = Field(default=512, ge=16, description="Completion tokens of a reflection.")
+    reflection_observation_chars: int | None = Field(
+        default=None, ge=20, description="Characters of each tool output in the attempt a reflection is asked about "
+        "(teacher rows, SFT rows and training alike); None: whole.")
     reflection_weights: dict[str, float] = Field(
         default_factory=lambda: {"diagnostic_accuracy": 0.4, "specificity": 0.3, "scope": 0.3},
         description="Reflection judge: weights of its three dimensions (D.6.2).")

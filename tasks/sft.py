@@ -67,7 +67,8 @@ def reflection_examples(params: Params, method: str, tokenizer, render) -> tuple
     """The sft_data stage's reflection rows as examples, and how many were left out for being longer than
     ``sft.max_length`` (cut at the right, the reflection would lose its closing block)."""
     path = warm_start_folder(params, "sft_data", method) / REFLECTIONS_FILE
-    examples = [build_sft_example(reflection_sft_row(r, render), tokenizer)
+    chars = params.rubricem.reflection_observation_chars
+    examples = [build_sft_example(reflection_sft_row(r, render, chars), tokenizer)
                 for r in (read_jsonl(path, ReflectionRow) if path.exists() else [])]
     fits = [e for e in examples if len(e.input_ids) <= params.sft.max_length]
     return fits, len(examples) - len(fits)

@@ -169,7 +169,8 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
                 reflections, reflection_rejections = asyncio.run(teacher_reflections(
                     pool.role("teacher"), attempts, n=n_reflections, samples=s.samples_per_question,
                     temperature=s.teacher_temperature, seed=params.seed,
-                    max_tokens=params.rubricem.reflection_max_tokens))
+                    max_tokens=params.rubricem.reflection_max_tokens,
+                    observation_chars=params.rubricem.reflection_observation_chars))
             llm_metrics = pool.accounting.metrics()
         finally:
             if own_pool:

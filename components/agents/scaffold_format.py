@@ -114,6 +114,22 @@ def tool_output(observation: str) -> str:
     return f"\n<tool_output>\n{observation}\n</tool_output>\n"
 
 
+_TOOL_OUTPUT = re.compile(r"(<tool_output>\n?)(.*?)(\n?</tool_output>)", re.DOTALL)
+
+
+def clip_tool_outputs(text: str, chars: int | None) -> str:
+    """``text`` (see :func:`trajectory_text`) with each ``<tool_output>`` cut to ``chars`` characters and marked
+    ``[...]``; None leaves it whole."""
+    if chars is None:
+        return text
+
+    def cut(m: re.Match) -> str:
+        body = m.group(2)
+        return m.group(0) if len(body) <= chars else f"{m.group(1)}{body[:chars].rstrip()} [...]{m.group(3)}"
+
+    return _TOOL_OUTPUT.sub(cut, text)
+
+
 def trajectory_text(trajectory: Trajectory) -> str:
     """The episode as one text: each turn as the policy wrote it, each observation in ``<tool_output>``."""
     return "".join(s.raw + (tool_output(s.observation) if s.final_answer is None and s.observation else "")

@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from components.agents.scaffold_format import clip_tool_outputs
 from components.evaluation.metrics import normalize_answer
 from components.judges.stagewise import ask, parse_reply
 from components.llm.base import ChatModel, Message, Sampling
@@ -112,11 +113,14 @@ def render_draft(draft: ReflectionDraft) -> str:
             f"<reflection_takeaways>\n{lessons}\n</reflection_takeaways>")
 
 
-def reflection_messages(question: Question, trajectory: str, *, example: bool = True) -> list[Message]:
+def reflection_messages(question: Question, trajectory: str, *, example: bool = True,
+                        observation_chars: int | None = None) -> list[Message]:
     """The prompt the shared backbone answers with a reflection candidate (``example=False``: the instructions
-    without the worked example)."""
+    without the worked example). ``observation_chars`` cuts each tool output of the attempt (None: whole), so
+    that the prompt and its reflection fit the meta-policy's context and SFT rows."""
+    attempt = clip_tool_outputs(trajectory, observation_chars).strip()
     return [Message(role="system", content=POLICY_SYSTEM if example else INSTRUCTIONS),
-            Message(role="user", content=f"Question: {question.question}\n\nThe attempt:\n{trajectory.strip()}\n\n"
+            Message(role="user", content=f"Question: {question.question}\n\nThe attempt:\n{attempt}\n\n"
                                          "Write the two blocks.")]
 
 

@@ -146,8 +146,10 @@ def _feedback(episode: Episode, score_row: torch.Tensor) -> str:
 
 class ReflectionBranch:
     def __init__(self, judge: ReflectionJudge, bank: RubricBank, *, candidates: int = 8, temperature: float = 0.7,
-                 max_tokens: int = 512, reflect_on_repeat: bool = False, defer: bool = True, seed: int = 0):
+                 max_tokens: int = 512, reflect_on_repeat: bool = False, defer: bool = True, seed: int = 0,
+                 observation_chars: int | None = None):
         self.judge, self.bank, self.m = judge, bank, candidates
+        self.observation_chars = observation_chars
         self.temperature, self.max_tokens = temperature, max_tokens
         self.reflect_on_repeat, self.defer, self.seed = reflect_on_repeat, defer, seed
         self.pending: Future | None = None
@@ -170,7 +172,8 @@ class ReflectionBranch:
                 continue
             pick = random.Random(f"{self.seed}/{ctx.step}/{group}").choice(idx)
             text = trajectory_text(episodes[pick].info["trajectory"])
-            prompt = list(tokenizer.encode(render(reflection_messages(question, text), True), add_special_tokens=False))
+            messages = reflection_messages(question, text, observation_chars=self.observation_chars)
+            prompt = list(tokenizer.encode(render(messages, True), add_special_tokens=False))
             jobs.append(ReflectionJob(question, text, _feedback(episodes[pick], scores[pick]), prompt, [],
                                       final_answer=episodes[pick].info["trajectory"].final_answer))
         if jobs:
@@ -368,7 +371,7 @@ def _build(ctx: VariantContext, *, stagewise: bool, meta: bool) -> VariantParts:
             ReflectionJudge(ctx.roles(p.reflection_judge_role), p.reflection_weights, max_tokens=p.judge_max_tokens),
             bank, candidates=p.reflection_candidates, temperature=p.reflection_temperature,
             max_tokens=p.reflection_max_tokens, reflect_on_repeat=p.reflect_on_repeat, defer=p.defer_reflection,
-            seed=ctx.params.seed)
+            seed=ctx.params.seed, observation_chars=p.reflection_observation_chars)
         options["guidance"] = BankGuidance(bank)
     method = RubricEMState(judge, bank, reflection, bank_dir=ctx.out_dir / "bank", save_every=p.bank_save_every)
     order = None

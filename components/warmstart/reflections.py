@@ -62,7 +62,7 @@ class ReflectionRow(BaseModel):
     """One SFT row of the meta-policy: the attempt as the policy is shown it, and the reflection it learns to write."""
 
     question: Question
-    attempt: str = Field(description="trajectory_text of the attempt reflected on")
+    attempt: str = Field(description="trajectory_text of the attempt reflected on, tool outputs whole")
     reflection: str = Field(description="the kept reflection, both blocks, as the teacher wrote it")
     source: str = Field(description="where the attempt came from: oracle | teacher")
     attempt_correct: bool
@@ -81,10 +81,10 @@ def _withheld(trajectory: Trajectory, question: Question) -> list[str]:
 
 
 async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Question, source: str, index: int, *,
-                   samples: int, temperature: float, seed: int,
-                   max_tokens: int) -> tuple[ReflectionRow | None, list[ReflectionRejection]]:
+                   samples: int, temperature: float, seed: int, max_tokens: int,
+                   observation_chars: int | None) -> tuple[ReflectionRow | None, list[ReflectionRejection]]:
     attempt = trajectory_text(trajectory)
-    system, prompt = reflection_messages(question, attempt, example=False)
+    system, prompt = reflection_messages(question, attempt, example=False, observation_chars=observation_chars)
     messages = [system, prompt.model_copy(update={"content": f"{prompt.content} {DRAFT_REQUEST}"})]
     schema = json_schema_of(ReflectionDraft)
     rejected: list[ReflectionRejection] = []
@@ -118,7 +118,7 @@ async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Questio
 
 async def teacher_reflections(
     teacher: ChatModel, attempts: Sequence[tuple[Trajectory, Question, str]], *, n: int, samples: int,
-    temperature: float, seed: int, max_tokens: int,
+    temperature: float, seed: int, max_tokens: int, observation_chars: int | None = None,
 ) -> tuple[list[ReflectionRow], list[ReflectionRejection]]:
     """Reflections on ``n`` of the ``(trajectory, question, source)`` attempts, drawn with ``seed`` (all of them
     when there are fewer), at most one per attempt, in draw order; and every rejected sample. The middleware
@@ -127,12 +127,15 @@ async def teacher_reflections(
         return [], []
     drawn = random.Random(seed).sample(range(len(attempts)), min(n, len(attempts)))
     results = await asyncio.gather(*(
-        _reflect(teacher, *attempts[i], i, samples=samples, temperature=temperature, seed=seed, max_tokens=max_tokens)
+        _reflect(teacher, *attempts[i], i, samples=samples, temperature=temperature, seed=seed, max_tokens=max_tokens,
+                 observation_chars=observation_chars)
         for i in drawn))
     rows = [row for row, _ in results if row is not None]
     return rows, [r for _, rejected in results for r in rejected]
 
 
-def reflection_sft_row(row: ReflectionRow, render: Renderer) -> list[tuple[str, bool]]:
-    """The row's SFT segments: the meta-policy's prompt (not trained), then the reflection (trained)."""
-    return reply_row(reflection_messages(row.question, row.attempt), row.reflection, render)
+def reflection_sft_row(row: ReflectionRow, render: Renderer, observation_chars: int | None = None) -> list[tuple[str, bool]]:
+    """The row's SFT segments: the meta-policy's prompt (not trained), then the reflection (trained). ``attempt``
+    is stored whole; ``observation_chars`` cuts its tool outputs as training will (``reflection_messages``)."""
+    return reply_row(reflection_messages(row.question, row.attempt, observation_chars=observation_chars),
+                     row.reflection, render)

@@ -127,6 +127,7 @@ class Engine:
 
     def generate(self, prompts, sampling):
         self.calls.append((len(prompts), sampling))
+        self.prompts = ["".join(map(chr, p)) for p in prompts]
         out = []
         for p in prompts:
             text = self.replies.pop(0)
@@ -193,6 +194,22 @@ def test_a_candidate_naming_its_trajectorys_answer_never_reaches_the_bank():
     assert "Kestrow Mill" not in bank.exact(QA.question).takeaways
     prompt = br.judge.judge.requests[0][0][-1].content
     assert "Kestrow Mill" not in prompt.split("--- Reflection 1 ---", 1)[1]  # the judge sees only the valid one
+
+
+def test_the_meta_policy_is_shown_each_tool_output_cut_to_observation_chars():
+    episodes = step_episodes([QA], per_group=1)
+    observations = [s.observation for s in episodes[0].info["trajectory"].steps if s.observation]
+    assert observations and min(map(len, observations)) > 12
+    prompts = {}
+    for chars in (None, 12):
+        br, _ = branch([ratings((1, (1, 1, 1), (1, 1, 1)))], defer=False)
+        br.observation_chars = chars
+        trainer = Trainer(Engine([GOOD, GOOD]))
+        br.step_end(trainer, StepContext(step=1, groups=[0]), episodes, torch.tensor([[0.5]]))
+        prompts[chars] = trainer.engine.prompts[0]
+    assert all(o in prompts[None] for o in observations)
+    for o in observations:
+        assert o not in prompts[12] and o[:12].rstrip() + " [...]" in prompts[12]
 
 
 def test_deferred_reflection_update_lands_one_step_later():

@@ -2,6 +2,7 @@
 the agent on the ReAct seams, stage-tagged token segments, the validator and the SFT rejection reasons."""
 
 import asyncio
+import re
 
 import pytest
 
@@ -12,6 +13,7 @@ from components.agents.scaffold_format import (
     PLAN,
     RESEARCH,
     REVIEW,
+    clip_tool_outputs,
     complete_reply,
     parse_scaffold_turn,
     scaffold_problems,
@@ -74,6 +76,22 @@ def test_well_formed_episode_splits_into_the_four_stages():
     first = policy.requests[0][0]
     assert first[0].role == "system" and "<structured_plan>" in first[0].content
     assert "Question: Which river" in first[1].content
+
+
+def test_clipping_tool_outputs_cuts_only_the_observations_and_keeps_the_stages():
+    traj, _ = run([TURN1, TURN2, TURN3])
+    text = trajectory_text(traj)
+    clipped = clip_tool_outputs(text, 20)
+    assert clip_tool_outputs(text, None) == text and clip_tool_outputs(text, 10_000) == text
+    outputs = re.findall(r"<tool_output>\n(.*?)\n</tool_output>", clipped, re.DOTALL)
+    whole = re.findall(r"<tool_output>\n(.*?)\n</tool_output>", text, re.DOTALL)
+    assert len(outputs) == len(whole) == 2
+    for cut, full in zip(outputs, whole, strict=True):
+        assert cut == full[:20].rstrip() + " [...]"
+    # everything the policy wrote is still there, so the stage split is unchanged outside the research block
+    assert re.sub(r"<tool_output>.*?</tool_output>", "", clipped, flags=re.DOTALL) == re.sub(
+        r"<tool_output>.*?</tool_output>", "", text, flags=re.DOTALL)
+    assert split_stages(clipped).blocks["plan"] == split_stages(text).blocks["plan"]
 
 
 def test_reply_spans_compose_into_the_trajectory_split():

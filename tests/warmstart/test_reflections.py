@@ -130,3 +130,11 @@ def test_sft_row_trains_only_the_reflection_and_its_end_of_turn():
     assert trajectory_text(traj).strip() in prompt and prompt.endswith("<|assistant|>")
     assert reply == VALID + "<|end|>"
     assert parse_reflection(reply.removesuffix("<|end|>"), ["Falelle Tamgard", "Torys Varworth"]).valid
+    # with observation_chars the prompt shows each tool output cut, as training will; the row keeps it whole
+    long_traj = traj.model_copy(deep=True)
+    long_traj.steps[0].observation = "[1] X " + "many words " * 100
+    row = row.model_copy(update={"attempt": trajectory_text(long_traj)})
+    (short, _), (same_reply, _) = reflection_sft_row(row, render, observation_chars=40)
+    (whole, _), _ = reflection_sft_row(row, render)
+    assert "many words " * 100 in whole and "many words " * 5 not in short and " [...]" in short
+    assert same_reply == reply and len(short) < len(whole) - 900
