@@ -20,6 +20,7 @@ from typing import Any
 from components.io import RecordError, write_jsonl
 from components.params import Params, ParamsError, load_params
 from components.schemas import Trajectory
+from tasks.temporary_servers import reap_orphaned_servers
 
 PARAMS_PATH = os.environ.get("RUBRICFLOW_PARAMS", "params.yaml")
 
@@ -40,7 +41,10 @@ USER_ERRORS: tuple[type[Exception], ...] = (ParamsError, RecordError)
 def run_stage(main: Callable[[], object]) -> None:
     """Run a stage's or flow's ``main``; a user error exits with status 2 and one line on stderr, in
     argparse's form (``prepare.py: error: --set grpo.lrr=1: unknown key grpo.lrr``). Anything else
-    keeps its traceback."""
+    keeps its traceback. Temporary Prefect servers left by killed runs are stopped first."""
+    reaped = reap_orphaned_servers()
+    if reaped:
+        print(f"stopped {len(reaped)} temporary Prefect server(s) of killed runs: pids {reaped}", file=sys.stderr)
     try:
         main()
     except USER_ERRORS as exc:
