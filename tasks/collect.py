@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from components.agents.react import ReActAgent
-from components.coreact.collect import BranchingCollector, QuestionResult
+from components.coreact.collect import BranchingCollector, QuestionResult, question_seed
 from components.coreact.collect_metrics import summarize
 from components.io import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl, write_parquet
 from components.llm.factory import LLMPool
@@ -109,13 +109,13 @@ async def _relabel_all(collector: BranchingCollector, todo: list[BranchingPoint]
     async def one(point: BranchingPoint) -> None:
         i, question = by_id[point.question_id]
         async with slots:
-            finished(await collector.relabel(point, question, base_seed + 7919 * i))
+            finished(await collector.relabel(point, question, question_seed(base_seed, i)))
 
     await asyncio.gather(*(one(p) for p in todo))
 
 
-def relabel_shard(params: Params, pool: LLMPool, shard: int, num_shards: int) -> None:
-    """Judge a finished shard's points again with the current council (see the module docstring)."""
+def relabel_shard(params: Params, collector: BranchingCollector, in_flight: int, shard: int, num_shards: int) -> None:
+    """Judge a finished shard's points again with ``collector``'s council (see the module docstring)."""
     folder = shard_dir(params, shard, num_shards)
     questions = _questions(params)
     mine = {q.id for i, q in enumerate(questions) if i % num_shards == shard}
@@ -128,15 +128,12 @@ def relabel_shard(params: Params, pool: LLMPool, shard: int, num_shards: int) ->
     key = lambda p: (p.question_id, p.depth)
     have = {key(p) for p in read_jsonl(out_file, BranchingPoint, skip_torn_tail=True)} if out_file.exists() else set()
     todo = [p for p in points if key(p) not in have]
-    agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
-    collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
-                                   params.collect, seed=params.seed)
     with JsonlAppender(out_file) as out, tqdm(total=len(todo), desc=f"relabel shard {shard}/{num_shards}") as bar:
         def finished(point: BranchingPoint) -> None:
             out.append(point)
             bar.update()
 
-        asyncio.run(_relabel_all(collector, todo, questions, params.seed, pool.slots("council_judges"), finished))
+        asyncio.run(_relabel_all(collector, todo, questions, params.seed, in_flight, finished))
     relabelled = {key(p): p for p in read_jsonl(out_file, BranchingPoint, skip_torn_tail=True)}
     if set(relabelled) != {key(p) for p in points}:
         raise RuntimeError(f"{out_file}: relabelled points do not match {folder / 'points.jsonl'}")
@@ -157,7 +154,7 @@ async def _expand_all(collector: BranchingCollector, todo: list[tuple[int, Quest
     async def one(i: int, question: Question) -> None:
         async with slots:
             start = time.perf_counter()
-            result = await collector.expand(question, base_seed + 7919 * i)
+            result = await collector.expand(question, question_seed(base_seed, i))
             finished(question, result, time.perf_counter() - start)
 
     tasks = [asyncio.ensure_future(one(i, q)) for i, q in todo]
@@ -182,11 +179,11 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
     own_pool = pool is None
     pool = pool or LLMPool(params)
     try:
-        if relabel:
-            relabel_shard(params, pool, shard, num_shards)
         agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
         collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
                                        params.collect, seed=params.seed)
+        if relabel:
+            relabel_shard(params, collector, pool.slots("council_judges"), shard, num_shards)
         todo = [] if relabel else [(i, q) for i, q in mine if q.id not in done]
         with JsonlAppender(folder / "points.jsonl") as points_out, JsonlAppender(folder / "done.jsonl") as done_out, \
                 tqdm(total=len(todo), desc=f"collect shard {shard}/{num_shards}") as progress:

@@ -33,6 +33,16 @@ from components.params import CollectParams
 from components.schemas import BranchingPoint, Candidate, Question
 
 
+def question_seed(base_seed: int, index: int) -> int:
+    """The seed of the question at ``index`` in the collection's question list."""
+    return base_seed + 7919 * index
+
+
+def depth_seed(q_seed: int, depth: int) -> int:
+    """The seed of one depth of a question: its pool's samples and its judges' permutations."""
+    return q_seed + 1009 * depth
+
+
 @dataclass
 class PoolStats:
     samples: int = 0
@@ -102,7 +112,7 @@ class BranchingCollector:
         Prefixes, pools, slates and the committed action stay as collected: only the labels change."""
         point = point.model_copy(deep=True)
         if point.slate:
-            await self.judge(point, question, question_seed + 1009 * point.depth)
+            await self.judge(point, question, depth_seed(question_seed, point.depth))
         return point
 
     async def expand(self, question: Question, question_seed: int) -> QuestionResult:
@@ -113,7 +123,7 @@ class BranchingCollector:
             if state.tool_calls >= self.agent.settings.max_search_calls:
                 result.stop = "search_budget"
                 break
-            seed = question_seed + 1009 * depth
+            seed = depth_seed(question_seed, depth)
             pool = await self.sample_pool(state, seed, result.pool)
             if not pool:
                 result.stop = "empty_pool"
