@@ -215,8 +215,8 @@ class CollectParams(Section):
     min_valid_judges: int = Field(default=2, ge=1, description="Keep a point only with this many valid rankings.")
     max_depth: int = Field(default=4, ge=1, description="Depth-wise expansion limit per question.")
     judge_reference: bool = Field(default=False, description=(
-        "Show the council each question's gold answer and hop chain (reference-guided judging). The paper's "
-        "frontier judges rank unaided; small local judges barely agree without it."))
+        "Show the council each question's gold answer and hop chain (reference-guided judging); the paper's "
+        "council ranks without one. With the embedded 1.5B judges it left their agreement where it was."))
 
 
 class LoRAParams(Section):
