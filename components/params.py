@@ -216,7 +216,7 @@ class CollectParams(Section):
     max_depth: int = Field(default=4, ge=1, description="Depth-wise expansion limit per question.")
     judge_reference: bool = Field(default=False, description=(
         "Show the council each question's gold answer and hop chain (reference-guided judging); the paper's "
-        "council ranks without one. With the embedded 1.5B judges it left their agreement where it was."))
+        "council ranks without one."))
 
 
 class LoRAParams(Section):
