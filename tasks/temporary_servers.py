@@ -22,59 +22,53 @@ SERVER_APP = "prefect.server.api.server:create_app"
 PROC = Path("/proc")
 
 
-def start_time(pid: int, proc: Path = PROC) -> str | None:
+def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), None if it is gone."""
     try:
-        stat = (proc / str(pid) / "stat").read_text()
+        stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]  # the fields after "pid (comm)" start at field 3
 
 
-def owner_mark(pid: int | None = None, proc: Path = PROC) -> str | None:
-    pid = os.getpid() if pid is None else pid
-    started = start_time(pid, proc)
-    return None if started is None else f"{pid}:{started}"
-
-
 def mark_owner() -> None:
     """Mark this process as the owner of any temporary server it starts (children inherit the variable)."""
-    mark = owner_mark()
-    if mark is not None:
-        os.environ[OWNER_VAR] = mark
+    started = start_time(os.getpid())
+    if started is not None:
+        os.environ[OWNER_VAR] = f"{os.getpid()}:{started}"
 
 
-def _environ(pid: str, proc: Path) -> dict[str, str]:
-    raw = (proc / pid / "environ").read_bytes()
+def _environ(entry: Path) -> dict[str, str]:
+    raw = (entry / "environ").read_bytes()
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
-def orphaned_servers(proc: Path = PROC) -> list[int]:
+def orphaned_servers() -> list[int]:
     """Pids of temporary Prefect servers marked with an owner that is no longer running."""
-    if not proc.is_dir():
+    if not PROC.is_dir():
         return []
     orphans = []
-    for entry in proc.iterdir():
+    for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             if SERVER_APP not in (entry / "cmdline").read_bytes().decode(errors="replace"):
                 continue
-            mark = _environ(entry.name, proc).get(OWNER_VAR)
+            mark = _environ(entry).get(OWNER_VAR)
         except OSError:  # gone meanwhile, or another user's process
             continue
         if not mark or ":" not in mark:
             continue
         owner, _, started = mark.partition(":")
-        if owner.isdigit() and start_time(int(owner), proc) != started:
+        if owner.isdigit() and start_time(int(owner)) != started:
             orphans.append(int(entry.name))
     return sorted(orphans)
 
 
-def reap_orphaned_servers(proc: Path = PROC) -> list[int]:
+def reap_orphaned_servers() -> list[int]:
     """SIGTERM every orphaned temporary server; returns their pids."""
     reaped = []
-    for pid in orphaned_servers(proc):
+    for pid in orphaned_servers():
         try:
             os.kill(pid, signal.SIGTERM)
         except OSError:
