@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.agents.parsing import ParsedAction, parse_turn
+from components.clipping import clip
 from components.llm.base import ChatModel, ChatOutcome, Message, PolicyCall, Sampling, assistant, system, user
 from components.params import AgentParams
 from components.registry import Registry
@@ -190,8 +191,7 @@ class ReActAgent:
         )
 
     def truncate(self, text: str) -> str:
-        limit = self.settings.observation_max_chars
-        return text if len(text) <= limit else text[: limit - 15].rstrip() + " ...[truncated]"
+        return clip(text, self.settings.observation_max_chars, " ...[truncated]", marker_within=True)
 
     async def act(self, state: EpisodeState, parsed: ParsedAction) -> tuple[ToolCall | None, str]:
         """Run the parsed action's tool (if any) in a worker thread (dense retrieval encodes on the CPU and

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from components.agents.parsing import PLACEHOLDERS, ParsedAction
+from components.clipping import clip
 from components.schemas import Trajectory
 
 PLAN, RESEARCH, REVIEW, ANSWER = range(4)
@@ -125,7 +126,7 @@ def clip_tool_outputs(text: str, chars: int | None) -> str:
 
     def cut(m: re.Match) -> str:
         body = m.group(2)
-        return m.group(0) if len(body) <= chars else f"{m.group(1)}{body[:chars].rstrip()} [...]{m.group(3)}"
+        return m.group(0) if len(body) <= chars else m.group(1) + clip(body, chars) + m.group(3)
 
     return _TOOL_OUTPUT.sub(cut, text)
 

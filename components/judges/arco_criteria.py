@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.clipping import clip
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.schemas import Question, Trajectory
@@ -83,8 +84,7 @@ def trajectory_steps(trajectory: Trajectory) -> list[ArcoStep]:
 
 
 def _clip(text: str, chars: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= chars else text[: chars - 4].rstrip() + " ..."
+    return clip(" ".join(text.split()), chars, " ...", marker_within=True)
 
 
 def _history(steps: list[ArcoStep], chars: int) -> str:

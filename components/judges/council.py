@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 from scipy.stats import kendalltau
 
+from components.clipping import clip
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import json_objects
 from components.schemas import JudgeVote, Question, Step
@@ -73,10 +74,7 @@ def render_prefix(steps: Sequence[Step], max_observation_chars: int = 600) -> st
     for s in steps:
         lines.append(f"Step {s.index + 1} action: {s.action or s.raw.strip()}")
         if s.tool_call is not None:
-            obs = s.tool_call.observation
-            if len(obs) > max_observation_chars:
-                obs = obs[:max_observation_chars].rstrip() + " [...]"
-            lines.append(f"Step {s.index + 1} observation: {obs}")
+            lines.append(f"Step {s.index + 1} observation: {clip(s.tool_call.observation, max_observation_chars)}")
     return "\n".join(lines)
 
 

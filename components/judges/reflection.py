@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from components.agents.scaffold_format import clip_tool_outputs
+from components.clipping import clip_middle
 from components.evaluation.metrics import normalize_answer
 from components.judges.stagewise import ask, parse_reply
 from components.llm.base import ChatModel, Message, Sampling
@@ -243,9 +244,7 @@ class ReflectionJudge:
 
     def messages(self, question: Question, trajectory: str, feedback: str,
                  candidates: Sequence[tuple[int, Reflection]]) -> list[Message]:
-        text = trajectory.strip()
-        if len(text) > self.trajectory_chars:
-            text = text[: self.trajectory_chars // 2] + "\n[...]\n" + text[-(self.trajectory_chars // 2):]
+        text = clip_middle(trajectory.strip(), self.trajectory_chars)
         shown = "\n\n".join(f"--- Reflection {i} ---\n<reflection_rubrics>\n{c.rubrics}\n</reflection_rubrics>\n"
                             f"<reflection_takeaways>\n{c.takeaways}\n</reflection_takeaways>" for i, c in candidates)
         answers = f"Reference answer: {' / '.join(question.answers)}\n" if question.answers else ""

@@ -38,6 +38,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.agents.scaffold_format import ANSWER, STAGES, self_rubrics, split_stages, trajectory_text
+from components.clipping import clip_middle
 from components.evaluation.metrics import f1_score
 from components.judges.orders import balanced_orders, letter
 from components.llm.base import ChatModel, Message, Sampling
@@ -206,8 +207,7 @@ class _Raised:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit // 2] + "\n[...]\n" + text[-(limit // 2):]
+    return clip_middle(text.strip(), limit)
 
 
 def render_attempt(blocks: dict[str, str | None], limit: int) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from components.clipping import clip
 from components.retrieval.scope import SCOPES, ScopedIndex, paragraph_ids
 from components.schemas import Document, Question, SearchHit, ToolCall
 
@@ -84,9 +85,7 @@ class BrowseTool:
             msg += hint
             return ToolOutput(msg, error=f"unknown document id {key!r}")
         text = f"{doc.title}\n{doc.text}"
-        if len(text) > self.max_chars:
-            text = text[: self.max_chars].rstrip() + " [truncated]"
-        return ToolOutput(text, [doc.id])
+        return ToolOutput(clip(text, self.max_chars, " [truncated]"), [doc.id])
 
     def __call__(self, doc_id: str) -> tuple[str, list[str]]:
         out = self.run(doc_id)
@@ -157,9 +156,8 @@ class Toolbox:
         except Exception as exc:  # noqa: BLE001 - a retriever failure is shown, the episode goes on
             out = ToolOutput(f"Error: {tool_name} failed ({type(exc).__name__}: {exc}).",
                              error=f"{type(exc).__name__}: {exc}")
-        text = out.text
-        if self.observation_max_chars is not None and len(text) > self.observation_max_chars:
-            text = text[: self.observation_max_chars].rstrip() + " [truncated]"
+        text = out.text if self.observation_max_chars is None else clip(out.text, self.observation_max_chars,
+                                                                         " [truncated]")
         return ToolCall(name=tool_name, arguments={arg_name: value}, observation=text,
                         doc_ids=out.doc_ids, error=out.error)
 

@@ -6,14 +6,14 @@
 
 from __future__ import annotations
 
+from components.clipping import clip
 from components.schemas import Trajectory
 
 __all__ = ["trajectory_text"]
 
 
 def _cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rstrip() + " [...]"
+    return clip(" ".join(text.split()), limit)
 
 
 def trajectory_text(trajectory: Trajectory, observation_chars: int = 300) -> str:
