@@ -10,7 +10,8 @@ Reads outputs/collect/branching_points.parquet. The generator starts from the ba
 ``rubric_generator.evaluator_role`` role. Writes under outputs/train_rubric_generator/<reward>/: adapter/ (served
 as ``rubric_generator_trained`` / ``rubric_generator_pairwise``), ckpt/ (resumable), metrics.csv (one row per
 step: reward and each of its terms, evaluator calls and failures; a DVC plot), heldout.json (held-out Spearman
-before and after: greedy, and ``heldout_samples`` sampled rubrics per point; each rubric with its rho),
+before and after: greedy, and ``heldout_samples`` sampled rubrics per point; each rubric with its rho; ``change``,
+the paired per-point difference with its bootstrap interval and Wilcoxon p),
 metrics.json and timings.json.
 """
 
@@ -29,6 +30,7 @@ from components.coreact.rubric_training import (
     Render,
     generator_config,
     held_out_spearman,
+    paired_change,
     prompt_items,
     split_points,
     usable_points,
@@ -101,13 +103,15 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     trainer.save()
     policy.model.save_pretrained(str(folder / "adapter"))
     after, rubrics_after = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
-    write_json(folder / "heldout.json", {"before": before, "after": after, "rubrics_before": rubrics_before,
-                                         "rubrics_after": rubrics_after})
+    change = paired_change(rubrics_before, rubrics_after, seed=params.seed)
+    write_json(folder / "heldout.json", {"before": before, "after": after, "change": change,
+                                         "rubrics_before": rubrics_before, "rubrics_after": rubrics_after})
     last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
     metrics = {**last, "points_train": float(len(train)), "points_held_out": float(len(held_out)),
                **{f"points_dropped.{k}": float(v) for k, v in dropped.items()},
                **{f"heldout_before.{k}": round(v, 6) for k, v in before.items()},
-               **{f"heldout_after.{k}": round(v, 6) for k, v in after.items()}}
+               **{f"heldout_after.{k}": round(v, 6) for k, v in after.items()},
+               **{f"heldout_change.{k}": round(v, 6) for k, v in change.items()}}
     write_json(folder / "metrics.json", metrics)
     return RubricTrainResult(reward=reward, adapter=str(folder / "adapter"), before=before, after=after,
                              metrics=metrics)

@@ -11,6 +11,7 @@ A tiny random model cannot write JSON, so two cases:
 """
 
 import json
+import math
 import re
 import string
 from dataclasses import replace
@@ -18,6 +19,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from components.coreact.rubric_training import paired_change
 from components.io import read_json
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
@@ -158,6 +160,11 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     assert after["sampled_spearman"] == pytest.approx(sum(evaluated) / len(evaluated))
     assert after["sampled_spearman"] > 0.5 and not before["sampled_spearman"] >= after["sampled_spearman"]
     assert (folder / "adapter" / "adapter_config.json").exists()
+    # the paired before/after change is computed from those same records and lands in metrics.json
+    change = stored["change"]
+    assert change == paired_change(stored["rubrics_before"], stored["rubrics_after"], seed=params.seed)
+    assert change["after_mean"] == pytest.approx(1.0) and change["delta_mean"] > 0
+    assert m["heldout_change.delta_mean"] == pytest.approx(change["delta_mean"], abs=1e-6)
 
     # a re-run resumes at the last step: nothing is trained again and "before" is the untrained measurement;
     # metrics.csv is written again from the checkpoint's history (a run killed after its last checkpoint)
@@ -168,6 +175,30 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     rows = __import__("pandas").read_csv(folder / "metrics.csv").to_dict("records")
     assert [r["step"] for r in rows] == [r["step"] for r in history]
     assert [r["reward/mean"] for r in rows] == pytest.approx([r["reward/mean"] for r in history])
+
+
+def test_paired_change_compares_each_held_out_points_mean_rho_before_and_after():
+    def recs(**points):
+        return [{"point": k, "rho": r} for k, rhos in points.items() for r in rhos]
+    before = recs(a=[0.0, 0.2], b=[0.5], c=[None], d=[0.3], f=[0.1])
+    after = recs(a=[0.4, 0.6], b=[0.3], c=[0.9], e=[1.0], f=[0.4])
+    change = paired_change(before, after, seed=3)
+    # paired points a (0.1 -> 0.5), b (0.5 -> 0.3), f (0.1 -> 0.4); c, d and e are evaluated on one side only
+    assert change["points_paired"] == 3 and (change["points_up"], change["points_down"], change["points_same"]) == (2, 1, 0)
+    assert change["before_mean"] == pytest.approx(0.7 / 3) and change["after_mean"] == pytest.approx(1.2 / 3)
+    assert change["delta_mean"] == pytest.approx(0.5 / 3)
+    # |d| ranks 0.2 -> 1, 0.3 -> 2, 0.4 -> 3: W- = 1; exact two-sided p = 2 * P(W <= 1) = 2 * 2/8
+    assert change["wilcoxon_p"] == pytest.approx(0.5)
+    assert -0.2 - 1e-9 <= change["delta_ci_low"] <= change["delta_mean"] <= change["delta_ci_high"] <= 0.4 + 1e-9
+    assert paired_change(before, after, seed=3) == change  # the interval is seeded
+    # every point moved alike: the interval is that move; nothing moved, or one point: no interval and no p
+    same = paired_change(recs(a=[0.1], b=[0.2]), recs(a=[0.3], b=[0.4]))
+    assert same["delta_ci_low"] == pytest.approx(0.2) and same["delta_ci_high"] == pytest.approx(0.2)
+    assert same["wilcoxon_p"] == pytest.approx(0.5)
+    flat = paired_change(recs(a=[0.1], b=[0.2]), recs(a=[0.1], b=[0.2]))
+    assert flat["points_same"] == 2 and flat["delta_mean"] == 0 and math.isnan(flat["wilcoxon_p"])
+    assert math.isnan(paired_change(recs(a=[0.1]), recs(a=[0.5]))["delta_ci_low"])
+    assert paired_change([], [])["points_paired"] == 0
 
 
 def test_unparseable_rubrics_score_zero_without_evaluator_calls(repo_root, tmp_path):
