@@ -152,14 +152,7 @@ def consolidation_messages(drafts: Sequence[Draft], common: Sequence[RubricText]
 async def _ask(model: ChatModel, messages: list[Message], max_rubrics: int, max_tokens: int,
                tally: Tally) -> list[RubricText] | None:
     sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=rubrics_schema(max_rubrics))
-    outcome = await model.chat(messages, sampling)
-    tally.add(outcome)
-    if not outcome.ok:
-        return None
-    rubrics = parse_rubrics(outcome.text, max_rubrics)
-    if rubrics is None:
-        tally.unparsed += 1
-    return rubrics
+    return await tally.ask(model, messages, sampling, lambda text: parse_rubrics(text, max_rubrics))
 
 
 async def induce(model: ChatModel, question: str, texts: Sequence[str], f1: Sequence[float], plan: InductionPlan,

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
@@ -26,6 +26,8 @@ from components.rubrics.arbor_memory import RubricText
 from components.rubrics.pairwise_graph import Edge, edge_scores
 
 __all__ = ["GroupScores", "Tally", "judge_messages", "parse_winner", "score_group"]
+
+T = TypeVar("T")
 
 JUDGE_SYSTEM = (
     "You compare two attempts by a search agent at the same question. Each attempt lists its turns: what "
@@ -64,6 +66,19 @@ class Tally:
             self.completion_tokens += outcome.completion_tokens
         else:
             self.failures += 1
+
+    async def ask(self, model: ChatModel, messages: list[Message], sampling: Sampling,
+                  parse: Callable[[str], T | None]) -> T | None:
+        """One counted call: ``parse`` of the reply, or None when the call failed (after the middleware's
+        retries) or ``parse`` rejected the reply (counted as unparsed)."""
+        outcome = await model.chat(messages, sampling)
+        self.add(outcome)
+        if not outcome.ok:
+            return None
+        parsed = parse(outcome.text)
+        if parsed is None:
+            self.unparsed += 1
+        return parsed
 
     def merge(self, other: Tally) -> None:
         for name in ("calls", "failures", "unparsed", "prompt_tokens", "completion_tokens"):
@@ -113,13 +128,9 @@ async def _judge_edge(judge: ChatModel, question: str, texts: Sequence[str], edg
                       swap: bool, sampling: Sampling, tally: Tally) -> float | None:
     i, j = edge
     first, second = (j, i) if swap else (i, j)
-    outcome = await judge.chat(judge_messages(question, texts[first], texts[second], rubric), sampling)
-    tally.add(outcome)
-    if not outcome.ok:
-        return None
-    winner = parse_winner(outcome.text)
+    winner = await tally.ask(judge, judge_messages(question, texts[first], texts[second], rubric), sampling,
+                             parse_winner)
     if winner is None:
-        tally.unparsed += 1
         return None
     value = _OUTCOME[winner]  # result of the trajectory shown as A
     return 1.0 - value if swap else value

@@ -77,26 +77,13 @@ async def write_checklist(model: ChatModel, question: Question, min_items: int, 
     schema = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"},
                                                          "minItems": min_items, "maxItems": max_items}},
               "required": ["items"], "additionalProperties": False}
-    outcome = await model.chat(checklist_messages(question, min_items, max_items),
-                               Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=schema))
-    tally.add(outcome)
-    if not outcome.ok:
-        return None
-    items = parse_items(outcome.text, max_items)
-    if items is None:
-        tally.unparsed += 1
-    return items
+    return await tally.ask(model, checklist_messages(question, min_items, max_items),
+                           Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=schema),
+                           lambda text: parse_items(text, max_items))
 
 
 async def rate(model: ChatModel, question: str, text: str, items: list[str], tally: Tally,
                max_tokens: int = 32) -> float | None:
-    outcome = await model.chat(rating_messages(question, text, items),
-                               Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=RATING_SCHEMA))
-    tally.add(outcome)
-    if not outcome.ok:
-        return None
-    rating = parse_rating(outcome.text)
-    if rating is None:
-        tally.unparsed += 1
-        return None
-    return (rating - 1) / 9
+    rating = await tally.ask(model, rating_messages(question, text, items),
+                             Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=RATING_SCHEMA), parse_rating)
+    return None if rating is None else (rating - 1) / 9
