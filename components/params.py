@@ -217,6 +217,17 @@ class CollectParams(Section):
     judge_reference: bool = Field(default=False, description=(
         "Show the council each question's gold answer and hop chain (reference-guided judging); the paper's "
         "council ranks without one."))
+    judge_orders: int = Field(default=1, ge=1, description=(
+        "Rankings per judge and slate, each in one of its balanced orders (every action once at every position "
+        "when it equals slate_size), so a judge's position bias adds the same points to every action; the "
+        "paper's council ranks once per judge (1). At most slate_size."))
+
+    @model_validator(mode="after")
+    def _orders_within_slate(self) -> CollectParams:
+        if self.judge_orders > self.slate_size:
+            raise ValueError(f"judge_orders ({self.judge_orders}) cannot exceed slate_size ({self.slate_size}): "
+                             "a slate has only that many balanced orders")
+        return self
 
 
 class LoRAParams(Section):

@@ -97,7 +97,8 @@ class BranchingCollector:
         outcome = await judge_slate(self.judges, question.question, render_prefix(point.prefix),
                                     [point.candidates[i].action for i in point.slate], rng_seed=seed,
                                     min_valid=s.min_valid_judges, sampling=self.judge_sampling,
-                                    reference=reference_notes(question) if s.judge_reference else None)
+                                    reference=reference_notes(question) if s.judge_reference else None,
+                                    orders=s.judge_orders)
         point.votes, point.borda_scores = outcome.votes, list(outcome.scores)
         point.consensus, point.kept, point.drop_reason = [], True, None
         if not outcome.kept:

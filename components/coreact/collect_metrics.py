@@ -5,7 +5,9 @@ Position bias: every judge sees its own random permutation, so a judge that pref
 first, X) spreads that preference evenly over the real candidates. ``top_label.*`` is the judges' raw
 label preference (far from uniform = a position-biased judge); ``winner_label.*`` is the label under
 which each judge was shown the Borda winner, which stays close to uniform when the permutations control
-the bias. Each comes with a chi-square p-value against the uniform distribution.
+the bias. Each comes with a chi-square p-value against the uniform distribution. With
+``collect.judge_orders`` > 1 the label counts are per vote (order), the inter-judge tau compares each judge's
+Borda scores over its orders, and ``mean_self_kendall_tau`` compares a judge's orders with each other.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from collections import Counter
 
 from scipy.stats import chisquare
 
+from components.coreact.slates import PoolBM25, similarity_matrix
 from components.judges.council import agreement
 from components.retrieval.text import tokenize
 from components.schemas import BranchingPoint
-from components.coreact.slates import PoolBM25, similarity_matrix
 
 
 def slate_diversity(actions: list[str]) -> float:
@@ -34,7 +36,7 @@ def summarize(points: list[BranchingPoint]) -> dict[str, float]:
     for reason, count in Counter(p.drop_reason for p in points if not p.kept).items():
         m[f"dropped.{reason}"] = float(count)
     votes_by_judge: dict[str, list[bool]] = {}
-    taus, diversities = [], []
+    taus, self_taus, diversities = [], [], []
     top_labels: Counter = Counter()
     winner_labels: Counter = Counter()
     for p in points:
@@ -46,11 +48,15 @@ def summarize(points: list[BranchingPoint]) -> dict[str, float]:
             ag = agreement(p.votes, p.borda_scores)
             if ag.mean_tau is not None:
                 taus.append(ag.mean_tau)
+            if ag.mean_self_tau is not None:
+                self_taus.append(ag.mean_self_tau)
             top_labels.update(ag.top_labels)
             winner_labels.update(ag.winner_labels)
     for judge, valid in sorted(votes_by_judge.items()):
         m[f"judge_validity.{judge}"] = sum(valid) / len(valid)
     m["mean_kendall_tau"] = sum(taus) / len(taus) if taus else float("nan")
+    if self_taus:  # judges ranked in several orders (collect.judge_orders)
+        m["mean_self_kendall_tau"] = sum(self_taus) / len(self_taus)
     m["slate_diversity"] = sum(diversities) / len(diversities) if diversities else float("nan")
     k = max((len(p.slate) for p in points), default=0)
     m.update(label_distribution("top_label", top_labels, k))

@@ -7,10 +7,16 @@ positions. A judge whose call failed or whose reply does not parse gives an inva
 recorded with its error and left out of the Borda count: it is never a score. A branching point is
 kept only when at least ``min_valid`` judges gave a valid ranking.
 
+With ``orders`` > 1 each judge ranks the slate once in each of that many balanced orders (cyclic shifts of its
+own drawn permutation, :mod:`components.judges.orders`): every action is shown once at every position when
+``orders`` equals the slate's size, so a judge that ranks by position alone adds the same points to every
+action, and what it says about the actions themselves remains. Each order is a vote of that judge. The paper's
+council ranks once per judge (``orders`` = 1).
+
     votes, consensus, scores, kept = await judge_slate(
         judges, question, render_prefix(steps), [c.action for c in slate], rng_seed=17, min_valid=2)
     consensus[0]          # slate position of the council's best action
-    agreement(votes)      # mean pairwise Kendall tau, label of each judge's top pick
+    agreement(votes)      # Kendall tau between judges, label of each judge's top pick
 
 Borda: with k candidates a ranking gives k-1 points to its first place down to 0 for its last; a tie
 group shares the mean of the points of the places it spans. Scores are summed over valid votes.
@@ -24,12 +30,13 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from scipy.stats import kendalltau
 
 from components.clipping import clip
+from components.judges.orders import balanced_orders
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import json_objects
 from components.schemas import JudgeVote, Question, Step
@@ -269,27 +276,39 @@ class CouncilOutcome(NamedTuple):
     kept: bool
 
 
+def judge_orders(n_judges: int, k: int, rng_seed: int, orders: int = 1) -> list[tuple[int, list[int]]]:
+    """(judge index, permutation) of every call: one random permutation per judge (:func:`permutations_for`),
+    or with ``orders`` > 1 the first ``min(orders, k)`` balanced orders of a permutation drawn per judge."""
+    if orders == 1:
+        return list(enumerate(permutations_for(n_judges, k, rng_seed)))
+    return [(i, perm) for i in range(n_judges) for perm in balanced_orders(f"{rng_seed}:{i}", k)[:orders]]
+
+
 async def judge_slate(
     judges: Sequence[ChatModel], question: str, prefix_text: str, slate_actions: Sequence[str],
     rng_seed: int, min_valid: int = 2, sampling: Sampling | None = None, reference: str | None = None,
+    orders: int = 1,
 ) -> CouncilOutcome:
-    """Ask every judge concurrently; Borda over the valid votes; keep only with ``min_valid`` of them.
-    ``reference`` goes into every judge's prompt (reference-guided judging; None: the paper's council)."""
+    """Ask every judge concurrently, ``orders`` times each; Borda over the valid votes; keep only when
+    ``min_valid`` judges gave at least one valid vote. ``reference`` goes into every judge's prompt
+    (reference-guided judging; None: the paper's council)."""
+    if orders < 1:
+        raise ValueError(f"orders must be at least 1, got {orders}")
     k = len(slate_actions)
     labels = neutral_labels(k)
-    perms = permutations_for(len(judges), k, rng_seed)
+    calls = judge_orders(len(judges), k, rng_seed, orders)
     base = sampling or Sampling(temperature=0.0, max_tokens=512)
     sampling = base.model_copy(update={"json_schema": ranking_schema(labels)})
     prompts = [
         build_messages(question, prefix_text, [(labels[j], slate_actions[p]) for j, p in enumerate(perm)], reference)
-        for perm in perms
+        for _, perm in calls
     ]
-    outcomes = await asyncio.gather(*(_ask(j, m, sampling) for j, m in zip(judges, prompts, strict=True)))
+    outcomes = await asyncio.gather(*(_ask(judges[i], m, sampling) for (i, _), m in zip(calls, prompts, strict=True)))
     # the role (e.g. council_judges[1]) tells judges apart even when two share one backend model
-    votes = [vote_from_reply(getattr(j, "role", None) or getattr(j, "name", f"judge{i}"), perm, labels, out)
-             for i, (j, perm, out) in enumerate(zip(judges, perms, outcomes, strict=True))]
+    names = [getattr(j, "role", None) or getattr(j, "name", f"judge{i}") for i, j in enumerate(judges)]
+    votes = [vote_from_reply(names[i], perm, labels, out) for (i, perm), out in zip(calls, outcomes, strict=True)]
     scores = borda(votes, k)
-    kept = sum(v.valid for v in votes) >= min_valid
+    kept = len({i for (i, _), v in zip(calls, votes, strict=True) if v.valid}) >= min_valid
     return CouncilOutcome(votes, consensus_order(scores), scores, kept)
 
 
@@ -306,21 +325,31 @@ def rank_vector(vote: JudgeVote, k: int) -> list[int]:
 
 
 class Agreement(NamedTuple):
-    mean_tau: float | None      # mean pairwise Kendall tau-b between valid votes (None: no usable pair)
-    n_pairs: int                # pairs that entered the mean
-    winner_labels: Counter      # label under which each valid judge saw the consensus winner
-    top_labels: Counter         # labels each valid judge put in its first tie group
+    mean_tau: float | None      # mean pairwise Kendall tau-b between judges (None: no usable pair)
+    n_pairs: int                # pairs of judges that entered the mean
+    winner_labels: Counter      # label under which each valid vote saw the consensus winner
+    top_labels: Counter         # labels each valid vote put in its first tie group
+    mean_self_tau: float | None = None  # mean tau between two orders of one judge (None: one order each)
+
+
+def _mean_tau(pairs: Iterable[tuple[Sequence[float], Sequence[float]]]) -> tuple[float | None, int]:
+    taus = [float(t) for a, b in pairs if not math.isnan(t := kendalltau(a, b).statistic)]
+    return (sum(taus) / len(taus) if taus else None), len(taus)
 
 
 def agreement(votes: Sequence[JudgeVote], scores: Sequence[float] | None = None) -> Agreement:
-    """Inter-judge agreement and position-bias counts for one slate (sum the Counters over many)."""
+    """Inter-judge agreement and position-bias counts for one slate (sum the Counters over many). A judge
+    that voted in several orders is compared by its Borda scores over them; ``mean_self_tau`` compares its
+    orders with each other (near 0: it ranks by position, not by the actions)."""
     valid = [v for v in votes if v.valid]
     k = len(valid[0].permutation) if valid else 0
-    taus = []
-    for a, b in itertools.combinations(valid, 2):
-        tau = kendalltau(rank_vector(a, k), rank_vector(b, k)).statistic
-        if not math.isnan(tau):
-            taus.append(float(tau))
+    by_judge: dict[str, list[JudgeVote]] = {}
+    for v in valid:
+        by_judge.setdefault(v.judge, []).append(v)
+    judge_scores = [borda(vs, k) for vs in by_judge.values()]
+    mean_tau, n_pairs = _mean_tau(itertools.combinations(judge_scores, 2))
+    mean_self_tau, _ = _mean_tau((rank_vector(a, k), rank_vector(b, k)) for vs in by_judge.values()
+                                 for a, b in itertools.combinations(vs, 2))
     winner_labels: Counter = Counter()
     top_labels: Counter = Counter()
     if valid:
@@ -328,4 +357,4 @@ def agreement(votes: Sequence[JudgeVote], scores: Sequence[float] | None = None)
         for v in valid:
             winner_labels[v.labels[v.permutation.index(winner)]] += 1
             top_labels.update(v.labels[v.permutation.index(p)] for p in v.ranking[0])
-    return Agreement(sum(taus) / len(taus) if taus else None, len(taus), winner_labels, top_labels)
+    return Agreement(mean_tau, n_pairs, winner_labels, top_labels, mean_self_tau)

@@ -155,6 +155,21 @@ def test_too_few_distinct_actions_is_dropped_without_asking_judges():
     assert judge.requests == []
 
 
+def test_judge_orders_reach_the_council_and_its_metrics():
+    pols = [wrap(ScriptedChatModel(policy(DEPTHS), name=f"p{i}"), f"cand[{i}]") for i in range(2)]
+    judges = [wrap(ScriptedChatModel(preferring("Threll")), f"judge[{i}]") for i in range(2)]
+    result = asyncio.run(collector(pols, judges, judge_orders=2).expand(Q, 11))
+    judged = [p for p in result.points if p.votes]
+    assert judged and all(len(p.votes) == 4 for p in judged)
+    for p in judged:  # two different cyclic shifts of one drawn order per judge
+        for name in ("judge[0]", "judge[1]"):
+            first, second = [v.permutation for v in p.votes if v.judge == name]
+            assert first != second and second == first[1:] + first[:1]
+    assert "mean_self_kendall_tau" in summarize(result.points)
+    with pytest.raises(ValueError, match="judge_orders"):
+        CollectParams(slate_size=4, judge_orders=5)
+
+
 def _council_runs(judges, slate, n, monkeypatch=None):
     from components.schemas import BranchingPoint, Candidate
 

@@ -225,6 +225,55 @@ def test_a_judge_that_raises_is_an_invalid_vote():
     assert not votes[0].valid and "AssertionError" in votes[0].error
 
 
+def by_position(messages, sampling):
+    """A judge that ranks by display order alone (the first label shown is best)."""
+    return json.dumps({"rationale": "first", "ranking": [lab for lab, _ in _shown(messages)]})
+
+
+def test_balanced_orders_cancel_a_position_judge_and_keep_what_a_content_judge_says():
+    content = [2, 0, 3, 1]
+    consensus_by_orders = {}
+    for orders in (1, 4):
+        consensus_by_orders[orders] = []
+        for seed in range(20):
+            judges = [ScriptedChatModel(by_position, name="position"),
+                      ScriptedChatModel(ranks_by_content(content), name="content")]
+            votes, consensus, scores, kept = run(judge_slate(judges, "Q", "", SLATE, rng_seed=seed, min_valid=2,
+                                                             orders=orders))
+            consensus_by_orders[orders].append(consensus)
+            assert kept and len(votes) == 2 * orders and [len(j.requests) for j in judges] == [orders, orders]
+            if orders == 4:
+                # each judge saw every action once at every position (a Latin square of its orders)
+                for name in ("position", "content"):
+                    perms = [v.permutation for v in votes if v.judge == name]
+                    assert all(sorted(col) == [0, 1, 2, 3] for col in zip(*perms))
+                # position: 3+2+1+0 = 6 points to every action; content: 4 x (2:3, 0:2, 3:1, 1:0)
+                assert scores == [14.0, 6.0, 18.0, 10.0]
+                ag = agreement(votes, scores)
+                # the position judge's Borda over its orders is flat, so no pair of judges is comparable; its
+                # orders are cyclic shifts (tau 0, -1/3, 0, 0, -1/3, 0), the content judge's agree (tau 1)
+                assert ag.mean_tau is None and ag.mean_self_tau == pytest.approx((6 - 2 / 3) / 12)
+    assert all(c == content for c in consensus_by_orders[4])
+    assert any(c != content for c in consensus_by_orders[1])  # one drawn order: position sways the winner
+
+
+def test_a_judge_counts_towards_min_valid_when_one_of_its_orders_is_valid():
+    def down_on(n_failures):
+        replies = iter([TransientLLMError("timeout")] * n_failures)
+        return lambda messages, sampling: next(replies, None) or by_position(messages, sampling)
+
+    def judges(n_failures):
+        return [ScriptedChatModel(ranks_by_content([2, 0, 3, 1]), name="a"),
+                ScriptedChatModel(down_on(n_failures), name="b")]
+
+    votes, _, _, kept = run(judge_slate(judges(3), "Q", "", SLATE, rng_seed=0, min_valid=2, orders=4))
+    assert kept and sum(v.valid for v in votes if v.judge == "b") == 1
+    votes, _, scores, kept = run(judge_slate(judges(4), "Q", "", SLATE, rng_seed=0, min_valid=2, orders=4))
+    assert not kept and sum(v.valid for v in votes) == 4 and sum(scores) == 4 * 6  # a's four orders alone
+    with pytest.raises(ValueError, match="orders"):
+        run(judge_slate(judges(0), "Q", "", SLATE, rng_seed=0, orders=0))
+
+
 # ---------------------------------------------------------------- agreement
 
 
