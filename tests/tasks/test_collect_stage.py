@@ -29,6 +29,7 @@ def params(prepared_params):
         "data.n_train=4",
         "data.n_dev=1", "data.n_test=1", "collect.n_questions=4", "collect.max_depth=3",
         "collect.samples_per_temperature=3", "llm.middleware.cache=false",
+        "collect.judge_orders=1",   # one call per judge and slate: the crash and shard counts below are in calls
     )
 
 
