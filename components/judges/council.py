@@ -276,7 +276,7 @@ class CouncilOutcome(NamedTuple):
     kept: bool
 
 
-def judge_orders(n_judges: int, k: int, rng_seed: int, orders: int = 1) -> list[tuple[int, list[int]]]:
+def council_calls(n_judges: int, k: int, rng_seed: int, orders: int = 1) -> list[tuple[int, list[int]]]:
     """(judge index, permutation) of every call: one random permutation per judge (:func:`permutations_for`),
     or with ``orders`` > 1 the first ``min(orders, k)`` balanced orders of a permutation drawn per judge."""
     if orders == 1:
@@ -296,7 +296,7 @@ async def judge_slate(
         raise ValueError(f"orders must be at least 1, got {orders}")
     k = len(slate_actions)
     labels = neutral_labels(k)
-    calls = judge_orders(len(judges), k, rng_seed, orders)
+    calls = council_calls(len(judges), k, rng_seed, orders)
     base = sampling or Sampling(temperature=0.0, max_tokens=512)
     sampling = base.model_copy(update={"json_schema": ranking_schema(labels)})
     prompts = [
