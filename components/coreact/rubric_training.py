@@ -147,14 +147,14 @@ def paired_change(before: Sequence[dict[str, Any]], after: Sequence[dict[str, An
         return {k: sum(v) / len(v) for k, v in rhos.items()}
 
     b, a = per_point(before), per_point(after)
-    diffs = np.array([a[k] - b[k] for k in sorted(set(a) & set(b))])
+    paired = sorted(set(a) & set(b))
+    diffs = np.array([a[k] - b[k] for k in paired])
     out = {"points_paired": float(len(diffs)), "before_mean": float("nan"), "after_mean": float("nan"),
            "delta_mean": float("nan"), "delta_ci_low": float("nan"), "delta_ci_high": float("nan"),
            "wilcoxon_p": float("nan"), "points_up": float((diffs > 0).sum()), "points_down": float((diffs < 0).sum()),
            "points_same": float((diffs == 0).sum())}
     if not len(diffs):
         return out
-    paired = sorted(set(a) & set(b))
     out.update(before_mean=float(np.mean([b[k] for k in paired])), after_mean=float(np.mean([a[k] for k in paired])),
                delta_mean=float(diffs.mean()))
     if len(diffs) >= 2 and np.any(diffs != 0):
