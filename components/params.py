@@ -504,10 +504,11 @@ class RubricGeneratorParams(Section):
     micro_batch_tokens: int = Field(default=2048, ge=64, description="Tokens per micro-batch of the generator's "
                                     "update: its prompts carry the whole trajectory prefix, and grpo's 4096 reached "
                                     "20.6 GB and was killed on a 24 GB machine.")
-    evaluator_mode: Literal["action", "slate"] = Field(
+    evaluator_mode: Literal["action", "slate", "criterion"] = Field(
         default="action", description="How the evaluator scores a slate: 'action' = one call per slate action, as "
         "in the paper; 'slate' = one call that sees every action and gives each criterion's verdict for all of "
-        "them side by side (for evaluators that give every action alone the same verdicts).")
+        "them side by side (for evaluators that give every action alone the same verdicts); 'criterion' = one "
+        "yes/no call per (criterion, action), for evaluators that answer a JSON checklist by pattern.")
 
     @model_validator(mode="after")
     def _check(self) -> RubricGeneratorParams:

@@ -24,6 +24,14 @@ slate without a score.
     outcomes = await evaluate_actions(evaluator, question, prefix_text, actions, rubric, max_tokens=128)
     [o.score for o in outcomes]        # e.g. [0.75, None, 0.0, 1.0]
     outcomes = await evaluate_slate(evaluator, question, prefix_text, actions, rubric, orders=balanced_orders("s:q", 4))
+
+The **criterion** mode asks the smallest question there is: one call per (criterion, action), answered with the
+single word yes or no (free text, no schema). With a JSON reply the embedded 1.5B answered by position or
+copied one pattern for every action (``{"satisfied": [true, false]}`` for a search and a final answer alike, on
+a checklist that named the next hop); asked one yes/no at a time it at least reads the action. It costs
+criteria x actions calls, all with the same history first, which a server's prompt cache reuses.
+
+    outcomes = await evaluate_criteria(evaluator, question, prefix_text, actions, rubric)
 """
 
 from __future__ import annotations
@@ -40,9 +48,9 @@ from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.schemas import Rubric
 
-__all__ = ["ActionScore", "evaluate_action", "evaluate_actions", "evaluate_slate", "evaluator_messages",
-           "parse_satisfied", "parse_verdicts", "satisfied_schema", "slate_messages", "verdicts_schema",
-           "weighted_fraction"]
+__all__ = ["ActionScore", "criterion_messages", "evaluate_action", "evaluate_actions", "evaluate_criteria",
+           "evaluate_slate", "evaluator_messages", "parse_satisfied", "parse_verdicts", "parse_yes_no",
+           "satisfied_schema", "slate_messages", "verdicts_schema", "weighted_fraction"]
 
 SYSTEM_PROMPT = (
     "You check one proposed next action of a research agent against a checklist. The agent answers questions "
@@ -67,6 +75,13 @@ SLATE_PROMPT = (
     "criterion in order, each with one value per action in label order."
 )
 
+CRITERION_PROMPT = (
+    "You decide whether one proposed next action of a research agent meets one requirement. The agent answers "
+    "questions by searching an encyclopedia (search[words]), reading a paragraph (browse[doc_id]) and answering "
+    "(finish[answer]). Judge the action itself, read with the question and the history, not whether its search "
+    "will succeed. Reply with the single word yes or no."
+)
+
 
 def satisfied_schema(n: int) -> dict:
     return {
@@ -83,6 +98,15 @@ def evaluator_messages(question: str, prefix_text: str, action: str, rubric: Rub
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
         f"Proposed next action:\n{' '.join(action.split())}\n\n"
         f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
+    )]
+
+
+def criterion_messages(question: str, prefix_text: str, action: str, criterion: str) -> list[Message]:
+    history = prefix_text.strip() or "(nothing yet: this is the first action)"
+    return [system(CRITERION_PROMPT), user(
+        f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
+        f"Requirement: {' '.join(criterion.split())}\n\nProposed next action: {' '.join(action.split())}\n\n"
+        "Does the proposed action meet the requirement? Answer yes or no."
     )]
 
 
@@ -142,6 +166,15 @@ def parse_verdicts(text: str, n: int, k: int) -> list[list[bool]] | str:
     return rows
 
 
+def parse_yes_no(text: str) -> bool | str:
+    """The reply's first word as a verdict (case, quotes and punctuation ignored), or why it is not one."""
+    words = (text or "").split()
+    first = words[0].strip("\"'`*.,:;!()[]").casefold() if words else ""
+    if first in ("yes", "no"):
+        return first == "yes"
+    return f"reply does not start with yes or no: {(text or '').strip()[:40]!r}"
+
+
 def weighted_fraction(rubric: Rubric, satisfied: Sequence[bool]) -> float:
     """Weighted share of satisfied criteria (weights need not sum to 1)."""
     total = sum(c.weight for c in rubric.criteria)
@@ -159,10 +192,10 @@ class ActionScore:
     error: str | None = None
 
 
-async def _ask(evaluator: ChatModel, messages: list[Message], schema: dict, max_tokens: int, tally: Tally | None,
-               parse: Callable[[str], Any]) -> Any:
-    """One greedy, schema-constrained evaluator call, counted: the parsed reply, or a one-line reason (a failed
-    call or a reply ``parse`` rejected) that the caller turns into no score."""
+async def _ask(evaluator: ChatModel, messages: list[Message], schema: dict | None, max_tokens: int,
+               tally: Tally | None, parse: Callable[[str], Any]) -> Any:
+    """One greedy evaluator call (schema-constrained unless ``schema`` is None), counted: the parsed reply, or a
+    one-line reason (a failed call or a reply ``parse`` rejected) that the caller turns into no score."""
     outcome = await evaluator.chat(messages, Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=schema))
     if tally is not None:
         tally.add(outcome)
@@ -190,6 +223,22 @@ async def evaluate_actions(evaluator: ChatModel, question: str, prefix_text: str
     return list(await asyncio.gather(*(
         evaluate_action(evaluator, question, prefix_text, a, rubric, max_tokens=max_tokens, tally=tally)
         for a in actions)))
+
+
+async def evaluate_criteria(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
+                            rubric: Rubric, *, max_tokens: int = 8, tally: Tally | None = None) -> list[ActionScore]:
+    """Every action scored by one yes/no call per criterion (the criterion mode), all concurrent; an action with
+    a failed or unparseable call is unscored."""
+    async def one(action: str) -> ActionScore:
+        replies = await asyncio.gather(*(
+            _ask(evaluator, criterion_messages(question, prefix_text, action, c.text), None, max_tokens, tally,
+                 parse_yes_no) for c in rubric.criteria))
+        failed = next((r for r in replies if isinstance(r, str)), None)
+        if failed is not None:
+            return ActionScore(None, error=failed)
+        return ActionScore(weighted_fraction(rubric, replies), tuple(replies))
+
+    return list(await asyncio.gather(*(one(a) for a in actions)))
 
 
 async def evaluate_slate(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],

@@ -12,7 +12,8 @@ For a sampled rubric R at a branching point with slate actions a_1..a_k:
   high rate means the evaluator, not the generator, is what limits the rank term).
   With ``evaluator_mode: slate`` one evaluator call scores the whole slate side by side
   (:func:`~components.judges.rubric_eval.evaluate_slate`), once per balanced order of the actions (each
-  action once at every position; drawn per (seed, point)) and averaged.
+  action once at every position; drawn per (seed, point)) and averaged. With ``evaluator_mode: criterion``
+  each (criterion, action) is one yes/no call (:func:`~components.judges.rubric_eval.evaluate_criteria`).
 - **rank** (pairwise, the "w/o listwise" ablation): one pair of slate actions with different Borda scores,
   drawn per (seed, step, branching point) and shared by the whole group; ``r_rank`` is 1 when R's scores
   order the pair as the council does, 0.5 when they tie it, 0 when they reverse it. Only the two actions are
@@ -53,7 +54,7 @@ from components.coreact.rubric_generator import ParsedRubric, parse_rubric
 from components.judges.council import render_prefix
 from components.judges.orders import balanced_orders
 from components.judges.pairwise import Tally
-from components.judges.rubric_eval import evaluate_actions, evaluate_slate
+from components.judges.rubric_eval import evaluate_actions, evaluate_criteria, evaluate_slate
 from components.llm.base import ChatModel
 from components.params import RubricGeneratorParams
 from components.schemas import BranchingPoint, Rubric
@@ -201,6 +202,9 @@ class RubricReward:
             outcomes = await evaluate_slate(self.evaluator, point.question, prefix, shown, parsed.rubric,
                                             orders=self.slate_orders(point, len(shown)),
                                             max_tokens=s.evaluator_max_tokens, tally=tally)
+        elif s.evaluator_mode == "criterion":
+            outcomes = await evaluate_criteria(self.evaluator, point.question, prefix, shown, parsed.rubric,
+                                               max_tokens=s.evaluator_max_tokens, tally=tally)
         else:
             outcomes = await evaluate_actions(self.evaluator, point.question, prefix, shown, parsed.rubric,
                                               max_tokens=s.evaluator_max_tokens, tally=tally)

@@ -11,6 +11,8 @@ import re
 import pytest
 import torch
 
+from components.judges.pairwise import Tally
+from components.judges.rubric_eval import parse_yes_no
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.params import RubricGeneratorParams
@@ -196,7 +198,7 @@ def slate_evaluator(verdicts: dict[str, list[bool]], fail=False, reply=None, see
 
     def respond(messages, sampling):
         body = messages[1].content
-        shown = re.findall(r"^[A-Z]\. (.+)$", body.split("Proposed next actions", 1)[1].split("Checklist")[0], re.M)
+        shown = re.findall(r"^[A-Z]\. (.+)$", body.split("Proposed next actions", 1)[1].split("Checklist")[0], re.MULTILINE)
         if seen is not None:
             seen.append(shown)
         if fail:
@@ -255,3 +257,57 @@ def test_slate_mode_pairwise_shows_only_the_pair():
     better, worse = reward.pair_for(point(), 2)
     assert sorted(seen[0]) == sorted([ACTIONS[better], ACTIONS[worse]])
     assert parts.rank == 1.0  # IN_ORDER scores follow the Borda order
+
+
+# ------------------------------------------------------------------------------------------- criterion mode
+
+CRITERION = RubricGeneratorParams(evaluator_mode="criterion")
+GOOD_CRITERIA = ["Looks up the film named in the question", "Uses a search action"]
+
+
+def criterion_evaluator(verdicts: dict[str, list[bool]], asked=None, reply=None):
+    """Scripted yes/no evaluator: finds the one requirement and the one action in the prompt and answers from
+    ``verdicts`` (``reply(action, index)`` overrides the answer)."""
+
+    def respond(messages, sampling):
+        body = messages[1].content
+        requirement = re.search(r"Requirement: (.+)", body).group(1)
+        action = re.search(r"Proposed next action: (.+)", body).group(1)
+        index = GOOD_CRITERIA.index(requirement)
+        if asked is not None:
+            asked.append((action, index, sampling.json_schema))
+        if reply is not None:
+            return reply(action, index)
+        return "Yes." if verdicts[action][index] else "no"
+
+    return ScriptedChatModel(respond)
+
+
+def test_criterion_mode_asks_once_per_criterion_and_action_and_ranks_like_the_action_mode():
+    asked = []
+    best = asyncio.run(RubricReward(criterion_evaluator(IN_ORDER, asked), CRITERION).score(point(), GOOD))
+    assert sorted((a, i) for a, i, _ in asked) == sorted((a, i) for a in ACTIONS for i in range(2))
+    assert all(schema is None for *_, schema in asked)  # free text: one word, no JSON
+    assert best.rho == pytest.approx(1.0) and best.total == pytest.approx(1.0)
+    worst = asyncio.run(RubricReward(criterion_evaluator(REVERSED), CRITERION).score(point(), GOOD))
+    assert worst.rho == pytest.approx(-1.0)
+    # weights 2 and 1: scores 1, 2/3, 1/3, 0 follow the Borda order exactly; all "yes" is flat (chance)
+    every = asyncio.run(RubricReward(criterion_evaluator({}, reply=lambda a, i: "YES"), CRITERION).score(point(), GOOD))
+    assert every.flat and every.rho == 0.0
+
+
+def test_criterion_mode_an_unclear_answer_leaves_the_rubric_unscored_and_counted():
+    def reply(action, index):
+        return "Maybe, it depends" if (action, index) == (ACTIONS[2], 1) else "no"
+
+    reward = RubricReward(criterion_evaluator({}, reply=reply), CRITERION)
+    tally = Tally()
+    assert asyncio.run(reward.score(point(), GOOD, tally=tally)) is None
+    assert tally.calls == 8 and tally.unparsed == 1 and tally.failures == 0
+
+
+@pytest.mark.parametrize("text, verdict", [("yes", True), ("No.", False), ('"Yes" - it searches', True),
+                                           ("**no**", False), ("", None), ("The answer is yes", None)])
+def test_parse_yes_no_reads_the_first_word_only(text, verdict):
+    parsed = parse_yes_no(text)
+    assert parsed == verdict if verdict is not None else isinstance(parsed, str)
