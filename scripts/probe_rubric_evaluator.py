@@ -1,13 +1,17 @@
-"""Does the rubric evaluator rank a slate? Scores the same rubrics with both evaluator modes
-(``rubric_generator.evaluator_mode``: one call per action, as in Co-ReAct, or one call for the whole slate) on the
-collected branching points, and prints how often each mode scores every action alike (``flat``: the rank term is
-then chance, whatever the rubric) and how its rankings agree with the council (Spearman rho).
+"""Does the rubric evaluator rank a slate? Scores the same rubrics with every evaluator mode
+(``rubric_generator.evaluator_mode``: one call per action, as in Co-ReAct; one call for the whole slate; one yes/no
+call per criterion and action) on the collected branching points, and prints how often each mode scores every
+action alike (``flat``: the rank term is then chance, whatever the rubric) and how its rankings agree with the
+council (Spearman rho).
 
-    python scripts/probe_rubric_evaluator.py [--samples 2] [--set ...]
+    python scripts/probe_rubric_evaluator.py [--samples 2] [--rubrics generator|gold] [--set ...]
 
-Reads outputs/collect/branching_points.parquet; the rubrics come from the ``rubric_generator`` role (the untrained
-generator) at its sampling temperature, seeded; the evaluator is ``rubric_generator.evaluator_role``. Writes
-outputs/probe/evaluator_modes.json. Every call goes through the response cache, so a repeat is a replay.
+Reads outputs/collect/branching_points.parquet. ``--rubrics generator`` (default): the rubrics come from the
+``rubric_generator`` role (the untrained generator) at its sampling temperature, seeded. ``--rubrics gold``: one
+rubric per point written from the question's gold chain (:func:`gold_rubric`), the ceiling of the reward: a mode
+that cannot rank the slate by a rubric naming the next hop cannot reward a generator for writing one. The
+evaluator is ``rubric_generator.evaluator_role``. Writes outputs/probe/evaluator_modes[_gold].json. Every call
+goes through the response cache, so a repeat is a replay.
 """
 
 from __future__ import annotations
@@ -20,16 +24,40 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.coreact.rubric_generator import RubricGenerator  # noqa: E402
-from components.coreact.rubric_training import usable_points  # noqa: E402
-from components.io import read_parquet, write_json  # noqa: E402
-from components.judges.pairwise import Tally  # noqa: E402
-from components.llm.factory import LLMPool  # noqa: E402
-from components.rewards.spearman import RubricReward  # noqa: E402
-from components.schemas import BranchingPoint  # noqa: E402
-from tasks.runtime import out_path, params_from_args, stage_argparser  # noqa: E402
+from components.coreact.rubric_generator import RubricGenerator
+from components.coreact.rubric_training import usable_points
+from components.io import read_parquet, write_json
+from components.judges.pairwise import Tally
+from components.llm.factory import LLMPool
+from components.rewards.spearman import RubricReward
+from components.schemas import BranchingPoint, Question
+from tasks.runtime import out_path, params_from_args, stage_argparser
 
-MODES = ("action", "slate")
+MODES = ("action", "slate", "criterion")
+
+
+def gold_rubric(point: BranchingPoint, question: Question) -> str:
+    """A rubric for the next step from the gold chain: look up the first hop whose answer the history has not
+    shown yet, and do not answer before; once every hop's answer has been shown, give the gold answer."""
+    seen = " ".join(f"{s.action} {s.observation}" for s in point.prefix).casefold()
+    todo = [hop for hop in question.gold_chain if hop.answer.casefold() not in seen]
+    if todo:
+        criteria = [{"criterion": f"Looks up the fact: {todo[0].question}", "weight": 3},
+                    {"criterion": "Does not give a final answer yet", "weight": 2}]
+    else:
+        criteria = [{"criterion": f"Gives the final answer {question.answers[0]}", "weight": 3}]
+    return json.dumps({"criteria": criteria})
+
+
+def gold_questions(params) -> dict[str, Question]:
+    questions = {}
+    for split in ("train", "dev", "test"):
+        path = out_path(params, "data", f"{split}.jsonl")
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                q = Question.model_validate_json(line)
+                questions[q.id] = q
+    return questions
 
 
 def summary(parts, tally: Tally) -> dict[str, float]:
@@ -49,43 +77,56 @@ def summary(parts, tally: Tally) -> dict[str, float]:
     }
 
 
-async def probe(params, points: list[BranchingPoint], samples: int) -> dict:
+async def probe(params, points: list[BranchingPoint], samples: int, source: str = "generator") -> dict:
     s = params.rubric_generator
     pool = LLMPool(params)
     try:
+        if source == "gold":
+            questions = gold_questions(params)
+            rubrics = [(p, gold_rubric(p, questions[p.question_id])) for p in points]
+            return {"points": len(points), "rubrics": "gold", "rubrics_parsed": len(rubrics),
+                    "modes": await score_modes(params, pool, rubrics)}
         generator = RubricGenerator(pool.role("rubric_generator"), max_criteria=s.max_criteria,
                                     temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
                                     observation_chars=params.coreact.observation_chars,
                                     max_chars=s.max_criterion_chars)
-        evaluator = pool.role(s.evaluator_role)
         rubrics = []
         for p in points:
             for k in range(samples):
                 out = await generator.generate(p.question, p.prefix, seed=params.seed + k)
                 if out.ok:
                     rubrics.append((p, out.raw))
-        result = {"points": len(points), "samples_per_point": samples, "rubrics_parsed": len(rubrics),
-                  "generator_calls": generator.calls, "modes": {}}
-        for mode in MODES:
-            reward = RubricReward(evaluator, s.model_copy(update={"evaluator_mode": mode}), seed=params.seed,
-                                  observation_chars=params.coreact.observation_chars)
-            tally = Tally()
-            parts = [await reward.score(p, text, tally=tally) for p, text in rubrics]
-            result["modes"][mode] = summary(parts, tally)
-        return result
+        return {"points": len(points), "rubrics": "generator", "samples_per_point": samples,
+                "rubrics_parsed": len(rubrics), "generator_calls": generator.calls,
+                "modes": await score_modes(params, pool, rubrics)}
     finally:
         pool.close()
+
+
+async def score_modes(params, pool: LLMPool, rubrics: list[tuple[BranchingPoint, str]]) -> dict[str, dict]:
+    s, modes = params.rubric_generator, {}
+    evaluator = pool.role(s.evaluator_role)
+    for mode in MODES:
+        reward = RubricReward(evaluator, s.model_copy(update={"evaluator_mode": mode}), seed=params.seed,
+                              observation_chars=params.coreact.observation_chars)
+        tally = Tally()
+        parts = [await reward.score(p, text, tally=tally) for p, text in rubrics]
+        modes[mode] = summary(parts, tally)
+    return modes
 
 
 def main() -> None:
     parser = stage_argparser(__doc__)
     parser.add_argument("--samples", type=int, default=2, help="rubrics per branching point (seeded)")
+    parser.add_argument("--rubrics", choices=["generator", "gold"], default="generator",
+                        help="the untrained generator's rubrics, or one gold-chain rubric per point (the ceiling)")
     args = parser.parse_args()
     params = params_from_args(args)
     points, dropped = usable_points(read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint))
-    result = asyncio.run(probe(params, points, args.samples))
+    result = asyncio.run(probe(params, points, args.samples, args.rubrics))
     result["dropped_points"] = dropped
-    write_json(out_path(params, "probe", "evaluator_modes.json"), result)
+    name = "evaluator_modes_gold.json" if args.rubrics == "gold" else "evaluator_modes.json"
+    write_json(out_path(params, "probe", name), result)
     cols = ["evaluated", "dropped", "flat_rate", "rho_mean", "abs_rho_mean", "rank_mean", "evaluator_calls",
             "evaluator_tokens"]
     print(f"{len(points)} points, {result['rubrics_parsed']} parsed rubrics")
