@@ -47,7 +47,7 @@ IN_ORDER = [[True, True], [True, False], [False, True], [False, False]]  # weigh
 
 def rubric(marker):
     return json.dumps({"criteria": [{"criterion": f"Looks up the film {marker}", "weight": 2},
-                                    {"criterion": "Uses a search action", "weight": 1}]})
+                                    {"criterion": f"Uses a search action {marker}", "weight": 1}]})
 
 
 MENU = [rubric("GOODRUBRIC"), rubric("BADRUBRIC"), "no rubric here", rubric("FLATRUBRIC")]
@@ -67,8 +67,8 @@ def render(messages, add_generation_prompt):
 
 
 def evaluator(calls):
-    """Scripted evaluator of either mode: one action (``{"satisfied": ...}``) or the labelled slate
-    (``{"verdicts": ...}``, criterion by criterion)."""
+    """Scripted evaluator of every mode: one action (``{"satisfied": ...}``), the labelled slate
+    (``{"verdicts": ...}``, criterion by criterion) or one criterion of one action (yes / no)."""
 
     def verdicts(body, action):
         if "FLATRUBRIC" in body and action == ACTIONS[2]:  # the flat rubric can never be scored
@@ -78,6 +78,11 @@ def evaluator(calls):
 
     def respond(messages, sampling):
         body = messages[1].content
+        if "Requirement: " in body:
+            action = re.search(r"Proposed next action: (.+)", body).group(1)
+            calls.append(action)
+            index = 0 if "Requirement: Looks up" in body else 1
+            return "yes" if verdicts(body, action)[index] else "no"
         if "Proposed next actions" in body:
             shown = re.findall(r"^[A-Z]\. (.+)$", body.split("Proposed next actions", 1)[1].split("Checklist")[0], re.MULTILINE)
             calls.extend(shown)
@@ -119,7 +124,7 @@ def tiny_policy():
     return build_policy(tiny_qwen2(TOK.vocab_size, seed=0, max_positions=256), lora=LoRASettings(r=8, alpha=16))
 
 
-@pytest.mark.parametrize("mode", ["action", "slate"])
+@pytest.mark.parametrize("mode", ["action", "slate", "criterion"])
 def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp_path, mode):
     params = params_for(repo_root, tmp_path, "rubric_generator.epochs=8", "rubric_generator.lr=0.03",
                         f"rubric_generator.evaluator_mode={mode}", "rubric_generator.heldout_samples=3")
