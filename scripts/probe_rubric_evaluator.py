@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.coreact.rubric_generator import RubricGenerator
 from components.coreact.rubric_training import usable_points
-from components.io import read_parquet, write_json
+from components.io import read_jsonl, read_parquet, write_json
 from components.judges.pairwise import Tally
 from components.llm.factory import LLMPool
 from components.rewards.spearman import RubricReward
@@ -50,14 +50,8 @@ def gold_rubric(point: BranchingPoint, question: Question) -> str:
 
 
 def gold_questions(params) -> dict[str, Question]:
-    questions = {}
-    for split in ("train", "dev", "test"):
-        path = out_path(params, "data", f"{split}.jsonl")
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                q = Question.model_validate_json(line)
-                questions[q.id] = q
-    return questions
+    """The questions ``collect`` draws its branching points from (the train split), by id."""
+    return {q.id: q for q in read_jsonl(out_path(params, "data", "train.jsonl"), Question)}
 
 
 def summary(parts, tally: Tally) -> dict[str, float]:
