@@ -457,6 +457,10 @@ class CoReActParams(Section):
                        "of satisfied rubric criteria exceeds tau.")
     max_retries: int = Field(default=1, ge=0, description="Retries of a step that fails verification (also Self-Refine "
                              "and CRITIC's retries).")
+    verifier_mode: Literal["checklist", "criterion"] = Field(
+        default="checklist", description="How the verifier answers: 'checklist' = one call returning every "
+        "criterion's verdict with a reason, as in the paper; 'criterion' = one yes/no call per criterion (for "
+        "verifiers that answer the checklist by pattern; the retry's feedback then has no reasons).")
     token_budget: int = Field(default=6000, ge=1, description="Tokens a search trajectory may grow to (the policy's "
                               "last context plus its reply); past it the agent must answer.")
     best_of_n: int = Field(default=4, ge=1, description="Best-of-N: trajectories sampled per question.")

@@ -13,6 +13,9 @@ def test_repository_params_load_in_both_profiles(repo_root):
     assert paper.collect.max_depth == 12 and paper.data.n_train == 11406
     assert paper.collect.temperatures == [0.1, 0.4, 0.7, 1.0]
     assert len(paper.llm.roles["candidate_policies"]) * len(paper.collect.temperatures) == 12
+    # the paper's evaluator and verifier answer a checklist per action; the embedded 1.5B answers yes/no per criterion
+    assert (paper.rubric_generator.evaluator_mode, paper.coreact.verifier_mode) == ("action", "checklist")
+    assert (embedded.rubric_generator.evaluator_mode, embedded.coreact.verifier_mode) == ("criterion", "criterion")
     # nothing in the default profile points at a scripted backend
     assert all(b.type != "scripted" for b in embedded.llm.backends.values())
 

@@ -12,7 +12,8 @@ baselines of :mod:`components.agents.baselines` share, all inside :meth:`propose
   rubric shown before the step.
 
 :class:`CoReActAgent` (registered ``coreact``) adds **verify** and **retry**: an independent ``verifier`` role
-checks a proposed tool call against the rubric (:mod:`components.judges.verifier`); the step is accepted when
+checks a proposed tool call against the rubric (:mod:`components.judges.verifier`: one JSON checklist call, or
+one yes/no call per criterion with ``coreact.verifier_mode: criterion``); the step is accepted when
 the weighted fraction of satisfied criteria exceeds ``tau``, otherwise the draft is marked not trainable
 (``call.trainable = False``), recorded, and the policy proposes again with the unmet criteria and the
 verifier's reasons pinned in context, at most ``max_retries`` times; the last retry is taken as it is. A
@@ -36,7 +37,7 @@ from components.agents.parsing import ParsedAction, parse_turn
 from components.agents.react import AGENTS, SYSTEM_PROMPT, EpisodeState, PolicyFailure, Proposal, ReActAgent
 from components.coreact.rubric_generator import RubricGenerator, render_rubric
 from components.judges.council import render_prefix
-from components.judges.verifier import Verification, verify_action
+from components.judges.verifier import Verification, VerifierMode, verify_action
 from components.llm.base import ChatModel, Message, Sampling, user
 from components.params import MethodParams, Params
 from components.schemas import Question, Rubric, Trajectory
@@ -72,10 +73,12 @@ class GuidedState(EpisodeState):
     records: list[dict[str, Any]] = field(default_factory=list)
     cost: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def count(self, role: str, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+    def count(self, role: str, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0, *, calls: int = 1,
+              failures: int | None = None) -> None:
+        """``calls`` LLM calls of ``role``; ``failures`` of them failed (default: all when not ``ok``, else none)."""
         c = self.cost.setdefault(role, {"calls": 0, "failures": 0, "prompt_tokens": 0, "completion_tokens": 0})
-        c["calls"] += 1
-        c["failures"] += 0 if ok else 1
+        c["calls"] += calls
+        c["failures"] += failures if failures is not None else (0 if ok else calls)
         c["prompt_tokens"] += prompt_tokens
         c["completion_tokens"] += completion_tokens
 
@@ -231,16 +234,18 @@ class CoReActAgent(GuidedAgent):
     ROLE_OPTIONS: ClassVar[dict[str, str]] = {"verifier": "verifier"}
 
     def __init__(self, policy: ChatModel, toolbox, settings=None, *, verifier: ChatModel | None = None,
-                 tau: float = 0.5, max_retries: int = 1, verify: bool = True, **kwargs):
+                 tau: float = 0.5, max_retries: int = 1, verify: bool = True,
+                 verifier_mode: VerifierMode = "checklist", **kwargs):
         super().__init__(policy, toolbox, settings, **kwargs)
         if verify and verifier is None:
             raise ValueError("coreact: verify is on but no verifier model was given")
         self.verifier, self.tau, self.max_retries, self.verify = verifier, tau, max_retries, verify
+        self.verifier_mode = verifier_mode
 
     @classmethod
     def options_from_params(cls, params: Params) -> dict[str, Any]:
         return {**super().options_from_params(params), "tau": params.coreact.tau,
-                "max_retries": params.coreact.max_retries}
+                "max_retries": params.coreact.max_retries, "verifier_mode": params.coreact.verifier_mode}
 
     @classmethod
     def from_roles(cls, roles, toolbox, settings, options: dict[str, Any]) -> CoReActAgent:
@@ -250,8 +255,10 @@ class CoReActAgent(GuidedAgent):
 
     async def check(self, state: GuidedState, proposal: Proposal, rubric: Rubric) -> Verification:
         v = await verify_action(self.verifier, state.question.question, self.history(state), proposal.parsed.thought,
-                                proposal.parsed.text, rubric, tau=self.tau, max_tokens=self.judge_max_tokens)
-        state.count("verifier", not v.call_failed, v.prompt_tokens, v.completion_tokens)
+                                proposal.parsed.text, rubric, tau=self.tau, max_tokens=self.judge_max_tokens,
+                                mode=self.verifier_mode)
+        state.count("verifier", not v.call_failed, v.prompt_tokens, v.completion_tokens, calls=v.calls,
+                    failures=v.failed_calls)
         return v
 
     async def decide(self, state: GuidedState, seed: int | None, rubric: Rubric | None,

@@ -8,6 +8,12 @@ The step is accepted when the weighted fraction of satisfied criteria exceeds ``
 criteria and their reasons become the feedback of the retry. A failed call or an unparseable reply is a
 failed verification (``Verification.failed``), which the agent records and does not turn into a rejection.
 
+With ``mode="criterion"`` (``coreact.verifier_mode``) the verifier is asked one yes/no question per criterion
+instead, the rubric evaluator's criterion mode (:func:`components.judges.rubric_eval.evaluate_criteria`): asked
+for the JSON checklist, the embedded 1.5B gave every action of a slate the same verdicts on 7 of 10 slates where
+the yes/no questions told the actions apart, so its accept/retry decision hardly depended on the action. The
+verdicts then come without reasons; the retry's feedback names the unmet criteria.
+
     v = await verify_action(pool.role("verifier"), question, prefix_text, thought, action, rubric, tau=0.5)
     v.accepted, v.fraction, v.feedback()
 """
@@ -16,14 +22,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Literal
 
 from components.coreact.rubric_generator import render_rubric
-from components.judges.rubric_eval import weighted_fraction
+from components.judges.pairwise import Tally
+from components.judges.rubric_eval import evaluate_criteria, weighted_fraction
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.schemas import Rubric
 
-__all__ = ["Verification", "parse_verdicts", "verdicts_schema", "verifier_messages", "verify_action"]
+__all__ = ["Verification", "VerifierMode", "parse_verdicts", "verdicts_schema", "verifier_messages", "verify_action"]
+
+VerifierMode = Literal["checklist", "criterion"]
 
 SYSTEM_PROMPT = (
     "You review a research agent's proposed next action before it is carried out. The agent answers questions "
@@ -80,7 +90,8 @@ def parse_verdicts(text: str, n: int) -> tuple[list[bool], list[str]] | str:
 @dataclass
 class Verification:
     """One verification: per-criterion verdicts, their weighted fraction and the decision; ``error`` set (and
-    no verdicts) when the verifier failed."""
+    no verdicts) when the verifier failed. ``calls`` and ``failed_calls`` count its LLM calls (one per criterion
+    in criterion mode)."""
 
     rubric: Rubric
     satisfied: list[bool] = field(default_factory=list)
@@ -88,13 +99,19 @@ class Verification:
     fraction: float | None = None
     accepted: bool | None = None
     error: str | None = None
-    call_failed: bool = False
+    calls: int = 1
+    failed_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
     @property
     def failed(self) -> bool:
         return self.error is not None
+
+    @property
+    def call_failed(self) -> bool:
+        """A call failed after the middleware's retries (not merely an unusable reply)."""
+        return self.failed_calls > 0
 
     def feedback(self) -> str:
         """The unmet criteria with the verifier's reasons, as the retry is shown them."""
@@ -111,13 +128,16 @@ class Verification:
 
 
 async def verify_action(verifier: ChatModel, question: str, prefix_text: str, thought: str, action: str,
-                        rubric: Rubric, *, tau: float, max_tokens: int = 256) -> Verification:
+                        rubric: Rubric, *, tau: float, max_tokens: int = 256,
+                        mode: VerifierMode = "checklist") -> Verification:
+    if mode == "criterion":
+        return await _verify_by_criterion(verifier, question, prefix_text, action, rubric, tau=tau)
     n = len(rubric.criteria)
     sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=verdicts_schema(n))
     outcome = await verifier.chat(verifier_messages(question, prefix_text, thought, action, rubric), sampling)
     if not outcome.ok:
         return Verification(rubric, error=f"verifier call failed: {outcome.error_type}: {outcome.message}",
-                            call_failed=True)
+                            failed_calls=1)
     parsed = parse_verdicts(outcome.text, n)
     if isinstance(parsed, str):
         return Verification(rubric, error=parsed, prompt_tokens=outcome.prompt_tokens,
@@ -126,3 +146,16 @@ async def verify_action(verifier: ChatModel, question: str, prefix_text: str, th
     fraction = weighted_fraction(rubric, flags)
     return Verification(rubric, flags, reasons, fraction, fraction > tau, prompt_tokens=outcome.prompt_tokens,
                         completion_tokens=outcome.completion_tokens)
+
+
+async def _verify_by_criterion(verifier: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
+                               *, tau: float) -> Verification:
+    """One yes/no call per criterion; the reasoning is not shown (the evaluator judges the action itself)."""
+    tally = Tally()
+    [score] = await evaluate_criteria(verifier, question, prefix_text, [action], rubric, tally=tally)
+    counts = {"calls": tally.calls, "failed_calls": tally.failures, "prompt_tokens": tally.prompt_tokens,
+              "completion_tokens": tally.completion_tokens}
+    if score.score is None:
+        return Verification(rubric, error=score.error, **counts)
+    flags = list(score.satisfied)
+    return Verification(rubric, flags, [""] * len(flags), score.score, score.score > tau, **counts)

@@ -50,11 +50,19 @@ def generator(rubric=RUBRIC):
     return ScriptedChatModel(lambda m, s: rubric if isinstance(rubric, str) else json.dumps(rubric), name="generator")
 
 
-def verifier(verdicts):
-    """``verdicts(action)`` -> list of (satisfied, reason) for the proposed action."""
+def verifier(verdicts, criteria=tuple(c["criterion"] for c in RUBRIC["criteria"])):
+    """``verdicts(action)`` -> list of (satisfied, reason) for the proposed action, one per criterion. Answers the
+    JSON checklist, or in criterion mode (one requirement per prompt) yes or no for the requirement, found by its
+    text among ``criteria``."""
 
     def respond(messages, sampling):
-        action = re.search(r"Proposed action: (.+)", messages[1].content).group(1)
+        body = messages[1].content
+        requirement = re.search(r"Requirement: (.+)", body)
+        if requirement is not None:
+            action = re.search(r"Proposed next action: (.+)", body).group(1)
+            ok, _ = verdicts(action)[criteria.index(requirement.group(1))]
+            return "Yes." if ok else "No, it does not."
+        action = re.search(r"Proposed action: (.+)", body).group(1)
         return json.dumps({"verdicts": [{"satisfied": ok, "reason": why} for ok, why in verdicts(action)]})
 
     return ScriptedChatModel(respond, name="verifier")

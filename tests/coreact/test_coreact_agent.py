@@ -73,6 +73,40 @@ def test_rejected_draft_is_recorded_not_run_and_not_trainable():
     assert cost["policy"]["calls"] == 3 and cost["verifier"]["calls"] == 1 and cost["rubric_generator"]["calls"] == 2
 
 
+def test_criterion_verifier_asks_once_per_criterion_and_rejects_by_the_same_threshold():
+    agent, model, tools, _, ver = make(verifier_mode="criterion")
+    traj = run(agent)
+    assert tools.calls == [("search", "Nightfall Harbor")] and traj.final_answer == "Kestrow"
+    rejected = traj.metadata["guided"]["steps"][0]["drafts"][0]
+    assert rejected["satisfied"] == [False, True] and rejected["fraction"] == pytest.approx(1 / 3)
+    assert rejected["accepted"] is False and rejected["reasons"] == ["", ""]
+    # one yes/no call per criterion, free text, on the action alone; the feedback names the unmet criterion
+    assert len(ver.requests) == 2 and all(s.json_schema is None for _, s in ver.requests)
+    asked = sorted(m[1].content.split("Requirement: ")[1].split("\n")[0] for m, _ in ver.requests)
+    assert asked == ["Looks up the film Nightfall Harbor", "Uses a search action"]
+    retry = model.requests[1][0][-1].content
+    assert "- criterion 1 (Looks up the film Nightfall Harbor) not met\n" in retry and "criterion 2" not in retry
+    cost = traj.metadata["guided"]["cost"]["verifier"]
+    assert cost["calls"] == 2 and cost["failures"] == 0
+
+
+def test_criterion_verifier_that_fails_or_hedges_accepts_and_is_counted():
+    hedging = ScriptedChatModel(lambda m, s: "Probably.", name="verifier")
+    agent, _, tools, _, _ = make(ver=hedging, verifier_mode="criterion")
+    traj = run(agent)
+    draft = traj.metadata["guided"]["steps"][0]["drafts"][0]
+    assert draft["accepted"] is None and "does not start with yes or no" in draft["error"]
+    assert tools.calls == [("search", "film")]
+    cost = traj.metadata["guided"]["cost"]["verifier"]
+    assert cost["calls"] == 2 and cost["failures"] == 0  # an unusable reply is not a failed call
+    down = ScriptedChatModel([TransientLLMError("verifier down")] * 10)
+    agent, _, tools, _, _ = make(ver=down, verifier_mode="criterion")
+    traj = run(agent)
+    assert traj.metadata["guided"]["steps"][0]["drafts"][0]["accepted"] is None and tools.calls == [("search", "film")]
+    assert traj.metadata["guided"]["cost"]["verifier"]["calls"] == 2
+    assert traj.metadata["guided"]["cost"]["verifier"]["failures"] == 2
+
+
 def test_threshold_is_strict_and_an_accepted_draft_is_not_retried():
     half = [(True, ""), (False, "no")]
     equal = {"criteria": [{"criterion": "Looks up the film", "weight": 1}, {"criterion": "Uses search", "weight": 1}]}
@@ -139,6 +173,7 @@ def test_params_reach_the_agent_and_roles_are_bound(repo_root: Path):
 
     agent = build_agent("coreact", roles, DictToolbox(), SETTINGS, agent_options(params, params.methods["coreact"]))
     assert isinstance(agent, CoReActAgent) and agent.tau == params.coreact.tau and agent.max_retries == 1
+    assert agent.verifier_mode == params.coreact.verifier_mode == "criterion"
     assert agent.token_budget == params.coreact.token_budget == 6000
     assert agent.generator.max_criteria == params.rubric_generator.max_criteria
     assert agent.generator.temperature == 0.7 and agent.generator.top_p == 0.95

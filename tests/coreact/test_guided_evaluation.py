@@ -17,6 +17,7 @@ from components.evaluation.guided import (
 )
 from components.io import read_jsonl
 from components.judges.answer import JUDGE_SYSTEM
+from components.judges.rubric_eval import CRITERION_PROMPT
 from components.judges.verifier import SYSTEM_PROMPT as VERIFIER_SYSTEM
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
@@ -78,7 +79,9 @@ def params(repo_root, tmp_path, monkeypatch):
     return p
 
 
-def test_evaluate_coreact_end_to_end(params):
+@pytest.mark.parametrize("verifier_mode", ["checklist", "criterion"])
+def test_evaluate_coreact_end_to_end(params, verifier_mode):
+    params = params.model_copy(update={"coreact": params.coreact.model_copy(update={"verifier_mode": verifier_mode})})
     questions = {q.question: q for q in read_jsonl(f"{params.run.out_dir}/data/test.jsonl", Question)}
 
     def policy(messages, sampling):
@@ -90,9 +93,11 @@ def test_evaluate_coreact_end_to_end(params):
         return f"Thought: I have it.\nAction: finish[{q.answers[0]}]"
 
     def judges(messages, sampling):
-        if messages[0].content == VERIFIER_SYSTEM:  # rejects every first step, accepts the rest
-            first = "(nothing yet" in messages[1].content
+        first = "(nothing yet" in messages[1].content  # the verifier rejects every first step, accepts the rest
+        if messages[0].content == VERIFIER_SYSTEM:
             return json.dumps({"verdicts": [{"satisfied": not first, "reason": "r"}] * 2})
+        if messages[0].content == CRITERION_PROMPT:
+            return "no" if first else "yes"
         assert messages[0].content == JUDGE_SYSTEM
         refs = re.search(r"Reference answers: (.*)\n", messages[1].content).group(1).split(" | ")
         return json.dumps({"correct": messages[1].content.rsplit("Predicted answer: ", 1)[1] in refs})
@@ -107,7 +112,8 @@ def test_evaluate_coreact_end_to_end(params):
     assert m["n"] == 3 and m["em"] == 1.0 and m["judge_accuracy"] == 1.0
     assert m["verified_steps"] == tool_steps and m["verification_failures"] == 3
     assert m["verification_failure_rate"] == pytest.approx(3 / tool_steps)
-    assert m["cost.verifier.calls"] == pytest.approx(tool_steps / 3)
+    calls_per_check = len(RUBRIC["criteria"]) if verifier_mode == "criterion" else 1
+    assert m["cost.verifier.calls"] == pytest.approx(tool_steps * calls_per_check / 3)
     assert m["cost.rubric_generator.calls"] == pytest.approx(tool_steps / 3 + 1)  # the answering turn gets one too
     assert m["cost.policy.calls"] == pytest.approx((tool_steps + 3 + 3) / 3)  # turns + one retry + the answer
     assert all(t.steps[0].rubric and t.metadata["policy_calls"][0]["trainable"] is False for t in trajs)
