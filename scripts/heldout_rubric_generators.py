@@ -1,0 +1,131 @@
+"""Held-out Spearman of trained rubric generators on questions none of them was trained on: the untrained base and
+each given LoRA adapter write rubrics (greedy plus ``rubric_generator.heldout_samples`` sampled) for every usable
+branching point of this run's collect whose question is not in ``--exclude-questions-of`` (the collect the adapters
+were trained on), scored by the listwise reward exactly as ``train_rubric_generator`` measures its held-out split.
+
+    python scripts/heldout_rubric_generators.py --set run.out_dir=/tmp/big \
+        --exclude-questions-of /tmp/small/collect/branching_points.parquet \
+        --adapter criterion=/tmp/small/train_rubric_generator/listwise/adapter [--adapter NAME=PATH ...]
+
+A larger collect whose first questions are a smaller one's (``collect.n_questions`` raised, the same seed) gives
+held-out questions for generators trained on the smaller one. Each adapter is compared with the untrained base
+point by point (:func:`~components.coreact.rubric_training.paired_change`). The gold-chain rubric of each point
+(``probe_rubric_evaluator.gold_rubric``) is scored too: how much room the points leave (a flat gold rubric means
+the evaluator cannot rank that slate by the next hop). Rollouts use the trained role's llama.cpp engine, as in
+training. Writes outputs/probe/heldout_generators.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from components.coreact.rubric_training import held_out_spearman, paired_change, prompt_items, usable_points
+from components.io import read_parquet, write_json
+from components.llm.factory import LLMPool
+from components.params import Params
+from components.rewards.spearman import RubricReward
+from components.schemas import BranchingPoint
+from tasks.runtime import out_path, params_from_args, stage_argparser
+
+_spec = importlib.util.spec_from_file_location("probe_rubric_evaluator", Path(__file__).with_name("probe_rubric_evaluator.py"))
+probe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(probe)
+
+
+def held_out_points(points: list[BranchingPoint], exclude: list[BranchingPoint]) -> list[BranchingPoint]:
+    """The usable points whose question is not among ``exclude``'s questions."""
+    seen = {p.question_id for p in exclude}
+    return [p for p in usable_points(points)[0] if p.question_id not in seen]
+
+
+def adapter_arg(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--adapter wants NAME=PATH, got {text!r}")
+    if not Path(path).is_dir():
+        raise argparse.ArgumentTypeError(f"--adapter {name}: {path} is not a peft adapter folder")
+    return name, Path(path)
+
+
+def gold_scores(params: Params, pool: LLMPool, points: list[BranchingPoint], scorer: RubricReward) -> dict:
+    questions = probe.gold_questions(params)
+
+    async def one(p: BranchingPoint):
+        return await scorer.score(p, probe.gold_rubric(p, questions[p.question_id]))
+
+    async def every():
+        return await asyncio.gather(*(one(p) for p in points))
+
+    parts = asyncio.run(every())
+    rhos = [p.rho for p in parts if p is not None and p.rho is not None]
+    return {"evaluated": float(len(rhos)), "rho_mean": sum(rhos) / len(rhos) if rhos else float("nan"),
+            "flat": float(sum(p.flat for p in parts if p is not None and p.rho is not None)),
+            "positive": float(sum(r > 0 for r in rhos)), "negative": float(sum(r < 0 for r in rhos))}
+
+
+def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, Path]]) -> dict:
+    from components.embedded.lora_gguf import ensure_lora_gguf
+    from components.embedded.models import load_hf_policy
+    from components.training.agent_rollout import chat_template_renderer
+    from components.training.llamacpp_engine import engine_for_policy
+
+    s, obs = params.rubric_generator, params.coreact.observation_chars
+    _, tokenizer = load_hf_policy(params.llm.backends[params.llm.roles["trainable_policy"]].embedded,
+                                  params.run.cache_dir)
+    items = prompt_items(points, chat_template_renderer(tokenizer), s.max_criteria, obs, max_chars=s.max_criterion_chars)
+    sampling = {"samples": s.heldout_samples, "temperature": s.temperature, "top_p": s.top_p}
+    result: dict = {"points": len(points), "questions": len({p.question_id for p in points}),
+                    "evaluator_mode": s.evaluator_mode, "generators": {}, "change": {}}
+    with LLMPool(params) as pool:
+        scorer = RubricReward(pool.role(s.evaluator_role), s, seed=params.seed, observation_chars=obs)
+        result["gold"] = gold_scores(params, pool, points, scorer)
+        engine = engine_for_policy(params, None, tokenizer)
+        try:
+            for name, adapter in [("untrained", None), *adapters]:
+                engine.load_adapter(None if adapter is None else ensure_lora_gguf(adapter, params.run.cache_dir))
+                summary, rubrics = held_out_spearman(engine, items, scorer, s.max_tokens, **sampling)
+                result["generators"][name] = {"adapter": None if adapter is None else str(adapter),
+                                              "summary": summary, "rubrics": rubrics}
+                if adapter is not None:
+                    result["change"][name] = paired_change(result["generators"]["untrained"]["rubrics"], rubrics,
+                                                           seed=params.seed)
+        finally:
+            engine.close()
+    return result
+
+
+def main() -> None:
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--exclude-questions-of", type=Path, required=True,
+                        help="branching_points.parquet of the collect the adapters were trained on")
+    parser.add_argument("--adapter", type=adapter_arg, action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument("--max-points", type=int, default=None, help="the first N held-out points only (a smoke run)")
+    args = parser.parse_args()
+    params = params_from_args(args)
+    points = held_out_points(read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint),
+                             read_parquet(args.exclude_questions_of, BranchingPoint))[: args.max_points]
+    if not points:
+        raise SystemExit(f"no usable branching point outside the questions of {args.exclude_questions_of}")
+    result = run(params, points, args.adapter)
+    write_json(out_path(params, "probe", "heldout_generators.json"), result)
+    print(f"{result['points']} held-out points from {result['questions']} questions; gold rubric: {result['gold']}")
+    print("| generator | greedy rho | sampled rho | parse rate | flat rate | change vs untrained [95% CI] | p | up/down |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, g in result["generators"].items():
+        m, c = g["summary"], result["change"].get(name)
+        moved = (f"{c['delta_mean']:+.3f} [{c['delta_ci_low']:+.2f}, {c['delta_ci_high']:+.2f}] | {c['wilcoxon_p']:.2f}"
+                 f" | {c['points_up']:.0f}/{c['points_down']:.0f}") if c else "- | - | -"
+        print(f"| {name} | {m['spearman']:+.3f} | {m.get('sampled_spearman', float('nan')):+.3f} | "
+              f"{m['parse_rate']:.2f} | {m['flat_rate']:.2f} | {moved} |")
+    print(json.dumps({k: v for k, v in result["change"].items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
