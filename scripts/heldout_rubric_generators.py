@@ -9,7 +9,8 @@ were trained on), scored by the listwise reward exactly as ``train_rubric_genera
 
 A larger collect whose first questions are a smaller one's (``collect.n_questions`` raised, the same seed) gives
 held-out questions for generators trained on the smaller one. Each adapter is compared with the untrained base
-point by point (:func:`~components.coreact.rubric_training.paired_change`). The gold-chain rubric of each point
+point by point (:func:`~components.coreact.rubric_training.paired_change`, over the evaluated rubrics and with an
+unparseable rubric counted as rho 0). The gold-chain rubric of each point
 (``probe_rubric_evaluator.gold_rubric``) is scored too: how much room the points leave (a flat gold rubric means
 the evaluator cannot rank that slate by the next hop). Rollouts use the trained role's llama.cpp engine, as in
 training. Writes outputs/probe/heldout_generators.json and prints a table.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -82,7 +82,8 @@ def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, 
     items = prompt_items(points, chat_template_renderer(tokenizer), s.max_criteria, obs, max_chars=s.max_criterion_chars)
     sampling = {"samples": s.heldout_samples, "temperature": s.temperature, "top_p": s.top_p}
     result: dict = {"points": len(points), "questions": len({p.question_id for p in points}),
-                    "evaluator_mode": s.evaluator_mode, "generators": {}, "change": {}}
+                    "evaluator_mode": s.evaluator_mode, "generators": {}, "change": {},
+                    "change_unparsed_as_chance": {}}
     with LLMPool(params) as pool:
         scorer = RubricReward(pool.role(s.evaluator_role), s, seed=params.seed, observation_chars=obs)
         result["gold"] = gold_scores(params, pool, points, scorer)
@@ -94,8 +95,10 @@ def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, 
                 result["generators"][name] = {"adapter": None if adapter is None else str(adapter),
                                               "summary": summary, "rubrics": rubrics}
                 if adapter is not None:
-                    result["change"][name] = paired_change(result["generators"]["untrained"]["rubrics"], rubrics,
-                                                           seed=params.seed)
+                    base = result["generators"]["untrained"]["rubrics"]
+                    result["change"][name] = paired_change(base, rubrics, seed=params.seed)
+                    result["change_unparsed_as_chance"][name] = paired_change(base, rubrics, seed=params.seed,
+                                                                              unparsed_as_chance=True)
         finally:
             engine.close()
     return result
@@ -116,16 +119,20 @@ def main() -> None:
     result = run(params, points, args.adapter)
     write_json(out_path(params, "probe", "heldout_generators.json"), result)
     print(f"{result['points']} held-out points from {result['questions']} questions; gold rubric: {result['gold']}")
-    print("| generator | greedy rho | sampled rho | parse rate | flat rate | change vs untrained [95% CI] | p | up/down |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("rho: mean over the evaluated rubrics; 'as chance': an unparseable rubric counted as rho 0")
+    print("| generator | parse rate greedy / sampled | rho greedy / sampled | as chance greedy / sampled | flat rate |")
+    print("|---|---|---|---|---|")
     for name, g in result["generators"].items():
-        m, c = g["summary"], result["change"].get(name)
-        moved = (f"{c['delta_mean']:+.3f} [{c['delta_ci_low']:+.2f}, {c['delta_ci_high']:+.2f}] | {c['wilcoxon_p']:.2f}"
-                 f" | {c['points_up']:.0f}/{c['points_down']:.0f}") if c else "- | - | -"
-        print(f"| {name} | {m['spearman']:+.3f} | {m.get('sampled_spearman', float('nan')):+.3f} | "
-              f"{m['parse_rate']:.2f} | {m['flat_rate']:.2f} | {moved} |")
-    print(json.dumps({k: v for k, v in result["change"].items()}, indent=1))
-
+        m = g["summary"]
+        print(f"| {name} | {m['parse_rate']:.2f} / {m['sampled_parse_rate']:.2f} | {m['spearman']:+.3f} / "
+              f"{m['sampled_spearman']:+.3f} | {m['spearman_with_unparsed']:+.3f} / "
+              f"{m['sampled_spearman_with_unparsed']:+.3f} | {m['flat_rate']:.2f} |")
+    print("| change vs untrained | view | delta [95% CI] | Wilcoxon p | points up / down / same |")
+    print("|---|---|---|---|---|")
+    for view in ("change", "change_unparsed_as_chance"):
+        for name, c in result[view].items():
+            print(f"| {name} | {view} | {c['delta_mean']:+.3f} [{c['delta_ci_low']:+.2f}, {c['delta_ci_high']:+.2f}] | "
+                  f"{c['wilcoxon_p']:.2f} | {c['points_up']:.0f} / {c['points_down']:.0f} / {c['points_same']:.0f} |")
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,8 @@ Reads outputs/collect/branching_points.parquet. The generator starts from the ba
 as ``rubric_generator_trained`` / ``rubric_generator_pairwise``), ckpt/ (resumable), metrics.csv (one row per
 step: reward and each of its terms, evaluator calls and failures; a DVC plot), heldout.json (held-out Spearman
 before and after: greedy, and ``heldout_samples`` sampled rubrics per point; each rubric with its rho; ``change``,
-the paired per-point difference with its bootstrap interval and Wilcoxon p),
+the paired per-point difference with its bootstrap interval and Wilcoxon p, and ``change_unparsed_as_chance``,
+the same with an unparseable rubric counted as rho 0),
 metrics.json and timings.json.
 """
 
@@ -104,14 +105,17 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     policy.model.save_pretrained(str(folder / "adapter"))
     after, rubrics_after = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
     change = paired_change(rubrics_before, rubrics_after, seed=params.seed)
+    as_chance = paired_change(rubrics_before, rubrics_after, seed=params.seed, unparsed_as_chance=True)
     write_json(folder / "heldout.json", {"before": before, "after": after, "change": change,
+                                         "change_unparsed_as_chance": as_chance,
                                          "rubrics_before": rubrics_before, "rubrics_after": rubrics_after})
     last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
     metrics = {**last, "points_train": float(len(train)), "points_held_out": float(len(held_out)),
                **{f"points_dropped.{k}": float(v) for k, v in dropped.items()},
                **{f"heldout_before.{k}": round(v, 6) for k, v in before.items()},
                **{f"heldout_after.{k}": round(v, 6) for k, v in after.items()},
-               **{f"heldout_change.{k}": round(v, 6) for k, v in change.items()}}
+               **{f"heldout_change.{k}": round(v, 6) for k, v in change.items()},
+               **{f"heldout_change_unparsed_as_chance.{k}": round(v, 6) for k, v in as_chance.items()}}
     write_json(folder / "metrics.json", metrics)
     return RubricTrainResult(reward=reward, adapter=str(folder / "adapter"), before=before, after=after,
                              metrics=metrics)

@@ -170,6 +170,11 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     assert change == paired_change(stored["rubrics_before"], stored["rubrics_after"], seed=params.seed)
     assert change["after_mean"] == pytest.approx(1.0) and change["delta_mean"] > 0
     assert m["heldout_change.delta_mean"] == pytest.approx(change["delta_mean"], abs=1e-6)
+    as_chance = stored["change_unparsed_as_chance"]
+    assert as_chance == paired_change(stored["rubrics_before"], stored["rubrics_after"], seed=params.seed,
+                                      unparsed_as_chance=True)
+    assert as_chance["points_paired"] >= change["points_paired"]
+    assert m["heldout_change_unparsed_as_chance.delta_mean"] == pytest.approx(as_chance["delta_mean"], abs=1e-6)
 
     # a re-run resumes at the last step: nothing is trained again and "before" is the untrained measurement;
     # metrics.csv is written again from the checkpoint's history (a run killed after its last checkpoint)
@@ -206,6 +211,20 @@ def test_paired_change_compares_each_held_out_points_mean_rho_before_and_after()
     assert paired_change([], [])["points_paired"] == 0
 
 
+def test_unparsed_rubrics_count_as_chance_only_when_asked():
+    before = [{"point": "a", "rho": None, "parsed": False, "evaluator_failed": False},
+              {"point": "a", "rho": 0.4, "parsed": True, "evaluator_failed": False},
+              {"point": "b", "rho": None, "parsed": False, "evaluator_failed": False},
+              {"point": "c", "rho": None, "parsed": True, "evaluator_failed": True}]
+    after = [{"point": k, "rho": 0.3, "parsed": True, "evaluator_failed": False} for k in "abc"]
+    evaluated = paired_change(before, after)
+    assert evaluated["points_paired"] == 1 and evaluated["delta_mean"] == pytest.approx(-0.1)
+    chance = paired_change(before, after, unparsed_as_chance=True)
+    # a: (0 + 0.4) / 2 = 0.2 -> 0.3; b: 0 -> 0.3; c's evaluator failed: still not paired
+    assert chance["points_paired"] == 2 and chance["before_mean"] == pytest.approx(0.1)
+    assert chance["delta_mean"] == pytest.approx(0.2) and chance["points_up"] == 2
+
+
 def test_unparseable_rubrics_score_zero_without_evaluator_calls(repo_root, tmp_path):
     params = params_for(repo_root, tmp_path, "rubric_generator.epochs=1", "rubric_generator.max_tokens=16")
     torch.manual_seed(0)
@@ -216,6 +235,8 @@ def test_unparseable_rubrics_score_zero_without_evaluator_calls(repo_root, tmp_p
     assert calls == []  # random text never parses, so nothing reaches the evaluator
     assert result.metrics["reward/rubric_parse_failure_rate"] == 1.0 and result.metrics["reward/mean"] == 0.0
     assert result.before["parse_rate"] == 0.0 and result.after["evaluated"] == 0.0
+    # nothing parsed: no mean over evaluated rubrics, but as chance every rubric is worth rho 0
+    assert math.isnan(result.after["spearman"]) and result.after["spearman_with_unparsed"] == 0.0
     assert (folder / "metrics.json").exists() and (folder / "adapter" / "adapter_config.json").exists()
 
 
