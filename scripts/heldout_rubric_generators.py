@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.coreact.rubric_training import held_out_spearman, paired_change, prompt_items, usable_points
 from components.io import read_parquet, write_json
+from components.judges.pairwise import Tally
 from components.llm.factory import LLMPool
 from components.params import Params
 from components.rewards.spearman import RubricReward
@@ -54,30 +55,28 @@ def adapter_arg(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def gold_scores(params: Params, pool: LLMPool, points: list[BranchingPoint], scorer: RubricReward) -> dict:
-    questions = probe.gold_questions(params)
-
-    async def one(p: BranchingPoint):
-        return await scorer.score(p, probe.gold_rubric(p, questions[p.question_id]))
+def gold_scores(params: Params, points: list[BranchingPoint], scorer: RubricReward) -> dict:
+    """The gold-chain rubric of every point, summarised as the probe does, with its agreeing and disagreeing points."""
+    questions, tally = probe.gold_questions(params), Tally()
 
     async def every():
-        return await asyncio.gather(*(one(p) for p in points))
+        return await asyncio.gather(*(scorer.score(p, probe.gold_rubric(p, questions[p.question_id]), tally=tally)
+                                      for p in points))
 
     parts = asyncio.run(every())
     rhos = [p.rho for p in parts if p is not None and p.rho is not None]
-    return {"evaluated": float(len(rhos)), "rho_mean": sum(rhos) / len(rhos) if rhos else float("nan"),
-            "flat": float(sum(p.flat for p in parts if p is not None and p.rho is not None)),
-            "positive": float(sum(r > 0 for r in rhos)), "negative": float(sum(r < 0 for r in rhos))}
+    return {**probe.summary(parts, tally), "positive": float(sum(r > 0 for r in rhos)),
+            "negative": float(sum(r < 0 for r in rhos))}
 
 
 def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, Path]]) -> dict:
     from components.embedded.lora_gguf import ensure_lora_gguf
-    from components.embedded.models import load_hf_policy
+    from components.embedded.models import load_hf_tokenizer
     from components.training.agent_rollout import chat_template_renderer
     from components.training.llamacpp_engine import engine_for_policy
 
     s, obs = params.rubric_generator, params.coreact.observation_chars
-    _, tokenizer = load_hf_policy(params.llm.backends[params.llm.roles["trainable_policy"]].embedded,
+    tokenizer = load_hf_tokenizer(params.llm.backends[params.llm.roles["trainable_policy"]].embedded,
                                   params.run.cache_dir)
     items = prompt_items(points, chat_template_renderer(tokenizer), s.max_criteria, obs, max_chars=s.max_criterion_chars)
     sampling = {"samples": s.heldout_samples, "temperature": s.temperature, "top_p": s.top_p}
@@ -86,7 +85,7 @@ def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, 
                     "change_unparsed_as_chance": {}}
     with LLMPool(params) as pool:
         scorer = RubricReward(pool.role(s.evaluator_role), s, seed=params.seed, observation_chars=obs)
-        result["gold"] = gold_scores(params, pool, points, scorer)
+        result["gold"] = gold_scores(params, points, scorer)
         engine = engine_for_policy(params, None, tokenizer)
         try:
             for name, adapter in [("untrained", None), *adapters]:

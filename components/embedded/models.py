@@ -163,9 +163,17 @@ def load_embedder(device: str = "cpu"):
 def load_hf_policy(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | Path | None = None):
     """(model, tokenizer) in transformers, dequantized from the verified GGUF, for training on CPU."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     path = ensure_gguf(name, cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-    return model, tokenizer
+    return model, load_hf_tokenizer(name, cache_dir)
+
+
+def load_hf_tokenizer(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | Path | None = None):
+    """The transformers tokenizer of an embedded model, read from its verified GGUF (no weights loaded)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    path = ensure_gguf(name, cache_dir)
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
