@@ -449,6 +449,9 @@ class RubricEMParams(Section):
         return self
 
 
+VerifierMode = Literal["checklist", "criterion"]
+
+
 class CoReActParams(Section):
     """Co-ReAct inference (paper 3.3, appendix A "Co-ReAct inference") and the test-time baselines run beside it
     (4.1): what every agent of components/agents/coreact.py and baselines.py reads."""
@@ -457,7 +460,7 @@ class CoReActParams(Section):
                        "of satisfied rubric criteria exceeds tau.")
     max_retries: int = Field(default=1, ge=0, description="Retries of a step that fails verification (also Self-Refine "
                              "and CRITIC's retries).")
-    verifier_mode: Literal["checklist", "criterion"] = Field(
+    verifier_mode: VerifierMode = Field(
         default="checklist", description="How the verifier answers: 'checklist' = one call returning every "
         "criterion's verdict with a reason, as in the paper; 'criterion' = one yes/no call per criterion (for "
         "verifiers that answer the checklist by pattern; the retry's feedback then has no reasons).")

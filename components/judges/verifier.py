@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Literal
 
 from components.coreact.rubric_generator import render_rubric
 from components.judges.pairwise import Tally
 from components.judges.rubric_eval import evaluate_criteria, weighted_fraction
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
+from components.params import VerifierMode
 from components.schemas import Rubric
 
 __all__ = ["Verification", "VerifierMode", "parse_verdicts", "verdicts_schema", "verifier_messages", "verify_action"]
-
-VerifierMode = Literal["checklist", "criterion"]
 
 SYSTEM_PROMPT = (
     "You review a research agent's proposed next action before it is carried out. The agent answers questions "
