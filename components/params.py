@@ -511,6 +511,13 @@ class RubricGeneratorParams(Section):
     micro_batch_tokens: int = Field(default=2048, ge=64, description="Tokens per micro-batch of the generator's "
                                     "update: its prompts carry the whole trajectory prefix, and grpo's 4096 reached "
                                     "20.6 GB and was killed on a 24 GB machine.")
+    warm_start: Literal["none", "oracle"] = Field(
+        default="none", description="What GRPO starts from: 'none' = the untrained base, as in the paper; 'oracle' = "
+        "first SFT on the training points' gold-chain rubrics (components/coreact/oracle_rubrics.py), for a base "
+        "that never samples a rubric naming the next hop.")
+    warm_start_epochs: int = Field(default=3, ge=1, description="Passes of the oracle warm start over its rows.")
+    warm_start_lr: float = Field(default=2e-4, gt=0, description="Learning rate of the oracle warm start (its other "
+                                 "settings are sft's).")
     evaluator_mode: Literal["action", "slate", "criterion"] = Field(
         default="action", description="How the evaluator scores a slate: 'action' = one call per slate action, as "
         "in the paper; 'slate' = one call that sees every action and gives each criterion's verdict for all of "

@@ -71,7 +71,7 @@ STAGES: dict[str, list[str]] = {
     "evaluate@sft": ["prepare", "index", "sft"],
     "sft_data_scaffold": ["prepare", "index"],
     "sft_scaffold": ["sft_data_scaffold"],
-    **{f"train_rubric_generator@{r}": ["collect"] for r in REWARDS},
+    **{f"train_rubric_generator@{r}": ["prepare", "collect"] for r in REWARDS},  # prepare: the gold chains
     **{f"evaluate@{m}": ["prepare", "index", *needs] for m, needs in METHODS.items() if m not in ("react", "sft")},
     **{f"train_policy@{v}": ["prepare", "index", "sft_scaffold" if v in SCAFFOLD_VARIANTS else "sft"]
        for v in VARIANTS},

@@ -11,7 +11,7 @@ A larger collect whose first questions are a smaller one's (``collect.n_question
 held-out questions for generators trained on the smaller one. Each adapter is compared with the untrained base
 point by point (:func:`~components.coreact.rubric_training.paired_change`, over the evaluated rubrics and with an
 unparseable rubric counted as rho 0). The gold-chain rubric of each point
-(``probe_rubric_evaluator.gold_rubric``) is scored too: how much room the points leave (a flat gold rubric means
+(:func:`~components.coreact.oracle_rubrics.oracle_rubric`) is scored too: how much room the points leave (a flat gold rubric means
 the evaluator cannot rank that slate by the next hop). Rollouts use the trained role's llama.cpp engine, as in
 training. Writes outputs/probe/heldout_generators.json and prints a table.
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from components.coreact.oracle_rubrics import oracle_rubric
 from components.coreact.rubric_training import held_out_spearman, paired_change, prompt_items, usable_points
 from components.io import read_parquet, write_json
 from components.judges.pairwise import Tally
@@ -33,6 +34,7 @@ from components.llm.factory import LLMPool
 from components.params import Params
 from components.rewards.spearman import RubricReward
 from components.schemas import BranchingPoint
+from tasks.collect import questions_by_id
 from tasks.runtime import out_path, params_from_args, stage_argparser
 
 _spec = importlib.util.spec_from_file_location("probe_rubric_evaluator", Path(__file__).with_name("probe_rubric_evaluator.py"))
@@ -57,10 +59,10 @@ def adapter_arg(text: str) -> tuple[str, Path]:
 
 def gold_scores(params: Params, points: list[BranchingPoint], scorer: RubricReward) -> dict:
     """The gold-chain rubric of every point, summarised as the probe does, with its agreeing and disagreeing points."""
-    questions, tally = probe.gold_questions(params), Tally()
+    questions, tally = questions_by_id(params), Tally()
 
     async def every():
-        return await asyncio.gather(*(scorer.score(p, probe.gold_rubric(p, questions[p.question_id]), tally=tally)
+        return await asyncio.gather(*(scorer.score(p, oracle_rubric(p, questions[p.question_id]), tally=tally)
                                       for p in points))
 
     parts = asyncio.run(every())

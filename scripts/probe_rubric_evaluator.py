@@ -8,7 +8,8 @@ council (Spearman rho).
 
 Reads outputs/collect/branching_points.parquet. ``--rubrics generator`` (default): the rubrics come from the
 ``rubric_generator`` role (the untrained generator) at its sampling temperature, seeded. ``--rubrics gold``: one
-rubric per point written from the question's gold chain (:func:`gold_rubric`), the ceiling of the reward: a mode
+rubric per point written from the question's gold chain
+(:func:`~components.coreact.oracle_rubrics.oracle_rubric`), the ceiling of the reward: a mode
 that cannot rank the slate by a rubric naming the next hop cannot reward a generator for writing one. The
 evaluator is ``rubric_generator.evaluator_role``. Writes outputs/probe/evaluator_modes[_gold].json. Every call
 goes through the response cache, so a repeat is a replay.
@@ -24,34 +25,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from components.coreact.oracle_rubrics import oracle_rubric
 from components.coreact.rubric_generator import RubricGenerator
 from components.coreact.rubric_training import usable_points
-from components.io import read_jsonl, read_parquet, write_json
+from components.io import read_parquet, write_json
 from components.judges.pairwise import Tally
 from components.llm.factory import LLMPool
 from components.rewards.spearman import RubricReward
-from components.schemas import BranchingPoint, Question
+from components.schemas import BranchingPoint
+from tasks.collect import questions_by_id
 from tasks.runtime import out_path, params_from_args, stage_argparser
 
 MODES = ("action", "slate", "criterion")
-
-
-def gold_rubric(point: BranchingPoint, question: Question) -> str:
-    """A rubric for the next step from the gold chain: look up the first hop whose answer the history has not
-    shown yet, and do not answer before; once every hop's answer has been shown, give the gold answer."""
-    seen = " ".join(f"{s.action} {s.observation}" for s in point.prefix).casefold()
-    todo = [hop for hop in question.gold_chain if hop.answer.casefold() not in seen]
-    if todo:
-        criteria = [{"criterion": f"Looks up the fact: {todo[0].question}", "weight": 3},
-                    {"criterion": "Does not give a final answer yet", "weight": 2}]
-    else:
-        criteria = [{"criterion": f"Gives the final answer {question.answers[0]}", "weight": 3}]
-    return json.dumps({"criteria": criteria})
-
-
-def gold_questions(params) -> dict[str, Question]:
-    """The questions ``collect`` draws its branching points from (the train split), by id."""
-    return {q.id: q for q in read_jsonl(out_path(params, "data", "train.jsonl"), Question)}
 
 
 def summary(parts, tally: Tally) -> dict[str, float]:
@@ -76,8 +61,8 @@ async def probe(params, points: list[BranchingPoint], samples: int, source: str 
     pool = LLMPool(params)
     try:
         if source == "gold":
-            questions = gold_questions(params)
-            rubrics = [(p, gold_rubric(p, questions[p.question_id])) for p in points]
+            questions = questions_by_id(params)
+            rubrics = [(p, oracle_rubric(p, questions[p.question_id])) for p in points]
             return {"points": len(points), "rubrics": "gold", "rubrics_parsed": len(rubrics),
                     "modes": await score_modes(params, pool, rubrics)}
         generator = RubricGenerator(pool.role("rubric_generator"), max_criteria=s.max_criteria,

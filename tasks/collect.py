@@ -146,6 +146,12 @@ def _questions(params: Params) -> list[Question]:
     return read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.collect.n_questions]
 
 
+def questions_by_id(params: Params) -> dict[str, Question]:
+    """Every question collect may draw its branching points from (the train split, whatever
+    ``collect.n_questions`` was), by id: where a point's gold chain is."""
+    return {q.id: q for q in read_jsonl(out_path(params, "data", "train.jsonl"), Question)}
+
+
 async def _expand_all(collector: BranchingCollector, todo: list[tuple[int, Question]], base_seed: int,
                       in_flight: int, finished: Callable[[Question, QuestionResult, float], None]) -> None:
     """Expand ``todo`` (index, question) pairs, ``in_flight`` at a time; ``finished`` records each one as it ends."""

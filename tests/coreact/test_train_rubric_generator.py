@@ -63,6 +63,8 @@ def points(n=8):
 
 
 def render(messages, add_generation_prompt):
+    if messages[-1].role == "assistant":  # a reply, as the SFT rows close it: with a newline
+        return messages[-1].content + "\n"
     return re.search(r"Question:\n(.+)", messages[1].content).group(1) + "\n"
 
 
@@ -251,3 +253,91 @@ def test_generator_checkpoints_on_its_own_schedule(repo_root, tmp_path):
     assert config.micro_batch_tokens == params.rubric_generator.micro_batch_tokens != params.grpo.micro_batch_tokens
     assert generator_config(params.model_copy(update={"rubric_generator": params.rubric_generator.model_copy(
         update={"checkpoint_every": 0})}), 6).checkpoint_every == 0
+
+
+def gold_questions():
+    """Every test point's question, with one hop whose answer no prefix shows: each oracle rubric is the same text."""
+    from components.schemas import Question, SubQuestion
+
+    return {q: Question(id=q, question=f"{q}?", answers=["Zed"], source="world",
+                        gold_chain=[SubQuestion(question="Who directed the film?", answer="Zed")])
+            for q in [f"q{i}" for i in range(8)] + ["q-flat"]}
+
+
+def test_oracle_warm_start_trains_the_format_and_serves_one_adapter(repo_root, tmp_path):
+    """warm_start=oracle: SFT on the training points' gold-chain rubrics, merged under a fresh LoRA for GRPO; the
+    served adapter holds both (its delta is the sum), and the held-out Spearman is measured after each phase."""
+    from peft import PeftModel
+
+    from components.coreact.oracle_rubrics import oracle_rubric
+    from tasks.train_rubric_generator import WarmStartInputs
+
+    params = params_for(repo_root, tmp_path, "rubric_generator.epochs=1", "rubric_generator.max_tokens=120",
+                        "rubric_generator.warm_start=oracle", "rubric_generator.warm_start_epochs=200",
+                        "rubric_generator.warm_start_lr=0.02", "sft.batch_size=7", "sft.checkpoint_every=0",
+                        "rubric_generator.evaluator_mode=criterion")
+    torch.manual_seed(0)
+    base = lambda: tiny_qwen2(TOK.vocab_size, seed=0, max_positions=256, hidden_size=64)  # room to learn a rubric
+    lora = LoRASettings(r=16, alpha=32)
+    policy, rebased = build_policy(base(), lora=lora), []
+
+    def rebase(trained, adapter):
+        fresh = build_policy(trained.model.merge_and_unload(), lora=lora)
+        rebased.append(adapter)
+        return fresh, HFRolloutEngine(fresh.model, TOK)
+
+    def one_prompt(messages, add_generation_prompt):  # every point alike: held-out prompts are no novelty to it
+        return messages[-1].content + "\n" if messages[-1].role == "assistant" else "Q?\n"
+
+    folder = tmp_path / "warm"
+    inputs = WarmStartInputs(gold_questions(), TOK, rebase)
+    result = run_training(params, policy, HFRolloutEngine(policy.model, TOK), evaluator([]), points(), folder,
+                          render=one_prompt, warm_start=inputs)
+    warm = read_json(folder / "warm_start" / "metrics.json")
+    # 6 training points of the usable ones and the flat-consensus point (not held out): one row each
+    assert warm["rows"] == 7 and rebased == [folder / "warm_start" / "adapter"]
+    assert warm["loss_last_tenth"] < 0.5 * warm["loss_first_tenth"]
+    # the held-out Spearman is measured after the warm start too, and compared with before and after
+    stored = read_json(folder / "heldout.json")
+    same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN where nothing parsed
+    assert same(stored["warm_start"], result.warm_start) and len(stored["rubrics_warm_start"]) == 2 * (1 + params.rubric_generator.heldout_samples)
+    assert stored["change_warm_start_unparsed_as_chance"]["points_paired"] == 2
+    assert stored["change_grpo_unparsed_as_chance"]["points_paired"] == 2
+    assert result.metrics["heldout_warm_start.parse_rate"] == result.warm_start["parse_rate"]
+
+    # the warm start learned a held-out point's oracle rubric (the 2-layer model cannot write all of it greedily)
+    def nll(model, target):
+        ids = TOK.encode("Q?\n" + target + "\n", add_special_tokens=False)
+        with torch.no_grad():
+            out = model.eval()(torch.tensor([ids])).logits[0, 2:-1]
+        return torch.nn.functional.cross_entropy(out, torch.tensor(ids[3:])).item()
+    expected = oracle_rubric(points()[0], gold_questions()["q0"])  # every point's: one hop, never shown
+    warm_model = PeftModel.from_pretrained(base(), str(folder / "warm_start" / "adapter"))
+    assert nll(warm_model, expected) < 0.25 * nll(base(), expected)
+
+    # the served adapter on the untrained base = the warm start merged, then GRPO's LoRA
+    ids = torch.tensor([TOK.encode("Q?\n{\"criteria\"", add_special_tokens=False)])
+    def logits(model):
+        with torch.no_grad():
+            return model.eval()(ids).logits
+    step_by_step = PeftModel.from_pretrained(base(), str(folder / "warm_start" / "adapter")).merge_and_unload()
+    step_by_step = PeftModel.from_pretrained(step_by_step, str(folder / "grpo_adapter"))
+    served = PeftModel.from_pretrained(base(), str(folder / "adapter"))
+    assert torch.allclose(logits(served), logits(step_by_step), atol=1e-5)
+    grpo_only = PeftModel.from_pretrained(base(), str(folder / "grpo_adapter"))
+    assert not torch.allclose(logits(served), logits(grpo_only), atol=1e-3)
+
+    # a rerun finds the warm start done: no SFT again, and the fresh policy gets its adapter back before rebasing
+    fresh = build_policy(base(), lora=lora)
+    rerun = run_training(params, fresh, HFRolloutEngine(fresh.model, TOK), evaluator([]), points(), folder,
+                         render=one_prompt, warm_start=inputs)
+    assert read_json(folder / "warm_start" / "metrics.json") == warm and same(rerun.warm_start, result.warm_start)
+    assert same(rerun.after, result.after)
+
+
+def test_oracle_warm_start_needs_its_inputs(repo_root, tmp_path):
+    params = params_for(repo_root, tmp_path, "rubric_generator.warm_start=oracle")
+    policy = tiny_policy()
+    with pytest.raises(ValueError, match="warm_start=oracle"):
+        run_training(params, policy, HFRolloutEngine(policy.model, TOK), evaluator([]), points(), tmp_path / "x",
+                     render=render)
