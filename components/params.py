@@ -515,7 +515,7 @@ class RubricGeneratorParams(Section):
         default="none", description="What GRPO starts from: 'none' = the untrained base, as in the paper; 'oracle' = "
         "first SFT on the training points' gold-chain rubrics (components/coreact/oracle_rubrics.py), for a base "
         "that never samples a rubric naming the next hop.")
-    warm_start_epochs: int = Field(default=3, ge=1, description="Passes of the oracle warm start over its rows.")
+    warm_start_epochs: int = Field(default=1, ge=1, description="Passes of the oracle warm start over its rows.")
     warm_start_lr: float = Field(default=2e-4, gt=0, description="Learning rate of the oracle warm start (its other "
                                  "settings are sft's).")
     evaluator_mode: Literal["action", "slate", "criterion"] = Field(

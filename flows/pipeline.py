@@ -71,7 +71,8 @@ STAGES: dict[str, list[str]] = {
     "evaluate@sft": ["prepare", "index", "sft"],
     "sft_data_scaffold": ["prepare", "index"],
     "sft_scaffold": ["sft_data_scaffold"],
-    **{f"train_rubric_generator@{r}": ["prepare", "collect"] for r in REWARDS},  # prepare: the gold chains
+    # the gold chains of prepare's questions and sft_data's worlds, for the oracle warm start
+    **{f"train_rubric_generator@{r}": ["prepare", "collect", "sft_data"] for r in REWARDS},
     **{f"evaluate@{m}": ["prepare", "index", *needs] for m, needs in METHODS.items() if m not in ("react", "sft")},
     **{f"train_policy@{v}": ["prepare", "index", "sft_scaffold" if v in SCAFFOLD_VARIANTS else "sft"]
        for v in VARIANTS},

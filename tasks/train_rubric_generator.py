@@ -8,8 +8,9 @@ Reads outputs/collect/branching_points.parquet. The generator starts from the ba
 ``trainable_policy`` role (the untrained generator, as in the paper) with a fresh LoRA (``lora``); the
 ``rubric_generator`` section holds G, lr, KL, epochs and sampling; the evaluator is the
 ``rubric_generator.evaluator_role`` role. With ``rubric_generator.warm_start=oracle``, the generator is first
-SFT-trained on the gold-chain rubrics of the training questions' branching points
-(:mod:`components.coreact.oracle_rubrics`, questions from outputs/data/train.jsonl); that adapter is merged into
+SFT-trained on gold-chain rubrics (:mod:`components.coreact.oracle_rubrics`) at the training questions' branching
+points and at every prefix of the policy warm start's trajectories (outputs/sft_data: trajectories.jsonl, and the
+training worlds' questions.jsonl for their gold chains); that adapter is merged into
 the base, GRPO trains a fresh LoRA over it (its KL reference is the warm start), and the held-out Spearman is
 measured after the warm start too. Writes under outputs/train_rubric_generator/<reward>/: adapter/ (everything
 training changed, served as ``rubric_generator_trained`` / ``rubric_generator_pairwise``; after a warm start, its
@@ -28,7 +29,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -37,7 +38,7 @@ import pandas as pd
 from prefect import task
 from pydantic import BaseModel
 
-from components.coreact.oracle_rubrics import warm_start_rows
+from components.coreact.oracle_rubrics import trajectory_points, warm_start_rows
 from components.coreact.rubric_training import (
     Render,
     generator_config,
@@ -47,12 +48,12 @@ from components.coreact.rubric_training import (
     split_points,
     usable_points,
 )
-from components.io import read_json, read_parquet, write_json
+from components.io import read_json, read_jsonl, read_parquet, write_json
 from components.llm.base import ChatModel
 from components.llm.factory import LLMPool
 from components.params import Params
 from components.rewards.spearman import RubricReward
-from components.schemas import BranchingPoint, Question
+from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.rollout import RolloutEngine
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
@@ -73,13 +74,15 @@ class RubricTrainResult(BaseModel):
 
 @dataclass
 class WarmStartInputs:
-    """What the oracle warm start needs beyond a GRPO run: the gold chains of the training questions (by id), the
-    tokenizer of its SFT rows, and ``rebase(policy, adapter_dir)``, which merges the warm-started adapter into the
-    base and returns a fresh LoRA policy over it with the engine that serves it (closing the previous engine)."""
+    """What the oracle warm start needs beyond a GRPO run: the gold chains of the training questions and of the
+    trajectories' questions (by id), the tokenizer of its SFT rows, ``rebase(policy, adapter_dir)``, which merges
+    the warm-started adapter into the base and returns a fresh LoRA policy over it with the engine that serves it
+    (closing the previous engine), and the trajectories whose prefixes add rows."""
 
     questions: Mapping[str, Question]
     tokenizer: Any
     rebase: Callable[[Any, Path], tuple[Any, RolloutEngine]]
+    trajectories: Sequence[Trajectory] = ()  # the policy warm start's episodes: their prefixes are rows too
 
 
 def oracle_warm_start(params: Params, policy, points: list[BranchingPoint], inputs: WarmStartInputs, folder: Path,
@@ -93,8 +96,9 @@ def oracle_warm_start(params: Params, policy, points: list[BranchingPoint], inpu
 
         set_peft_model_state_dict(policy.model, load_file(adapter / "adapter_model.safetensors"))
         return adapter, read_json(folder / "metrics.json")
-    rows, skipped = warm_start_rows(points, inputs.questions, render, s.max_criteria, params.coreact.observation_chars,
-                                    max_chars=s.max_criterion_chars)
+    from_trajectories = [p for t in inputs.trajectories for p in trajectory_points(t)]
+    rows, skipped = warm_start_rows([*points, *from_trajectories], inputs.questions, render, s.max_criteria,
+                                    params.coreact.observation_chars, max_chars=s.max_criterion_chars)
     if not rows:
         raise ValueError(f"rubric_generator.warm_start=oracle: no row from {len(points)} training points ({skipped})")
     examples = [build_sft_example(r, inputs.tokenizer, max_length=params.sft.max_length) for r in rows]
@@ -106,7 +110,9 @@ def oracle_warm_start(params: Params, policy, points: list[BranchingPoint], inpu
     trainer.save()
     losses = [h["loss"] for h in trainer.history or history]
     tenth = max(1, len(losses) // 10)
-    metrics = {"rows": float(len(rows)), **{f"skipped.{k}": float(v) for k, v in skipped.items()},
+    metrics = {"rows": float(len(rows)), "points.collect": float(len(points)),
+               "points.trajectories": float(len(from_trajectories)),
+               **{f"skipped.{k}": float(v) for k, v in skipped.items()},
                "optimizer_steps": float(len(losses)), "loss_first_tenth": round(sum(losses[:tenth]) / tenth, 6),
                "loss_last_tenth": round(sum(losses[-tenth:]) / tenth, 6)}
     write_json(folder / "metrics.json", metrics)
@@ -225,6 +231,23 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
                              metrics=metrics, warm_start=warm)
 
 
+def warm_start_sources(params: Params) -> tuple[list[Trajectory], dict[str, Question]]:
+    """The policy warm start's trajectories (the ``sft_data`` stage's) and every question a warm-start row may
+    come from, by id: the run's train split (the collect's questions) and the questions of sft_data's training
+    worlds (outputs/sft_data/worlds/seed-N/questions.jsonl)."""
+    from tasks.collect import questions_by_id
+    from tasks.runtime import SFT_METHOD, warm_start_folder
+
+    folder = warm_start_folder(params, "sft_data", SFT_METHOD)
+    path = folder / "trajectories.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"rubric_generator.warm_start=oracle: {path} is missing; run the sft_data stage")
+    questions = questions_by_id(params)
+    for world in sorted((folder / "worlds").glob("seed-*/questions.jsonl")):
+        questions |= {q.id: q for q in read_jsonl(world, Question)}
+    return read_jsonl(path, Trajectory), questions
+
+
 @task(name="train_rubric_generator")
 def train_rubric_generator(params: Params | None = None, reward: RewardKind = "listwise",
                            parent_run_id: str | None = None, pool: LLMPool | None = None) -> RubricTrainResult:
@@ -233,7 +256,6 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
 
     from components.training.agent_rollout import chat_template_renderer
     from components.training.model import LoRASettings, build_policy
-    from tasks.collect import questions_by_id
     from tasks.sft import load_trainable_policy
     from tasks.train_policy import make_engine
 
@@ -262,7 +284,8 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
 
         warm_start = None
         if params.rubric_generator.warm_start == "oracle":
-            warm_start = WarmStartInputs(questions_by_id(params), tokenizer, rebase)
+            trajectories, questions = warm_start_sources(params)
+            warm_start = WarmStartInputs(questions, tokenizer, rebase, trajectories)
         with tracking(params, f"train_rubric_generator@{reward}", parent_run_id, tags={"reward": reward}) as tracker:
             tracker.log_params({"reward": reward, "rubric_generator": params.rubric_generator.model_dump(),
                                 "lora": params.lora.model_dump()})

@@ -6,12 +6,17 @@ hop's answer has been shown, give the gold answer. It is the ceiling of the rubr
 (``scripts/probe_rubric_evaluator.py --rubrics gold``: an evaluator that cannot rank a slate by a rubric that
 names the next hop cannot reward a generator for writing one) and the target of the warm start.
 
-The warm start (``rubric_generator.warm_start: oracle``) is SFT of the generator on one row per branching point of
-the training questions: the generator's own prompt (not trained) and the oracle rubric (trained). GRPO from the
-untrained 0.5B never sampled a rubric that names the next hop, so it could not learn to write one; the warm start
-puts such rubrics in its samples, as the oracle trajectories of ``sft_data`` do for the policy. At inference the
-generator sees no gold chain: it has to read the next hop off the question and the observations.
+The warm start (``rubric_generator.warm_start: oracle``) is SFT of the generator on one row per prefix: the
+generator's own prompt (not trained) and the oracle rubric (trained). The prefixes are the branching points of the
+training questions and every prefix of the policy warm start's trajectories (``sft_data``: oracle and teacher
+episodes in training worlds, :func:`trajectory_points`), which cover every depth: the collect's 20 training points
+of a 16-question run were all at depth 1 or 2, and a warm start on them alone wrote "Gives the final answer ..."
+at every held-out point, depth 0 included. GRPO from the untrained 0.5B never sampled a rubric that names the next
+hop, so it could not learn to write one; the warm start puts such rubrics in its samples, as the oracle
+trajectories do for the policy. At inference the generator sees no gold chain: it has to read the next hop off the
+question and the observations.
 
+    points = training_points + [p for t in trajectories for p in trajectory_points(t)]
     rows, skipped = warm_start_rows(points, questions, render, max_criteria=4, max_chars=160)
     examples = [build_sft_example(r, tokenizer) for r in rows]
 """
@@ -23,10 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from components.coreact.rubric_generator import generator_messages, parse_rubric
 from components.llm.base import Message
-from components.schemas import BranchingPoint, Question
+from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.trajectory_sft import reply_row
 
-__all__ = ["oracle_rubric", "warm_start_rows"]
+__all__ = ["oracle_rubric", "trajectory_points", "warm_start_rows"]
 
 
 def oracle_rubric(point: BranchingPoint, question: Question) -> str:
@@ -39,6 +44,13 @@ def oracle_rubric(point: BranchingPoint, question: Question) -> str:
     else:
         criteria = [{"criterion": f"Gives the final answer {question.answers[0]}", "weight": 3}]
     return json.dumps({"criteria": criteria})
+
+
+def trajectory_points(trajectory: Trajectory) -> list[BranchingPoint]:
+    """Every point of ``trajectory`` at which the agent chose a next action: the empty prefix, and the prefix before
+    each later step (the last step, a final answer, is never part of a prefix)."""
+    return [BranchingPoint(question_id=trajectory.question_id, question=trajectory.question, depth=k,
+                           prefix=trajectory.steps[:k]) for k in range(len(trajectory.steps))]
 
 
 def warm_start_rows(points: Sequence[BranchingPoint], questions: Mapping[str, Question],

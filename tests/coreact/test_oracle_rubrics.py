@@ -4,9 +4,9 @@ answer once every hop's answer has been shown; the warm start's rows are the gen
 
 import json
 
-from components.coreact.oracle_rubrics import oracle_rubric, warm_start_rows
+from components.coreact.oracle_rubrics import oracle_rubric, trajectory_points, warm_start_rows
 from components.coreact.rubric_generator import parse_rubric
-from components.schemas import BranchingPoint, Question, Step, SubQuestion, ToolCall
+from components.schemas import BranchingPoint, Question, Step, SubQuestion, ToolCall, Trajectory
 
 QUESTION = Question(id="q1", question="Where was the director of Nightfall Harbor born?", answers=["Velmoor"],
                     source="world", gold_chain=[SubQuestion(question="Who directed Nightfall Harbor?", answer="Ossian Threll"),
@@ -54,3 +54,14 @@ def test_warm_start_rows_pair_the_generators_prompt_with_the_oracle_rubric():
         assert parse_rubric(reply.removesuffix("</assistant>"), 4, max_chars=160).exact
     assert "Who directed" in rows[0][1][0] and "Where was Ossian Threll born" in rows[1][1][0]
     assert "Ossian Threll" in rows[1][0][0]  # the history the generator reads the next hop from
+
+
+def test_a_trajectory_gives_one_point_per_action_choice():
+    hops = point("Nightfall Harbor is a film by Ossian Threll.", "Ossian Threll was born in Velmoor.").prefix
+    episode = Trajectory(question_id="q1", question=QUESTION.question,
+                         steps=[*hops, Step(index=2, action="finish[Velmoor]", final_answer="Velmoor")])
+    points = trajectory_points(episode)
+    assert [p.depth for p in points] == [0, 1, 2] and [len(p.prefix) for p in points] == [0, 1, 2]
+    rubrics = [json.loads(oracle_rubric(p, QUESTION))["criteria"][0]["criterion"] for p in points]
+    assert rubrics == ["Looks up the fact: Who directed Nightfall Harbor?",
+                       "Looks up the fact: Where was Ossian Threll born?", "Gives the final answer Velmoor"]

