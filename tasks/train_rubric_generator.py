@@ -15,10 +15,11 @@ the base, GRPO trains a fresh LoRA over it (its KL reference is the warm start),
 measured after the warm start too. Writes under outputs/train_rubric_generator/<reward>/: adapter/ (everything
 training changed, served as ``rubric_generator_trained`` / ``rubric_generator_pairwise``; after a warm start, its
 adapter and GRPO's concatenated into one, by peft's ``add_weighted_adapter(..., combination_type="cat")``, which
-adds their deltas exactly), warm_start/ (the warm start's adapter, ckpt/ and metrics.json), grpo_adapter/ (GRPO's
-own LoRA, after a warm start), ckpt/ (resumable), metrics.csv (one row per step: reward and each of its terms,
-evaluator calls and failures; a DVC plot), heldout.json (held-out Spearman before, after the warm start and after
-training: greedy, and ``heldout_samples`` sampled rubrics per point; each rubric with its rho; ``change``, the
+adds their deltas exactly), warm_start/ (always written, so that DVC clears it with the stage: metrics.json, with
+``kind`` none or oracle; after an oracle warm start also its adapter/, ckpt/, heldout.json (held-out Spearman after
+the warm start) and grpo_adapter/, GRPO's own LoRA over it), ckpt/ (resumable), metrics.csv (one row per step:
+reward and each of its terms, evaluator calls and failures; a DVC plot), heldout.json (held-out Spearman before,
+after the warm start and after training: greedy, and ``heldout_samples`` sampled rubrics per point; each rubric with its rho; ``change``, the
 paired per-point difference of after vs before with its bootstrap interval and Wilcoxon p,
 ``change_unparsed_as_chance``, the same with an unparseable rubric counted as rho 0, and ``change_grpo[_...]``,
 after vs the warm start), metrics.json and timings.json.
@@ -110,7 +111,7 @@ def oracle_warm_start(params: Params, policy, points: list[BranchingPoint], inpu
     trainer.save()
     losses = [h["loss"] for h in trainer.history or history]
     tenth = max(1, len(losses) // 10)
-    metrics = {"rows": float(len(rows)), "points.collect": float(len(points)),
+    metrics = {"kind": "oracle", "rows": float(len(rows)), "points.collect": float(len(points)),
                "points.trajectories": float(len(from_trajectories)),
                **{f"skipped.{k}": float(v) for k, v in skipped.items()},
                "optimizer_steps": float(len(losses)), "loss_first_tenth": round(sum(losses[:tenth]) / tenth, 6),
@@ -175,13 +176,15 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
             params, policy, [p for p in points if p.question_id not in held_questions], warm_start,
             folder / "warm_start", render=render, pad_token_id=pad_token_id)
         policy, engine = warm_start.rebase(policy, warm_adapter)
-        warm_path = folder / "heldout_warm_start.json"
+        warm_path = folder / "warm_start" / "heldout.json"
         if warm_path.exists():
             stored = read_json(warm_path)
             warm, rubrics_warm = stored["summary"], stored["rubrics"]
         else:
             warm, rubrics_warm = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
             write_json(warm_path, {"summary": warm, "rubrics": rubrics_warm})
+    else:
+        write_json(folder / "warm_start" / "metrics.json", {"kind": "none"})
     rows: list[dict[str, float]] = []
 
     def save_rows() -> None:
@@ -202,7 +205,7 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     history = trainer.train(config.steps)
     trainer.save()
     if warm_adapter is not None:
-        policy.model.save_pretrained(str(folder / "grpo_adapter"))
+        policy.model.save_pretrained(str(folder / "warm_start" / "grpo_adapter"))
     save_served_adapter(policy, warm_adapter, folder / "adapter")
     after, rubrics_after = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
     changes = {"change": paired_change(rubrics_before, rubrics_after, seed=params.seed),
@@ -221,7 +224,7 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
     metrics = {**last, "points_train": float(len(train)), "points_held_out": float(len(held_out)),
                **{f"points_dropped.{k}": float(v) for k, v in dropped.items()},
-               **{f"warm_start.{k}": v for k, v in warm_metrics.items()},
+               **{f"warm_start.{k}": v for k, v in warm_metrics.items() if k != "kind"},
                **{f"heldout_before.{k}": round(v, 6) for k, v in before.items()},
                **{f"heldout_warm_start.{k}": round(v, 6) for k, v in (warm or {}).items()},
                **{f"heldout_after.{k}": round(v, 6) for k, v in after.items()},

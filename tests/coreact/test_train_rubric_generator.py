@@ -240,6 +240,7 @@ def test_unparseable_rubrics_score_zero_without_evaluator_calls(repo_root, tmp_p
     # nothing parsed: no mean over evaluated rubrics, but as chance every rubric is worth rho 0
     assert math.isnan(result.after["spearman"]) and result.after["spearman_with_unparsed"] == 0.0
     assert (folder / "metrics.json").exists() and (folder / "adapter" / "adapter_config.json").exists()
+    assert read_json(folder / "warm_start" / "metrics.json") == {"kind": "none"}  # written, so DVC clears it too
 
 
 def test_generator_checkpoints_on_its_own_schedule(repo_root, tmp_path):
@@ -302,7 +303,7 @@ def test_oracle_warm_start_trains_the_format_and_serves_one_adapter(repo_root, t
                           render=one_prompt, warm_start=inputs)
     warm = read_json(folder / "warm_start" / "metrics.json")
     # 6 training points of the usable ones and the flat-consensus point (not held out), and the episode's 2 prefixes
-    assert warm["rows"] == 9 and warm["points.collect"] == 7 and warm["points.trajectories"] == 2
+    assert warm["kind"] == "oracle" and warm["rows"] == 9 and warm["points.collect"] == 7 and warm["points.trajectories"] == 2
     assert rebased == [folder / "warm_start" / "adapter"]
     assert warm["loss_last_tenth"] < warm["loss_first_tenth"]
     # the held-out Spearman is measured after the warm start too, and compared with before and after
@@ -329,10 +330,10 @@ def test_oracle_warm_start_trains_the_format_and_serves_one_adapter(repo_root, t
         with torch.no_grad():
             return model.eval()(ids).logits
     step_by_step = PeftModel.from_pretrained(base(), str(folder / "warm_start" / "adapter")).merge_and_unload()
-    step_by_step = PeftModel.from_pretrained(step_by_step, str(folder / "grpo_adapter"))
+    step_by_step = PeftModel.from_pretrained(step_by_step, str(folder / "warm_start" / "grpo_adapter"))
     served = PeftModel.from_pretrained(base(), str(folder / "adapter"))
     assert torch.allclose(logits(served), logits(step_by_step), atol=1e-5)
-    grpo_only = PeftModel.from_pretrained(base(), str(folder / "grpo_adapter"))
+    grpo_only = PeftModel.from_pretrained(base(), str(folder / "warm_start" / "grpo_adapter"))
     assert not torch.allclose(logits(served), logits(grpo_only), atol=1e-3)
 
     # a rerun finds the warm start done: no SFT again, and the fresh policy gets its adapter back before rebasing
