@@ -16,6 +16,8 @@ def test_repository_params_load_in_both_profiles(repo_root):
     # the paper's evaluator and verifier answer a checklist per action; the embedded 1.5B answers yes/no per criterion
     assert (paper.rubric_generator.evaluator_mode, paper.coreact.verifier_mode) == ("action", "checklist")
     assert (embedded.rubric_generator.evaluator_mode, embedded.coreact.verifier_mode) == ("criterion", "criterion")
+    # the paper's generator trains from its base; the embedded 0.5B first learns rubrics that name the next hop
+    assert (paper.rubric_generator.warm_start, embedded.rubric_generator.warm_start) == ("none", "oracle")
     # nothing in the default profile points at a scripted backend
     assert all(b.type != "scripted" for b in embedded.llm.backends.values())
 

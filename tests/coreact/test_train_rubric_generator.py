@@ -119,7 +119,8 @@ class MenuEngine:
 def params_for(repo_root, tmp_path, *extra):
     return load_params(repo_root / "params.yaml", overrides=[
         f"run.out_dir={tmp_path}", "rubric_generator.group_size=8", "rubric_generator.prompts_per_step=2",
-        "rubric_generator.kl_coef=0.0", "rubric_generator.checkpoint_every=0", *extra])
+        "rubric_generator.kl_coef=0.0", "rubric_generator.checkpoint_every=0",
+        "rubric_generator.warm_start=none", *extra])  # GRPO from the tiny base unless a test asks for the warm start
 
 
 def tiny_policy():
