@@ -107,15 +107,17 @@ def generator_config(params: Params, n_train_points: int) -> GRPOParams:
 def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], scorer: RubricReward,
                       max_new_tokens: int, *, samples: int = 0, temperature: float = 0.7,
                       top_p: float = 1.0) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The greedy rubric of each item from the engine's current weights, plus ``samples`` sampled ones at
+    """The greedy rubric of each item from the engine's current weights (decoded batch-invariant, so that it
+    depends on the weights and the prompt only), plus ``samples`` sampled ones at
     ``temperature``/``top_p``, scored listwise (see the module doc): the summary (greedy keys, and ``sampled_*``
     when ``samples`` > 0), and per rubric its point, text, rho (None: not evaluated), whether it parsed and
     whether it was the greedy one."""
     if not items:
         return {"points": 0.0}, []
     prompts = [it["prompt"] for it in items]
-    runs = [("greedy", items, engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens,
-                                                                       temperature=0.0)))]
+    with engine.batch_invariant():  # batched llama.cpp decoding changed 8 of 20 greedy rubrics between two runs
+        greedy = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    runs = [("greedy", items, greedy)]
     if samples > 0:
         sampled = engine.generate([p for p in prompts for _ in range(samples)], SamplingParams(
             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p))

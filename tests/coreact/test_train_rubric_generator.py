@@ -103,11 +103,17 @@ class MenuEngine:
 
     def __init__(self, model):
         self.inner = HFRolloutEngine(model, TOK)
+        self.greedy_calls = []  # per greedy generate call: was it inside batch_invariant()?
 
     def update_weights(self, policy, step):
         pass
 
+    def batch_invariant(self):
+        return self.inner.batch_invariant()
+
     def generate(self, prompts, sampling):
+        if sampling.temperature == 0:
+            self.greedy_calls.append(self.inner.max_batch_size == 1)
         firsts = self.inner.generate(prompts, replace(sampling, max_new_tokens=1, stop_strings=()))
         out = []
         for g in firsts:
@@ -134,7 +140,9 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     torch.manual_seed(0)
     policy, calls = tiny_policy(), []
     folder = tmp_path / "train_rubric_generator" / "listwise"
-    result = run_training(params, policy, MenuEngine(policy.model), evaluator(calls), points(), folder, render=render)
+    engine = MenuEngine(policy.model)
+    result = run_training(params, policy, engine, evaluator(calls), points(), folder, render=render)
+    assert engine.greedy_calls == [True, True]  # the held-out greedy rubrics, before and after: one prompt at a time
     m = result.metrics
     assert m["points_train"] == 6 and m["points_held_out"] == 2 and m["points_dropped.flat_consensus"] == 1
     history = [json.loads(json.dumps(r)) for r in __import__("pandas").read_csv(folder / "metrics.csv").to_dict("records")]
