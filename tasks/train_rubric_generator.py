@@ -160,13 +160,16 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     config = generator_config(params, len(train))
     sampling = {"samples": s.heldout_samples, "temperature": s.temperature, "top_p": s.top_p}
 
-    before_path = folder / "heldout_before.json"  # measured once, on the untrained weights (a resume keeps it)
-    if before_path.exists():
-        stored = read_json(before_path)
-        before, rubrics_before = (stored["summary"], stored["rubrics"]) if "summary" in stored else (stored, [])
-    else:
-        before, rubrics_before = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
-        write_json(before_path, {"summary": before, "rubrics": rubrics_before})
+    def measured_once(path: Path) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """The held-out measure of the engine's current weights, stored at ``path`` (a resume reads it back)."""
+        if path.exists():
+            stored = read_json(path)
+            return (stored["summary"], stored["rubrics"]) if "summary" in stored else (stored, [])
+        summary, rubrics = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
+        write_json(path, {"summary": summary, "rubrics": rubrics})
+        return summary, rubrics
+
+    before, rubrics_before = measured_once(folder / "heldout_before.json")  # the untrained weights
     warm_adapter, warm, rubrics_warm, warm_metrics = None, None, [], {}
     if s.warm_start == "oracle":
         if warm_start is None:
@@ -176,13 +179,7 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
             params, policy, [p for p in points if p.question_id not in held_questions], warm_start,
             folder / "warm_start", render=render, pad_token_id=pad_token_id)
         policy, engine = warm_start.rebase(policy, warm_adapter)
-        warm_path = folder / "warm_start" / "heldout.json"
-        if warm_path.exists():
-            stored = read_json(warm_path)
-            warm, rubrics_warm = stored["summary"], stored["rubrics"]
-        else:
-            warm, rubrics_warm = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
-            write_json(warm_path, {"summary": warm, "rubrics": rubrics_warm})
+        warm, rubrics_warm = measured_once(folder / "warm_start" / "heldout.json")
     else:
         write_json(folder / "warm_start" / "metrics.json", {"kind": "none"})
     rows: list[dict[str, float]] = []
@@ -208,16 +205,11 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
         policy.model.save_pretrained(str(folder / "warm_start" / "grpo_adapter"))
     save_served_adapter(policy, warm_adapter, folder / "adapter")
     after, rubrics_after = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
-    changes = {"change": paired_change(rubrics_before, rubrics_after, seed=params.seed),
-               "change_unparsed_as_chance": paired_change(rubrics_before, rubrics_after, seed=params.seed,
-                                                          unparsed_as_chance=True)}
+    pairs = [("change", rubrics_before, rubrics_after)]
     if warm is not None:
-        changes |= {"change_warm_start": paired_change(rubrics_before, rubrics_warm, seed=params.seed),
-                    "change_warm_start_unparsed_as_chance": paired_change(
-                        rubrics_before, rubrics_warm, seed=params.seed, unparsed_as_chance=True),
-                    "change_grpo": paired_change(rubrics_warm, rubrics_after, seed=params.seed),
-                    "change_grpo_unparsed_as_chance": paired_change(rubrics_warm, rubrics_after, seed=params.seed,
-                                                                    unparsed_as_chance=True)}
+        pairs += [("change_warm_start", rubrics_before, rubrics_warm), ("change_grpo", rubrics_warm, rubrics_after)]
+    changes = {name + suffix: paired_change(a, b, seed=params.seed, unparsed_as_chance=as_chance)
+               for name, a, b in pairs for suffix, as_chance in (("", False), ("_unparsed_as_chance", True))}
     write_json(folder / "heldout.json", {"before": before, "warm_start": warm, "after": after, **changes,
                                          "rubrics_before": rubrics_before, "rubrics_warm_start": rubrics_warm,
                                          "rubrics_after": rubrics_after})
