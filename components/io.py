@@ -8,6 +8,9 @@ Whole-file writes go to a temporary file in the same folder and are renamed over
 leaves the previous file intact. ``JsonlAppender`` appends one record at a time and flushes each line, for
 resumable stages: a crash loses at most the line being written, and ``read_jsonl(..., skip_torn_tail=True)``
 ignores a torn last line.
+
+``atomic_target`` gives writers that open a file by name (GGUF writers) the same guarantee, with a temporary
+name of their own, and ``build_once`` builds a cached file once when several processes need it at the same time.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, TypeVar
+from typing import TypeVar
 
+from filelock import FileLock
 from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
@@ -101,6 +106,38 @@ def atomic_path(path: str | Path, mode: str = "w"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_target(path: str | Path) -> Iterator[Path]:
+    """A fresh temporary path beside ``path`` for a writer that opens files by name; renamed over ``path`` on clean
+    exit, removed otherwise. Each call gets its own name, so two writers of one path never rename each other's."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def build_once(target: str | Path, build: Callable[[Path], object]) -> Path:
+    """``target`` if it is a file, else ``build(target)`` (which must write it) under a lock file beside it:
+    processes that need the same cached file at once build it once, the others wait and find it done."""
+    target = Path(target)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{target}.lock"):
+        if not target.is_file():
+            build(target)
+    if not target.is_file():
+        raise FileNotFoundError(f"{target}: the build finished without writing it")
+    return target
 
 
 def _dump(record: BaseModel | dict) -> str:

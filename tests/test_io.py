@@ -1,8 +1,19 @@
 import json
+import multiprocessing
+import time
 
 import pytest
 
-from components.io import JsonlAppender, RecordError, read_jsonl, read_parquet, write_jsonl, write_parquet
+from components.io import (
+    JsonlAppender,
+    RecordError,
+    atomic_target,
+    build_once,
+    read_jsonl,
+    read_parquet,
+    write_jsonl,
+    write_parquet,
+)
 from components.schemas import Document, Question, Step, ToolCall, Trajectory
 
 
@@ -114,3 +125,43 @@ def test_line_that_is_not_utf8_names_its_line(tmp_path):
         read_jsonl(path, Document)
     path.write_bytes(good + b"\n" + '{"id": "b", "title": "é'.encode()[:-1])  # torn inside a character
     assert [d.id for d in read_jsonl(path, Document, skip_torn_tail=True)] == ["a"]
+
+
+def test_atomic_target_gives_each_writer_its_own_temporary_and_removes_it_on_error(tmp_path):
+    target = tmp_path / "model.gguf"
+    with atomic_target(target) as first, atomic_target(target) as second:
+        assert first != second and first.parent == second.parent == tmp_path
+        first.write_text("first")
+        second.write_text("second")
+    assert target.read_text() == "first"  # the outer writer finished last
+    with pytest.raises(RuntimeError), atomic_target(tmp_path / "other.gguf") as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("crash mid-write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
+
+
+def _need_slow_build(target, log, start):
+    def build(out):
+        with log.open("a") as fh:
+            fh.write("built\n")
+        time.sleep(0.5)
+        out.write_text("done")
+
+    start.wait()
+    assert build_once(target, build) == target and target.read_text() == "done"
+
+
+def test_build_once_builds_a_file_several_processes_need_at_once_only_once(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Event()
+    target, log = tmp_path / "cache" / "merged.gguf", tmp_path / "builds.log"
+    procs = [ctx.Process(target=_need_slow_build, args=(target, log, start)) for _ in range(3)]
+    for proc in procs:
+        proc.start()
+    start.set()
+    for proc in procs:
+        proc.join(30)
+    assert [proc.exitcode for proc in procs] == [0, 0, 0]
+    assert log.read_text() == "built\n"
+    with pytest.raises(FileNotFoundError, match="without writing it"):
+        build_once(tmp_path / "never.gguf", lambda out: None)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from components.io import atomic_target, build_once
+
 __all__ = ["LoraConversionError", "adapter_digest", "ensure_lora_gguf", "peft_to_gguf", "random_lora_gguf",
            "read_lora_gguf"]
 
@@ -94,27 +96,25 @@ def peft_to_gguf(adapter_dir: str | Path, out_path: str | Path, *, arch: str = "
     if not pairs:
         raise LoraConversionError(f"{weights_path}: no LoRA tensors")
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".partial")
-    writer = gguf.GGUFWriter(str(tmp), arch=arch)
-    writer.add_type("adapter")
-    writer.add_string("adapter.type", "lora")
-    writer.add_float32("adapter.lora.alpha", alpha)
-    for (layer, module), ab in sorted(pairs.items()):
-        where = f"{weights_path}: layer {layer} {module}"
-        if set(ab) != {"A", "B"}:
-            raise LoraConversionError(f"{where}: has lora_{''.join(sorted(ab))} only")
-        a, b = ab["A"].astype(np.float32), ab["B"].astype(np.float32)
-        if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
-            raise LoraConversionError(f"{where}: shapes A {a.shape}, B {b.shape} are not [r, in], [out, r]")
-        name = f"blk.{layer}.{TENSOR_NAMES[module]}.weight"
-        writer.add_tensor(f"{name}.lora_a", np.ascontiguousarray(a))
-        writer.add_tensor(f"{name}.lora_b", np.ascontiguousarray(b))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(out_path)
+    with atomic_target(out_path) as tmp:
+        writer = gguf.GGUFWriter(str(tmp), arch=arch)
+        writer.add_type("adapter")
+        writer.add_string("adapter.type", "lora")
+        writer.add_float32("adapter.lora.alpha", alpha)
+        for (layer, module), ab in sorted(pairs.items()):
+            where = f"{weights_path}: layer {layer} {module}"
+            if set(ab) != {"A", "B"}:
+                raise LoraConversionError(f"{where}: has lora_{''.join(sorted(ab))} only")
+            a, b = ab["A"].astype(np.float32), ab["B"].astype(np.float32)
+            if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
+                raise LoraConversionError(f"{where}: shapes A {a.shape}, B {b.shape} are not [r, in], [out, r]")
+            name = f"blk.{layer}.{TENSOR_NAMES[module]}.weight"
+            writer.add_tensor(f"{name}.lora_a", np.ascontiguousarray(a))
+            writer.add_tensor(f"{name}.lora_b", np.ascontiguousarray(b))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
     return out_path
 
 
@@ -157,7 +157,7 @@ def ensure_lora_gguf(adapter: str | Path, cache_dir: str | Path, *, arch: str = 
     if not adapter.is_dir():
         raise LoraConversionError(f"{adapter}: neither a .gguf file nor a peft adapter folder")
     target = Path(cache_dir) / "lora" / f"{adapter_digest(adapter, arch=arch)[:24]}.gguf"
-    return target if target.is_file() else peft_to_gguf(adapter, target, arch=arch)
+    return build_once(target, lambda out: peft_to_gguf(adapter, out, arch=arch))
 
 
 _BLOCKS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from components.embedded.lora_gguf import adapter_digest, read_lora_gguf
+from components.io import atomic_target, build_once
 
 __all__ = ["LoraMergeError", "ensure_merged_gguf", "merge_lora_into_gguf"]
 
@@ -81,25 +82,24 @@ def merge_lora_into_gguf(base: str | Path, adapters: Sequence[str | Path], out: 
                 raise LoraMergeError(f"{path}: {name}: LoRA B {b.shape} @ A {a.shape} does not fit the weight "
                                      f"[{n_out}, {n_in}] of {base}")
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
-    writer = gguf.GGUFWriter(str(tmp), arch=arch)
-    _copy_metadata(reader, writer)
-    q8 = gguf.GGMLQuantizationType[MERGED_TYPE]
-    for tensor in reader.tensors:
-        if tensor.name not in deltas:
-            writer.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape, raw_dtype=tensor.tensor_type)
-            continue
-        weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)  # [out, in]
-        for _, scale, a, b in deltas[tensor.name]:
-            weight += scale * (b @ a)
-        packed = gguf.quants.quantize(weight, q8)
-        writer.add_tensor(tensor.name, packed, raw_shape=packed.shape, raw_dtype=q8)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(out)
+    with atomic_target(out) as tmp:
+        writer = gguf.GGUFWriter(str(tmp), arch=arch)
+        _copy_metadata(reader, writer)
+        q8 = gguf.GGMLQuantizationType[MERGED_TYPE]
+        for tensor in reader.tensors:
+            if tensor.name not in deltas:
+                writer.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape,
+                                  raw_dtype=tensor.tensor_type)
+                continue
+            weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)  # [out, in]
+            for _, scale, a, b in deltas[tensor.name]:
+                weight += scale * (b @ a)
+            packed = gguf.quants.quantize(weight, q8)
+            writer.add_tensor(tensor.name, packed, raw_shape=packed.shape, raw_dtype=q8)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
     return out
 
 
@@ -110,7 +110,7 @@ def ensure_merged_gguf(base: str | Path, adapters: Sequence[str | Path], cache_d
     for adapter in adapters:
         digest.update(adapter_digest(adapter).encode())
     target = Path(cache_dir) / "merged" / f"{Path(base).stem}-{digest.hexdigest()[:20]}.gguf"
-    return target if target.is_file() else merge_lora_into_gguf(base, adapters, target)
+    return build_once(target, lambda out: merge_lora_into_gguf(base, adapters, out))
 
 
 def main() -> None:

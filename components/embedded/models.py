@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.io import atomic_target, build_once
+
 
 class ModelIntegrityError(RuntimeError):
     """The assembled model's sha256 differs from the pinned one: it is refused."""
@@ -122,10 +124,14 @@ def ensure_gguf(name: str, cache_dir: str | Path | None = None, spec: GGUFSpec |
         raise KeyError(f"unknown embedded model {name!r}; known: {sorted(EMBEDDED_MODELS)}")
     folder = Path(cache_dir or default_cache_dir()) / "models"
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / spec.filename
-    if not target.exists():
-        tmp = target.with_suffix(".partial")
-        digest = hashlib.sha256()
+    build_once(folder / spec.filename, lambda target: _assemble(spec, target))
+    verify(folder / spec.filename, spec.sha256)
+    return folder / spec.filename
+
+
+def _assemble(spec: GGUFSpec, target: Path) -> None:
+    digest = hashlib.sha256()
+    with atomic_target(target) as tmp:
         with tmp.open("wb") as out:
             for part in part_files(spec):
                 with part.open("rb") as fh:
@@ -133,15 +139,11 @@ def ensure_gguf(name: str, cache_dir: str | Path | None = None, spec: GGUFSpec |
                         digest.update(block)
                         out.write(block)
         if digest.hexdigest() != spec.sha256:
-            tmp.unlink(missing_ok=True)
             raise ModelIntegrityError(
                 f"{spec.name}: assembled sha256 {digest.hexdigest()} does not match the pinned {spec.sha256}; "
                 "refusing to load"
             )
-        os.replace(tmp, target)
-        _stamp_path(target).write_text(json.dumps({"sha256": spec.sha256, "stat": _stat_key(target)}))
-    verify(target, spec.sha256)
-    return target
+    _stamp_path(target).write_text(json.dumps({"sha256": spec.sha256, "stat": _stat_key(target)}))
 
 
 def minilm_path() -> Path:

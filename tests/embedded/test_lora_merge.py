@@ -127,6 +127,34 @@ def test_merged_model_is_cached_per_adapter_content(tmp_path):
     assert ensure_merged_gguf(tmp_path / "base.gguf", [second], tmp_path / "cache") != one
 
 
+def test_processes_that_need_one_merged_model_at_once_all_get_it(tmp_path):
+    """Two evaluations started side by side once crashed here: both wrote the same `.partial` name and the
+    second rename found it gone."""
+    import multiprocessing
+
+    rng = np.random.default_rng(4)
+    _base(tmp_path / "base.gguf", rng)
+    adapter, _ = _adapter(tmp_path / "a", rng)
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Event()
+
+    def need():
+        start.wait()
+        ensure_merged_gguf(tmp_path / "base.gguf", [adapter], tmp_path / "cache")
+
+    procs = [ctx.Process(target=need) for _ in range(3)]
+    for proc in procs:
+        proc.start()
+    start.set()
+    for proc in procs:
+        proc.join(60)
+    assert [proc.exitcode for proc in procs] == [0, 0, 0]
+    merged = ensure_merged_gguf(tmp_path / "base.gguf", [adapter], tmp_path / "cache")
+    direct = merge_lora_into_gguf(tmp_path / "base.gguf", [adapter], tmp_path / "direct.gguf")
+    assert merged.read_bytes() == direct.read_bytes()
+    assert [p.name for p in merged.parent.iterdir() if "partial" in p.name] == []
+
+
 def test_merge_lora_without_an_adapter_is_a_params_error(repo_root):
     with pytest.raises(ParamsError, match="merge_lora needs an adapter"):
         load_params(repo_root / "params.yaml", overrides=["llm.backends.embedded-0_5b.merge_lora=true"])
