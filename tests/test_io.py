@@ -1,3 +1,4 @@
+import functools
 import json
 import multiprocessing
 import time
@@ -140,19 +141,20 @@ def test_atomic_target_gives_each_writer_its_own_temporary_and_removes_it_on_err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
 
 
-def _need_slow_build(target, log, start):
-    def build(out):
-        with log.open("a") as fh:
-            fh.write("built\n")
-        time.sleep(0.5)
-        out.write_text("done")
+def _slow_build(out, log):
+    with log.open("a") as fh:
+        fh.write("built\n")
+    time.sleep(0.5)
+    out.write_text("done")
 
+
+def _need_slow_build(target, log, start):
     start.wait()
-    assert build_once(target, build) == target and target.read_text() == "done"
+    assert build_once(target, functools.partial(_slow_build, log=log)) == target and target.read_text() == "done"
 
 
 def test_build_once_builds_a_file_several_processes_need_at_once_only_once(tmp_path):
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # fresh processes, as runs started side by side are
     start = ctx.Event()
     target, log = tmp_path / "cache" / "merged.gguf", tmp_path / "builds.log"
     procs = [ctx.Process(target=_need_slow_build, args=(target, log, start)) for _ in range(3)]
@@ -160,7 +162,7 @@ def test_build_once_builds_a_file_several_processes_need_at_once_only_once(tmp_p
         proc.start()
     start.set()
     for proc in procs:
-        proc.join(30)
+        proc.join(60)
     assert [proc.exitcode for proc in procs] == [0, 0, 0]
     assert log.read_text() == "built\n"
     with pytest.raises(FileNotFoundError, match="without writing it"):

@@ -4,6 +4,7 @@ fit the base is refused with the file and tensor named. Runs on a tiny hand-writ
 
 import asyncio
 import json
+import multiprocessing
 
 import httpx
 import numpy as np
@@ -127,22 +128,21 @@ def test_merged_model_is_cached_per_adapter_content(tmp_path):
     assert ensure_merged_gguf(tmp_path / "base.gguf", [second], tmp_path / "cache") != one
 
 
+def _merge_when_told(start, base, adapter, cache):
+    start.wait()
+    ensure_merged_gguf(base, [adapter], cache)
+
+
 def test_processes_that_need_one_merged_model_at_once_all_get_it(tmp_path):
     """Two evaluations started side by side once crashed here: both wrote the same `.partial` name and the
     second rename found it gone."""
-    import multiprocessing
-
     rng = np.random.default_rng(4)
     _base(tmp_path / "base.gguf", rng)
     adapter, _ = _adapter(tmp_path / "a", rng)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     start = ctx.Event()
-
-    def need():
-        start.wait()
-        ensure_merged_gguf(tmp_path / "base.gguf", [adapter], tmp_path / "cache")
-
-    procs = [ctx.Process(target=need) for _ in range(3)]
+    procs = [ctx.Process(target=_merge_when_told, args=(start, tmp_path / "base.gguf", adapter, tmp_path / "cache"))
+             for _ in range(3)]
     for proc in procs:
         proc.start()
     start.set()
