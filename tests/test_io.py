@@ -1,6 +1,5 @@
 import functools
 import json
-import multiprocessing
 import time
 
 import pytest
@@ -16,6 +15,7 @@ from components.io import (
     write_parquet,
 )
 from components.schemas import Document, Question, Step, ToolCall, Trajectory
+from tests.side_by_side import run_side_by_side
 
 
 def _questions():
@@ -148,22 +148,14 @@ def _slow_build(out, log):
     out.write_text("done")
 
 
-def _need_slow_build(target, log, start):
+def _need_slow_build(start, target, log):
     start.wait()
     assert build_once(target, functools.partial(_slow_build, log=log)) == target and target.read_text() == "done"
 
 
 def test_build_once_builds_a_file_several_processes_need_at_once_only_once(tmp_path):
-    ctx = multiprocessing.get_context("spawn")  # fresh processes, as runs started side by side are
-    start = ctx.Event()
     target, log = tmp_path / "cache" / "merged.gguf", tmp_path / "builds.log"
-    procs = [ctx.Process(target=_need_slow_build, args=(target, log, start)) for _ in range(3)]
-    for proc in procs:
-        proc.start()
-    start.set()
-    for proc in procs:
-        proc.join(60)
-    assert [proc.exitcode for proc in procs] == [0, 0, 0]
+    assert run_side_by_side(_need_slow_build, target, log) == [0, 0, 0]
     assert log.read_text() == "built\n"
     with pytest.raises(FileNotFoundError, match="without writing it"):
         build_once(tmp_path / "never.gguf", lambda out: None)

@@ -4,7 +4,6 @@ fit the base is refused with the file and tensor named. Runs on a tiny hand-writ
 
 import asyncio
 import json
-import multiprocessing
 
 import httpx
 import numpy as np
@@ -18,6 +17,7 @@ from components.llm.base import Sampling, user
 from components.llm.factory import LLMPool
 from components.params import ParamsError, load_params
 from tests.embedded.native import requires_native_server
+from tests.side_by_side import run_side_by_side
 
 gguf = pytest.importorskip("gguf")
 
@@ -139,16 +139,7 @@ def test_processes_that_need_one_merged_model_at_once_all_get_it(tmp_path):
     rng = np.random.default_rng(4)
     _base(tmp_path / "base.gguf", rng)
     adapter, _ = _adapter(tmp_path / "a", rng)
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
-    procs = [ctx.Process(target=_merge_when_told, args=(start, tmp_path / "base.gguf", adapter, tmp_path / "cache"))
-             for _ in range(3)]
-    for proc in procs:
-        proc.start()
-    start.set()
-    for proc in procs:
-        proc.join(60)
-    assert [proc.exitcode for proc in procs] == [0, 0, 0]
+    assert run_side_by_side(_merge_when_told, tmp_path / "base.gguf", adapter, tmp_path / "cache") == [0, 0, 0]
     merged = ensure_merged_gguf(tmp_path / "base.gguf", [adapter], tmp_path / "cache")
     direct = merge_lora_into_gguf(tmp_path / "base.gguf", [adapter], tmp_path / "direct.gguf")
     assert merged.read_bytes() == direct.read_bytes()
