@@ -93,19 +93,10 @@ def read_jsonl(path: str | Path, model: type[M], *, skip_torn_tail: bool = False
 @contextlib.contextmanager
 def atomic_path(path: str | Path, mode: str = "w"):
     """Open a temporary file beside ``path``; on clean exit fsync and rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_target(path) as tmp, open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+        yield fh
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 @contextlib.contextmanager
