@@ -28,6 +28,9 @@ from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
+_UMASK = os.umask(0o022)  # read once, at import: os.umask can only be read by setting it
+os.umask(_UMASK)
+
 
 class RecordError(ValueError):
     """A record that does not parse or validate, located by file, line and field."""
@@ -106,6 +109,7 @@ def atomic_target(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would leave outputs unreadable to the user's group
     os.close(fd)
     try:
         yield Path(tmp)

@@ -129,7 +129,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     try:
         agent = build_agent(spec.agent, pool.role, toolbox, params.agent, agent_options(params, spec))
         agent.name = params.llm.roles["policy"]
-        todo = [q for q in questions if q.id not in done]
+        todo = [(i, q) for i, q in enumerate(questions) if q.id not in done]  # i seeds q, resumed or not
         with JsonlAppender(traj_path) as out, tqdm(total=len(questions), initial=len(done), desc=f"evaluate {method}") as bar:
             async def run_all():
                 episodes = asyncio.Semaphore(params.evaluation.episode_concurrency or pool.slots("policy"))
@@ -140,7 +140,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
                     out.append(t)  # written as soon as it exists: a crash keeps finished episodes
                     done[q.id] = t
                     bar.update(1)
-                await asyncio.gather(*(one(i, q) for i, q in enumerate(todo)))
+                await asyncio.gather(*(one(i, q) for i, q in todo))
             asyncio.run(run_all())
         agent_s = time.perf_counter() - started
         trajs = [done[q.id] for q in questions]

@@ -7,6 +7,7 @@ import pytest
 from components.io import (
     JsonlAppender,
     RecordError,
+    atomic_path,
     atomic_target,
     build_once,
     read_jsonl,
@@ -151,6 +152,14 @@ def _slow_build(out, log):
 def _need_slow_build(start, target, log):
     start.wait()
     assert build_once(target, functools.partial(_slow_build, log=log)) == target and target.read_text() == "done"
+
+
+def test_atomic_writes_get_the_permissions_of_a_plain_open(tmp_path):
+    plain = tmp_path / "plain.json"
+    plain.write_text("{}")
+    with atomic_path(tmp_path / "atomic.json") as fh:
+        fh.write("{}")
+    assert (tmp_path / "atomic.json").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
 
 
 def test_build_once_builds_a_file_several_processes_need_at_once_only_once(tmp_path):

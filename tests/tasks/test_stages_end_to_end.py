@@ -1,6 +1,7 @@
 """prepare -> index -> evaluate on a tiny embedded world, with scripted policies standing in for the LLM:
 an oracle that follows the world's gold chain must score EM 1.0; a policy that answers wrongly scores 0;
-identical params give an identical metrics file; a crash mid-evaluation keeps finished episodes."""
+identical params give an identical metrics file; a crash mid-evaluation keeps finished episodes, and the re-run
+samples each remaining question with the seed an uninterrupted run gives it."""
 
 import json
 import os
@@ -105,3 +106,24 @@ def test_crash_keeps_finished_episodes_and_rerun_resumes(params):
     assert m["n"] == 8 and m["em"] == 1.0
     first_questions = {question_of(r[0]) for r in resumed.requests if depth_of(r[0]) == 0}
     assert len(first_questions) == 8 - len(saved)  # finished questions were not re-run
+
+
+def first_call_seeds(policy) -> dict[str, int]:
+    return {question_of(m): s.seed for m, s in policy.requests if depth_of(m) == 0}
+
+
+def test_resumed_questions_keep_the_seed_of_their_position(prepared_params):
+    params = prepared_params("data.n_train=4", "data.n_dev=2", "data.n_test=8", "evaluation.n_questions=8",
+                             "evaluation.llm_judge=false", "llm.middleware.cache=false")  # every call reaches the policy
+    whole = oracle_policy(params)
+    run_eval(params, whole)
+    uninterrupted = first_call_seeds(whole)
+    assert len(set(uninterrupted.values())) == 8
+    traj_path = f"{params.run.out_dir}/eval/react/trajectories.jsonl"
+    kept = read_jsonl(traj_path, Trajectory)[:3]  # as if the run had died after three questions
+    with open(traj_path, "w") as fh:
+        fh.writelines(t.model_dump_json() + "\n" for t in kept)
+    resumed = oracle_policy(params)
+    run_eval(params, resumed)
+    seeds = first_call_seeds(resumed)
+    assert len(seeds) == 5 and seeds == {q: uninterrupted[q] for q in seeds}
