@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from components.io import read_jsonl
+from components.io import read_jsonl, write_jsonl
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
 from components.schemas import Question, Trajectory
@@ -120,9 +120,7 @@ def test_resumed_questions_keep_the_seed_of_their_position(prepared_params):
     uninterrupted = first_call_seeds(whole)
     assert len(set(uninterrupted.values())) == 8
     traj_path = f"{params.run.out_dir}/eval/react/trajectories.jsonl"
-    kept = read_jsonl(traj_path, Trajectory)[:3]  # as if the run had died after three questions
-    with open(traj_path, "w") as fh:
-        fh.writelines(t.model_dump_json() + "\n" for t in kept)
+    write_jsonl(traj_path, read_jsonl(traj_path, Trajectory)[:3])  # as if the run had died after three questions
     resumed = oracle_policy(params)
     run_eval(params, resumed)
     seeds = first_call_seeds(resumed)
