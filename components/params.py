@@ -26,8 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 OUT_DIR = "{out_dir}"  # in a backend's lora path: run.out_dir
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from components.methods.arbor.params import ArborParams
+from components.methods.arco.params import ArcoParams, ArcoSetup
+from components.methods.coreact.params import CollectParams, CoReActParams, RubricGeneratorParams, VerifierMode
+from components.methods.rubricem.params import RubricEMParams
+from components.params_section import Section
+
+__all__ = ["ArborParams", "ArcoParams", "ArcoSetup", "CollectParams", "CoReActParams", "RubricEMParams",
+           "RubricGeneratorParams", "Section", "VerifierMode"]  # and every shared section defined below
 
 
 class RunParams(Section):
@@ -206,30 +212,6 @@ class MethodParams(Section):
     description: str = Field(default="", description="What the method is, for reports and the UI.")
 
 
-class CollectParams(Section):
-    n_questions: int = Field(default=6, ge=1, description="Training questions expanded into branching points.")
-    temperatures: list[float] = Field(default_factory=lambda: [0.4, 1.0], description="Per candidate policy.")
-    samples_per_temperature: int = Field(default=1, ge=1, description="Samples per (policy, temperature).")
-    slate_size: int = Field(default=4, ge=2, description="k actions per slate.")
-    mmr_lambda: float = Field(default=0.5, ge=0, le=1, description="MMR weight on relevance vs diversity.")
-    min_valid_judges: int = Field(default=2, ge=1, description="Keep a point only with this many valid rankings.")
-    max_depth: int = Field(default=4, ge=1, description="Depth-wise expansion limit per question.")
-    judge_reference: bool = Field(default=False, description=(
-        "Show the council each question's gold answer and hop chain (reference-guided judging); the paper's "
-        "council ranks without one."))
-    judge_orders: int = Field(default=1, ge=1, description=(
-        "Rankings per judge and slate, each in one of its balanced orders (every action once at every position "
-        "when it equals slate_size), so a judge's position bias adds the same points to every action; the "
-        "paper's council ranks once per judge (1). At most slate_size."))
-
-    @model_validator(mode="after")
-    def _orders_within_slate(self) -> CollectParams:
-        if self.judge_orders > self.slate_size:
-            raise ValueError(f"judge_orders ({self.judge_orders}) cannot exceed slate_size ({self.slate_size}): "
-                             "a slate has only that many balanced orders")
-        return self
-
-
 class LoRAParams(Section):
     r: int = Field(default=8, ge=0, description="LoRA rank of every trained policy (0 = full fine-tuning).")
     alpha: int = Field(default=16, ge=1, description="LoRA alpha.")
@@ -354,237 +336,8 @@ class SFTParams(Section):
     )
     reflection_rows: dict[str, int] = Field(
         default_factory=dict, description="sft_data: warm start (methods entry) -> attempts the teacher reflects on in "
-        "the reflection meta-policy's format (components/warmstart/reflections.py); each valid reflection is one more "
+        "the reflection meta-policy's format (components/methods/rubricem/warmstart_reflections.py); each valid reflection is one more "
         "SFT row. A policy that cannot write that format gives the meta-policy nothing to learn from.")
-
-
-class ArborParams(Section):
-    """ARBOR (rubric memory + pairwise process reward) and its baselines rar / arbor_no_memory (paper Table 4)."""
-
-    shaping_lambda: float = Field(default=0.1, ge=0, description="lambda: weight of the centred rubric term in "
-                                  "R_total = R_base + lambda * s.")
-    alpha: float = Field(default=0.25, ge=0, le=1, description="Factor on negative centred rubric scores.")
-    delta_v: float = Field(default=0.05, ge=0, description="Within-group score variance a rubric needs: admission of a "
-                           "draft, the per-group filter of active rubrics, and the low-variance count of retirement.")
-    rho_min: float = Field(default=0.0, ge=-1, le=1, description="Least Pearson correlation with F1: admission and "
-                           "(cumulative) retirement.")
-    k_consol: int = Field(default=8, ge=1, description="Drafts in the candidate pool D that trigger a consolidation.")
-    kappa: int = Field(default=5, ge=1, description="Consecutive low-variance activations a common rubric may have; "
-                       "one more retires it.")
-    max_common: int = Field(default=6, ge=1, description="Capacity of the common pool P.")
-    maturity_activations: int = Field(default=5, ge=1, description="Activations after which a common rubric's "
-                                      "statistics count as mature: only a mature rubric can be replaced when P is full.")
-    active_rubrics: int = Field(default=2, ge=1, description="Common rubrics activated per step (one by correlation, "
-                                "the rest least-recently-used).")
-    dedup_threshold: float = Field(default=0.9, gt=0, le=1, description="Cosine similarity at or above which a "
-                                   "consolidated rubric duplicates one in P.")
-    embedder: str = Field(default="embedded-minilm", description="Sentence embedder of the de-duplication.")
-    max_drafts: int = Field(default=3, ge=1, description="Draft rubrics asked of one contrastive induction (1..N).")
-    max_new_common: int = Field(default=2, ge=1, description="Common rubrics asked of one consolidation (1..N).")
-    show_answer: bool = Field(default=True, description="Show the gold answer to the induction prompt.")
-    rar_min_items: int = Field(default=5, ge=1, description="rar: fewest checklist items per question.")
-    rar_max_items: int = Field(default=10, ge=1, description="rar: most checklist items per question.")
-    judge_role: str = Field(default="rubric_evaluator", description="Role of the pairwise judge and rar's rater.")
-    inducer_role: str = Field(default="rubric_evaluator", description="Role that induces drafts and writes rar's "
-                              "per-question rubrics.")
-    consolidator_role: str = Field(default="consolidator", description="Role that abstracts drafts into common rubrics.")
-    observation_chars: int = Field(default=300, ge=20, description="Characters of each observation shown to judges.")
-    judge_max_tokens: int = Field(default=32, ge=4, description="Completion tokens of a pairwise verdict.")
-    writer_max_tokens: int = Field(default=768, ge=32, description="Completion tokens of an induction, "
-                                   "consolidation or rar rubric call.")
-
-
-class RubricEMParams(Section):
-    """RubricEM: scaffold, SS-GRPO, stagewise evolving judge, reflection meta-policy and rubric bank (paper 3.2-3.4,
-    appendices C, D, F.1.2)."""
-
-    stage_lambda: list[list[float]] = Field(
-        default_factory=lambda: [[1.0, 0.4, 0.6, 0.8], [0.0, 1.0, 0.4, 0.8], [0.0, 0.0, 1.0, 0.8], [0.0, 0.0, 0.0, 1.0]],
-        description="Causal stage matrix Lambda (plan, research, review, answer): G_k = sum_j Lambda[k][j] R_j; "
-        "zero below the diagonal, ones on it (paper F.1.2).")
-    stage_caps: list[int] = Field(default_factory=lambda: [3, 2, 2, 3], min_length=4, max_length=4,
-                                  description="Active judge rubrics kept per stage after pruning (C.4).")
-    rubric_targets: list[tuple[int, int]] = Field(
-        default_factory=lambda: [(1, 4), (1, 4), (1, 4), (2, 5)], min_length=4, max_length=4,
-        description="Rubrics per stage the generation prompt aims for (targets, not quotas; C.2).")
-    generator_role: str = Field(default="rubric_evaluator", description="Role that proposes stage rubrics.")
-    judge_role: str = Field(default="rubric_evaluator", description="Role that scores trajectories on stage rubrics.")
-    judge_scoring: Literal["trajectory", "group"] = Field(
-        default="trajectory", description="trajectory: one scoring call per trajectory (paper C.3); group: a group's "
-        "attempts scored side by side, once per balanced order (each attempt once at every position), averaged.")
-    reflection_judge_role: str = Field(default="reflection_judge", description="Role that scores reflections.")
-    judge_max_tokens: int = Field(default=1024, ge=16, description="Completion tokens of a judge call.")
-    stage_chars: int = Field(default=1500, ge=100, description="Characters of each stage shown to the judges.")
-    answer_weight: float = Field(default=3.0, gt=0, description="Weight of the answer stage's persistent rubric "
-                                 "(token F1 against the reference answers).")
-    scaffold_max_tokens: int = Field(default=512, ge=16, description="Completion tokens per scaffold turn.")
-    reflection_candidates: int = Field(default=8, ge=1, description="m: reflection candidates per sampled trajectory.")
-    reflection_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of reflections.")
-    reflection_max_tokens: int = Field(default=512, ge=16, description="Completion tokens of a reflection.")
-    reflection_observation_chars: int | None = Field(
-        default=None, ge=20, description="Characters of each tool output in the attempt a reflection is asked about "
-        "(teacher rows, SFT rows and training alike); None: whole.")
-    reflection_weights: dict[str, float] = Field(
-        default_factory=lambda: {"diagnostic_accuracy": 0.4, "specificity": 0.3, "scope": 0.3},
-        description="Reflection judge: weights of its three dimensions (D.6.2).")
-    reflect_on_repeat: bool = Field(default=False, description="Also reflect in the curriculum's repeat phase "
-                                    "(D.4 reflects on new queries only).")
-    defer_reflection: bool = Field(default=True, description="Judge step N's reflections in the background during "
-                                   "step N+1's rollouts and train on them at the end of step N+1 (D.2).")
-    bank_top_k: int = Field(default=2, ge=1, description="Bank entries retrieved for cross-episode transfer.")
-    bank_save_every: int = Field(default=10, ge=1, description="Steps between bank snapshots (also at checkpoints).")
-    bank_embedder: str = Field(default="embedded-minilm", description="Sentence embedder of the bank's questions.")
-    curriculum_window: int = Field(default=3, ge=1, description="K: fresh batches per window before they repeat.")
-
-    @model_validator(mode="after")
-    def _check(self) -> RubricEMParams:
-        lam = self.stage_lambda
-        if len(lam) != 4 or any(len(row) != 4 for row in lam):
-            raise ValueError("stage_lambda must be 4x4 (plan, research, review, answer)")
-        for k, row in enumerate(lam):
-            if row[k] != 1.0 or any(row[j] != 0.0 for j in range(k)):
-                raise ValueError(f"stage_lambda row {k} must have 1 on the diagonal and 0 before it, got {row}")
-        if set(self.reflection_weights) != {"diagnostic_accuracy", "specificity", "scope"}:
-            raise ValueError("reflection_weights must name diagnostic_accuracy, specificity and scope")
-        return self
-
-
-VerifierMode = Literal["checklist", "criterion"]
-
-
-class CoReActParams(Section):
-    """Co-ReAct inference (paper 3.3, appendix A "Co-ReAct inference") and the test-time baselines run beside it
-    (4.1): what every agent of components/agents/coreact.py and baselines.py reads."""
-
-    tau: float = Field(default=0.5, ge=0, le=1, description="Verification accepts a step when the weighted fraction "
-                       "of satisfied rubric criteria exceeds tau.")
-    max_retries: int = Field(default=1, ge=0, description="Retries of a step that fails verification (also Self-Refine "
-                             "and CRITIC's retries).")
-    verifier_mode: VerifierMode = Field(
-        default="checklist", description="How the verifier answers: 'checklist' = one call returning every "
-        "criterion's verdict with a reason, as in the paper; 'criterion' = one yes/no call per criterion (for "
-        "verifiers that answer the checklist by pattern; the retry's feedback then has no reasons).")
-    token_budget: int = Field(default=6000, ge=1, description="Tokens a search trajectory may grow to (the policy's "
-                              "last context plus its reply); past it the agent must answer.")
-    best_of_n: int = Field(default=4, ge=1, description="Best-of-N: trajectories sampled per question.")
-    best_of_n_temperature: float = Field(default=0.7, ge=0, le=2, description="Best-of-N: their sampling temperature "
-                                         "(the final answer is greedy).")
-    judge_max_tokens: int = Field(default=256, ge=8, description="Completion tokens of a verifier, scorer, critique or "
-                                  "step-back call.")
-    observation_chars: int = Field(default=400, ge=20, description="Characters of each observation shown to the rubric "
-                                   "generator, the evaluator and the verifier.")
-
-
-class RubricGeneratorParams(Section):
-    """The Co-ReAct rubric generator and its listwise GRPO stage `train_rubric_generator` (paper 3.2, appendix A
-    "GRPO hyperparameters"); temperature, top_p and max_tokens are also its inference sampling."""
-
-    group_size: int = Field(default=4, ge=2, description="G: rubrics sampled per branching point.")
-    prompts_per_step: int = Field(default=2, ge=1, description="Branching points (groups) per GRPO step.")
-    epochs: int = Field(default=1, ge=1, description="Passes over the training branching points.")
-    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate.")
-    kl_coef: float = Field(default=5e-3, ge=0, description="k3 KL coefficient to the frozen initial generator.")
-    temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of rubrics.")
-    top_p: float = Field(default=0.95, gt=0, le=1, description="Nucleus sampling of rubrics.")
-    max_tokens: int = Field(default=256, ge=16, description="Tokens per rubric.")
-    max_criteria: int = Field(default=4, ge=1, description="Most criteria a rubric may have (more is a format failure).")
-    max_criterion_chars: int = Field(default=160, ge=16, description="Longest criterion in characters (longer is a "
-                                     "format failure; also the schema's maxLength, so structured output cannot run "
-                                     "on): the 0.5B copied whole observations into criteria until max_tokens cut "
-                                     "the JSON off.")
-    reward_weights: dict[str, float] = Field(
-        default_factory=lambda: {"rank": 0.75, "atomicity": 0.15, "format": 0.10},
-        description="w1, w2, w3 of r = w1 r_rank + w2 r_atom + w3 r_fmt.")
-    repetition_ngram: int = Field(default=4, ge=1, description="n of the repetition gate's n-grams.")
-    repetition_max_rate: float = Field(default=0.4, ge=0, le=1, description="Rubrics whose repeated n-gram rate exceeds "
-                                       "this get reward 0.")
-    held_out_fraction: float = Field(default=0.25, ge=0, lt=1, description="Share of the questions whose branching "
-                                     "points are held out to measure Spearman before and after training.")
-    heldout_samples: int = Field(default=0, ge=0, description="Rubrics sampled per held-out point (at temperature "
-                                 "and top_p, as the agent draws them) beside the greedy one: the held-out Spearman "
-                                 "of the policy and not only of its mode.")
-    evaluator_role: str = Field(default="rubric_evaluator", description="Role that scores slate actions against a "
-                                "rubric.")
-    evaluator_max_tokens: int = Field(default=128, ge=8, description="Completion tokens of an evaluator call.")
-    checkpoint_every: int = Field(default=1, ge=0, description="GRPO steps between checkpoints of the generator "
-                                  "(0: only at the end). Its steps are few and long, so the default keeps every one.")
-    micro_batch_tokens: int = Field(default=2048, ge=64, description="Tokens per micro-batch of the generator's "
-                                    "update: its prompts carry the whole trajectory prefix, and grpo's 4096 reached "
-                                    "20.6 GB and was killed on a 24 GB machine.")
-    warm_start: Literal["none", "oracle"] = Field(
-        default="none", description="What GRPO starts from: 'none' = the untrained base, as in the paper; 'oracle' = "
-        "first SFT on the training points' gold-chain rubrics (components/coreact/oracle_rubrics.py), for a base "
-        "that never samples a rubric naming the next hop.")
-    warm_start_epochs: int = Field(default=1, ge=1, description="Passes of the oracle warm start over its rows.")
-    warm_start_lr: float = Field(default=2e-4, gt=0, description="Learning rate of the oracle warm start (its other "
-                                 "settings are sft's).")
-    evaluator_mode: Literal["action", "slate", "criterion"] = Field(
-        default="action", description="How the evaluator scores a slate: 'action' = one call per slate action, as "
-        "in the paper; 'slate' = one call that sees every action and gives each criterion's verdict for all of "
-        "them side by side (for evaluators that give every action alone the same verdicts); 'criterion' = one "
-        "yes/no call per (criterion, action), for evaluators that answer a JSON checklist by pattern.")
-
-    @model_validator(mode="after")
-    def _check(self) -> RubricGeneratorParams:
-        if set(self.reward_weights) != {"rank", "atomicity", "format"}:
-            raise ValueError("reward_weights must name rank, atomicity and format")
-        if any(w < 0 for w in self.reward_weights.values()) or sum(self.reward_weights.values()) <= 0:
-            raise ValueError("reward_weights must be non-negative with a positive sum")
-        return self
-
-
-class ArcoSetup(Section):
-    """ARCO's released HotpotQA setup. These keys belong to shared sections (retrieval, agent, data) whose paper
-    values other methods use, so they are kept here; an ARCO run under the paper profile must apply them
-    (components.methods.arco_setup.setup_overrides gives the --set flags, and the variant refuses a mismatch)."""
-
-    retrieval_scope: Literal["corpus", "question"] = Field(default="question", description="retrieval.scope: the "
-                                                           "agent searches only the question's own paragraphs.")
-    top_k: int = Field(default=1, ge=1, description="retrieval.top_k: hits per search call.")
-    max_steps: int = Field(default=3, ge=1, description="agent.max_turns: steps per episode.")
-    n_train: int = Field(default=2000, ge=1, description="data.n_train: training questions.")
-    n_dev: int = Field(default=500, ge=1, description="data.n_dev: development questions.")
-
-
-class ArcoParams(Section):
-    """ARCO: the rubric model mu (generation head + score head on one LoRA backbone), its teacher warm-up, the
-    decomposition constraint and the co-evolution with the policy (components/methods/arco.py)."""
-
-    k: int = Field(default=3, ge=1, description="K: criteria mu writes per step (paper: 3).")
-    model_role: str = Field(default="trainable_policy", description="Role (an hf backend) whose weights are mu's "
-                            "backbone: the same scale as the policy.")
-    teacher_role: str = Field(default="teacher", description="Role that writes the warm-up criteria.")
-    head_width: int = Field(default=128, ge=1, description="Hidden width of the score head's MLP.")
-    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate of mu (LoRA and score head).")
-    kl_coef: float = Field(default=0.05, ge=0, description="Weight of the k3 KL keeping the generation head near "
-                           "its warm-up reference.")
-    terminal_metric: Literal["f1", "em"] = Field(default="f1", description="Terminal reward the step rewards of a "
-                                                 "trajectory must sum to.")
-    warmup_steps: int = Field(default=2, ge=0, description="Trainer steps whose trajectories the teacher annotates; "
-                              "mu's warm-up SFT runs at the end of the last one (0: no warm-up).")
-    warmup_epochs: int = Field(default=2, ge=1, description="Passes of mu's warm-up over the annotated steps.")
-    sparse_epochs: float = Field(default=0.25, ge=0, description="eta: epochs over the training questions during "
-                                 "which the policy learns from the outcome reward before mu's dense step rewards.")
-    update_every: int = Field(default=1, ge=1, description="Once warmed up, mu is updated every this many steps.")
-    update_epochs: int = Field(default=1, ge=1, description="Optimizer steps of one mu update over the step's "
-                               "trajectories.")
-    micro_batch: int = Field(default=4, ge=1, description="Trajectories per forward/backward of mu.")
-    write_batch: int = Field(default=8, ge=1, description="Steps whose criteria mu writes in one generate call "
-                             "(bounds the KV cache and kept logits of transformers' generate on CPU).",
-                             json_schema_extra={"execution": True})
-    gradient_checkpointing: bool = Field(
-        default=False, description="Recompute mu's decoder activations in its backward passes (mu on its own base): "
-        "the same update; a looping trajectory's steps (about 12k tokens in one micro-batch) otherwise hold every "
-        "layer's activations.", json_schema_extra={"execution": True})
-    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm of mu's updates.")
-    gamma: float = Field(default=1.0, ge=0, le=1, description="Discount of the step rewards' reward-to-go.")
-    criteria_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of mu's "
-                                        "criteria (0: greedy).")
-    criteria_max_tokens: int = Field(default=96, ge=8, description="Tokens mu may write for one step's criteria.")
-    observation_chars: int = Field(default=300, ge=20, description="Characters of each observation in mu's and the "
-                                   "teacher's prompts.")
-    teacher_max_tokens: int = Field(default=1024, ge=32, description="Completion tokens of a teacher annotation.")
-    setup: ArcoSetup = Field(default_factory=ArcoSetup, description="ARCO's released setup (see ArcoSetup).")
 
 
 class DeployParams(Section):
@@ -609,7 +362,7 @@ class DeployParams(Section):
 class SweepParams(Section):
     """The ablation sweep ``python -m flows.sweep`` runs (flows/sweep.py): ``train_policy`` once per (variant,
     seed) and ``evaluate`` once per (method, seed), each in its own folder, then one comparison report of the
-    variants (components/reporting/compare.py) and one of the methods (components/reporting/method_compare.py)."""
+    variants (components/reporting/compare.py) and one of the methods (components/methods/coreact/report.py)."""
 
     variants: list[str] = Field(default_factory=lambda: ["grpo", "dapo"], description="Training "
                                 "variants compared (names of train_policy --variant).")

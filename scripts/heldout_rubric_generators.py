@@ -9,9 +9,9 @@ were trained on), scored by the listwise reward exactly as ``train_rubric_genera
 
 A larger collect whose first questions are a smaller one's (``collect.n_questions`` raised, the same seed) gives
 held-out questions for generators trained on the smaller one. Each adapter is compared with the untrained base
-point by point (:func:`~components.coreact.rubric_training.paired_change`, over the evaluated rubrics and with an
+point by point (:func:`~components.methods.coreact.rubric_training.paired_change`, over the evaluated rubrics and with an
 unparseable rubric counted as rho 0). The gold-chain rubric of each point
-(:func:`~components.coreact.oracle_rubrics.oracle_rubric`) is scored too: how much room the points leave (a flat gold rubric means
+(:func:`~components.methods.coreact.oracle_rubrics.oracle_rubric`) is scored too: how much room the points leave (a flat gold rubric means
 the evaluator cannot rank that slate by the next hop). Rollouts use the trained role's llama.cpp engine, as in
 training. Writes outputs/probe/heldout_generators.json and prints a table.
 """
@@ -26,13 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.coreact.oracle_rubrics import oracle_rubric
-from components.coreact.rubric_training import held_out_spearman, paired_change, prompt_items, usable_points
+from components.methods.coreact.oracle_rubrics import oracle_rubric
+from components.methods.coreact.rubric_training import held_out_spearman, paired_change, prompt_items, usable_points
 from components.io import read_parquet, write_json
-from components.judges.pairwise import Tally
+from components.judges.call import Tally
 from components.llm.factory import LLMPool
 from components.params import Params
-from components.rewards.spearman import RubricReward
+from components.methods.coreact.generator_reward import RubricReward
 from components.schemas import BranchingPoint
 from tasks.collect import questions_by_id
 from tasks.runtime import out_path, params_from_args, stage_argparser

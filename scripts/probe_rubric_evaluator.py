@@ -9,7 +9,7 @@ council (Spearman rho).
 Reads outputs/collect/branching_points.parquet. ``--rubrics generator`` (default): the rubrics come from the
 ``rubric_generator`` role (the untrained generator) at its sampling temperature, seeded. ``--rubrics gold``: one
 rubric per point written from the question's gold chain
-(:func:`~components.coreact.oracle_rubrics.oracle_rubric`), the ceiling of the reward: a mode
+(:func:`~components.methods.coreact.oracle_rubrics.oracle_rubric`), the ceiling of the reward: a mode
 that cannot rank the slate by a rubric naming the next hop cannot reward a generator for writing one. The
 evaluator is ``rubric_generator.evaluator_role``. Writes outputs/probe/evaluator_modes[_gold].json. Every call
 goes through the response cache, so a repeat is a replay.
@@ -25,13 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.coreact.oracle_rubrics import oracle_rubric
-from components.coreact.rubric_generator import RubricGenerator
-from components.coreact.rubric_training import usable_points
+from components.methods.coreact.oracle_rubrics import oracle_rubric
+from components.methods.coreact.rubric_generator import RubricGenerator
+from components.methods.coreact.rubric_training import usable_points
 from components.io import read_parquet, write_json
-from components.judges.pairwise import Tally
+from components.judges.call import Tally
 from components.llm.factory import LLMPool
-from components.rewards.spearman import RubricReward
+from components.methods.coreact.generator_reward import RubricReward
 from components.schemas import BranchingPoint
 from tasks.collect import questions_by_id
 from tasks.runtime import out_path, params_from_args, stage_argparser

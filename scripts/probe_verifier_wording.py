@@ -1,5 +1,5 @@
 """Does the verifier read a criterion's wording the right way round? Asks the ``verifier`` role, through the
-production path (:func:`~components.judges.verifier.verify_action`, ``coreact.verifier_mode``), whether each
+production path (:func:`~components.methods.coreact.verifier.verify_action`, ``coreact.verifier_mode``), whether each
 distinct candidate action of the collected branching points meets one-criterion rubrics whose truth follows from
 the action's kind alone: a search or a browse continues the research, a finish answers. Prints, per wording, how
 often the verdict is right for each kind.
@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.io import read_parquet, write_json
-from components.judges.council import render_prefix
-from components.judges.verifier import verify_action
+from components.methods.coreact.council import render_prefix
+from components.methods.coreact.verifier import verify_action
 from components.llm.factory import LLMPool
 from components.schemas import BranchingPoint, Criterion, Rubric
 from tasks.runtime import out_path, params_from_args, stage_argparser

@@ -1,5 +1,5 @@
 """Task `arco_probe`: ARCO's rubric models from finished train_policy runs score the same fixed trajectories
-(components/methods/arco_probe.py), so frozen and co-evolved mu are compared on equal ground.
+(components/methods/arco/probe.py), so frozen and co-evolved mu are compared on equal ground.
 
     python -m tasks.arco_probe                                   # arco_frozen, arco, arco_no_decomp if trained
     python -m tasks.arco_probe --variants arco_frozen arco --set grpo.steps=3 ...   # the runs' own --set flags
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from components.io import read_json, read_jsonl, write_json
 from components.llm.factory import LLMPool
-from components.methods.arco_probe import distinct_trajectories, probe
-from components.methods.variants import VariantContext, get_variant
+from components.methods.arco.probe import distinct_trajectories, probe
+from components.training.variants import VariantContext, get_variant
 from components.params import Params, ParamsError
 from components.schemas import Question, Trajectory
 from components.training.checkpoint import latest_checkpoint

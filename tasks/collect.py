@@ -33,8 +33,8 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from components.agents.react import ReActAgent
-from components.coreact.collect import BranchingCollector, QuestionResult, question_seed
-from components.coreact.collect_metrics import summarize
+from components.methods.coreact.collect import BranchingCollector, QuestionResult, question_seed
+from components.methods.coreact.collect_metrics import summarize
 from components.io import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl, write_parquet
 from components.llm.factory import LLMPool
 from components.params import Params

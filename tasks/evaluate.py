@@ -25,10 +25,9 @@ from prefect import task
 from pydantic import BaseModel
 from tqdm import tqdm
 
-from components.agents.coreact import agent_options  # registers coreact and the baselines
-from components.agents.react import build_agent
+from components.agents.react import agent_options, build_agent
 from components.evaluation.behaviour import behaviour_stats
-from components.evaluation.guided import accounting_per_question, guided_metrics
+from components.methods.coreact.guided_metrics import accounting_per_question, guided_metrics
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import JsonlAppender, read_jsonl, write_json
 from components.judges.answer import judge_answers

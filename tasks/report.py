@@ -1,5 +1,5 @@
 """Stage `report`: compare a sweep's training runs (components/reporting/compare.py) and evaluated methods
-(components/reporting/method_compare.py), and log the comparisons.
+(components/methods/coreact/report.py), and log the comparisons.
 
     python -m tasks.report                         # the runs under <run.out_dir>/<sweep.out_dir>/seed_*/{train,eval}/*
     python -m tasks.report --sweep-dir outputs/sweep
@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from components.params import Params
 from components.reporting.compare import discover_runs, display_table, write_report
-from components.reporting.method_compare import write_method_report
+from components.methods.coreact.report import write_method_report
 from tasks.runtime import MlflowTracker, params_from_args, resolve, run_stage, stage_argparser, tracking
 
 

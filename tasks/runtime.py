@@ -57,7 +57,7 @@ def release_memory() -> None:
     """Hand a finished training run's memory back to the OS. A process that runs several (a sweep's thread
     runner, a reused Ray worker) otherwise keeps the peak of each: glibc keeps freed torch buffers in its
     arenas, and the second GRPO run of one sweep process was killed for memory at 24 GB."""
-    from components.training.memory import release
+    from components.training.process_memory import release
 
     release(min_growth_gb=0)
 

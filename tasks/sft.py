@@ -31,7 +31,7 @@ from components.training.model import LoRASettings, build_policy
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
 from components.training.trajectory_sft import trajectory_rows
-from components.warmstart.reflections import REFLECTIONS_FILE, ReflectionRow, reflection_sft_row
+from components.methods.rubricem.warmstart_reflections import REFLECTIONS_FILE, ReflectionRow, reflection_sft_row
 from tasks.runtime import SFT_METHOD, params_from_args, resolve, stage_argparser, tracking, warm_start_folder
 
 

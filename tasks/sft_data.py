@@ -19,7 +19,7 @@ format-valid, correct (EM, or F1 >= ``sft.min_f1``), grounded episodes without r
 honour ``retrieval.scope``.
 Reflections: for a warm start listed in ``sft.reflection_rows``, the teacher reflects on that many of the
 episodes above (kept or not) in the reflection meta-policy's format, and the valid reflections become SFT rows
-too (components/warmstart/reflections.py: RubricEM's meta-policy needs a policy that can write them).
+too (components/methods/rubricem/warmstart_reflections.py: RubricEM's meta-policy needs a policy that can write them).
 Writes outputs/sft_data/ (outputs/sft_data_<name>/ for ``sft_<name>``): trajectories.jsonl (kept; metadata.source
 = oracle | teacher), rejections.jsonl (one record per rejected episode, with its reason), reflections.jsonl and
 reflection_rejections.jsonl (empty unless reflections were asked for), metrics.json (counts only,
@@ -41,19 +41,14 @@ from components.io import read_jsonl, write_json, write_jsonl
 from components.llm.factory import LLMPool
 from components.params import Params
 from components.schemas import Document, Question, Trajectory
-from components.warmstart import (
-    REASONS,
+from components.methods.rubricem.warmstart_reflections import (
     REFLECTION_REASONS,
     REFLECTIONS_FILE,
     ReflectionRejection,
     ReflectionRow,
-    build_training_world,
-    oracle_episodes,
-    select,
-    teacher_episodes,
     teacher_reflections,
-    training_seeds,
 )
+from components.warmstart import REASONS, build_training_world, oracle_episodes, select, teacher_episodes, training_seeds
 from tasks.index import build_from_params, make_embedder
 from tasks.runtime import (
     SFT_METHOD,

@@ -35,7 +35,8 @@ from components.agents.react import build_agent
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import read_json, read_jsonl, write_json
 from components.llm.factory import LLMPool
-from components.methods.variants import VARIANTS, VariantContext, get_variant
+from components.method_registry import variant_method
+from components.training.variants import VARIANTS, VariantContext, get_variant
 from components.params import Params, lora_paths
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
@@ -125,9 +126,10 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     settings["branch_from"] = branch_digest(params.train_policy.branch_from)
     method = warm_start_method(params, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
-    section = get_variant(variant).__module__.rsplit(".", 1)[-1]  # components.methods.arbor -> params.arbor
+    owner = variant_method(variant)  # the registering method's own section; None for grpo and dapo
+    section = owner.sections[0] if owner is not None else None
     execution = {"steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing"}  # the same update
-    own = getattr(params, section) if section in type(params).model_fields else None
+    own = getattr(params, section) if section is not None else None
     if own is not None:  # fields marked execution-only (how work is batched) may change on resume too
         own = own.model_dump(exclude={name for name, f in type(own).model_fields.items()
                                       if (f.json_schema_extra or {}).get("execution")})

@@ -8,7 +8,7 @@ Reads outputs/collect/branching_points.parquet. The generator starts from the ba
 ``trainable_policy`` role (the untrained generator, as in the paper) with a fresh LoRA (``lora``); the
 ``rubric_generator`` section holds G, lr, KL, epochs and sampling; the evaluator is the
 ``rubric_generator.evaluator_role`` role. With ``rubric_generator.warm_start=oracle``, the generator is first
-SFT-trained on gold-chain rubrics (:mod:`components.coreact.oracle_rubrics`) at the training questions' branching
+SFT-trained on gold-chain rubrics (:mod:`components.methods.coreact.oracle_rubrics`) at the training questions' branching
 points and at every prefix of the policy warm start's trajectories (outputs/sft_data: trajectories.jsonl, and the
 training worlds' questions.jsonl for their gold chains); that adapter is merged into
 the base, GRPO trains a fresh LoRA over it (its KL reference is the warm start), and the held-out Spearman is
@@ -39,8 +39,8 @@ import pandas as pd
 from prefect import task
 from pydantic import BaseModel
 
-from components.coreact.oracle_rubrics import trajectory_points, warm_start_rows
-from components.coreact.rubric_training import (
+from components.methods.coreact.oracle_rubrics import trajectory_points, warm_start_rows
+from components.methods.coreact.rubric_training import (
     Render,
     generator_config,
     held_out_spearman,
@@ -53,7 +53,7 @@ from components.io import read_json, read_jsonl, read_parquet, write_json
 from components.llm.base import ChatModel
 from components.llm.factory import LLMPool
 from components.params import Params
-from components.rewards.spearman import RubricReward
+from components.methods.coreact.generator_reward import RubricReward
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.rollout import RolloutEngine
 from components.training.sft import build_sft_example

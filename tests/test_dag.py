@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from prefect import Task
 
-from components.methods.variants import VARIANTS, get_variant
+from components.training.variants import VARIANTS, get_variant
 from components.params import load_params
 from flows import pipeline as pipeline_module
 from tasks.runtime import warm_start_folder

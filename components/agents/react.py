@@ -35,7 +35,8 @@ from typing import Any
 from components.agents.parsing import ParsedAction, parse_turn
 from components.clipping import clip
 from components.llm.base import ChatModel, ChatOutcome, Message, PolicyCall, Sampling, assistant, system, user
-from components.params import AgentParams
+from components.method_registry import load_methods
+from components.params import AgentParams, MethodParams, Params
 from components.registry import Registry
 from components.schemas import Question, Step, ToolCall, Trajectory
 
@@ -299,18 +300,19 @@ class ReActAgent:
         return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(questions))))
 
 
-# Agents register in their own modules; agent_class imports them on first use of a name not yet registered.
-AGENT_MODULES = ("components.agents.coreact", "components.agents.scaffold")
-
-
 def agent_class(name: str) -> type:
-    """The agent class registered as ``name`` (or a dotted import path)."""
+    """The agent class registered as ``name`` (or a dotted import path); the methods' agents register when
+    their packages load (:func:`components.method_registry.load_methods`)."""
     if name not in AGENTS:
-        import importlib
-
-        for module in AGENT_MODULES:
-            importlib.import_module(module)
+        load_methods()
     return AGENTS.get(name)
+
+
+def agent_options(params: Params, spec: MethodParams) -> dict[str, Any]:
+    """The options a method's agent is built with: the agent's defaults from params (its
+    ``options_from_params``, when it has one) overridden by the method's own ``options``."""
+    defaults = getattr(agent_class(spec.agent), "options_from_params", None)
+    return {**(defaults(params) if defaults is not None else {}), **spec.options}
 
 
 def build_agent(name: str, roles, toolbox, settings: AgentParams, options: dict[str, Any] | None = None):

@@ -7,7 +7,7 @@ loaded with a manifest that detects stale indexes, and the agent's ``search`` / 
     call = tools.call("search", "Nightfall Harbor")            # schemas.ToolCall, never raises
     tools.for_question(question)   # retrieval.scope=question: only the question's paragraphs (``scope``)
 
-Names are imported lazily, so ``components.retrieval.text`` (used by ``components.coreact.slates``) does not
+Names are imported lazily, so ``components.retrieval.text`` (used by ``components.methods.coreact.slates``) does not
 pull in faiss or rank-bm25.
 """
 

@@ -1,7 +1,7 @@
 """Text helpers shared by the retrievers and the slate selector: one tokenizer, snippets, fingerprints.
 
 The tokenizer is deliberately plain (lowercase, runs of Unicode letters/digits) so BM25 over documents
-and BM25 over action strings (``components.coreact.slates``) see the same tokens:
+and BM25 over action strings (``components.methods.coreact.slates``) see the same tokens:
 
     tokenize("search[Nightfall Harbor]")   # ['search', 'nightfall', 'harbor']
     make_snippet(doc.text, 300)            # leading text cut at a word boundary, with '...'

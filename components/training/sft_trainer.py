@@ -27,7 +27,7 @@ from components.params import SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.losses import aggregate, trainable_span
 from components.training.model import Policy, activations_kept
-from components.training.prompts import PromptSampler
+from components.training.prompt_order import PromptSampler
 from components.training.sft import SFTExample, collate_sft
 
 __all__ = ["SFTTrainer"]

@@ -59,7 +59,7 @@ from components.training.episodes import (
 )
 from components.training.losses import policy_loss, trainable_span
 from components.training.model import Policy
-from components.training.prompts import PromptSampler
+from components.training.prompt_order import PromptSampler
 from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
 
 __all__ = ["GRPOTrainer", "LossInputs", "rollout_sampling", "single_turn_rollout"]

@@ -4,8 +4,9 @@ teacher role, rejection-sampled. Run as the ``sft_data`` stage (``python -m task
 Modules: ``worlds`` (training worlds from other seeds, with their corpus, index and toolbox), ``oracle``
 (the gold chain followed through the real tools, recorded by the ReAct agent), ``thoughts`` (the oracle's
 varied short thoughts), ``teacher`` (the teacher running the agent, several samples per question),
-``rejection`` (what is kept, and every rejection with its reason), ``reflections`` (the teacher's reflections
-on those episodes in the reflection meta-policy's format, rejection-sampled).
+``rejection`` (what is kept, and every rejection with its reason), ``formats`` (the turn formats a warm start is
+written in: ReAct here, RubricEM's scaffold registered by its package, whose
+``warmstart_reflections`` adds the teacher's reflections for its meta-policy).
 
     from components.warmstart import oracle_trajectory, select
     traj = asyncio.run(oracle_trajectory(question, toolbox.for_question(question), params.agent))
@@ -13,24 +14,13 @@ on those episodes in the reflection meta-policy's format, rejection-sampled).
 """
 
 from components.warmstart.oracle import OracleEpisodeError, oracle_episodes, oracle_trajectory, plan_turns
-from components.warmstart.reflections import (
-    REFLECTION_REASONS,
-    REFLECTIONS_FILE,
-    ReflectionRejection,
-    ReflectionRow,
-    teacher_reflections,
-)
 from components.warmstart.rejection import REASONS, Rejection, grounded, problems, select
 from components.warmstart.teacher import teacher_episodes
 from components.warmstart.worlds import TrainingWorld, build_training_world, training_seeds
 
 __all__ = [
     "REASONS",
-    "REFLECTIONS_FILE",
-    "REFLECTION_REASONS",
     "OracleEpisodeError",
-    "ReflectionRejection",
-    "ReflectionRow",
     "Rejection",
     "TrainingWorld",
     "build_training_world",
@@ -41,6 +31,5 @@ __all__ = [
     "problems",
     "select",
     "teacher_episodes",
-    "teacher_reflections",
     "training_seeds",
 ]

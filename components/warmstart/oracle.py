@@ -28,6 +28,7 @@ from components.agents.react import agent_class
 from components.llm.base import ChatModel, Completion, Message, PermanentLLMError, Sampling
 from components.params import AgentParams
 from components.schemas import Question, SubQuestion, Trajectory
+from components.warmstart.formats import warm_start_format
 from components.warmstart.rejection import problems
 from components.warmstart.thoughts import Thoughts, conclusion, entity_kind
 from components.world.oracle import OracleError, hop_titles
@@ -138,7 +139,7 @@ async def oracle_trajectory(question: Question, toolbox, settings: AgentParams,
                             rng: random.Random | None = None, agent: str = "react",
                             options: dict | None = None) -> Trajectory:
     """The oracle episode of ``question``, recorded by the agent registered as ``agent`` (``react``, or
-    ``scaffold`` with the turns rewritten by :func:`components.warmstart.scaffold_oracle.scaffold_replies`)
+    ``scaffold`` with the turns rewritten by :func:`components.methods.rubricem.scaffold_oracle.scaffold_replies`)
     through ``toolbox`` (already scoped to the question when the scope is ``question``); ``options`` are the
     agent's keyword options. OracleEpisodeError when it is not a valid, grounded, correct episode within the
     agent's budgets."""
@@ -148,14 +149,7 @@ async def oracle_trajectory(question: Question, toolbox, settings: AgentParams,
         raise OracleEpisodeError("over_budget", f"{question.id}: the oracle needs {tool_turns} tool calls and "
                                  f"{len(turns)} turns; the budget is {settings.max_search_calls} calls, "
                                  f"{settings.max_turns} turns")
-    if agent == "react":
-        replies = [t.raw for t in turns]
-    elif agent == "scaffold":
-        from components.warmstart.scaffold_oracle import scaffold_replies
-
-        replies = scaffold_replies(question, turns, random.Random(f"scaffold:{question.id}"))
-    else:
-        raise ValueError(f"the oracle writes react or scaffold episodes, not {agent!r}")
+    replies = warm_start_format(agent).replies(question, turns)
     runner = agent_class(agent)(ReplayPolicy(replies), toolbox, settings, **{**(options or {}), "name": "oracle"})
     traj = await runner.run(question)
     shown = [s.observation for s in traj.steps if s.final_answer is None]

@@ -10,7 +10,7 @@ a fixed order; ``select`` keeps the episodes without problems and turns every ot
 - ``format``: a turn is not exactly ``Thought: ...`` followed by one ``Action: search|browse|finish[...]``
   line, or the parser read it differently, or the last turn is not the ``finish`` turn (ReAct episodes);
 - ``stage_boundary``, ``tool_syntax``, ``citation``: RubricEM scaffold episodes (``agent="scaffold"``) in place
-  of ``format``, as :func:`components.agents.scaffold_format.scaffold_problems` finds them (B.2.3; its grounding
+  of ``format``, as :func:`components.methods.rubricem.scaffold_format.scaffold_problems` finds them (B.2.3; its grounding
   check is ``ungrounded`` below);
 - ``repeated_call``: the same tool call (tool and argument, case and spacing ignored) was made twice;
 - ``wrong_answer``: neither exact match nor token F1 >= ``min_f1`` against the gold answers;
@@ -32,10 +32,10 @@ from pydantic import Field
 from components.agents.parsing import parse_turn
 from components.evaluation.metrics import exact_match, f1_score, normalize_answer
 from components.schemas import Question, Record, Trajectory
+from components.warmstart.formats import FORMATS, WarmStartFormat, warm_start_format
 
 REASONS = ("llm_failure", "no_answer", "forced_answer", "format", "stage_boundary", "tool_syntax", "citation",
            "repeated_call", "wrong_answer", "ungrounded", "duplicate")
-FORMATS = ("react", "scaffold")  # the agents whose turn format is checked
 _TURN = re.compile(r"\s*Thought:(?P<thought>.*?)\n[ \t]*Action:[ \t]*(?:search|browse|finish)\[[^\n]*\S[^\n]*\]\s*",
                    re.DOTALL)
 
@@ -91,20 +91,10 @@ def _react_format(t: Trajectory) -> list[tuple[str, str]]:
     return []
 
 
-def _scaffold_format(t: Trajectory) -> list[tuple[str, str]]:
-    from components.agents.scaffold_format import scaffold_problems
-
-    found = [(reason, detail) for reason, detail in scaffold_problems(t) if reason != "grounding"]
-    parse = next((s for s in t.steps if s.parse_error), None)
-    if parse is not None:
-        found.append(("tool_syntax", f"step {parse.index}: {parse.parse_error}"))
-    return found
-
-
 def problems(trajectory: Trajectory, question: Question, min_f1: float, agent: str = "react") -> list[tuple[str, str]]:
-    """Everything wrong with an episode of ``agent`` (one of ``FORMATS``), as (reason, detail) in ``REASONS`` order."""
-    if agent not in FORMATS:
-        raise ValueError(f"rejection sampling checks the turn format of {FORMATS}, not {agent!r}")
+    """Everything wrong with an episode of ``agent`` (a registered warm-start format), as (reason, detail) in
+    ``REASONS`` order."""
+    check = warm_start_format(agent).problems
     out: list[tuple[str, str]] = []
     t = trajectory
     if t.finish_reason == "llm_failure":
@@ -113,7 +103,7 @@ def problems(trajectory: Trajectory, question: Question, min_f1: float, agent: s
         out.append(("no_answer", f"finish_reason={t.finish_reason}"))
     elif t.finish_reason != "answer":
         out.append(("forced_answer", f"answered after {t.finish_reason}"))
-    out.extend(_react_format(t) if agent == "react" else _scaffold_format(t))
+    out.extend(check(t))
     seen: dict[tuple[str, str], int] = {}
     for step in t.steps:
         if step.tool_call is None:
@@ -161,3 +151,7 @@ def select(
         signatures.add(signature)
         kept.append(t.model_copy(update={"metadata": {**t.metadata, "source": source, "sample": sample}}))
     return kept, rejected
+
+
+FORMATS.register("react")(WarmStartFormat(replies=lambda question, turns: [turn.raw for turn in turns],
+                                          problems=_react_format))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from components.params import ArborParams
-from components.rubrics.arbor_memory import CommonRubric, GroupRecord, RubricMemory, RubricText
+from components.methods.arbor.memory import CommonRubric, GroupRecord, RubricMemory, RubricText
 
 F1 = [1.0, 0.5, 0.0]
 GOOD = [1.0, 0.5, 0.0]        # variance 1/6, Pearson +1 with F1

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from components.llm.backends.scripted import ScriptedChatModel
-from components.methods.arbor import ArborReward, ArborState, RarReward, RarState, lazy_embedder
-from components.methods.variants import VariantContext, get_variant
+from components.methods.arbor.variants import ArborReward, ArborState, RarReward, RarState, lazy_embedder
+from components.training.variants import VariantContext, get_variant
 from components.params import ArborParams, load_params
-from components.rubrics.arbor_memory import CommonRubric, RubricMemory, RubricText
+from components.methods.arbor.memory import CommonRubric, RubricMemory, RubricText
 from components.training.episodes import StepContext
 from tests.arbor.helpers import COMMON, Q0, Q1, FakeEncoder, QualityJudge, episode, writer
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from components.rewards.arbor_shaping import homogeneity_metrics, outcome_pattern, shape_group
+from components.methods.arbor.shaping import homogeneity_metrics, outcome_pattern, shape_group
 
 KW = {"lam": 0.1, "alpha": 0.25, "delta_v": 0.05}
 

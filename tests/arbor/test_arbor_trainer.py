@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from components.methods.arbor import ArborReward, ArborState
+from components.methods.arbor.variants import ArborReward, ArborState
 from components.params import ArborParams, GRPOParams
-from components.rubrics.arbor_memory import RubricMemory
+from components.methods.arbor.memory import RubricMemory
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2

@@ -2,8 +2,8 @@
 
 import pytest
 
-from components.judges.induction import induction_messages
-from components.rubrics.contrast import plan_induction
+from components.methods.arbor.induction import induction_messages
+from components.methods.arbor.contrast import plan_induction
 
 ALL_VALID = [True] * 4
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from components.rubrics.pairwise_graph import edge_count, edge_scores, sparse_graph
+from components.methods.arbor.pairwise_graph import edge_count, edge_scores, sparse_graph
 
 
 def connected(k, edges):

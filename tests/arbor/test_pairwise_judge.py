@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from components.judges.pairwise import parse_winner, score_group
+from components.methods.arbor.pairwise_judge import parse_winner, score_group
 from components.llm.base import ChatModel, Completion
-from components.rubrics.arbor_memory import RubricText
-from components.rubrics.pairwise_graph import sparse_graph
+from components.methods.arbor.memory import RubricText
+from components.methods.arbor.pairwise_graph import sparse_graph
 from tests.arbor.helpers import COMMON, QualityJudge, qualities
 
 RUBRIC = RubricText(**COMMON)

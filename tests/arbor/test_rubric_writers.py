@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from components.judges.induction import consolidate, consolidation_messages, parse_rubrics
-from components.judges.pairwise import Tally
-from components.judges.rar import parse_items, parse_rating
+from components.methods.arbor.induction import consolidate, consolidation_messages, parse_rubrics
+from components.judges.call import Tally
+from components.methods.arbor.rar import parse_items, parse_rating
 from components.params import ArborParams
-from components.rubrics.arbor_memory import Draft, RubricMemory, RubricText
+from components.methods.arbor.memory import Draft, RubricMemory, RubricText
 from tests.arbor.helpers import COMMON, RUBRIC, writer
 
 ITEM = {"title": "T", "description": "does", "counter_description": "does not"}

@@ -4,9 +4,9 @@ only; never the policy's adapter, the KL reference or the base), reply parsing, 
 import pytest
 import torch
 
-from components.judges.arco_criteria import WarmupRow, step_messages, trajectory_steps
-from components.rewards.arco_decomposition import decomposition_loss
-from components.rubrics.arco_model import ADAPTER, REFERENCE, CriteriaSample, RubricModel
+from components.methods.arco.criteria import WarmupRow, step_messages, trajectory_steps
+from components.methods.arco.decomposition import decomposition_loss
+from components.methods.arco.rubric_model import ADAPTER, REFERENCE, CriteriaSample, RubricModel
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 from tests.arco.helpers import CRITERIA, GOOD, TOK, MuWriter, Q, render, trajectory

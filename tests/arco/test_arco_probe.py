@@ -5,11 +5,11 @@ mus with different score heads give different credit on the same steps."""
 import numpy as np
 import torch
 
-from components.methods.arco import ArcoState
-from components.methods.arco_probe import distinct_trajectories, probe
+from components.methods.arco.variants import ArcoState
+from components.methods.arco.probe import distinct_trajectories, probe
 from components.params import ArcoParams
-from components.rewards.arco_decomposition import oracle_step_quality
-from components.rubrics.arco_model import RubricModel
+from components.methods.arco.decomposition import oracle_step_quality
+from components.methods.arco.rubric_model import RubricModel
 from components.training.model import LoRASettings
 from components.training.tiny import tiny_qwen2
 from tests.arco.helpers import BAD, GOOD, TOK, MuWriter, Q, render, trajectory

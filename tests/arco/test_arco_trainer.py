@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from components.agents.react import ReActAgent
-from components.methods.arco import ArcoReward, ArcoState
+from components.methods.arco.variants import ArcoReward, ArcoState
 from components.params import AgentParams, ArcoParams, GRPOParams
-from components.rubrics.arco_model import RubricModel
+from components.methods.arco.rubric_model import RubricModel
 from components.training.agent_rollout import make_agent_rollout
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2

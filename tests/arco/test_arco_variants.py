@@ -3,9 +3,9 @@ and ARCO's released setup enforced under the paper profile."""
 
 import pytest
 
-from components.methods.arco import ArcoReward, ArcoState
-from components.methods.arco_setup import check_setup, load_backbone, setup_overrides, sparse_steps
-from components.methods.variants import VariantContext, get_variant
+from components.methods.arco.variants import ArcoReward, ArcoState
+from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
+from components.training.variants import VariantContext, get_variant
 from components.params import ParamsError, load_params
 from tests.arco.helpers import teacher
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from components.judges.arco_criteria import (
+from components.methods.arco.criteria import (
     CriteriaParseError,
     annotate,
     format_criteria,

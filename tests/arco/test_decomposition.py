@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from components.evaluation.metrics import exact_match, exact_match_yes_no_first3
-from components.judges.arco_criteria import trajectory_steps
-from components.rewards.arco_decomposition import (
+from components.methods.arco.criteria import trajectory_steps
+from components.methods.arco.decomposition import (
     criteria_diversity,
     decomposition_loss,
     oracle_step_quality,

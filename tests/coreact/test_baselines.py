@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from components.agents.baselines import (
+from components.methods.coreact.baselines import (
     CRITIQUE_SYSTEM,
     SCORER_SYSTEM,
     STEP_BACK_SYSTEM,
@@ -17,9 +17,9 @@ from components.agents.baselines import (
     SelfRefineAgent,
     StepBackAgent,
 )
-from components.agents.coreact import agent_options
+from components.agents.react import agent_options
 from components.agents.react import FORCE_MESSAGE, build_agent
-from components.coreact.rubric_generator import RubricGenerator
+from components.methods.coreact.rubric_generator import RubricGenerator
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.params import load_params

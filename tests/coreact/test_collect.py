@@ -7,9 +7,9 @@ import re
 import pytest
 
 from components.agents.react import ReActAgent
-from components.coreact.collect import BranchingCollector
-from components.coreact.collect_metrics import summarize
-from components.judges.council import judge_slate
+from components.methods.coreact.collect import BranchingCollector
+from components.methods.coreact.collect_metrics import summarize
+from components.methods.coreact.council import judge_slate
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.middleware import ReliableChatModel
 from components.params import AgentParams, CollectParams, MiddlewareParams

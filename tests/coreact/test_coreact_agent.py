@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from components.agents.coreact import TOKEN_BUDGET_MESSAGE, CoReActAgent, agent_options
+from components.agents.react import agent_options
+from components.methods.coreact.agent import TOKEN_BUDGET_MESSAGE, CoReActAgent
 from components.agents.react import build_agent
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
@@ -43,7 +44,7 @@ def make(turns=react_turns, verdicts=judge_bad_first, **kw):
 
 
 def _gen(model):
-    from components.coreact.rubric_generator import RubricGenerator
+    from components.methods.coreact.rubric_generator import RubricGenerator
 
     return RubricGenerator(model, max_criteria=4, max_chars=160)
 

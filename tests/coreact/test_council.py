@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from components.judges.council import (
+from components.methods.coreact.council import (
     agreement,
     borda,
     build_messages,

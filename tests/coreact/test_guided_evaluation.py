@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from components.evaluation.guided import (
+from components.methods.coreact.guided_metrics import (
     accounting_per_question,
     behaviour_table,
     cost_per_question,
@@ -17,8 +17,8 @@ from components.evaluation.guided import (
 )
 from components.io import read_jsonl
 from components.judges.answer import JUDGE_SYSTEM
-from components.judges.rubric_eval import CRITERION_PROMPT
-from components.judges.verifier import SYSTEM_PROMPT as VERIFIER_SYSTEM
+from components.methods.coreact.rubric_eval import CRITERION_PROMPT
+from components.methods.coreact.verifier import SYSTEM_PROMPT as VERIFIER_SYSTEM
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
 from components.params import load_params

@@ -1,11 +1,11 @@
-"""Gold-chain rubrics (components/coreact/oracle_rubrics.py): the ceiling of the rubric reward and the target of the
+"""Gold-chain rubrics (components/methods/coreact/oracle_rubrics.py): the ceiling of the rubric reward and the target of the
 generator's oracle warm start. The rubric names the first hop whose answer the history has not shown, and the final
 answer once every hop's answer has been shown; the warm start's rows are the generator's own prompt and that rubric."""
 
 import json
 
-from components.coreact.oracle_rubrics import oracle_rubric, trajectory_points, warm_start_rows
-from components.coreact.rubric_generator import parse_rubric
+from components.methods.coreact.oracle_rubrics import oracle_rubric, trajectory_points, warm_start_rows
+from components.methods.coreact.rubric_generator import parse_rubric
 from components.schemas import BranchingPoint, Question, Step, SubQuestion, ToolCall, Trajectory
 
 QUESTION = Question(id="q1", question="Where was the director of Nightfall Harbor born?", answers=["Velmoor"],

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from components.coreact.rubric_generator import RubricGenerator, parse_rubric, render_rubric, rubric_schema
-from components.judges.rubric_eval import parse_satisfied
-from components.judges.verifier import parse_verdicts, verify_action
+from components.methods.coreact.rubric_generator import RubricGenerator, parse_rubric, render_rubric, rubric_schema
+from components.methods.coreact.rubric_eval import parse_satisfied
+from components.methods.coreact.verifier import parse_verdicts, verify_action
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.params import RubricGeneratorParams

@@ -8,7 +8,7 @@ import pytest
 
 from components.retrieval.text import tokenize
 from components.schemas import Candidate
-from components.coreact.slates import (
+from components.methods.coreact.slates import (
     PoolBM25,
     dedupe,
     normalise_action,

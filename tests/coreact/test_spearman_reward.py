@@ -11,12 +11,12 @@ import re
 import pytest
 import torch
 
-from components.judges.pairwise import Tally
-from components.judges.rubric_eval import parse_yes_no
+from components.judges.call import Tally
+from components.methods.coreact.rubric_eval import parse_yes_no
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.params import RubricGeneratorParams
-from components.rewards.spearman import (
+from components.methods.coreact.generator_reward import (
     RubricReward,
     atomicity,
     is_atomic,

@@ -19,7 +19,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from components.coreact.rubric_training import paired_change
+from components.methods.coreact.rubric_training import paired_change
 from components.io import read_json
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
@@ -254,7 +254,7 @@ def test_unparseable_rubrics_score_zero_without_evaluator_calls(repo_root, tmp_p
 
 def test_generator_checkpoints_on_its_own_schedule(repo_root, tmp_path):
     """grpo.checkpoint_every (10) is for long policy runs; the generator's few, long steps are each kept."""
-    from components.coreact.rubric_training import generator_config
+    from components.methods.coreact.rubric_training import generator_config
 
     params = load_params(repo_root / "params.yaml", overrides=["grpo.checkpoint_every=10",
                                                                "rubric_generator.checkpoint_every=1"])
@@ -279,7 +279,7 @@ def test_oracle_warm_start_trains_the_format_and_serves_one_adapter(repo_root, t
     served adapter holds both (its delta is the sum), and the held-out Spearman is measured after each phase."""
     from peft import PeftModel
 
-    from components.coreact.oracle_rubrics import oracle_rubric
+    from components.methods.coreact.oracle_rubrics import oracle_rubric
     from tasks.train_rubric_generator import WarmStartInputs
 
     params = params_for(repo_root, tmp_path, "rubric_generator.epochs=1", "rubric_generator.max_tokens=120",

@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import BaseModel, Field
 
-from components.judges.stagewise import GeneratedRubrics, ScoreSheet
+from components.methods.rubricem.stagewise_judge import GeneratedRubrics, ScoreSheet
 from components.llm.json_schema import json_schema_of, one_item_per_key
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from components.io import RecordError
-from components.rubrics.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank, question_key
+from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank, question_key
 from components.schemas import Question
 
 A, B, C, D = ("Which river flows through Kestrow?", "Which river crosses Kestrow town?",
@@ -112,7 +112,7 @@ def test_bad_bank_files_name_the_file_and_field(tmp_path):
 KILL_BETWEEN_WRITE_AND_RENAME = textwrap.dedent("""
     import os, signal, sys
     import numpy as np
-    from components.rubrics.bank import RubricBank
+    from components.methods.rubricem.bank import RubricBank
 
     class One:
         def encode(self, sentences):

@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from components.judges.reflection import ReflectionJudge, parse_reflection
+from components.methods.rubricem.reflection import ReflectionJudge, parse_reflection
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel, Completion, TransientLLMError
-from components.methods.rubricem import ReflectionBranch, RubricEMState, windowed_curriculum
-from components.methods.variants import VariantContext, get_variant
+from components.methods.rubricem.variants import ReflectionBranch, RubricEMState, windowed_curriculum
+from components.training.variants import VariantContext, get_variant
 from components.params import GRPOParams, load_params
-from components.rewards.stage_returns import StageReturns, StagewiseReward
-from components.rubrics.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank
+from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
+from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank
 from components.schemas import Question
 from components.training.episodes import Episode, StepContext
-from components.training.prompts import PromptSampler
+from components.training.prompt_order import PromptSampler
 from components.training.rollout import Generation, SamplingParams
 from tests.rubricem.test_bank import TableEmbedder
 from tests.rubricem.trajectories import episode_trajectory
@@ -245,7 +245,7 @@ def test_deferred_reflection_update_lands_one_step_later():
 def test_synchronous_mode_and_a_failed_judge(caplog):
     br, bank = branch([TransientLLMError("judge down")], defer=False)
     trainer = Trainer(Engine([GOOD, GOOD]))
-    with caplog.at_level("WARNING", logger="components.methods.rubricem"):
+    with caplog.at_level("WARNING", logger="components.methods.rubricem.variants"):
         out = br.step_end(trainer, StepContext(step=1, groups=[0, 0]), step_episodes([QA]), torch.zeros(2, 1))
     assert out["reflection/judge_failures"] == 1 and out["reflection/bank_writes"] == 0
     assert out["reflection/judge_failure/call_TransientLLMError"] == 1 and "judge down" in caplog.text
@@ -356,7 +356,7 @@ def test_deferred_judging_runs_in_the_background_while_the_next_step_proceeds():
 
 def test_a_reflection_that_copies_the_prompts_example_is_invalid():
     # the prompt shows a worked example for another question instead of "...": a copied line is not a reflection
-    from components.judges.reflection import EXAMPLE_RUBRICS, EXAMPLE_TAKEAWAYS, POLICY_SYSTEM
+    from components.methods.rubricem.reflection import EXAMPLE_RUBRICS, EXAMPLE_TAKEAWAYS, POLICY_SYSTEM
     assert EXAMPLE_RUBRICS in POLICY_SYSTEM and EXAMPLE_TAKEAWAYS in POLICY_SYSTEM and "..." not in POLICY_SYSTEM
     copied_line = EXAMPLE_RUBRICS.splitlines()[1]
     bad = parse_reflection(GOOD.replace("Critical: find the town first.", f"Critical: find the town.\n  {copied_line} "))

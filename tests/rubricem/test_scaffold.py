@@ -7,8 +7,8 @@ import re
 import pytest
 
 from components.agents.react import AGENTS
-from components.agents.scaffold import BUDGET, REMINDER, ScaffoldAgent
-from components.agents.scaffold_format import (
+from components.methods.rubricem.scaffold_agent import BUDGET, REMINDER, ScaffoldAgent
+from components.methods.rubricem.scaffold_format import (
     ANSWER,
     PLAN,
     RESEARCH,

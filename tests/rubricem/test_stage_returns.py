@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from components.rewards.stage_returns import StageReturns, check_lambda, stage_returns
+from components.methods.rubricem.stage_returns import StageReturns, check_lambda, stage_returns
 from components.training.advantages import place_episode_advantages
 from components.training.episodes import Episode, StepContext
 

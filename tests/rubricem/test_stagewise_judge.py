@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from components.judges.stagewise import GeneratedRubrics, QuestionBuffer, StagewiseJudge
+from components.methods.rubricem.stagewise_judge import GeneratedRubrics, QuestionBuffer, StagewiseJudge
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel, Completion, TransientLLMError
 from components.llm.json_schema import json_schema_of
-from components.rewards.stage_returns import StagewiseReward
+from components.methods.rubricem.stage_returns import StagewiseReward
 from components.training.episodes import Episode, StepContext, score_matrix
 from tests.rubricem.trajectories import Q, episode_trajectory
 
@@ -153,7 +153,7 @@ def test_failed_and_malformed_scoring_fall_back_to_the_answer_score():
 
 def test_failed_generation_adds_nothing_and_is_counted(caplog):
     judge = StagewiseJudge(ScriptedChatModel([TransientLLMError("down")]), ScriptedChatModel([]))
-    with caplog.at_level("WARNING", logger="components.judges.stagewise"):
+    with caplog.at_level("WARNING", logger="components.methods.rubricem.stagewise_judge"):
         results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
     assert metrics["judge/generation_failures"] == 1 and metrics["judge/rubrics_added"] == 0
     assert metrics["judge/flat_groups"] == 0  # nothing was judged: not a group the judge scored alike

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from components.agents.scaffold import ScaffoldAgent
-from components.judges.reflection import ReflectionJudge
-from components.judges.stagewise import StagewiseJudge
+from components.methods.rubricem.scaffold_agent import ScaffoldAgent
+from components.methods.rubricem.reflection import ReflectionJudge
+from components.methods.rubricem.stagewise_judge import StagewiseJudge
 from components.llm.backends.scripted import ScriptedChatModel
-from components.methods.rubricem import ReflectionBranch, RubricEMState
+from components.methods.rubricem.variants import ReflectionBranch, RubricEMState
 from components.params import AgentParams, GRPOParams
-from components.rewards.stage_returns import StageReturns, StagewiseReward
-from components.rubrics.bank import BANK_FILE, RubricBank
+from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
+from components.methods.rubricem.bank import BANK_FILE, RubricBank
 from components.training.agent_rollout import make_agent_rollout
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import Generation

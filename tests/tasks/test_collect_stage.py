@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from components.io import read_json, read_jsonl, read_parquet
-from components.judges.council import SYSTEM_PROMPT as JUDGE_SYSTEM
+from components.methods.coreact.council import SYSTEM_PROMPT as JUDGE_SYSTEM
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel
 from components.llm.factory import LLMPool

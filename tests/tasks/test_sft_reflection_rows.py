@@ -4,7 +4,7 @@ reflection only, and left out (counted) when longer than sft.max_length."""
 from components.io import write_jsonl
 from components.params import load_params
 from components.schemas import Question
-from components.warmstart.reflections import REFLECTIONS_FILE, ReflectionRow
+from components.methods.rubricem.warmstart_reflections import REFLECTIONS_FILE, ReflectionRow
 from tasks.runtime import PARAMS_PATH, warm_start_folder
 from tasks.sft import reflection_examples
 

@@ -4,8 +4,8 @@ and the SFT row a kept reflection becomes."""
 import asyncio
 import json
 
-from components.agents.scaffold_format import trajectory_text
-from components.judges.reflection import (
+from components.methods.rubricem.scaffold_format import trajectory_text
+from components.methods.rubricem.reflection import (
     DRAFT_REQUEST,
     EXAMPLE_RUBRICS,
     INSTRUCTIONS,
@@ -17,7 +17,7 @@ from components.judges.reflection import (
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import PermanentLLMError
 from components.schemas import Question, Step, Trajectory
-from components.warmstart.reflections import ReflectionRow, reflection_sft_row, teacher_reflections
+from components.methods.rubricem.warmstart_reflections import ReflectionRow, reflection_sft_row, teacher_reflections
 
 DRAFT = {"critical_requirements": "both hops.", "approach": "search the person first.",
          "pitfalls": "stopping after hop one.", "takeaways": ["Resolve the first hop before the second."]}

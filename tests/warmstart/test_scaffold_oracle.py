@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from components.agents.scaffold_format import STAGES, split_stages, trajectory_text
+from components.methods.rubricem.scaffold_format import STAGES, split_stages, trajectory_text
 from components.evaluation.metrics import exact_match
 from components.schemas import Question, SubQuestion
 from components.warmstart.oracle import oracle_trajectory, plan_turns
 from components.warmstart.rejection import problems, select
-from components.warmstart.scaffold_oracle import planned_need, scaffold_replies
+from components.methods.rubricem.scaffold_oracle import planned_need, scaffold_replies
 from components.world import QUESTION_TYPES
 from tests.warmstart.test_oracle import SETTINGS, world_and_tools
 
@@ -90,7 +90,7 @@ def test_replies_follow_the_planned_turns_one_to_one():
 def test_scaffold_sft_rows_train_every_reply_once_and_no_tool_output(history):
     """The sft stage's rows for a scaffold episode, under the scaffold agent's own prompts: each reply is
     trainable exactly once (with the end-of-turn mark), tool outputs and prompts never."""
-    from components.agents.scaffold import ScaffoldAgent
+    from components.methods.rubricem.scaffold_agent import ScaffoldAgent
     from components.training.trajectory_sft import trajectory_rows
 
     questions, tools = world_and_tools(0, "corpus", n_questions=10)

@@ -7,12 +7,13 @@ from pathlib import Path
 
 from components.evaluation.metrics import normalize_answer
 from components.io import read_json, read_jsonl
-from components.judges.reflection import INSTRUCTIONS
+from components.methods.rubricem.reflection import INSTRUCTIONS
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
 from components.retrieval import load_index, make_toolbox
 from components.schemas import Document, Question, Trajectory
-from components.warmstart import ReflectionRejection, ReflectionRow, Rejection, plan_turns
+from components.methods.rubricem.warmstart_reflections import ReflectionRejection, ReflectionRow
+from components.warmstart import Rejection, plan_turns
 from tasks.sft_data import sft_data
 from tests.agents.prompt_reading import depth_of, question_of
 
@@ -142,7 +143,7 @@ DRAFT = ('{"critical_requirements": "both hops.", "approach": "one search per ho
 def scaffold_teacher(params):
     """The scaffold format. Greedy: the oracle's turns rewritten in the scaffold (kept); sampled: the same
     episode with the review dropped from its last reply (rejected for its stage boundary)."""
-    from components.warmstart.scaffold_oracle import scaffold_replies
+    from components.methods.rubricem.scaffold_oracle import scaffold_replies
 
     questions = training_world_questions(params, "sft_data_scaffold")
 
@@ -164,7 +165,7 @@ def scaffold_teacher(params):
 
 
 def test_scaffold_warm_start_data(prepared_params):
-    from components.agents.scaffold_format import split_stages, trajectory_text
+    from components.methods.rubricem.scaffold_format import split_stages, trajectory_text
 
     params = prepared_params("data.n_train=2", "data.n_dev=1", "data.n_test=4", "sft.n_worlds=1", "sft.n_oracle=4",
                              "sft.n_teacher_questions=2", "sft.samples_per_question=2", "llm.middleware.cache=false")

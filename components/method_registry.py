@@ -1,0 +1,59 @@
+"""The methods rubricflow ships, and how a method plugs into the shared seams.
+
+Each method is one package under ``components/methods/`` whose ``plugin`` module registers a
+:class:`MethodSpec`: its name, the ``params.yaml`` sections it owns, the ``train_policy`` variants and the
+agents it registers, and its doc page. Nothing is inferred from file or module names.
+
+    from components.method_registry import METHODS, load_methods, variant_method
+
+    load_methods()                       # imports components.methods.<name>.plugin for every shipped method
+    METHODS.get("arbor").sections        # ("arbor",)
+    variant_method("arco_frozen").name   # "arco"; None for the shared variants grpo and dapo
+
+A method of your own registers the same way from any importable module: call ``METHODS.register`` in it and
+name it in ``load_methods(extra=...)`` (or import it before the run).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from components.registry import Registry
+
+__all__ = ["METHODS", "SHIPPED", "MethodSpec", "load_methods", "variant_method"]
+
+SHIPPED = ("coreact", "arbor", "rubricem", "arco")  # the packages under components/methods/
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    sections: tuple[str, ...]  # params sections the method owns; the first is the one a variant's run key holds
+    variants: tuple[str, ...] = ()  # train_policy@<variant> names it registers in components.training.variants
+    agents: tuple[str, ...] = ()  # agent names it registers in components.agents.react.AGENTS
+    doc: str = ""  # its page under docs/methods/
+
+    def register(self) -> MethodSpec:
+        return METHODS.register(self.name)(self)
+
+
+METHODS: Registry[MethodSpec] = Registry("method")
+
+
+def load_methods(extra: Iterable[str] = ()) -> list[MethodSpec]:
+    """Import every shipped method's plugin module (and any ``extra`` dotted modules), so each has registered
+    its spec, variants and agents; return the specs. Safe to call more than once."""
+    for name in SHIPPED:
+        importlib.import_module(f"components.methods.{name}.plugin")
+    for module in extra:
+        importlib.import_module(module)
+    return [METHODS.get(name) for name in METHODS.names()]
+
+
+def variant_method(variant: str) -> MethodSpec | None:
+    """The method that registered ``variant``, or None for a shared variant (grpo, dapo)."""
+    load_methods()
+    owners = [METHODS.get(name) for name in METHODS.names() if variant in METHODS.get(name).variants]
+    return owners[0] if owners else None

@@ -1,0 +1,109 @@
+"""ARBOR's pairwise process judge (paper 3.4): which of two trajectories better meets one rubric, as
+win / tie / loss, over the edges of the sparse graph of :mod:`components.methods.arbor.pairwise_graph`.
+
+Each call shows the pair in an order drawn from a seeded generator keyed on (seed, step, group, rubric,
+edge), so the judge's position bias averages out and a rerun asks the same questions. All edges of a group
+run concurrently (the middleware bounds the concurrency). A call that fails after the middleware's retries,
+or whose reply does not parse, removes its edge and is counted; the trajectory scores come from the judged
+edges only (:func:`components.methods.arbor.pairwise_graph.edge_scores`).
+
+    result = await score_group(judge, question, texts, edges, rubric, key="1234:3:0:c7")
+    result.scores         # per trajectory: mean over judged edges, or None
+    result.tally.calls    # judge calls, failures, unparsed replies, tokens
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import NoJSONObject, outer_json
+from components.methods.arbor.memory import RubricText
+from components.methods.arbor.pairwise_graph import Edge, edge_scores
+from components.judges.call import Tally
+
+__all__ = ["GroupScores", "Tally", "judge_messages", "parse_winner", "score_group"]
+
+T = TypeVar("T")
+
+JUDGE_SYSTEM = (
+    "You compare two attempts by a search agent at the same question. Each attempt lists its turns: what "
+    "it thought, the search or browse action it took, what came back, and how it ended. Judge them on the "
+    "one criterion you are given and on nothing else; the correctness of the final answer is scored "
+    "elsewhere. An attempt whose output could not be read, that stopped without an answer, or that broke "
+    "the action format counts against itself whenever the criterion concerns how the search was carried "
+    "out or concluded.\n"
+    'Reply with JSON only: {"winner": "A"} when attempt A clearly meets the criterion better, '
+    '{"winner": "B"} when attempt B does, and {"winner": "TIE"} when both meet it fully, both miss it, '
+    "or you cannot tell them apart on it."
+)
+WINNER_SCHEMA = {
+    "type": "object",
+    "properties": {"winner": {"type": "string", "enum": ["A", "B", "TIE"]}},
+    "required": ["winner"],
+    "additionalProperties": False,
+}
+_OUTCOME = {"A": 1.0, "B": 0.0, "TIE": 0.5}
+
+
+@dataclass
+class GroupScores:
+    scores: list[float | None]
+    outcomes: dict[Edge, float | None] = field(default_factory=dict)  # first end's result; None: removed edge
+    tally: Tally = field(default_factory=Tally)
+
+    @property
+    def removed_edges(self) -> int:
+        return sum(v is None for v in self.outcomes.values())
+
+
+def judge_messages(question: str, text_a: str, text_b: str, rubric: RubricText) -> list[Message]:
+    return [system(JUDGE_SYSTEM), user(
+        f"Question:\n{question}\n\n"
+        f"Attempt A:\n{text_a}\n\n"
+        f"Attempt B:\n{text_b}\n\n"
+        f"Criterion: {rubric.title}\n"
+        f"A strong attempt: {rubric.description}\n"
+        f"A weak attempt: {rubric.counter_description}"
+    )]
+
+
+def parse_winner(text: str) -> str | None:
+    """'A', 'B' or 'TIE' from a JSON reply (or a reply that is only the label); None otherwise."""
+    try:
+        value = outer_json(text)
+    except NoJSONObject:
+        bare = text.strip().strip("\"'`.").upper()
+        return bare if bare in _OUTCOME else None
+    except ValueError:
+        return None
+    winner = value.get("winner") if isinstance(value, dict) else None
+    return winner.strip().upper() if isinstance(winner, str) and winner.strip().upper() in _OUTCOME else None
+
+
+async def _judge_edge(judge: ChatModel, question: str, texts: Sequence[str], edge: Edge, rubric: RubricText,
+                      swap: bool, sampling: Sampling, tally: Tally) -> float | None:
+    i, j = edge
+    first, second = (j, i) if swap else (i, j)
+    winner = await tally.ask(judge, judge_messages(question, texts[first], texts[second], rubric), sampling,
+                             parse_winner)
+    if winner is None:
+        return None
+    value = _OUTCOME[winner]  # result of the trajectory shown as A
+    return 1.0 - value if swap else value
+
+
+async def score_group(judge: ChatModel, question: str, texts: Sequence[str], edges: Sequence[Edge],
+                      rubric: RubricText, key: str, max_tokens: int = 32) -> GroupScores:
+    """Judge every edge concurrently; A/B order per edge from ``random.Random(f"{key}:{i}:{j}")``."""
+    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=WINNER_SCHEMA)
+    tally = Tally()
+    swaps = [random.Random(f"{key}:{i}:{j}").random() < 0.5 for i, j in edges]
+    values = await asyncio.gather(*(_judge_edge(judge, question, texts, e, rubric, s, sampling, tally)
+                                    for e, s in zip(edges, swaps, strict=True)))
+    outcomes = dict(zip(edges, values, strict=True))
+    return GroupScores(edge_scores(len(texts), outcomes), outcomes, tally)

@@ -1,0 +1,64 @@
+"""ARCO's params section ``arco`` (the rubric model mu, its heads and losses, the released setup). Composed
+into ``components.params.Params``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from components.params_section import Section
+
+
+class ArcoSetup(Section):
+    """ARCO's released HotpotQA setup. These keys belong to shared sections (retrieval, agent, data) whose paper
+    values other methods use, so they are kept here; an ARCO run under the paper profile must apply them
+    (components.methods.arco.model_setup.setup_overrides gives the --set flags, and the variant refuses a mismatch)."""
+
+    retrieval_scope: Literal["corpus", "question"] = Field(default="question", description="retrieval.scope: the "
+                                                           "agent searches only the question's own paragraphs.")
+    top_k: int = Field(default=1, ge=1, description="retrieval.top_k: hits per search call.")
+    max_steps: int = Field(default=3, ge=1, description="agent.max_turns: steps per episode.")
+    n_train: int = Field(default=2000, ge=1, description="data.n_train: training questions.")
+    n_dev: int = Field(default=500, ge=1, description="data.n_dev: development questions.")
+
+
+class ArcoParams(Section):
+    """ARCO: the rubric model mu (generation head + score head on one LoRA backbone), its teacher warm-up, the
+    decomposition constraint and the co-evolution with the policy (components/methods/arco/variants.py)."""
+
+    k: int = Field(default=3, ge=1, description="K: criteria mu writes per step (paper: 3).")
+    model_role: str = Field(default="trainable_policy", description="Role (an hf backend) whose weights are mu's "
+                            "backbone: the same scale as the policy.")
+    teacher_role: str = Field(default="teacher", description="Role that writes the warm-up criteria.")
+    head_width: int = Field(default=128, ge=1, description="Hidden width of the score head's MLP.")
+    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate of mu (LoRA and score head).")
+    kl_coef: float = Field(default=0.05, ge=0, description="Weight of the k3 KL keeping the generation head near "
+                           "its warm-up reference.")
+    terminal_metric: Literal["f1", "em"] = Field(default="f1", description="Terminal reward the step rewards of a "
+                                                 "trajectory must sum to.")
+    warmup_steps: int = Field(default=2, ge=0, description="Trainer steps whose trajectories the teacher annotates; "
+                              "mu's warm-up SFT runs at the end of the last one (0: no warm-up).")
+    warmup_epochs: int = Field(default=2, ge=1, description="Passes of mu's warm-up over the annotated steps.")
+    sparse_epochs: float = Field(default=0.25, ge=0, description="eta: epochs over the training questions during "
+                                 "which the policy learns from the outcome reward before mu's dense step rewards.")
+    update_every: int = Field(default=1, ge=1, description="Once warmed up, mu is updated every this many steps.")
+    update_epochs: int = Field(default=1, ge=1, description="Optimizer steps of one mu update over the step's "
+                               "trajectories.")
+    micro_batch: int = Field(default=4, ge=1, description="Trajectories per forward/backward of mu.")
+    write_batch: int = Field(default=8, ge=1, description="Steps whose criteria mu writes in one generate call "
+                             "(bounds the KV cache and kept logits of transformers' generate on CPU).",
+                             json_schema_extra={"execution": True})
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute mu's decoder activations in its backward passes (mu on its own base): "
+        "the same update; a looping trajectory's steps (about 12k tokens in one micro-batch) otherwise hold every "
+        "layer's activations.", json_schema_extra={"execution": True})
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm of mu's updates.")
+    gamma: float = Field(default=1.0, ge=0, le=1, description="Discount of the step rewards' reward-to-go.")
+    criteria_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of mu's "
+                                        "criteria (0: greedy).")
+    criteria_max_tokens: int = Field(default=96, ge=8, description="Tokens mu may write for one step's criteria.")
+    observation_chars: int = Field(default=300, ge=20, description="Characters of each observation in mu's and the "
+                                   "teacher's prompts.")
+    teacher_max_tokens: int = Field(default=1024, ge=32, description="Completion tokens of a teacher annotation.")
+    setup: ArcoSetup = Field(default_factory=ArcoSetup, description="ARCO's released setup (see ArcoSetup).")

@@ -1,0 +1,8 @@
+"""Registers ARCO with the method registry: its ``train_policy`` variants (co-evolved, frozen rubric model,
+no decomposition loss) and its params section."""
+
+from components.method_registry import MethodSpec
+from components.methods.arco import variants  # noqa: F401  (their @VARIANTS.register run on import)
+
+SPEC = MethodSpec(name="arco", sections=("arco",), variants=("arco", "arco_frozen", "arco_no_decomp"),
+                  doc="docs/methods/arco.md").register()

@@ -1,0 +1,271 @@
+"""ARCO's rubric model mu: one causal-LM backbone with its own LoRA adapter and two heads.
+
+- **generation head**: the LM head, writing K numbered criteria for a step (prompt from
+  :func:`components.methods.arco.criteria.step_messages`);
+- **score head**: :class:`ScoreHead`, a small MLP on the backbone's last hidden state read at the last token of
+  each criterion (in one forward pass over ``[prompt | criteria]``): one score per criterion, their mean is
+  the step reward.
+
+mu's weights are the peft adapter ``arco_mu`` plus the score head. A second adapter, ``arco_mu_ref``, holds a
+frozen copy of ``arco_mu`` taken by :meth:`RubricModel.snapshot_reference` after the warm-up: the generation
+head's KL term is measured against it (k3 estimator on the criteria tokens mu wrote). Nothing else trains:
+base weights stay frozen, and when mu shares a base with the policy (``model`` is the policy's
+``PeftModel``; mu's adapters are added beside the policy's and the active adapter is switched only inside
+:meth:`RubricModel.adapter`, in which mu's forward *and backward* passes run), gradients reach neither the
+policy's adapter nor the reference.
+
+    mu = RubricModel(model, tokenizer, lora=LoRASettings(r=8, alpha=16), head_width=128, k=3)
+    samples = mu.write([step_messages(q, steps, t, 3) for t in range(len(steps))], temperature=0.7)
+    out = mu.forward(samples)                 # out.step_rewards [B], out.scores [B, K], out.logp [B, T]
+    kl = mu.kl_to_reference(samples, out)     # mean k3 over the criteria tokens
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segments
+from components.llm.base import Message
+from components.training.agent_rollout import chat_template_renderer
+from components.training.losses import kl_k3, trainable_span
+from components.training.model import LoRASettings, Policy, recompute_activations
+from components.training.rollout import (
+    HFRolloutEngine,
+    RolloutBatch,
+    RolloutSegment,
+    SamplingParams,
+    assemble,
+)
+
+__all__ = ["ADAPTER", "REFERENCE", "CriteriaSample", "MuForward", "RubricModel", "ScoreHead"]
+
+ADAPTER, REFERENCE = "arco_mu", "arco_mu_ref"
+
+
+class ScoreHead(nn.Module):
+    """``Linear(H, width) -> tanh -> Linear(width, 1)``: a score per hidden-state vector ``[..., H] -> [...]``."""
+
+    def __init__(self, hidden_size: int, width: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(hidden_size, width), nn.Tanh(), nn.Linear(width, 1))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.net(hidden).squeeze(-1)
+
+
+@dataclass
+class CriteriaSample:
+    """One step's criteria as token ids: the rendered prompt, the reply (criteria and end-of-turn tokens), the
+    criteria texts and, for each, the index in ``criteria_ids`` of its last token (where it is scored)."""
+
+    prompt_ids: list[int]
+    criteria_ids: list[int]
+    criteria: list[str]
+    ends: list[int]
+
+
+@dataclass
+class MuForward:
+    """One forward pass of mu over samples: per-token log-probs of the reply tokens (``mask``), the score of
+    each criterion ``[B, K]`` (``valid`` marks real criteria), the step rewards ``[B]`` (mean of valid scores),
+    and the assembled batch (for the reference pass)."""
+
+    batch: RolloutBatch
+    logp: torch.Tensor
+    mask: torch.Tensor
+    scores: torch.Tensor
+    valid: torch.Tensor
+    step_rewards: torch.Tensor
+
+
+class RubricModel:
+    """mu: a LoRA adapter (and its frozen reference copy) on a causal LM, plus the score head.
+
+    ``model`` is a plain causal LM (mu gets its own base) or a peft model (mu's adapters join it; the adapter
+    that was active stays active outside :meth:`adapter`). ``engine`` samples criteria (default: transformers
+    ``generate`` on the model itself, under mu's adapter)."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, *, lora: LoRASettings | None = None, head_width: int = 128,
+                 k: int = 3, engine: Any = None, render: Any = None, seed: int = 0, write_batch: int | None = None,
+                 gradient_checkpointing: bool = False):
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        lora = lora or LoRASettings()
+        config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                            target_modules=list(lora.target_modules), bias=lora.bias, task_type="CAUSAL_LM")
+        self.shared = isinstance(model, PeftModel)
+        if self.shared:
+            previous = model.active_adapter
+            model.add_adapter(ADAPTER, config)
+            model.add_adapter(REFERENCE, config)
+            model.set_adapter(previous)
+        else:
+            if gradient_checkpointing:  # its own base: recompute activations in backward (generation keeps its cache)
+                recompute_activations(model)
+            model = get_peft_model(model, config, adapter_name=ADAPTER)
+            model.add_adapter(REFERENCE, config)
+        for n, p in model.named_parameters():
+            if f".{REFERENCE}." in n:
+                p.requires_grad_(False)
+        self.model, self.tokenizer, self.k = model, tokenizer, k
+        self.render = render or chat_template_renderer(tokenizer)
+        self.pad_token_id = getattr(tokenizer, "pad_token_id", None) or 0
+        device = next(model.parameters()).device
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.head = ScoreHead(model.get_base_model().config.hidden_size, head_width).to(device)
+        self._lm = Policy(model, is_lora=True)
+        self.engine = engine if engine is not None else HFRolloutEngine(model, tokenizer, max_batch_size=write_batch)
+        self.snapshot_reference()
+
+    # -- adapters -------------------------------------------------------------------------------------------
+    @contextmanager
+    def adapter(self, name: str) -> Iterator[None]:
+        """Run with adapter ``name`` active (peft makes it the trainable one), then restore the adapter that was
+        active and every parameter's ``requires_grad``. On a shared base mu's adapter is frozen outside this
+        scope (so the policy's optimizer never holds it): run mu's backward pass inside
+        ``with mu.adapter(ADAPTER):``."""
+        previous = self.model.active_adapter
+        flags = [(p, p.requires_grad) for p in self.model.parameters()]
+        self.model.set_adapter(name)
+        try:
+            yield
+        finally:
+            self.model.set_adapter(previous)
+            for p, flag in flags:
+                p.requires_grad_(flag)
+
+    def adapter_state(self, name: str = ADAPTER) -> dict[str, torch.Tensor]:
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=name).items()}
+
+    def load_adapter_state(self, state: dict[str, torch.Tensor], name: str = ADAPTER) -> None:
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+        expected = set(get_peft_model_state_dict(self.model, adapter_name=name))
+        if set(state) != expected:
+            raise ValueError(f"adapter {name!r} does not fit mu: missing {sorted(expected - set(state))[:3]}, "
+                             f"unexpected {sorted(set(state) - expected)[:3]}")
+        set_peft_model_state_dict(self.model, state, adapter_name=name)
+
+    def snapshot_reference(self) -> None:
+        """The generation head's KL reference becomes a frozen copy of mu's adapter as it is now."""
+        self.load_adapter_state(self.adapter_state(ADAPTER), REFERENCE)
+
+    def parameters(self) -> list[nn.Parameter]:
+        """What mu's optimizer trains: its adapter's LoRA weights and the score head."""
+        lora = [p for n, p in self.model.named_parameters() if f".{ADAPTER}." in n]
+        return lora + list(self.head.parameters())
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Adapter, reference and score head, as one flat tensor dict (for a safetensors file)."""
+        out = {f"adapter/{k}": v for k, v in self.adapter_state(ADAPTER).items()}
+        out.update({f"reference/{k}": v for k, v in self.adapter_state(REFERENCE).items()})
+        out.update({f"head/{k}": v.detach().clone() for k, v in self.head.state_dict().items()})
+        return out
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        part = lambda prefix: {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        self.load_adapter_state(part("adapter/"), ADAPTER)
+        self.load_adapter_state(part("reference/"), REFERENCE)
+        self.head.load_state_dict(part("head/"))
+
+    # -- samples --------------------------------------------------------------------------------------------
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def target_sample(self, row: WarmupRow) -> CriteriaSample:
+        """A warm-up row (teacher criteria as the reply) as token ids, segment by segment."""
+        segments = sft_segments(row, self.render)
+        prompt = self._encode(segments[0][0])
+        ids: list[int] = []
+        ends: list[int] = []
+        for text, _ in segments[1:]:
+            ids += self._encode(text)
+            if text != "\n" and len(ends) < len(row.criteria):
+                ends.append(len(ids) - 1)
+        return CriteriaSample(prompt, ids, list(row.criteria), ends)
+
+    def _sample_from_reply(self, prompt: list[int], ids: list[int]) -> CriteriaSample:
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        parsed = parse_criteria(text, self.k)
+        lengths = [len(self.tokenizer.decode(ids[: j + 1], skip_special_tokens=True)) for j in range(len(ids))]
+        ends = [next(j for j, n in enumerate(lengths) if n >= end) for _, end in parsed]
+        return CriteriaSample(prompt, list(ids), [c for c, _ in parsed], ends)
+
+    def write(self, conversations: Sequence[list[Message]], *, temperature: float = 0.7,
+              max_tokens: int = 96) -> list[CriteriaSample]:
+        """mu's generation head writes criteria for each conversation (one batch, under mu's adapter). A reply
+        with no readable numbered criterion gives a sample with no criteria (its step goes unscored)."""
+        if not conversations:
+            return []
+        prompts = [self._encode(self.render(list(m), True)) for m in conversations]
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        sampling = SamplingParams(max_new_tokens=max_tokens, temperature=temperature,
+                                  stop_token_ids=() if eos is None else (int(eos),))
+        with self.adapter(ADAPTER):
+            gens = self.engine.generate(prompts, sampling)
+        return [self._sample_from_reply(p, list(g.token_ids)) for p, g in zip(prompts, gens, strict=True)]
+
+    # -- forward passes -------------------------------------------------------------------------------------
+    def _batch(self, samples: Sequence[CriteriaSample]) -> RolloutBatch:
+        rows = [[RolloutSegment(s.prompt_ids, False), RolloutSegment(s.criteria_ids, True)] for s in samples]
+        return assemble(rows, pad_token_id=self.pad_token_id)
+
+    def forward(self, samples: Sequence[CriteriaSample]) -> MuForward:
+        """Reply log-probs and criterion scores under mu's adapter, from one pass (gradient when grad mode is
+        on). Every sample must have at least one criterion."""
+        if any(not s.ends for s in samples):
+            raise ValueError("a sample without criteria cannot be scored")
+        batch = self._batch(samples)
+        device = self._lm.device
+        with self.adapter(ADAPTER):
+            logp, hidden = self._lm.forward_logprobs(
+                batch.input_ids.to(device), batch.attention_mask.to(device), span=trainable_span(batch.loss_mask),
+                output_hidden_states=True)
+        width = max(len(s.ends) for s in samples)
+        index = torch.zeros((len(samples), width), dtype=torch.long)
+        valid = torch.zeros((len(samples), width), dtype=torch.bool)
+        for i, s in enumerate(samples):
+            index[i, : len(s.ends)] = torch.tensor([len(s.prompt_ids) + e for e in s.ends])
+            valid[i, : len(s.ends)] = True
+        index, valid = index.to(device), valid.to(device)
+        picked = hidden[torch.arange(len(samples), device=device)[:, None], index]  # [B, K, H]
+        scores = torch.where(valid, self.head(picked), torch.zeros((), device=device))
+        step_rewards = scores.sum(dim=1) / valid.sum(dim=1)
+        return MuForward(batch, logp, batch.loss_mask.to(device), scores, valid, step_rewards)
+
+    def kl_to_reference(self, out: MuForward) -> tuple[torch.Tensor, int]:
+        """Sum of the k3 KL (mu vs its warm-up reference) over the reply tokens of ``out``, and their count."""
+        batch = out.batch
+        device = self._lm.device
+        with self.adapter(REFERENCE), torch.no_grad():
+            ref, _ = self._lm.forward_logprobs(batch.input_ids.to(device), batch.attention_mask.to(device),
+                                               span=trainable_span(batch.loss_mask))
+        mask = out.mask
+        per_token = torch.where(mask, kl_k3(out.logp, ref), torch.zeros((), device=device))
+        return per_token.sum(), int(mask.sum())
+
+    @torch.no_grad()
+    def score(self, samples: Sequence[CriteriaSample], micro_batch: int = 8) -> list[float | None]:
+        """Step rewards without gradient (eval mode); None for a sample without criteria."""
+        out: list[float | None] = [None] * len(samples)
+        ready = [i for i, s in enumerate(samples) if s.ends]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(ready), micro_batch):
+                chunk = ready[start : start + micro_batch]
+                rewards = self.forward([samples[i] for i in chunk]).step_rewards
+                for i, r in zip(chunk, rewards.tolist()):
+                    out[i] = float(r)
+        finally:
+            self.model.train(was_training)
+        return out

@@ -1,0 +1,388 @@
+"""ARCO (Adaptive Rubric CO-evolution) as `train_policy` variants; params section ``arco``.
+
+    python -m tasks.train_policy --variant arco          # or arco_frozen, arco_no_decomp; `grpo` is the
+                                                         # outcome-only baseline (F1, or -1 if format-invalid)
+
+The run, step by step (``s`` = trainer step; ``W = arco.warmup_steps``; ``S`` = sparse steps, from
+``arco.sparse_epochs`` = eta over the training questions, see :func:`sparse_steps`):
+
+1. ``s <= W``: the policy learns from the outcome reward; after each update the teacher role annotates the
+   step's trajectories with K criteria per step (:func:`components.methods.arco.criteria.annotate`; a failed
+   or unreadable annotation is counted and skipped). At the end of step W mu warms up on them: cross-entropy
+   on the teacher's criteria (generation head) plus the decomposition loss on the same trajectories (score
+   head); then mu's adapter is copied to its frozen KL reference.
+2. ``s > W``: in the reward, mu writes K criteria for every step of every trajectory and scores them (step
+   reward = mean of the criterion scores); diagnostics are logged (``reward/arco/...``). Up to step S the
+   policy still gets the outcome reward; after S it gets per-step scores, turned into dense advantages by
+   reward-to-go minus a per-step-index group baseline
+   (:func:`components.methods.arco.decomposition.step_advantages`), placed on each step's tokens.
+3. after the policy's update of step s, every ``arco.update_every`` steps, mu is updated on that step's
+   trajectories with the criteria it wrote for them: decomposition loss (sum of a trajectory's step rewards
+   vs its terminal EM/F1; no step labels) + ``arco.kl_coef`` x k3 KL of the generation head to its warm-up
+   reference. So the order inside a step is pi_s (with mu_{s-1}'s rewards), then mu_s: the two alternate.
+
+Variants: ``arco`` (all of the above), ``arco_frozen`` (mu warmed up, never updated: no co-evolution),
+``arco_no_decomp`` (mu's score head regressed to the terminal reward at every step instead of the sum
+constraint, in the warm-up and the updates; see ``per_step_outcome_loss``).
+
+How mu shares a backbone. mu's two heads share *mu's* backbone (the LM head and the score head read the same
+LoRA-adapted hidden states, in one forward pass). Between mu and the policy there are two readings:
+
+- two peft adapters on one base model (:class:`RubricModel` accepts the policy's ``PeftModel`` and adds its
+  adapters beside the policy's, switching the active adapter only inside its own calls): one copy of the
+  base in memory, but the active adapter is process-wide state shared with the HF rollout engine, and the
+  variant would need the policy before the first reward and before ``trainer.resume()``;
+- a separate model of the same scale (what the paper's "same-scale model mu" says): twice the base memory
+  (0.5B: ~2 GB more in fp32), nothing shared with the policy's engine, optimizer or checkpoint weights.
+
+The variant uses the second. The trainer's ``attach(trainer)`` seam (called before the first reward and before
+resume) would make the first possible, but on the llama.cpp engine the policy's HF model is only the trainer's
+copy, and on the HF engine a shared base makes the active adapter a hidden coupling between mu's calls and the
+policy's rollouts; the paper describes mu as a model of its own, so the memory is spent. mu's updates do not go through the
+trainer: its objective is not the clipped surrogate, so neither ``loss_fn`` (which sees the policy's hidden
+states, not mu's) nor ``extra_modules`` (whose parameters join the policy's optimizer) nor a second
+``trainer.update()`` fits. mu has its own AdamW at a constant LR, stepped in ``on_step_end``; the trainer's
+scheduler still steps once per trainer step. mu's adapter, reference, score head and optimizer are saved in
+every checkpoint (``method/files/mu.safetensors``, ``mu_optimizer.pt``) and restored exactly on resume; mu
+is built under a fixed seed with the global RNG untouched, so a resumed run samples as the uninterrupted one.
+
+Choices the summary leaves open: the step reward is the mean of the K criterion scores, each read at its
+criterion's last token; the score is unbounded (a step may be negative); the teacher annotates a whole
+trajectory in one call (sees the reference answer; criteria must be checkable without later steps); the
+forced final answer is a step of its own; a trajectory with an unscored step is left out of mu's update;
+the warm-up takes one optimizer step per micro-batch, an update one per epoch over the step's trajectories.
+
+ARCO's released setup (scope question, top-k 1, 3 steps, 2k/500 split) lives in ``arco.setup`` because the
+shared retrieval/agent/data keys carry other papers' values in the paper profile; a paper-profile ARCO run
+must pass :func:`components.methods.arco.model_setup.setup_overrides` (``--set retrieval.scope=question ...``) or the builder refuses it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from components.evaluation.metrics import exact_match_yes_no_first3
+from components.methods.arco.criteria import (
+    Annotation,
+    ArcoStep,
+    annotate,
+    step_messages,
+    trajectory_steps,
+    warmup_rows,
+)
+from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
+from components.training.variants import VARIANTS, VariantContext, VariantParts
+from components.params import ArcoParams, ParamsError
+from components.methods.arco.decomposition import (
+    LOSSES,
+    criteria_diversity,
+    oracle_step_quality,
+    step_advantages,
+    step_diagnostics,
+    terminal_reward,
+)
+from components.rewards.outcome import OutcomeReward
+from components.methods.arco.rubric_model import ADAPTER, CriteriaSample, RubricModel
+from components.training.advantages import group_advantages
+from components.training.episodes import Episode, RewardOutput, StepContext
+from components.training.model import LoRASettings
+
+__all__ = ["ArcoReward", "ArcoState", "ScoredEpisode"]
+
+MU_FILE, MU_OPTIMIZER_FILE = "mu.safetensors", "mu_optimizer.pt"
+
+
+@dataclass
+class ScoredEpisode:
+    """What mu made of one episode (``episode.info["arco"]``): its steps, the criteria written for each, the
+    step rewards (None: no readable criterion) and the terminal reward they should sum to."""
+
+    steps: list[ArcoStep]
+    samples: list[CriteriaSample]
+    rewards: list[float | None]
+    outcome: float
+
+
+class ArcoState:
+    """mu, its warm-up data and its schedule; the run's method state (checkpointed, updated in on_step_end)."""
+
+    def __init__(self, settings: ArcoParams, mu_factory: Callable[[], RubricModel], teacher: Any = None, *,
+                 loss: str = "decomposition", frozen: bool = False, sparse_steps: int = 0,
+                 normalize_std: bool = True, eps: float = 1e-6, seed: int = 0):
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
+        if sparse_steps < settings.warmup_steps:
+            raise ValueError(f"arco.sparse_epochs gives {sparse_steps} sparse steps, fewer than arco.warmup_steps="
+                             f"{settings.warmup_steps}: the policy would get mu's rewards before mu is warmed up")
+        if settings.warmup_steps and teacher is None:
+            raise ValueError("arco.warmup_steps > 0 needs a teacher model")
+        self.settings, self.teacher, self.loss, self.frozen = settings, teacher, loss, frozen
+        self.sparse_steps, self.normalize_std, self.eps, self.seed = sparse_steps, normalize_std, eps, seed
+        self._factory = mu_factory
+        self._mu: RubricModel | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.warm = settings.warmup_steps == 0
+        self.updates = 0
+        self.annotations: list[Annotation] = []
+
+    # -- mu and the schedule --------------------------------------------------------------------------------
+    @property
+    def mu(self) -> RubricModel:
+        if self._mu is None:
+            with torch.random.fork_rng(devices=[]):  # LoRA init draws from the global RNG; keep rollouts unchanged
+                torch.manual_seed(self.seed)
+                self._mu = self._factory()
+            self.optimizer = torch.optim.AdamW(self.mu.parameters(), lr=self.settings.lr)
+        return self._mu
+
+    def dense(self, step: int) -> bool:
+        """Whether the policy learns from mu's step rewards at trainer step ``step``."""
+        return step > self.sparse_steps
+
+    def updates_mu(self, step: int) -> bool:
+        """Whether mu is updated after the policy at trainer step ``step``."""
+        w = self.settings.warmup_steps
+        return not self.frozen and step > w and (step - w) % self.settings.update_every == 0
+
+    # -- reward side ----------------------------------------------------------------------------------------
+    def score_episodes(self, episodes: list[Episode]) -> dict[str, float]:
+        """mu writes and scores criteria for every step; stores a :class:`ScoredEpisode` in each episode's info."""
+        s = self.settings
+        views = [trajectory_steps(e.info["trajectory"]) for e in episodes]
+        conversations, owners = [], []
+        for i, (e, steps) in enumerate(zip(episodes, views)):
+            for t in range(len(steps)):
+                conversations.append(step_messages(e.prompt.question, steps, t, s.k, s.observation_chars))
+                owners.append(i)
+        samples = self.mu.write(conversations, temperature=s.criteria_temperature, max_tokens=s.criteria_max_tokens)
+        rewards = self.mu.score(samples, micro_batch=s.micro_batch * 2)
+        scored = []
+        for i, (e, steps) in enumerate(zip(episodes, views)):
+            mine = [j for j, o in enumerate(owners) if o == i]
+            info = ScoredEpisode(steps, [samples[j] for j in mine], [rewards[j] for j in mine],
+                                 terminal_reward(e.info["trajectory"], e.prompt, s.terminal_metric))
+            e.info["arco"] = info
+            scored.append(info)
+        metrics = step_diagnostics([x.rewards for x in scored], [x.outcome for x in scored],
+                                   [oracle_step_quality(e.prompt, x.steps) for e, x in zip(episodes, scored)])
+        metrics.update(criteria_diversity([smp.criteria for smp in samples]))
+        metrics["steps"] = float(len(samples))
+        metrics["unscored_steps"] = float(sum(r is None for r in rewards))
+        return {f"arco/{k}": v for k, v in metrics.items()}
+
+    def advantages(self, episodes: list[Episode], scores: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        """The trainer's ``advantage_fn``: group-normalised outcome in the sparse phase, dense step advantages after."""
+        groups = [e.group for e in episodes]
+        if not self.dense(ctx.step):
+            return group_advantages(scores, groups, normalize_std=self.normalize_std, eps=self.eps)
+        lengths = [len(e.info["arco"].steps) for e in episodes]
+        return step_advantages(scores, lengths, groups, gamma=self.settings.gamma, normalize_std=self.normalize_std,
+                               eps=self.eps)
+
+    # -- mu's training --------------------------------------------------------------------------------------
+    def _loss_pass(self, batch: list[tuple[list[CriteriaSample], float]], denominator: float, *, nll: bool,
+                   kl_tokens: int) -> dict[str, float]:
+        """Forward and backward one micro-batch of trajectories; returns its loss parts."""
+        mu = self.mu
+        flat = [smp for samples, _ in batch for smp in samples]
+        out = mu.forward(flat)
+        split, start = [], 0
+        for samples, _ in batch:
+            split.append(out.step_rewards[start : start + len(samples)])
+            start += len(samples)
+        outcomes = torch.tensor([o for _, o in batch], dtype=torch.float32)
+        fit = LOSSES[self.loss](split, outcomes, denominator)
+        loss, parts = fit, {"fit": float(fit.detach())}
+        if nll:
+            ce = -(out.logp * out.mask).sum() / out.mask.sum()
+            loss = loss + ce * len(batch) / denominator
+            parts["nll"] = float(ce.detach()) * len(batch) / denominator
+        if kl_tokens and self.settings.kl_coef > 0:
+            kl_sum, _ = mu.kl_to_reference(out)
+            loss = loss + self.settings.kl_coef * kl_sum / kl_tokens
+            parts["kl"] = float(kl_sum.detach()) / kl_tokens
+        loss.backward()
+        return parts
+
+    def _step_optimizer(self) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.mu.parameters(), self.settings.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def warm_up(self) -> dict[str, float]:
+        """SFT of the generation head on the teacher's criteria plus the fit loss on the same trajectories;
+        then the KL reference is taken."""
+        s, mu = self.settings, self.mu
+        trajectories = []
+        for a in self.annotations:
+            rows = warmup_rows(a.question, trajectory_steps(a.trajectory), a.criteria, s.k, s.observation_chars)
+            trajectories.append(([mu.target_sample(r) for r in rows],
+                                 terminal_reward(a.trajectory, a.question, s.terminal_metric)))
+        sums: dict[str, float] = {}
+        steps = 0
+        mu.model.train()
+        with mu.adapter(ADAPTER):
+            for epoch in range(s.warmup_epochs):
+                order = list(range(len(trajectories)))
+                random.Random(f"{self.seed}/arco-warmup/{epoch}").shuffle(order)
+                for start in range(0, len(order), s.micro_batch):
+                    chunk = [trajectories[i] for i in order[start : start + s.micro_batch]]
+                    for k, v in self._loss_pass(chunk, len(chunk), nll=True, kl_tokens=0).items():
+                        sums[k] = sums.get(k, 0.0) + v
+                    sums["grad_norm"] = sums.get("grad_norm", 0.0) + self._step_optimizer()
+                    steps += 1
+        mu.snapshot_reference()
+        self.warm, self.annotations = True, []
+        metrics = {f"mu/warmup_{k}": v / steps for k, v in sums.items()} if steps else {}
+        return {**metrics, "mu/warmup_trajectories": float(len(trajectories)), "mu/warmup_optimizer_steps": float(steps)}
+
+    def update(self, episodes: list[Episode]) -> dict[str, float]:
+        """One co-evolution update of mu on the step's trajectories (the criteria it wrote for them in the reward)."""
+        s = self.settings
+        scored = [e.info["arco"] for e in episodes if "arco" in e.info]
+        usable = [(x.samples, x.outcome) for x in scored if x.samples and all(r is not None for r in x.rewards)]
+        metrics = {"mu/update_trajectories": float(len(usable)), "mu/update_skipped": float(len(scored) - len(usable))}
+        if not usable:
+            return metrics
+        tokens = sum(len(smp.criteria_ids) for samples, _ in usable for smp in samples)
+        sums: dict[str, float] = {}
+        self.mu.model.train()
+        with self.mu.adapter(ADAPTER):
+            for _ in range(s.update_epochs):
+                for start in range(0, len(usable), s.micro_batch):
+                    parts = self._loss_pass(usable[start : start + s.micro_batch], len(usable), nll=False,
+                                            kl_tokens=tokens)
+                    for k, v in parts.items():
+                        sums[k] = sums.get(k, 0.0) + v
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + self._step_optimizer()
+        self.updates += 1
+        metrics.update({f"mu/{k}": v / s.update_epochs for k, v in sums.items()})
+        return metrics
+
+    async def _annotate(self, episodes: list[Episode]) -> dict[str, float]:
+        import asyncio
+
+        s = self.settings
+        views = [trajectory_steps(e.info["trajectory"]) for e in episodes]
+        results = await asyncio.gather(*(annotate(self.teacher, e.prompt, steps, s.k, max_tokens=s.teacher_max_tokens,
+                                                  observation_chars=s.observation_chars)
+                                         for e, steps in zip(episodes, views)))
+        failures = 0
+        for e, (criteria, _why) in zip(episodes, results):
+            if criteria is None:
+                failures += 1
+            else:
+                self.annotations.append(Annotation(e.prompt, e.info["trajectory"], criteria))
+        return {"teacher/calls": float(len(episodes)), "teacher/failures": float(failures),
+                "teacher/annotated": float(len(self.annotations))}
+
+    async def on_step_end(self, trainer: Any, ctx: StepContext, episodes: list[Episode],
+                          scores: torch.Tensor) -> dict[str, float]:
+        s = self.settings
+        metrics = {"policy_dense": float(self.dense(ctx.step)), "mu/updated": 0.0}
+        if not self.warm and ctx.step <= s.warmup_steps:
+            metrics.update(await self._annotate(episodes))
+            if ctx.step == s.warmup_steps:
+                metrics.update(self.warm_up())
+        elif self.warm and self.updates_mu(ctx.step):
+            metrics.update(self.update(episodes))
+            metrics["mu/updated"] = 1.0
+        metrics["mu/updates"] = float(self.updates)
+        metrics["mu/warm"] = float(self.warm)
+        return metrics
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"warm": self.warm, "updates": self.updates, "mu_built": self._mu is not None,
+                "annotations": [a.to_json() for a in self.annotations]}
+
+    def write_files(self, folder: Path) -> None:
+        if self._mu is None:
+            return
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in self._mu.state_tensors().items()}, str(Path(folder) / MU_FILE))
+        torch.save(self.optimizer.state_dict(), Path(folder) / MU_OPTIMIZER_FILE)
+
+    def load_state_dict(self, state: dict[str, Any] | None, files_dir: Path | None) -> None:
+        state = state or {}
+        self.warm = bool(state.get("warm", self.settings.warmup_steps == 0))
+        self.updates = int(state.get("updates", 0))
+        self.annotations = [Annotation.from_json(a) for a in state.get("annotations", [])]
+        if not state.get("mu_built"):
+            return
+        path = None if files_dir is None else Path(files_dir) / MU_FILE
+        if path is None or not path.exists():
+            raise FileNotFoundError(f"the checkpoint's method state says mu was built but {path} is missing")
+        from safetensors.torch import load_file
+
+        self.mu.load_state_tensors(load_file(str(path)))
+        self.optimizer.load_state_dict(torch.load(Path(files_dir) / MU_OPTIMIZER_FILE, map_location="cpu", weights_only=True))
+
+
+class ArcoReward:
+    """The variant's reward: the outcome reward (F1, -1 if format-invalid) in the sparse phase, mu's step rewards
+    (one value per step, None beyond an episode's last step) after it; mu scores every step once warm."""
+
+    def __init__(self, state: ArcoState):
+        self.state, self.outcome = state, OutcomeReward()
+
+    def __call__(self, episodes: list[Episode], ctx: StepContext) -> RewardOutput:
+        out = self.outcome(episodes, ctx)
+        metrics = dict(out.metrics)
+        metrics["em_yes_no_first3"] = float(np.mean([exact_match_yes_no_first3(e.info["trajectory"].final_answer,
+                                                                                 e.prompt.answers) for e in episodes]))
+        if self.state.warm:
+            metrics.update(self.state.score_episodes(episodes))
+        if not self.state.dense(ctx.step):
+            return RewardOutput(list(out.scores), metrics)
+        width = max(max((s.segment_id + 1 for e in episodes for row in e.rows for s in row if s.trainable), default=1),
+                    max(len(e.info["arco"].steps) for e in episodes))
+        scores = [list(e.info["arco"].rewards) + [None] * (width - len(e.info["arco"].rewards)) for e in episodes]
+        return RewardOutput(scores, metrics)
+
+
+# ------------------------------------------------------------------------------------------ building
+
+
+def _build(ctx: VariantContext, *, loss: str, frozen: bool) -> VariantParts:
+    params = ctx.params
+    s = params.arco
+    if params.profile == "paper" and (diff := check_setup(params)):
+        raise ParamsError(f"arco.setup: the paper profile runs ARCO on its released setup; this run has {', '.join(diff)}. "
+                          f"Add: {' '.join('--set ' + o for o in setup_overrides(s.setup))}")
+    lora = params.lora
+    settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
+
+    def factory() -> RubricModel:
+        model, tokenizer = load_backbone(params, s.model_role)
+        return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed,
+                           write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing)
+
+    state = ArcoState(s, factory, ctx.roles(s.teacher_role) if s.warmup_steps else None, loss=loss, frozen=frozen,
+                      sparse_steps=sparse_steps(params), normalize_std=params.grpo.std_normalize,
+                      eps=params.grpo.adv_eps, seed=params.seed)
+    return VariantParts(reward_fn=ArcoReward(state), advantage_fn=state.advantages, method=state)
+
+
+@VARIANTS.register("arco")
+def build_arco(ctx: VariantContext) -> VariantParts:
+    return _build(ctx, loss="decomposition", frozen=False)
+
+
+@VARIANTS.register("arco_frozen")
+def build_arco_frozen(ctx: VariantContext) -> VariantParts:
+    return _build(ctx, loss="decomposition", frozen=True)
+
+
+@VARIANTS.register("arco_no_decomp")
+def build_arco_no_decomp(ctx: VariantContext) -> VariantParts:
+    return _build(ctx, loss="per_step_outcome", frozen=False)

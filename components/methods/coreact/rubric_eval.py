@@ -1,0 +1,272 @@
+"""The rubric evaluator of Co-ReAct's reward (paper 3.2.1): one call per (rubric, slate action) says which
+criteria the action satisfies; the action's score is the weighted fraction of satisfied criteria.
+
+The evaluator sees the question, the history, one candidate action and the numbered criteria, and returns one
+boolean per criterion, in order::
+
+    {"satisfied": [true, false, true]}
+
+Parsing is strict (exactly one boolean per criterion). A failed call or a reply that does not parse gives no
+score (``None``) and is counted in the :class:`~components.judges.call.Tally`; it is never a 0.
+
+The **slate** mode (``rubric_generator.evaluator_mode: slate``) shows the whole slate at once: the actions are
+labelled A, B, ... and the reply holds, per criterion, one verdict for each action side by side::
+
+    {"verdicts": [[true, false, true, true], [false, false, true, false]]}
+
+An evaluator that gives every action seen alone the same verdicts (the embedded 1.5B did, so the rank term
+was chance for every rubric) must then compare the actions on each criterion. Shown side by side in one order,
+the same 1.5B answered by position (the first row began true, false, true, false in most replies), so the
+caller passes balanced orders (:func:`components.judges.orders.balanced_orders`: each action once at every
+position) and the scores are averaged over them. One failed or unparseable call leaves every action of the
+slate without a score.
+
+    outcomes = await evaluate_actions(evaluator, question, prefix_text, actions, rubric, max_tokens=128)
+    [o.score for o in outcomes]        # e.g. [0.75, None, 0.0, 1.0]
+    outcomes = await evaluate_slate(evaluator, question, prefix_text, actions, rubric, orders=balanced_orders("s:q", 4))
+
+The **criterion** mode asks the smallest question there is: one call per (criterion, action), answered with the
+single word yes or no (free text, no schema). With a JSON reply the embedded 1.5B answered by position or
+copied one pattern for every action (``{"satisfied": [true, false]}`` for a search and a final answer alike, on
+a checklist that named the next hop); asked one yes/no at a time it at least reads the action. It costs
+criteria x actions calls, all with the same history first, which a server's prompt cache reuses.
+
+    outcomes = await evaluate_criteria(evaluator, question, prefix_text, actions, rubric)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.methods.coreact.rubric_generator import render_rubric
+from components.judges.orders import letter
+from components.judges.call import Tally
+from components.llm.base import ChatModel, Message, Sampling, system, user
+from components.llm.json_reply import outer_json
+from components.schemas import Rubric
+
+__all__ = ["ActionScore", "criterion_messages", "evaluate_action", "evaluate_actions", "evaluate_criteria",
+           "evaluate_slate", "evaluator_messages", "parse_satisfied", "parse_verdicts", "parse_yes_no",
+           "satisfied_schema", "slate_messages", "verdicts_schema", "weighted_fraction"]
+
+SYSTEM_PROMPT = (
+    "You check one proposed next action of a research agent against a checklist. The agent answers questions "
+    "by searching an encyclopedia (search[words]), reading paragraphs (browse[doc_id]) and answering "
+    "(finish[answer]). For every numbered criterion decide whether the proposed action, read together with "
+    "the question and the history, satisfies it. Judge the action itself, not whether its search will "
+    "succeed. Reply with one JSON object and nothing else: "
+    '{"satisfied": [true or false for criterion 1, for criterion 2, ...]}, one value per criterion, in order.'
+)
+
+
+SLATE_PROMPT = (
+    "You compare several proposed next actions of a research agent against a checklist. The agent answers "
+    "questions by searching an encyclopedia (search[words]), reading paragraphs (browse[doc_id]) and answering "
+    "(finish[answer]). The actions are labelled A, B, C and so on; they are alternatives for the same next "
+    "step. Take the criteria one at a time and, for each, look at every action: mark true only the actions "
+    "that meet that criterion, given the question and the history, and false the ones that do not (for "
+    "example a search that repeats an earlier one, looks up an entity the question does not lead to, or an "
+    "answer given before the facts are in hand). Judge the actions themselves, not whether a search will "
+    "succeed. Reply with one JSON object and nothing else: "
+    '{"verdicts": [[criterion 1: true or false for A, for B, ...], [criterion 2: ...], ...]}, one list per '
+    "criterion in order, each with one value per action in label order."
+)
+
+CRITERION_PROMPT = (
+    "You decide whether one proposed next action of a research agent meets one requirement. The agent answers "
+    "questions by searching an encyclopedia (search[words]), reading a paragraph (browse[doc_id]) and answering "
+    "(finish[answer]). Judge the action itself, read with the question and the history, not whether its search "
+    "will succeed. Reply with the single word yes or no."
+)
+
+
+def satisfied_schema(n: int) -> dict:
+    return {
+        "type": "object",
+        "properties": {"satisfied": {"type": "array", "minItems": n, "maxItems": n, "items": {"type": "boolean"}}},
+        "required": ["satisfied"],
+        "additionalProperties": False,
+    }
+
+
+def evaluator_messages(question: str, prefix_text: str, action: str, rubric: Rubric) -> list[Message]:
+    history = prefix_text.strip() or "(nothing yet: this is the first action)"
+    return [system(SYSTEM_PROMPT), user(
+        f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
+        f"Proposed next action:\n{' '.join(action.split())}\n\n"
+        f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
+    )]
+
+
+def criterion_messages(question: str, prefix_text: str, action: str, criterion: str) -> list[Message]:
+    history = prefix_text.strip() or "(nothing yet: this is the first action)"
+    return [system(CRITERION_PROMPT), user(
+        f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
+        f"Requirement: {' '.join(criterion.split())}\n\nProposed next action: {' '.join(action.split())}\n\n"
+        "Does the proposed action meet the requirement? Answer yes or no."
+    )]
+
+
+def verdicts_schema(n: int, k: int) -> dict:
+    row = {"type": "array", "minItems": k, "maxItems": k, "items": {"type": "boolean"}}
+    return {
+        "type": "object",
+        "properties": {"verdicts": {"type": "array", "minItems": n, "maxItems": n, "items": row}},
+        "required": ["verdicts"],
+        "additionalProperties": False,
+    }
+
+
+def slate_messages(question: str, prefix_text: str, actions: Sequence[str], rubric: Rubric) -> list[Message]:
+    history = prefix_text.strip() or "(nothing yet: this is the first action)"
+    listed = "\n".join(f"{letter(i)}. {' '.join(a.split())}" for i, a in enumerate(actions))
+    return [system(SLATE_PROMPT), user(
+        f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
+        f"Proposed next actions ({len(actions)}):\n{listed}\n\n"
+        f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
+    )]
+
+
+def _json_object(text: str) -> dict | None:
+    try:
+        obj = outer_json(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def parse_satisfied(text: str, n: int) -> list[bool] | str:
+    """One boolean per criterion, or a one-line reason the reply is unusable."""
+    obj = _json_object(text or "")
+    if obj is None:
+        return "no JSON object in the reply"
+    values = obj.get("satisfied")
+    if not isinstance(values, list) or not all(isinstance(v, bool) for v in values):
+        return "'satisfied' must be a list of true/false values"
+    if len(values) != n:
+        return f"{len(values)} verdicts for {n} criteria"
+    return values
+
+
+def parse_verdicts(text: str, n: int, k: int) -> list[list[bool]] | str:
+    """Per criterion, one boolean per action (``n`` lists of ``k``), or a one-line reason the reply is unusable."""
+    obj = _json_object(text or "")
+    if obj is None:
+        return "no JSON object in the reply"
+    rows = obj.get("verdicts")
+    if not isinstance(rows, list) or not all(isinstance(r, list) and all(isinstance(v, bool) for v in r) for r in rows):
+        return "'verdicts' must be a list of lists of true/false values"
+    if len(rows) != n:
+        return f"{len(rows)} verdict lists for {n} criteria"
+    if any(len(r) != k for r in rows):
+        return f"a criterion's verdict list does not have one value for each of the {k} actions"
+    return rows
+
+
+def parse_yes_no(text: str) -> bool | str:
+    """The reply's first word as a verdict (case, quotes and punctuation ignored), or why it is not one."""
+    words = (text or "").split()
+    first = words[0].strip("\"'`*.,:;!()[]").casefold() if words else ""
+    if first in ("yes", "no"):
+        return first == "yes"
+    return f"reply does not start with yes or no: {(text or '').strip()[:40]!r}"
+
+
+def weighted_fraction(rubric: Rubric, satisfied: Sequence[bool]) -> float:
+    """Weighted share of satisfied criteria (weights need not sum to 1)."""
+    total = sum(c.weight for c in rubric.criteria)
+    if len(satisfied) != len(rubric.criteria) or total <= 0:
+        raise ValueError(f"{len(satisfied)} verdicts for {len(rubric.criteria)} criteria of total weight {total}")
+    return sum(c.weight for c, ok in zip(rubric.criteria, satisfied) if ok) / total
+
+
+@dataclass(frozen=True)
+class ActionScore:
+    """The evaluator's verdicts on one action and their weighted fraction; ``score`` None when it failed."""
+
+    score: float | None
+    satisfied: tuple[bool, ...] | None = None
+    error: str | None = None
+
+
+async def _ask(evaluator: ChatModel, messages: list[Message], schema: dict | None, max_tokens: int,
+               tally: Tally | None, parse: Callable[[str], Any]) -> Any:
+    """One greedy evaluator call (schema-constrained unless ``schema`` is None), counted: the parsed reply, or a
+    one-line reason (a failed call or a reply ``parse`` rejected) that the caller turns into no score."""
+    outcome = await evaluator.chat(messages, Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=schema))
+    if tally is not None:
+        tally.add(outcome)
+    if not outcome.ok:
+        return f"evaluator call failed: {outcome.error_type}: {outcome.message}"
+    parsed = parse(outcome.text)
+    if isinstance(parsed, str) and tally is not None:
+        tally.unparsed += 1
+    return parsed
+
+
+async def evaluate_action(evaluator: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
+                          *, max_tokens: int = 128, tally: Tally | None = None) -> ActionScore:
+    n = len(rubric.criteria)
+    parsed = await _ask(evaluator, evaluator_messages(question, prefix_text, action, rubric), satisfied_schema(n),
+                        max_tokens, tally, lambda text: parse_satisfied(text, n))
+    if isinstance(parsed, str):
+        return ActionScore(None, error=parsed)
+    return ActionScore(weighted_fraction(rubric, parsed), tuple(parsed))
+
+
+async def evaluate_actions(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
+                           rubric: Rubric, *, max_tokens: int = 128, tally: Tally | None = None) -> list[ActionScore]:
+    """Every action scored concurrently against one rubric (the middleware bounds the concurrency)."""
+    return list(await asyncio.gather(*(
+        evaluate_action(evaluator, question, prefix_text, a, rubric, max_tokens=max_tokens, tally=tally)
+        for a in actions)))
+
+
+async def evaluate_criteria(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
+                            rubric: Rubric, *, max_tokens: int = 8, tally: Tally | None = None) -> list[ActionScore]:
+    """Every action scored by one yes/no call per criterion (the criterion mode), all concurrent; an action with
+    a failed or unparseable call is unscored."""
+    async def one(action: str) -> ActionScore:
+        replies = await asyncio.gather(*(
+            _ask(evaluator, criterion_messages(question, prefix_text, action, c.text), None, max_tokens, tally,
+                 parse_yes_no) for c in rubric.criteria))
+        failed = next((r for r in replies if isinstance(r, str)), None)
+        if failed is not None:
+            return ActionScore(None, error=failed)
+        return ActionScore(weighted_fraction(rubric, replies), tuple(replies))
+
+    return list(await asyncio.gather(*(one(a) for a in actions)))
+
+
+async def evaluate_slate(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
+                         rubric: Rubric, *, orders: Sequence[Sequence[int]] | None = None, max_tokens: int = 128,
+                         tally: Tally | None = None) -> list[ActionScore]:
+    """Every action scored side by side (the slate mode), one call per order in ``orders`` (each a permutation
+    of ``actions`` shown as A, B, ...; default: as given, once). An action's score is the mean of its weighted
+    fractions over the orders, its ``satisfied`` the per-criterion majority (a tie is not satisfied). Scores
+    come back in the order of ``actions``; one failed or unparseable call leaves every action unscored."""
+    k, n = len(actions), len(rubric.criteria)
+    orders = [list(range(k))] if orders is None else [list(o) for o in orders]
+    if not orders or any(sorted(o) != list(range(k)) for o in orders):
+        raise ValueError(f"orders {orders} are not permutations of {k} actions")
+    if k > 26:
+        raise ValueError(f"a slate of {k} actions has more than 26 labels")
+    replies = await asyncio.gather(*(
+        _ask(evaluator, slate_messages(question, prefix_text, [actions[i] for i in order], rubric),
+             verdicts_schema(n, k), max_tokens, tally, lambda text: parse_verdicts(text, n, k)) for order in orders))
+    failed = next((r for r in replies if isinstance(r, str)), None)
+    if failed is not None:
+        return [ActionScore(None, error=failed)] * k
+    verdicts: list[list[tuple[bool, ...]]] = [[] for _ in range(k)]
+    for order, parsed in zip(orders, replies):
+        for shown, action in enumerate(order):
+            verdicts[action].append(tuple(row[shown] for row in parsed))
+    scores = []
+    for seen in verdicts:
+        fraction = sum(weighted_fraction(rubric, v) for v in seen) / len(seen)
+        majority = tuple(2 * sum(v[c] for v in seen) > len(seen) for c in range(n))
+        scores.append(ActionScore(fraction, majority))
+    return scores

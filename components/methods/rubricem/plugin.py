@@ -1,0 +1,19 @@
+"""Registers RubricEM with the method registry: the scaffold agent and its warm-start format (the oracle's
+turns in the scaffold's tags, B.2's rejection checks), its ``train_policy`` variants (the full method and its
+ablations) and its params section."""
+
+from components.method_registry import MethodSpec
+import random
+
+from components.methods.rubricem import scaffold_agent, variants  # noqa: F401  (registrations run on import)
+from components.methods.rubricem.scaffold_format import scaffold_rejections
+from components.methods.rubricem.scaffold_oracle import scaffold_replies
+from components.warmstart.formats import FORMATS, WarmStartFormat
+
+SPEC = MethodSpec(name="rubricem", sections=("rubricem",),
+                  variants=("scaffold_grpo", "ss_grpo", "meta_policy", "rubricem"), agents=("scaffold",),
+                  doc="docs/methods/rubricem.md").register()
+
+FORMATS.register("scaffold")(WarmStartFormat(
+    replies=lambda question, turns: scaffold_replies(question, turns, random.Random(f"scaffold:{question.id}")),
+    problems=scaffold_rejections))
