@@ -1,9 +1,10 @@
 """LLM-judge accuracy: the answer-judge role decides whether a prediction means the same as a gold answer.
 
-A judge call that fails (after the middleware's retries) or whose reply cannot be read gives ``None``:
-the question is counted as unjudged and left out of the accuracy, never scored 0. An empty prediction is
-wrong and an exact match (after SQuAD normalisation) right, both without a call: the judge is asked only
-where string matching cannot decide.
+Each judgment is a :class:`~components.judges.call.JudgeCall`. One that fails (after the middleware's retries)
+or whose reply cannot be read gives ``None``: the question is counted as unjudged and left out of the
+accuracy, never scored 0; a ``tally``, when given, counts the calls and their failures by kind. An empty
+prediction is wrong and an exact match (after SQuAD normalisation) right, both without a call: the judge is
+asked only where string matching cannot decide.
 
     verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, predictions))
 """
@@ -14,6 +15,7 @@ import asyncio
 import re
 
 from components.evaluation.metrics import exact_match
+from components.judges.call import JudgeCall, Tally, ask
 from components.llm.base import ChatModel, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.schemas import Question
@@ -46,15 +48,18 @@ def parse_verdict(text: str) -> bool | None:
     return None
 
 
-async def judge_answer(judge: ChatModel, question: Question, prediction: str | None) -> bool | None:
+async def judge_answer(judge: ChatModel, question: Question, prediction: str | None,
+                       tally: Tally | None = None) -> bool | None:
     if not prediction or not prediction.strip():
         return False
     if exact_match(prediction, question.answers):
         return True
-    out = await judge.chat(judge_prompt(question, prediction),
-                           Sampling(temperature=0.0, max_tokens=16, json_schema=JUDGE_SCHEMA))
-    return parse_verdict(out.text) if out.ok else None
+    call = JudgeCall(judge_prompt(question, prediction), parse_verdict, Sampling(temperature=0.0, max_tokens=16),
+                     schema=JUDGE_SCHEMA)
+    result = await ask(judge, call, tally)
+    return result.value if result.ok else None
 
 
-async def judge_answers(judge: ChatModel, questions: list[Question], predictions: list[str | None]) -> list[bool | None]:
-    return list(await asyncio.gather(*(judge_answer(judge, q, p) for q, p in zip(questions, predictions))))
+async def judge_answers(judge: ChatModel, questions: list[Question], predictions: list[str | None],
+                        tally: Tally | None = None) -> list[bool | None]:
+    return list(await asyncio.gather(*(judge_answer(judge, q, p, tally) for q, p in zip(questions, predictions))))

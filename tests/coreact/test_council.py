@@ -10,6 +10,9 @@ import re
 
 import pytest
 
+from components.judges.call import Failure, read_reply
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import PermanentLLMError, TransientLLMError
 from components.methods.coreact.council import (
     agreement,
     borda,
@@ -19,12 +22,11 @@ from components.methods.coreact.council import (
     neutral_labels,
     parse_ranking,
     permutations_for,
+    ranking_parser,
     ranking_schema,
     reference_notes,
     vote_from_reply,
 )
-from components.llm.backends.scripted import ScriptedChatModel
-from components.llm.base import ChatResult, PermanentLLMError, TransientLLMError
 from components.schemas import JudgeVote, Question, SubQuestion
 
 LABELS = ["X", "Y", "Z", "W"]
@@ -88,13 +90,20 @@ def test_permutation_round_trip_for_every_permutation(perm):
     # the judge ranks by content: true slate order 2 > 0 > 3 > 1, with 0 and 3 tied in a second reply
     label_of = {a: lab for lab, a in shown}
     strict = " > ".join(label_of[SLATE[p]] for p in [2, 0, 3, 1])
-    v = vote_from_reply("j", perm, LABELS, ChatResult(texts=[strict], model="m"))
+    v = vote_from_reply("j", perm, LABELS, read_reply(strict, ranking_parser(LABELS)))
     assert v.valid and v.ranking == [[2], [0], [3], [1]]
     tied = json.dumps({"ranking": [label_of[SLATE[2]], [label_of[SLATE[0]], label_of[SLATE[3]]],
                                    label_of[SLATE[1]]], "rationale": "r"})
-    v = vote_from_reply("j", perm, LABELS, ChatResult(texts=[tied], model="m"))
+    v = vote_from_reply("j", perm, LABELS, read_reply(tied, ranking_parser(LABELS)))
     assert v.valid and v.ranking == [[2], [0, 3], [1]] and v.rationale == "r"
     assert v.permutation == perm and v.labels == LABELS
+
+
+def test_an_unparsed_reply_is_an_invalid_vote_that_keeps_its_rationale():
+    result = read_reply('{"rationale": "Y is next", "ranking": ["Y", "X"]}', ranking_parser(LABELS))
+    assert isinstance(result, Failure) and result.kind == "unparsed" and result.partial == "Y is next"
+    v = vote_from_reply("j", [0, 1, 2, 3], LABELS, result)
+    assert not v.valid and v.ranking == [] and v.rationale == "Y is next" and v.error == "partial ranking: missing Z, W"
 
 
 def test_permutations_are_seeded():

@@ -13,15 +13,14 @@ from components.methods.rubricem.scaffold_format import (
     PLAN,
     RESEARCH,
     REVIEW,
-    clip_tool_outputs,
     complete_reply,
     parse_scaffold_turn,
     scaffold_problems,
     split_stages,
     stage_spans,
-    trajectory_text,
     validate_scaffold,
 )
+from components.judges.render import clip_tool_outputs, scaffold_text
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import Message, TransientLLMError
 from components.params import AgentParams
@@ -64,7 +63,7 @@ def test_well_formed_episode_splits_into_the_four_stages():
     assert [s.action for s in traj.steps] == ["search[Ossian Threll]", "search[Kestrow]", "finish[Ammel]"]
     assert [s.stage for s in traj.steps] == ["research", "research", "answer"]
     assert traj.steps[0].raw == TURN1  # closing tag restored
-    text = trajectory_text(traj)
+    text = scaffold_text(traj)
     split = split_stages(text)
     assert split.blocks["plan"] == PLAN_TEXT
     research = split.blocks["research"]
@@ -80,7 +79,7 @@ def test_well_formed_episode_splits_into_the_four_stages():
 
 def test_clipping_tool_outputs_cuts_only_the_observations_and_keeps_the_stages():
     traj, _ = run([TURN1, TURN2, TURN3])
-    text = trajectory_text(traj)
+    text = scaffold_text(traj)
     clipped = clip_tool_outputs(text, 20)
     assert clip_tool_outputs(text, None) == text and clip_tool_outputs(text, 10_000) == text
     outputs = re.findall(r"<tool_output>\n(.*?)\n</tool_output>", clipped, re.DOTALL)
@@ -179,7 +178,7 @@ def test_forced_answer_is_recorded_and_policy_failure_ends_the_episode():
     assert traj.finish_reason == "max_turns" and traj.final_answer == "Ammel"
     assert traj.steps[-1].stage == "answer" and traj.steps[-1].final_answer == "Ammel"
     assert "no lookups left" in policy.requests[-1][0][-1].content
-    assert split_stages(trajectory_text(traj)).blocks["review"] == REVIEW_TEXT
+    assert split_stages(scaffold_text(traj)).blocks["review"] == REVIEW_TEXT
     failed, _ = run([TURN1, TransientLLMError("down")])
     assert failed.finish_reason == "llm_failure" and len(failed.steps) == 1
 

@@ -4,7 +4,7 @@ and the SFT row a kept reflection becomes."""
 import asyncio
 import json
 
-from components.methods.rubricem.scaffold_format import trajectory_text
+from components.judges.render import scaffold_text
 from components.methods.rubricem.reflection import (
     DRAFT_REQUEST,
     EXAMPLE_RUBRICS,
@@ -82,7 +82,7 @@ def test_first_valid_sample_is_kept_and_every_rejection_has_its_reason():
     for messages, sampling in teacher.requests:
         assert messages[0].content == INSTRUCTIONS
         qid = next(k for k in by_id if f"grandmother in {k}?" in messages[1].content)
-        assert trajectory_text(by_id[qid]).strip() in messages[1].content
+        assert scaffold_text(by_id[qid]).strip() in messages[1].content
         # ... and answers under structured output, with the one sentence that asks for the JSON draft
         assert messages[1].content.endswith(DRAFT_REQUEST) and sampling.json_schema["required"] == list(DRAFT)
 
@@ -122,18 +122,18 @@ def test_sft_row_trains_only_the_reflection_and_its_end_of_turn():
         return text + ("<|assistant|>" if generation_prompt else "")
 
     traj, question, _ = attempt("q1", "Torys Varworth")
-    row = ReflectionRow(question=question, attempt=trajectory_text(traj), reflection=VALID, source="teacher",
+    row = ReflectionRow(question=question, attempt=scaffold_text(traj), reflection=VALID, source="teacher",
                         attempt_correct=False)
     (prompt, prompt_trained), (reply, reply_trained) = reflection_sft_row(row, render)
     assert (prompt_trained, reply_trained) == (False, True)
     assert prompt.startswith(f"<|system|>{POLICY_SYSTEM}<|end|><|user|>Question: {question.question}")
-    assert trajectory_text(traj).strip() in prompt and prompt.endswith("<|assistant|>")
+    assert scaffold_text(traj).strip() in prompt and prompt.endswith("<|assistant|>")
     assert reply == VALID + "<|end|>"
     assert parse_reflection(reply.removesuffix("<|end|>"), ["Falelle Tamgard", "Torys Varworth"]).valid
     # with observation_chars the prompt shows each tool output cut, as training will; the row keeps it whole
     long_traj = traj.model_copy(deep=True)
     long_traj.steps[0].observation = "[1] X " + "many words " * 100
-    row = row.model_copy(update={"attempt": trajectory_text(long_traj)})
+    row = row.model_copy(update={"attempt": scaffold_text(long_traj)})
     (short, _), (same_reply, _) = reflection_sft_row(row, render, observation_chars=40)
     (whole, _), _ = reflection_sft_row(row, render)
     assert "many words " * 100 in whole and "many words " * 5 not in short and " [...]" in short

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from components.methods.rubricem.scaffold_format import STAGES, split_stages, trajectory_text
+from components.judges.render import scaffold_text
+from components.methods.rubricem.scaffold_format import STAGES, split_stages
 from components.evaluation.metrics import exact_match
 from components.schemas import Question, SubQuestion
 from components.warmstart.oracle import oracle_trajectory, plan_turns
@@ -32,7 +33,7 @@ def test_every_question_yields_a_valid_scaffold_episode(scope):
         types[q.type] += 1
         assert t.finish_reason == "answer" and exact_match(t.final_answer, q.answers) == 1.0
         assert problems(t, q, min_f1=1.0, agent="scaffold") == []
-        split = split_stages(trajectory_text(t))
+        split = split_stages(scaffold_text(t))
         assert split.present() == [True] * 4, (q.id, split.spans)
         plan = split.blocks["plan"]
         intermediate = [h.answer for h in q.gold_chain[:-1] if h.answer not in q.question]

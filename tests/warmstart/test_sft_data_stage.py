@@ -165,7 +165,8 @@ def scaffold_teacher(params):
 
 
 def test_scaffold_warm_start_data(prepared_params):
-    from components.methods.rubricem.scaffold_format import split_stages, trajectory_text
+    from components.judges.render import scaffold_text
+    from components.methods.rubricem.scaffold_format import split_stages
 
     params = prepared_params("data.n_train=2", "data.n_dev=1", "data.n_test=4", "sft.n_worlds=1", "sft.n_oracle=4",
                              "sft.n_teacher_questions=2", "sft.samples_per_question=2", "llm.middleware.cache=false")
@@ -180,7 +181,7 @@ def test_scaffold_warm_start_data(prepared_params):
     assert m["rejected"] == 2 == m["rejected.stage_boundary"] and m["rejected.format"] == 0
     assert all(r.reason == "stage_boundary" and r.sample == 1 and "review" in r.detail for r in rejected)
     for t in kept:  # every kept episode is in the scaffold, all four stages present
-        assert split_stages(trajectory_text(t)).present() == [True] * 4
+        assert split_stages(scaffold_text(t)).present() == [True] * 4
         assert t.steps[0].raw.startswith("<think>") and "<structured_plan>" in t.steps[0].raw
     assert not Path(params.run.out_dir, "sft_data", "trajectories.jsonl").exists()  # the ReAct data untouched
     # reflections (params.yaml asks for more than the 8 episodes there are): one per episode, kept or not,
@@ -194,5 +195,5 @@ def test_scaffold_warm_start_data(prepared_params):
     assert sorted(r.source for r in reflections) == ["oracle"] * 4 + ["teacher"] * 4
     # the two rejected episodes dropped their review, not the right answer
     assert m["reflections.kept_on_failed_attempts"] == sum(not r.attempt_correct for r in reflections) == 0
-    attempts = {trajectory_text(t) for t in kept} | {trajectory_text(r.trajectory) for r in rejected}
+    attempts = {scaffold_text(t) for t in kept} | {scaffold_text(r.trajectory) for r in rejected}
     assert {r.attempt for r in reflections} == attempts

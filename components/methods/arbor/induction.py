@@ -2,8 +2,9 @@
 anchor pairs (paper 3.2, A.1) and consolidation of the candidate pool into cross-query common rubrics
 (paper 3.3). Both ask for ``{"rubrics": [{"title", "description", "counter_description"}, ...]}``, parsed
 strictly: each item needs the three non-empty strings, anything else makes the reply unreadable. An empty
-list is a valid answer (nothing new to add); items beyond the number asked for are dropped. A failed or
-unreadable call returns ``None`` and is counted in the :class:`~components.judges.call.Tally`.
+list is a valid answer (nothing new to add); items beyond the number asked for are dropped. Both are judgment
+calls (:mod:`components.judges.call`): a failed or unreadable call returns ``None`` and is counted by kind in
+the caller's :class:`~components.judges.call.Tally`.
 
     plan = plan_induction(f1, lengths, valid)                       # components.methods.arbor.contrast
     drafts = await induce(inducer, question, texts, f1, plan, existing=[...], max_rubrics=3, tally=tally)
@@ -17,13 +18,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from components.judges.call import Tally
+from components.judges.call import JudgeCall, Tally, ask
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
-from components.methods.arbor.memory import Draft, RubricText
 from components.methods.arbor.contrast import InductionPlan
+from components.methods.arbor.memory import Draft, RubricText
 
-__all__ = ["consolidate", "consolidation_messages", "induce", "induction_messages", "parse_rubrics", "rubrics_schema"]
+__all__ = ["consolidate", "consolidation_messages", "induce", "induction_messages", "parse_rubrics", "rubrics_schema",
+           "writing_call"]
 
 INDUCTION_SYSTEM = """\
 You study how a search agent works. The agent answers a question by thinking, calling a search or browse \
@@ -149,10 +151,10 @@ def consolidation_messages(drafts: Sequence[Draft], common: Sequence[RubricText]
     return [system(CONSOLIDATION_SYSTEM), user(body)]
 
 
-async def _ask(model: ChatModel, messages: list[Message], max_rubrics: int, max_tokens: int,
-               tally: Tally) -> list[RubricText] | None:
-    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=rubrics_schema(max_rubrics))
-    return await tally.ask(model, messages, sampling, lambda text: parse_rubrics(text, max_rubrics))
+def writing_call(messages: list[Message], max_rubrics: int, max_tokens: int) -> JudgeCall[list[RubricText]]:
+    """A greedy call for at most ``max_rubrics`` rubrics, under :func:`rubrics_schema`."""
+    return JudgeCall(messages, lambda text: parse_rubrics(text, max_rubrics),
+                     Sampling(temperature=0.0, max_tokens=max_tokens), schema=rubrics_schema(max_rubrics))
 
 
 async def induce(model: ChatModel, question: str, texts: Sequence[str], f1: Sequence[float], plan: InductionPlan,
@@ -162,10 +164,13 @@ async def induce(model: ChatModel, question: str, texts: Sequence[str], f1: Sequ
     if plan.kind == "skip":
         return []
     messages = induction_messages(question, answers, texts, f1, plan, existing, max_rubrics)
-    return await _ask(model, messages, max_rubrics, max_tokens, tally)
+    result = await ask(model, writing_call(messages, max_rubrics, max_tokens), tally)
+    return result.value if result.ok else None
 
 
 async def consolidate(model: ChatModel, drafts: Sequence[Draft], common: Sequence[RubricText], max_rubrics: int,
                       tally: Tally, max_tokens: int = 768) -> list[RubricText] | None:
     """New common rubrics abstracted from the candidate pool (None when the call failed)."""
-    return await _ask(model, consolidation_messages(drafts, common, max_rubrics), max_rubrics, max_tokens, tally)
+    call = writing_call(consolidation_messages(drafts, common, max_rubrics), max_rubrics, max_tokens)
+    result = await ask(model, call, tally)
+    return result.value if result.ok else None

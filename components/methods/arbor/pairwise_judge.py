@@ -3,9 +3,10 @@ win / tie / loss, over the edges of the sparse graph of :mod:`components.methods
 
 Each call shows the pair in an order drawn from a seeded generator keyed on (seed, step, group, rubric,
 edge), so the judge's position bias averages out and a rerun asks the same questions. All edges of a group
-run concurrently (the middleware bounds the concurrency). A call that fails after the middleware's retries,
-or whose reply does not parse, removes its edge and is counted; the trajectory scores come from the judged
-edges only (:func:`components.methods.arbor.pairwise_graph.edge_scores`).
+run concurrently (the middleware bounds the concurrency). Each is a judgment call
+(:mod:`components.judges.call`): one that fails after the middleware's retries, or whose reply does not parse,
+removes its edge and is counted by kind in the group's tally; the trajectory scores come from the judged edges
+only (:func:`components.methods.arbor.pairwise_graph.edge_scores`).
 
     result = await score_group(judge, question, texts, edges, rubric, key="1234:3:0:c7")
     result.scores         # per trajectory: mean over judged edges, or None
@@ -16,19 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
+from components.judges.call import JudgeCall, Tally, ask
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_graph import Edge, edge_scores
-from components.judges.call import Tally
 
-__all__ = ["GroupScores", "Tally", "judge_messages", "parse_winner", "score_group"]
-
-T = TypeVar("T")
+__all__ = ["GroupScores", "judge_messages", "parse_winner", "score_group"]
 
 JUDGE_SYSTEM = (
     "You compare two attempts by a search agent at the same question. Each attempt lists its turns: what "
@@ -89,18 +87,19 @@ async def _judge_edge(judge: ChatModel, question: str, texts: Sequence[str], edg
                       swap: bool, sampling: Sampling, tally: Tally) -> float | None:
     i, j = edge
     first, second = (j, i) if swap else (i, j)
-    winner = await tally.ask(judge, judge_messages(question, texts[first], texts[second], rubric), sampling,
-                             parse_winner)
-    if winner is None:
+    call = JudgeCall(judge_messages(question, texts[first], texts[second], rubric), parse_winner, sampling,
+                     schema=WINNER_SCHEMA)
+    result = await ask(judge, call, tally)
+    if not result.ok:
         return None
-    value = _OUTCOME[winner]  # result of the trajectory shown as A
+    value = _OUTCOME[result.value]  # result of the trajectory shown as A
     return 1.0 - value if swap else value
 
 
 async def score_group(judge: ChatModel, question: str, texts: Sequence[str], edges: Sequence[Edge],
                       rubric: RubricText, key: str, max_tokens: int = 32) -> GroupScores:
     """Judge every edge concurrently; A/B order per edge from ``random.Random(f"{key}:{i}:{j}")``."""
-    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=WINNER_SCHEMA)
+    sampling = Sampling(temperature=0.0, max_tokens=max_tokens)
     tally = Tally()
     swaps = [random.Random(f"{key}:{i}:{j}").random() < 0.5 for i, j in edges]
     values = await asyncio.gather(*(_judge_edge(judge, question, texts, e, rubric, s, sampling, tally)

@@ -3,7 +3,8 @@ checklist written for one question from the question and its reference answer on
 and a holistic 1-10 rating of one trajectory against that checklist, mapped to [0, 1] as (rating - 1) / 9.
 
 Parsing is strict: ``{"items": ["...", ...]}`` with non-empty strings (items beyond the maximum dropped), and
-``{"rating": <integer 1..10>}``. A failed or unreadable call gives ``None`` and is counted in the tally.
+``{"rating": <integer 1..10>}``. Both are judgment calls (:mod:`components.judges.call`): a failed or
+unreadable call gives ``None`` and is counted by kind in the caller's tally.
 
     items = await write_checklist(writer, question, min_items=5, max_items=10, tally=tally)
     score = await rate(judge, question.question, trajectory_text(t), items, tally=tally)   # 0..1 or None
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.judges.call import Tally
+from components.judges.call import JudgeCall, Tally, ask
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.schemas import Question
@@ -77,13 +78,15 @@ async def write_checklist(model: ChatModel, question: Question, min_items: int, 
     schema = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"},
                                                          "minItems": min_items, "maxItems": max_items}},
               "required": ["items"], "additionalProperties": False}
-    return await tally.ask(model, checklist_messages(question, min_items, max_items),
-                           Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=schema),
-                           lambda text: parse_items(text, max_items))
+    call = JudgeCall(checklist_messages(question, min_items, max_items), lambda text: parse_items(text, max_items),
+                     Sampling(temperature=0.0, max_tokens=max_tokens), schema=schema)
+    result = await ask(model, call, tally)
+    return result.value if result.ok else None
 
 
 async def rate(model: ChatModel, question: str, text: str, items: list[str], tally: Tally,
                max_tokens: int = 32) -> float | None:
-    rating = await tally.ask(model, rating_messages(question, text, items),
-                             Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=RATING_SCHEMA), parse_rating)
-    return None if rating is None else (rating - 1) / 9
+    call = JudgeCall(rating_messages(question, text, items), parse_rating,
+                     Sampling(temperature=0.0, max_tokens=max_tokens), schema=RATING_SCHEMA)
+    result = await ask(model, call, tally)
+    return (result.value - 1) / 9 if result.ok else None

@@ -8,9 +8,9 @@ training rows (:meth:`components.agents.react.ReActAgent.call_policy`), so a sco
 - :func:`trajectory_steps` turns a :class:`Trajectory` into :class:`ArcoStep` views;
 - :func:`step_messages` is mu's prompt for one step: the question, the steps before it, the step itself
   (thought and action), asking for K numbered criteria; :func:`parse_criteria` reads mu's reply;
-- :func:`annotate` asks the teacher for K criteria per step of a whole trajectory in one call (JSON); a
-  failed call or a reply that does not give exactly K criteria for every step is a failure (``None``),
-  never an invented rubric;
+- :func:`annotate` asks the teacher for K criteria per step of a whole trajectory in one judgment call
+  (:mod:`components.judges.call`, JSON); a failed call or a reply that does not give exactly K criteria for
+  every step is a failure (``None`` and the reason), never an invented rubric;
 - :func:`warmup_rows` pairs each annotated step's prompt with the teacher's criteria, and
   :func:`sft_segments` renders one as the project's SFT row format ``[(text, trainable), ...]``.
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.clipping import clip
+from components.judges.call import JudgeCall, Unparsed, ask
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.schemas import Question, Trajectory
@@ -171,7 +172,7 @@ def teacher_messages(question: Question, steps: list[ArcoStep], k: int, observat
     return [system(TEACHER_SYSTEM), user(body)]
 
 
-class CriteriaParseError(ValueError):
+class CriteriaParseError(Unparsed):
     """A teacher reply that does not give exactly K usable criteria for every step."""
 
 
@@ -207,14 +208,13 @@ async def annotate(teacher: ChatModel, question: Question, steps: list[ArcoStep]
     """``(criteria per step, None)``, or ``(None, why)`` when the call fails or the reply does not parse."""
     if not steps:
         return None, "no steps"
-    out = await teacher.chat(teacher_messages(question, steps, k, observation_chars),
-                             Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=teacher_schema(k)))
-    if not out.ok:
-        return None, f"call failed: {out.message}"
-    try:
-        return parse_teacher_reply(out.text, len(steps), k), None
-    except CriteriaParseError as exc:
-        return None, f"unparsed: {exc}"
+    call = JudgeCall(teacher_messages(question, steps, k, observation_chars),
+                     lambda text: parse_teacher_reply(text, len(steps), k),
+                     Sampling(temperature=0.0, max_tokens=max_tokens), schema=teacher_schema(k))
+    result = await ask(teacher, call)
+    if not result.ok:
+        return None, f"{'call failed' if result.kind == 'call_failed' else 'unparsed'}: {result.reason}"
+    return result.value, None
 
 
 @dataclass

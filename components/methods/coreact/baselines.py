@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from components.methods.coreact.agent import TOOLS, GuidedAgent, GuidedState, join_guidance, rubric_guidance
 from components.agents.parsing import parse_turn
 from components.agents.react import AGENTS, FORCE_MESSAGE, Proposal
-from components.methods.coreact.council import render_prefix
+from components.judges.render import render_prefix
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.params import Params

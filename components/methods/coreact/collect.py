@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from components.agents.parsing import parse_turn
 from components.agents.react import EpisodeState, Proposal, ReActAgent
 from components.methods.coreact.slates import select_slate, slate_context
-from components.methods.coreact.council import judge_slate, reference_notes, render_prefix
+from components.judges.render import render_prefix
+from components.methods.coreact.council import judge_slate, reference_notes
 from components.llm.base import ChatModel, Sampling
 from components.params import CollectParams
 from components.schemas import BranchingPoint, Candidate, Question

@@ -5,7 +5,8 @@ then V, U, ... for larger slates), and returns a full best-to-worst ranking with
 Rankings are parsed strictly (every label exactly once, ties allowed) and mapped back to slate
 positions. A judge whose call failed or whose reply does not parse gives an invalid vote, which is
 recorded with its error and left out of the Borda count: it is never a score. A branching point is
-kept only when at least ``min_valid`` judges gave a valid ranking.
+kept only when at least ``min_valid`` judges gave a valid ranking. Each call is a judgment call
+(:func:`ranking_call`, asked with :func:`components.judges.call.ask`).
 
 With ``orders`` > 1 each judge ranks the slate once in each of that many balanced orders (cyclic shifts of its
 own drawn permutation, :mod:`components.judges.orders`): every action is shown once at every position when
@@ -13,7 +14,7 @@ own drawn permutation, :mod:`components.judges.orders`): every action is shown o
 action, and what it says about the actions themselves remains. Each order is a vote of that judge. The paper's
 council ranks once per judge (``orders`` = 1).
 
-    votes, consensus, scores, kept = await judge_slate(
+    votes, consensus, scores, kept = await judge_slate(   # render_prefix: components.judges.render
         judges, question, render_prefix(steps), [c.action for c in slate], rng_seed=17, min_valid=2)
     consensus[0]          # slate position of the council's best action
     agreement(votes)      # Kendall tau between judges, label of each judge's top pick
@@ -30,16 +31,17 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from scipy.stats import kendalltau
 
-from components.clipping import clip
+from components.judges.call import Failure, JudgeCall, Judgment, Unparsed, ask
 from components.judges.orders import balanced_orders
+from components.judges.render import render_prefix  # noqa: F401 - scripts/probe_verifier_wording.py imports it here
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import json_objects
-from components.schemas import JudgeVote, Question, Step
+from components.schemas import JudgeVote, Question
 
 BASE_LABELS = ["X", "Y", "Z", "W"] + [c for c in "VUTSRQPONMLKJIHGFEDCBA"]
 
@@ -73,16 +75,6 @@ def ranking_schema(labels: Sequence[str]) -> dict[str, Any]:
         "required": ["rationale", "ranking"],
         "additionalProperties": False,
     }
-
-
-def render_prefix(steps: Sequence[Step], max_observation_chars: int = 600) -> str:
-    """The committed steps as numbered action / observation lines (what the judges are shown)."""
-    lines = []
-    for s in steps:
-        lines.append(f"Step {s.index + 1} action: {s.action or s.raw.strip()}")
-        if s.tool_call is not None:
-            lines.append(f"Step {s.index + 1} observation: {clip(s.tool_call.observation, max_observation_chars)}")
-    return "\n".join(lines)
 
 
 def reference_notes(question: Question) -> str:
@@ -219,32 +211,34 @@ def permutations_for(n_judges: int, k: int, rng_seed: int) -> list[list[int]]:
     return [rng.sample(range(k), k) for _ in range(n_judges)]
 
 
-def vote_from_reply(judge: str, permutation: list[int], labels: list[str], outcome: Any) -> JudgeVote:
-    """Turn a ``ChatResult`` / ``ChatFailure`` into a vote; a failure is an invalid vote with its error."""
-    base = {"judge": judge, "permutation": permutation, "labels": labels,
-            "latency_s": getattr(outcome, "latency_s", 0.0)}
-    if not getattr(outcome, "ok", False):
-        msg = f"{getattr(outcome, 'error_type', 'error')}: {getattr(outcome, 'message', outcome)}"
-        return JudgeVote(**base, valid=False, error=f"judge call failed: {msg}")
-    parsed = parse_ranking(outcome.text, labels)
-    if parsed.groups is None:
-        return JudgeVote(**base, rationale=parsed.rationale, valid=False, error=parsed.error)
+def ranking_parser(labels: Sequence[str]) -> Callable[[str], ParsedRanking]:
+    """The parse function of a council call: a valid :class:`ParsedRanking`, or :class:`Unparsed` with the
+    parser's error (and the rationale, which the invalid vote keeps)."""
+    def parse(text: str) -> ParsedRanking:
+        parsed = parse_ranking(text, labels)
+        if parsed.groups is None:
+            raise Unparsed(parsed.error, partial=parsed.rationale)
+        return parsed
+
+    return parse
+
+
+def ranking_call(messages: list[Message], labels: Sequence[str], sampling: Sampling) -> JudgeCall[ParsedRanking]:
+    """One judge's ranking of one shown order, under :func:`ranking_schema` (structured output)."""
+    return JudgeCall(messages, ranking_parser(labels), sampling, schema=ranking_schema(labels))
+
+
+def vote_from_reply(judge: str, permutation: list[int], labels: list[str], result: Judgment) -> JudgeVote:
+    """Turn a judgment into a vote; a failure is an invalid vote with its error (and, when the reply did not
+    parse, the rationale it gave)."""
+    base = {"judge": judge, "permutation": permutation, "labels": labels, "latency_s": result.latency_s}
+    if isinstance(result, Failure):
+        if result.kind == "call_failed":
+            return JudgeVote(**base, valid=False, error=f"judge call failed: {result.describe()}")
+        return JudgeVote(**base, rationale=result.partial or "", valid=False, error=result.reason)
+    parsed = result.value
     ranking = [[permutation[labels.index(lab)] for lab in g] for g in parsed.groups]
     return JudgeVote(**base, ranking=ranking, rationale=parsed.rationale, valid=True)
-
-
-async def _ask(judge: ChatModel, messages: list[Message], sampling: Sampling) -> Any:
-    try:
-        return await judge.chat(messages, sampling)
-    except Exception as exc:  # noqa: BLE001 - a misbehaving backend is one invalid vote, not a crash
-        return _Raised(type(exc).__name__, str(exc))
-
-
-class _Raised(NamedTuple):
-    error_type: str
-    message: str
-    ok: bool = False
-    latency_s: float = 0.0
 
 
 def borda(votes: Sequence[JudgeVote], k: int) -> list[float]:
@@ -297,16 +291,16 @@ async def judge_slate(
     k = len(slate_actions)
     labels = neutral_labels(k)
     calls = council_calls(len(judges), k, rng_seed, orders)
-    base = sampling or Sampling(temperature=0.0, max_tokens=512)
-    sampling = base.model_copy(update={"json_schema": ranking_schema(labels)})
+    sampling = sampling or Sampling(temperature=0.0, max_tokens=512)
     prompts = [
         build_messages(question, prefix_text, [(labels[j], slate_actions[p]) for j, p in enumerate(perm)], reference)
         for _, perm in calls
     ]
-    outcomes = await asyncio.gather(*(_ask(judges[i], m, sampling) for (i, _), m in zip(calls, prompts, strict=True)))
+    results = await asyncio.gather(*(ask(judges[i], ranking_call(m, labels, sampling))
+                                     for (i, _), m in zip(calls, prompts, strict=True)))
     # the role (e.g. council_judges[1]) tells judges apart even when two share one backend model
     names = [getattr(j, "role", None) or getattr(j, "name", f"judge{i}") for i, j in enumerate(judges)]
-    votes = [vote_from_reply(names[i], perm, labels, out) for (i, perm), out in zip(calls, outcomes, strict=True)]
+    votes = [vote_from_reply(names[i], perm, labels, r) for (i, perm), r in zip(calls, results, strict=True)]
     scores = borda(votes, k)
     kept = len({i for (i, _), v in zip(calls, votes, strict=True) if v.valid}) >= min_valid
     return CouncilOutcome(votes, consensus_order(scores), scores, kept)

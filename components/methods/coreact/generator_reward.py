@@ -50,12 +50,12 @@ from typing import Any
 
 from scipy.stats import spearmanr
 
-from components.methods.coreact.rubric_generator import ParsedRubric, parse_rubric
-from components.methods.coreact.council import render_prefix
-from components.judges.orders import balanced_orders
 from components.judges.call import Tally
-from components.methods.coreact.rubric_eval import evaluate_actions, evaluate_criteria, evaluate_slate
+from components.judges.orders import balanced_orders
+from components.judges.render import render_prefix
 from components.llm.base import ChatModel
+from components.methods.coreact.rubric_eval import evaluate_actions, evaluate_criteria, evaluate_slate
+from components.methods.coreact.rubric_generator import ParsedRubric, parse_rubric
 from components.params import RubricGeneratorParams
 from components.schemas import BranchingPoint, Rubric
 from components.training.episodes import Episode, RewardOutput, StepContext
@@ -262,6 +262,9 @@ def _metrics(parts: list[RewardParts | None], tally: Tally) -> dict[str, float]:
         "evaluator_dropped": float(len(parts) - len(scored)),
         "evaluator_dropped_rate": (len(parts) - len(scored)) / n,
         "evaluator_calls": float(tally.calls),
-        "evaluator_failures": float(tally.failures + tally.unparsed),
+        "evaluator_failures": float(tally.failed),
+        # the same failures by kind: calls that failed after retries, replies that did not parse
+        "evaluator_call_failures": float(tally.failures),
+        "evaluator_unparsed": float(tally.unparsed),
         "evaluator_tokens": float(tally.tokens),
     }

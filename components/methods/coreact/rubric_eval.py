@@ -6,8 +6,10 @@ boolean per criterion, in order::
 
     {"satisfied": [true, false, true]}
 
-Parsing is strict (exactly one boolean per criterion). A failed call or a reply that does not parse gives no
-score (``None``) and is counted in the :class:`~components.judges.call.Tally`; it is never a 0.
+Parsing is strict (exactly one boolean per criterion). Every call is a judgment call
+(:mod:`components.judges.call`): a failed call or a reply that does not parse gives no score (``None``, with the
+reason in ``ActionScore.error``) and is counted in the caller's :class:`~components.judges.call.Tally`; it is
+never a 0.
 
 The **slate** mode (``rubric_generator.evaluator_mode: slate``) shows the whole slate at once: the actions are
 labelled A, B, ... and the reply holds, per criterion, one verdict for each action side by side::
@@ -41,16 +43,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.methods.coreact.rubric_generator import render_rubric
+from components.judges.call import Failure, JudgeCall, Tally, ask, reasons
 from components.judges.orders import letter
-from components.judges.call import Tally
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
+from components.methods.coreact.rubric_generator import render_rubric
 from components.schemas import Rubric
 
 __all__ = ["ActionScore", "criterion_messages", "evaluate_action", "evaluate_actions", "evaluate_criteria",
-           "evaluate_slate", "evaluator_messages", "parse_satisfied", "parse_verdicts", "parse_yes_no",
-           "satisfied_schema", "slate_messages", "verdicts_schema", "weighted_fraction"]
+           "evaluate_slate", "evaluator_call", "evaluator_messages", "failure_reason", "parse_satisfied",
+           "parse_verdicts", "parse_yes_no", "satisfied_schema", "slate_messages", "verdicts_schema",
+           "weighted_fraction"]
 
 SYSTEM_PROMPT = (
     "You check one proposed next action of a research agent against a checklist. The agent answers questions "
@@ -192,29 +195,29 @@ class ActionScore:
     error: str | None = None
 
 
-async def _ask(evaluator: ChatModel, messages: list[Message], schema: dict | None, max_tokens: int,
-               tally: Tally | None, parse: Callable[[str], Any]) -> Any:
-    """One greedy evaluator call (schema-constrained unless ``schema`` is None), counted: the parsed reply, or a
-    one-line reason (a failed call or a reply ``parse`` rejected) that the caller turns into no score."""
-    outcome = await evaluator.chat(messages, Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=schema))
-    if tally is not None:
-        tally.add(outcome)
-    if not outcome.ok:
-        return f"evaluator call failed: {outcome.error_type}: {outcome.message}"
-    parsed = parse(outcome.text)
-    if isinstance(parsed, str) and tally is not None:
-        tally.unparsed += 1
-    return parsed
+def evaluator_call(messages: list[Message], parse: Callable[[str], Any], schema: dict | None,
+                   max_tokens: int) -> JudgeCall:
+    """One greedy evaluator call, schema-constrained unless ``schema`` is None; ``parse`` returns the verdict or
+    a one-line reason the reply is unusable (the module's parsers)."""
+    return JudgeCall(messages, reasons(parse), Sampling(temperature=0.0, max_tokens=max_tokens), schema=schema)
+
+
+def failure_reason(failure: Failure) -> str:
+    """What an unscored action records: the failed call, or why its reply was unusable."""
+    if failure.kind == "call_failed":
+        return f"evaluator call failed: {failure.describe()}"
+    return failure.reason
 
 
 async def evaluate_action(evaluator: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
                           *, max_tokens: int = 128, tally: Tally | None = None) -> ActionScore:
     n = len(rubric.criteria)
-    parsed = await _ask(evaluator, evaluator_messages(question, prefix_text, action, rubric), satisfied_schema(n),
-                        max_tokens, tally, lambda text: parse_satisfied(text, n))
-    if isinstance(parsed, str):
-        return ActionScore(None, error=parsed)
-    return ActionScore(weighted_fraction(rubric, parsed), tuple(parsed))
+    call = evaluator_call(evaluator_messages(question, prefix_text, action, rubric),
+                          lambda text: parse_satisfied(text, n), satisfied_schema(n), max_tokens)
+    result = await ask(evaluator, call, tally)
+    if not result.ok:
+        return ActionScore(None, error=failure_reason(result))
+    return ActionScore(weighted_fraction(rubric, result.value), tuple(result.value))
 
 
 async def evaluate_actions(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
@@ -230,13 +233,14 @@ async def evaluate_criteria(evaluator: ChatModel, question: str, prefix_text: st
     """Every action scored by one yes/no call per criterion (the criterion mode), all concurrent; an action with
     a failed or unparseable call is unscored."""
     async def one(action: str) -> ActionScore:
-        replies = await asyncio.gather(*(
-            _ask(evaluator, criterion_messages(question, prefix_text, action, c.text), None, max_tokens, tally,
-                 parse_yes_no) for c in rubric.criteria))
-        failed = next((r for r in replies if isinstance(r, str)), None)
+        results = await asyncio.gather(*(
+            ask(evaluator, evaluator_call(criterion_messages(question, prefix_text, action, c.text), parse_yes_no,
+                                          None, max_tokens), tally) for c in rubric.criteria))
+        failed = next((r for r in results if not r.ok), None)
         if failed is not None:
-            return ActionScore(None, error=failed)
-        return ActionScore(weighted_fraction(rubric, replies), tuple(replies))
+            return ActionScore(None, error=failure_reason(failed))
+        verdicts = [r.value for r in results]
+        return ActionScore(weighted_fraction(rubric, verdicts), tuple(verdicts))
 
     return list(await asyncio.gather(*(one(a) for a in actions)))
 
@@ -254,16 +258,17 @@ async def evaluate_slate(evaluator: ChatModel, question: str, prefix_text: str, 
         raise ValueError(f"orders {orders} are not permutations of {k} actions")
     if k > 26:
         raise ValueError(f"a slate of {k} actions has more than 26 labels")
-    replies = await asyncio.gather(*(
-        _ask(evaluator, slate_messages(question, prefix_text, [actions[i] for i in order], rubric),
-             verdicts_schema(n, k), max_tokens, tally, lambda text: parse_verdicts(text, n, k)) for order in orders))
-    failed = next((r for r in replies if isinstance(r, str)), None)
+    results = await asyncio.gather(*(
+        ask(evaluator, evaluator_call(slate_messages(question, prefix_text, [actions[i] for i in order], rubric),
+                                      lambda text: parse_verdicts(text, n, k), verdicts_schema(n, k), max_tokens),
+            tally) for order in orders))
+    failed = next((r for r in results if not r.ok), None)
     if failed is not None:
-        return [ActionScore(None, error=failed)] * k
+        return [ActionScore(None, error=failure_reason(failed))] * k
     verdicts: list[list[tuple[bool, ...]]] = [[] for _ in range(k)]
-    for order, parsed in zip(orders, replies):
+    for order, result in zip(orders, results):
         for shown, action in enumerate(order):
-            verdicts[action].append(tuple(row[shown] for row in parsed))
+            verdicts[action].append(tuple(row[shown] for row in result.value))
     scores = []
     for seen in verdicts:
         fraction = sum(weighted_fraction(rubric, v) for v in seen) / len(seen)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.methods.coreact.council import render_prefix
+from components.judges.render import render_prefix
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.schemas import Criterion, Rubric, Step
 

@@ -5,8 +5,9 @@ checks it against the step's rubric and returns a verdict and a short reason per
                   {"satisfied": false, "reason": "repeats the search of step 1"}]}
 
 The step is accepted when the weighted fraction of satisfied criteria exceeds ``tau``; otherwise the failed
-criteria and their reasons become the feedback of the retry. A failed call or an unparseable reply is a
-failed verification (``Verification.failed``), which the agent records and does not turn into a rejection.
+criteria and their reasons become the feedback of the retry. The call is a judgment call
+(:mod:`components.judges.call`): a failed call or an unparseable reply is a failed verification
+(``Verification.failed``), which the agent records and does not turn into a rejection.
 
 With ``mode="criterion"`` (``coreact.verifier_mode``) the verifier is asked one yes/no question per criterion
 instead, the rubric evaluator's criterion mode (:func:`components.methods.coreact.rubric_eval.evaluate_criteria`): asked
@@ -25,11 +26,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from components.methods.coreact.rubric_generator import render_rubric
-from components.judges.call import Tally
-from components.methods.coreact.rubric_eval import evaluate_criteria, weighted_fraction
+from components.judges.call import JudgeCall, Tally, ask, reasons
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
+from components.methods.coreact.rubric_eval import evaluate_criteria, weighted_fraction
+from components.methods.coreact.rubric_generator import render_rubric
 from components.params import VerifierMode
 from components.schemas import Rubric
 
@@ -133,19 +134,22 @@ async def verify_action(verifier: ChatModel, question: str, prefix_text: str, th
     if mode == "criterion":
         return await _verify_by_criterion(verifier, question, prefix_text, action, rubric, tau=tau)
     n = len(rubric.criteria)
-    sampling = Sampling(temperature=0.0, max_tokens=max_tokens, json_schema=verdicts_schema(n))
-    outcome = await verifier.chat(verifier_messages(question, prefix_text, thought, action, rubric), sampling)
-    if not outcome.ok:
-        return Verification(rubric, error=f"verifier call failed: {outcome.error_type}: {outcome.message}",
-                            failed_calls=1)
-    parsed = parse_verdicts(outcome.text, n)
-    if isinstance(parsed, str):
-        return Verification(rubric, error=parsed, prompt_tokens=outcome.prompt_tokens,
-                            completion_tokens=outcome.completion_tokens)
-    flags, reasons = parsed
+    call = JudgeCall(verifier_messages(question, prefix_text, thought, action, rubric),
+                     reasons(lambda text: parse_verdicts(text, n)), Sampling(temperature=0.0, max_tokens=max_tokens),
+                     schema=verdicts_schema(n))
+    tally = Tally()
+    result = await ask(verifier, call, tally)
+    if not result.ok:
+        error = f"verifier call failed: {result.describe()}" if result.kind == "call_failed" else result.reason
+        return Verification(rubric, error=error, **_counts(tally))
+    flags, why = result.value
     fraction = weighted_fraction(rubric, flags)
-    return Verification(rubric, flags, reasons, fraction, fraction > tau, prompt_tokens=outcome.prompt_tokens,
-                        completion_tokens=outcome.completion_tokens)
+    return Verification(rubric, flags, why, fraction, fraction > tau, **_counts(tally))
+
+
+def _counts(tally: Tally) -> dict[str, int]:
+    return {"calls": tally.calls, "failed_calls": tally.failures, "prompt_tokens": tally.prompt_tokens,
+            "completion_tokens": tally.completion_tokens}
 
 
 async def _verify_by_criterion(verifier: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
@@ -153,8 +157,7 @@ async def _verify_by_criterion(verifier: ChatModel, question: str, prefix_text: 
     """One yes/no call per criterion; the reasoning is not shown (the evaluator judges the action itself)."""
     tally = Tally()
     [score] = await evaluate_criteria(verifier, question, prefix_text, [action], rubric, tally=tally)
-    counts = {"calls": tally.calls, "failed_calls": tally.failures, "prompt_tokens": tally.prompt_tokens,
-              "completion_tokens": tally.completion_tokens}
+    counts = _counts(tally)
     if score.score is None:
         return Verification(rubric, error=score.error, **counts)
     flags = list(score.satisfied)

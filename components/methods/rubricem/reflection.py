@@ -7,10 +7,10 @@ its stage scores and the evaluator's justifications, and every valid candidate; 
 accuracy, specificity and scope & balance in [0, 1], once for a retry of this question (within-episode) and
 once for similar questions (cross-episode). ``u = (u_within + u_cross) / 2`` with each ``u`` the weighted sum
 (0.4 / 0.3 / 0.3). A candidate that does not parse scores 0 (a policy format failure, not a judge failure);
-a judge call that fails or does not score every valid candidate leaves all of them unscored (None) and is
-counted.
+the judge's call is a judgment call (:mod:`components.judges.call`), and one that fails or does not score every
+valid candidate leaves all of them unscored (None) with the reason, which the caller counts.
 
-    messages = reflection_messages(question, trajectory_text(trajectory))          # for the policy
+    messages = reflection_messages(question, scaffold_text(trajectory))          # for the policy
     parsed = [parse_reflection(text) for text in candidate_texts]
     u, error = asyncio.run(ReflectionJudge(pool.role("reflection_judge")).score(question, text, feedback, parsed))
 """
@@ -18,18 +18,19 @@ counted.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from components.methods.rubricem.scaffold_format import clip_tool_outputs
 from components.clipping import clip_middle
 from components.evaluation.metrics import normalize_answer
-from components.methods.rubricem.stagewise_judge import ask, parse_reply
+from components.judges.call import JudgeCall, Unparsed, ask, model_parser
+from components.judges.render import clip_tool_outputs
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_schema import json_schema_of, one_item_per_key
+from components.methods.rubricem.stagewise_judge import failure_reason
 from components.schemas import Question
 
 __all__ = ["DIMENSIONS", "Reflection", "ReflectionDraft", "ReflectionJudge", "parse_reflection",
@@ -268,16 +269,27 @@ class ReflectionJudge:
         if not positions:
             return scores, None
         shown = [(n + 1, candidates[i]) for n, i in enumerate(positions)]
-        schema = one_item_per_key(json_schema_of(RatingSheet), "candidates", "index", [n for n, _ in shown])
-        sampling = Sampling(temperature=0.0, max_tokens=self.max_tokens, json_schema=schema)
-        out = await ask(self.judge, self.messages(question, trajectory, feedback, shown), sampling)
-        sheet, error = parse_reply(out, RatingSheet)
-        if sheet is not None:
-            got = sorted(c.index for c in sheet.candidates)
-            if got != [n for n, _ in shown]:
-                error = f"rated reflections {got}, expected {[n for n, _ in shown]}"
-        if error is not None:
-            return [None] * len(candidates), error
-        for rating in sheet.candidates:
+        numbers = [n for n, _ in shown]
+        schema = one_item_per_key(json_schema_of(RatingSheet), "candidates", "index", numbers)
+        call = JudgeCall(self.messages(question, trajectory, feedback, shown), _covering_sheet(numbers),
+                         Sampling(temperature=0.0, max_tokens=self.max_tokens), schema=schema)
+        result = await ask(self.judge, call)
+        if not result.ok:
+            return [None] * len(candidates), failure_reason(result)
+        for rating in result.value.candidates:
             scores[positions[rating.index - 1]] = (self.utility(rating.within) + self.utility(rating.cross)) / 2
         return scores, None
+
+
+def _covering_sheet(numbers: list[int]) -> Callable[[str], RatingSheet]:
+    """Parse a :class:`RatingSheet` that rates each of ``numbers`` exactly once."""
+    read = model_parser(RatingSheet)
+
+    def parse(text: str) -> RatingSheet:
+        sheet = read(text)
+        got = sorted(c.index for c in sheet.candidates)
+        if got != numbers:
+            raise Unparsed(f"rated reflections {got}, expected {numbers}")
+        return sheet
+
+    return parse

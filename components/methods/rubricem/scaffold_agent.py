@@ -31,8 +31,8 @@ from components.methods.rubricem.scaffold_format import (
     complete_reply,
     parse_scaffold_turn,
     stage_spans,
-    tool_output,
 )
+from components.judges.render import tool_output
 from components.llm.base import Message, Sampling, assistant, system, user
 from components.schemas import Question, Step, ToolCall, Trajectory
 

@@ -9,7 +9,7 @@ the reviewing turn through ``</review>``; ANSWER from ``<answer>`` to the end. :
 boundaries in any text given the stage it starts in, so the agent tags each reply and :func:`split_stages`
 cuts a whole trajectory with the same rule.
 
-    split_stages(trajectory_text(trajectory)).blocks["review"]
+    split_stages(scaffold_text(trajectory)).blocks["review"]        # scaffold_text: components.judges.render
     scaffold_problems(trajectory)          # [("citation", "step 3: cites d9, which no tool returned"), ...]
 """
 
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from components.agents.parsing import PLACEHOLDERS, ParsedAction
-from components.clipping import clip
+from components.judges.render import scaffold_text
 from components.schemas import Trajectory
 from components.warmstart.rejection import grounded
 
@@ -102,7 +102,8 @@ class StageSplit:
 
 
 def split_stages(text: str) -> StageSplit:
-    """Cut a whole trajectory text (see :func:`trajectory_text`) into the four stages' text blocks."""
+    """Cut a whole trajectory text (:func:`components.judges.render.scaffold_text`) into the four stages' text
+    blocks."""
     spans = stage_spans(text, PLAN)
     blocks: dict[str, str | None] = dict.fromkeys(STAGES)
     for i, (start, stage) in enumerate(spans):
@@ -112,35 +113,9 @@ def split_stages(text: str) -> StageSplit:
     return StageSplit(blocks, spans)
 
 
-def tool_output(observation: str) -> str:
-    return f"\n<tool_output>\n{observation}\n</tool_output>\n"
-
-
-_TOOL_OUTPUT = re.compile(r"(<tool_output>\n?)(.*?)(\n?</tool_output>)", re.DOTALL)
-
-
-def clip_tool_outputs(text: str, chars: int | None) -> str:
-    """``text`` (see :func:`trajectory_text`) with each ``<tool_output>`` cut to ``chars`` characters and marked
-    ``[...]``; None leaves it whole."""
-    if chars is None:
-        return text
-
-    def cut(m: re.Match) -> str:
-        body = m.group(2)
-        return m.group(0) if len(body) <= chars else m.group(1) + clip(body, chars) + m.group(3)
-
-    return _TOOL_OUTPUT.sub(cut, text)
-
-
-def trajectory_text(trajectory: Trajectory) -> str:
-    """The episode as one text: each turn as the policy wrote it, each observation in ``<tool_output>``."""
-    return "".join(s.raw + (tool_output(s.observation) if s.final_answer is None and s.observation else "")
-                   for s in trajectory.steps)
-
-
 def self_rubrics(trajectory: Trajectory) -> list[str]:
     """The ``<rubric>`` blocks the agent wrote for itself (the first plan and any revisions), in order."""
-    return [m.strip() for m in re.findall(r"<rubric>(.*?)</rubric>", trajectory_text(trajectory), re.DOTALL) if m.strip()]
+    return [m.strip() for m in re.findall(r"<rubric>(.*?)</rubric>", scaffold_text(trajectory), re.DOTALL) if m.strip()]
 
 
 # ----------------------------------------------------------------------------------------- one turn

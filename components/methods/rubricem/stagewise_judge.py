@@ -30,20 +30,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from components.methods.rubricem.scaffold_format import ANSWER, STAGES, self_rubrics, split_stages, trajectory_text
 from components.clipping import clip_middle
 from components.evaluation.metrics import f1_score
+from components.judges.call import Failure, JudgeCall, Unparsed, ask, model_parser
 from components.judges.orders import balanced_orders, letter
+from components.judges.render import scaffold_text
 from components.llm.base import ChatModel, Message, Sampling
-from components.llm.json_reply import first_json_object
 from components.llm.json_schema import json_schema_of, one_item_per_key
+from components.methods.rubricem.scaffold_format import ANSWER, STAGES, self_rubrics, split_stages
 from components.schemas import Question, Trajectory
 
 __all__ = ["SCORING_MODES", "JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge"]
@@ -165,8 +166,9 @@ log = logging.getLogger(__name__)
 
 
 def failure_kind(why: str) -> str:
-    """A metric-name-sized class of a judge failure: ``call_<ErrorType>``, ``no_json``, ``schema`` (from
-    :func:`parse_reply`) or ``coverage`` (a parsed reply that skips or repeats an item)."""
+    """A metric-name-sized class of a judge failure reason (:func:`failure_reason`): ``call_<ErrorType>``,
+    ``no_json``, ``schema`` (:func:`components.judges.call.model_parser`) or ``coverage`` (a parsed reply that
+    skips or repeats an item)."""
     if why.startswith("call failed: "):
         return "call_" + why.removeprefix("call failed: ").split(":", 1)[0].strip()
     if why.startswith("rated "):  # valid JSON that skips or repeats an item it was asked to score
@@ -174,33 +176,38 @@ def failure_kind(why: str) -> str:
     return "no_json" if why.startswith("no JSON object") else "schema"
 
 
-def parse_reply(outcome: Any, model: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
-    """(parsed, None) or (None, why): a failed call, no JSON object, or one that breaks the schema."""
-    if not getattr(outcome, "ok", False):
-        return None, f"call failed: {getattr(outcome, 'error_type', 'error')}: {getattr(outcome, 'message', outcome)}"
-    obj = first_json_object(outcome.text)
-    if obj is None:
-        return None, "no JSON object in the reply"
-    try:
-        return model.model_validate(obj), None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        return None, f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+def failure_reason(failure: Failure) -> str:
+    """A failed judgment as the results and logs record it: ``call failed: <ErrorType>: <message>``, or why the
+    reply was unusable."""
+    return f"call failed: {failure.describe()}" if failure.kind == "call_failed" else failure.reason
 
 
-async def ask(model: ChatModel, messages: list[Message], sampling: Sampling) -> Any:
-    """``model.chat`` with a misbehaving backend turned into a failure instead of an exception."""
-    try:
-        return await model.chat(messages, sampling)
-    except Exception as exc:  # noqa: BLE001 - one failed judgment, not a crashed step
-        return _Raised(type(exc).__name__, str(exc))
+def covering_sheet(n: int) -> Callable[[str], ScoreSheet]:
+    """Parse a :class:`ScoreSheet` that rates each index 0..n-1 exactly once."""
+    read = model_parser(ScoreSheet)
+
+    def parse(text: str) -> ScoreSheet:
+        sheet = read(text)
+        indices = sorted(s.index for s in sheet.scores)
+        if indices != list(range(n)):
+            raise Unparsed(f"rated indices {indices}, expected each of 0..{n - 1} once")
+        return sheet
+
+    return parse
 
 
-@dataclass
-class _Raised:
-    error_type: str
-    message: str
-    ok: bool = False
+def group_sheet(n_rubrics: int, n_attempts: int) -> Callable[[str], GroupSheet]:
+    """Parse a :class:`GroupSheet` of ``n_rubrics`` rows of ``n_attempts`` scores."""
+    read = model_parser(GroupSheet)
+
+    def parse(text: str) -> GroupSheet:
+        sheet = read(text)
+        shape = [len(row) for row in sheet.scores]
+        if shape != [n_attempts] * n_rubrics:
+            raise Unparsed(f"rated {len(shape)} rubrics x {shape} attempts, expected {n_rubrics} x {n_attempts}")
+        return sheet
+
+    return parse
 
 
 # ------------------------------------------------------------------------------ prompts
@@ -335,15 +342,17 @@ class StagewiseJudge:
                                                        persistent=persistent if question.answers else [])
         return self.buffers[question.id]
 
-    def _sampling(self, schema: dict[str, Any]) -> Sampling:
-        return Sampling(temperature=0.0, max_tokens=self.max_tokens, json_schema=schema)
+    def _call(self, messages: list[Message], parse: Callable[[str], Any], schema: dict[str, Any]) -> JudgeCall:
+        return JudgeCall(messages, parse, Sampling(temperature=0.0, max_tokens=self.max_tokens), schema=schema)
 
     async def generate(self, question: Question, trajectories: Sequence[Trajectory],
                        blocks: Sequence[dict[str, str | None]]) -> tuple[GeneratedRubrics | None, str | None]:
         messages = generation_messages(question, [render_attempt(b, self.stage_chars) for b in blocks],
                                        [self_rubrics(t) for t in trajectories], self.buffer(question).rubrics(),
                                        self.targets)
-        return parse_reply(await ask(self.generator, messages, self._sampling(json_schema_of(GeneratedRubrics))), GeneratedRubrics)
+        result = await ask(self.generator, self._call(messages, model_parser(GeneratedRubrics),
+                                                      json_schema_of(GeneratedRubrics)))
+        return (result.value, None) if result.ok else (None, failure_reason(result))
 
     def admit(self, question: Question, drafts: GeneratedRubrics, step: int) -> int:
         buf, added = self.buffer(question), 0
@@ -387,17 +396,14 @@ class StagewiseJudge:
         asked = [r for r in rubrics if r.kind == "judge" and present[r.stage]]
         judged, notes, error = {}, {}, None
         if asked:
-            out = await ask(self.evaluator, scoring_messages(question, render_attempt(blocks, self.stage_chars), asked),
-                            self._sampling(one_item_per_key(json_schema_of(ScoreSheet), "scores", "index",
-                                                            list(range(len(asked))))))
-            sheet, error = parse_reply(out, ScoreSheet)
-            if sheet is not None:
-                indices = sorted(s.index for s in sheet.scores)
-                if indices != list(range(len(asked))):
-                    error = f"rated indices {indices}, expected each of 0..{len(asked) - 1} once"
-                else:
-                    for s in sheet.scores:
-                        judged[asked[s.index].id], notes[asked[s.index].id] = asked[s.index].value(s.score), s.justification
+            schema = one_item_per_key(json_schema_of(ScoreSheet), "scores", "index", list(range(len(asked))))
+            messages = scoring_messages(question, render_attempt(blocks, self.stage_chars), asked)
+            result = await ask(self.evaluator, self._call(messages, covering_sheet(len(asked)), schema))
+            if not result.ok:
+                error = failure_reason(result)
+            else:
+                for s in result.value.scores:
+                    judged[asked[s.index].id], notes[asked[s.index].id] = asked[s.index].value(s.score), s.justification
         return self._result(rubrics, local, judged, notes, error, len(asked))
 
     def group_orders(self, question: Question, step: int, n: int) -> list[list[int]]:
@@ -422,22 +428,18 @@ class StagewiseJudge:
         if asked:
             orders = self.group_orders(question, step, len(trajectories))
             rendered = [render_attempt(b, self.stage_chars) for b in blocks]
-            schema = self._sampling(group_sheet_schema(len(asked), len(trajectories)))
-            outs = await asyncio.gather(*(ask(self.evaluator, group_scoring_messages(
-                question, [rendered[i] for i in order], asked), schema) for order in orders))
+            schema = group_sheet_schema(len(asked), len(trajectories))
+            parse = group_sheet(len(asked), len(trajectories))
+            outs = await asyncio.gather(*(ask(self.evaluator, self._call(group_scoring_messages(
+                question, [rendered[i] for i in order], asked), parse, schema)) for order in orders))
             by_attempt: list[dict[str, list[float]]] = [{} for _ in trajectories]
             raw_attempt: list[list[float]] = [[] for _ in trajectories]  # the judge's 0/1/2 (halved), uninverted
             raw_position: list[list[float]] = [[] for _ in trajectories]
             for order, out in zip(orders, outs):
-                sheet, why = parse_reply(out, GroupSheet)
-                if sheet is not None:
-                    shape = [len(row) for row in sheet.scores]
-                    if shape != [len(order)] * len(asked):
-                        why = f"rated {len(shape)} rubrics x {shape} attempts, expected {len(asked)} x {len(order)}"
-                if why is not None:
-                    error = error or why
+                if not out.ok:
+                    error = error or failure_reason(out)
                     continue
-                for row, r in zip(sheet.scores, asked):
+                for row, r in zip(out.value.scores, asked):
                     for pos, i in enumerate(order):
                         if present[i][r.stage]:
                             by_attempt[i].setdefault(r.id, []).append(r.value(row[pos]))
@@ -455,7 +457,7 @@ class StagewiseJudge:
                            step: int) -> tuple[list[list[JudgeResult]], dict[str, float]]:
         """Generate (concurrently, one call per group), admit, score (concurrently, one call per trajectory),
         prune. Returns the results per group, in order, and the step's judge metrics."""
-        blocks = [[split_stages(trajectory_text(t)).blocks for t in trajs] for _, trajs in groups]
+        blocks = [[split_stages(scaffold_text(t)).blocks for t in trajs] for _, trajs in groups]
         generated = await asyncio.gather(*(self.generate(q, trajs, b) for (q, trajs), b in zip(groups, blocks)))
         gen_failures = sum(d is None for d, _ in generated)
         for (q, _), (d, why) in zip(groups, generated):

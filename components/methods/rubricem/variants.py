@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from components.methods.rubricem.scaffold_format import trajectory_text
+from components.judges.render import scaffold_text
 from components.methods.rubricem.reflection import Reflection, ReflectionJudge, parse_reflection, reflection_messages
 from components.methods.rubricem.stagewise_judge import StagewiseJudge, failure_kind
 from components.training.variants import VARIANTS, VariantContext, VariantParts
@@ -171,7 +171,7 @@ class ReflectionBranch:
             if question.metadata.get(PHASE_KEY) == "within" and not self.reflect_on_repeat:
                 continue
             pick = random.Random(f"{self.seed}/{ctx.step}/{group}").choice(idx)
-            text = trajectory_text(episodes[pick].info["trajectory"])
+            text = scaffold_text(episodes[pick].info["trajectory"])
             messages = reflection_messages(question, text, observation_chars=self.observation_chars)
             prompt = list(tokenizer.encode(render(messages, True), add_special_tokens=False))
             jobs.append(ReflectionJob(question, text, _feedback(episodes[pick], scores[pick]), prompt, [],

@@ -10,7 +10,7 @@ none.
 
 The attempts are the warm start's own episodes, oracle and teacher alike, kept or rejected (a failed attempt
 is what a reflection is most useful for), drawn with the run's seed. Each is shown to the teacher exactly as
-the meta-policy is shown an attempt during training (``reflection_messages`` over ``trajectory_text``), but
+the meta-policy is shown an attempt during training (``reflection_messages`` over ``scaffold_text``), but
 without the prompt's worked example and with one sentence more: the teacher replies under structured output, as
 a ``ReflectionDraft`` JSON object that is rendered into the two blocks (``render_draft``). Asked for the tagged
 blocks, the 1.5B teacher copied the format's placeholders in 20 of 20 replies; shown a worked example instead,
@@ -34,7 +34,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError
 
-from components.methods.rubricem.scaffold_format import trajectory_text
+from components.judges.render import scaffold_text
 from components.evaluation.metrics import exact_match
 from components.methods.rubricem.reflection import (
     DRAFT_REQUEST,
@@ -62,7 +62,7 @@ class ReflectionRow(BaseModel):
     """One SFT row of the meta-policy: the attempt as the policy is shown it, and the reflection it learns to write."""
 
     question: Question
-    attempt: str = Field(description="trajectory_text of the attempt reflected on, tool outputs whole")
+    attempt: str = Field(description="scaffold_text of the attempt reflected on, tool outputs whole")
     reflection: str = Field(description="the kept reflection, both blocks, as the teacher wrote it")
     source: str = Field(description="where the attempt came from: oracle | teacher")
     attempt_correct: bool
@@ -83,7 +83,7 @@ def _withheld(trajectory: Trajectory, question: Question) -> list[str]:
 async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Question, source: str, index: int, *,
                    samples: int, temperature: float, seed: int, max_tokens: int,
                    observation_chars: int | None) -> tuple[ReflectionRow | None, list[ReflectionRejection]]:
-    attempt = trajectory_text(trajectory)
+    attempt = scaffold_text(trajectory)
     system, prompt = reflection_messages(question, attempt, example=False, observation_chars=observation_chars)
     messages = [system, prompt.model_copy(update={"content": f"{prompt.content} {DRAFT_REQUEST}"})]
     schema = json_schema_of(ReflectionDraft)
