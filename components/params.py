@@ -30,10 +30,10 @@ from components.methods.arbor.params import ArborParams
 from components.methods.arco.params import ArcoParams, ArcoSetup
 from components.methods.coreact.params import CollectParams, CoReActParams, RubricGeneratorParams, VerifierMode
 from components.methods.rubricem.params import RubricEMParams
-from components.params_section import Section
+from components.params_section import Section, SharedOverrides
 
 __all__ = ["ArborParams", "ArcoParams", "ArcoSetup", "CollectParams", "CoReActParams", "RubricEMParams",
-           "RubricGeneratorParams", "Section", "VerifierMode"]  # and every shared section defined below
+           "RubricGeneratorParams", "Section", "SharedOverrides", "VerifierMode", "with_method_settings"]  # and every shared section defined below
 
 
 class RunParams(Section):
@@ -427,6 +427,46 @@ class Params(Section):
             elif backend.lora:
                 backend.lora = [path.replace(OUT_DIR, self.run.out_dir) for path in backend.lora]
         return self
+
+    @model_validator(mode="after")
+    def _method_overrides_fit(self) -> Params:
+        for section in SHARED_OVERRIDE_SECTIONS:
+            shared: SharedOverrides = getattr(self, section).shared
+            for block in ("grpo", "sft", "agent"):
+                values = getattr(shared, block)
+                if not values:
+                    continue
+                model = type(getattr(self, block))
+                unknown = sorted(set(values) - set(model.model_fields))
+                if unknown:
+                    raise ValueError(f"{section}.shared.{block}: unknown key {unknown[0]} (not a {block} key)")
+                try:
+                    model.model_validate({**getattr(self, block).model_dump(), **values})
+                except ValidationError as exc:
+                    err = exc.errors()[0]
+                    where = ".".join(str(p) for p in err["loc"])
+                    raise ValueError(f"{section}.shared.{block}.{where}: {err['msg']}") from None
+        return self
+
+
+SHARED_OVERRIDE_SECTIONS = ("arbor", "rubricem", "arco")  # the method sections with a `shared` block
+
+
+def with_method_settings(params: Params, section: str | None) -> Params:
+    """``params`` with the ``shared`` block of the method section ``section`` applied over the shared ``grpo``,
+    ``sft`` and ``agent`` blocks (the params a method's stage runs with; unchanged for None or an empty block).
+
+        params = with_method_settings(params, "arbor")   # the paper profile: ARBOR's lr, KL, steps, searches
+    """
+    if section is None or section not in SHARED_OVERRIDE_SECTIONS:
+        return params
+    shared: SharedOverrides = getattr(params, section).shared
+    if shared.empty():
+        return params
+    update = {block: type(getattr(params, block)).model_validate({**getattr(params, block).model_dump(),
+                                                                  **getattr(shared, block)})
+              for block in ("grpo", "sft", "agent") if getattr(shared, block)}
+    return params.model_copy(update=update)
 
 
 class ParamsError(ValueError):

@@ -1,9 +1,25 @@
-"""The base of every ``params.yaml`` section model: unknown keys are errors. Its own module so that the
-methods' sections (``components/methods/<method>/params.py``) and the shared ones in ``components.params``
-share it without importing each other."""
+"""The base of every ``params.yaml`` section model (unknown keys are errors), and the block of shared-section
+overrides a method's section may carry. Its own module so that the methods' sections
+(``components/methods/<method>/params.py``) and the shared ones in ``components.params`` share it without
+importing each other."""
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class SharedOverrides(Section):
+    """A method's own values for the shared ``grpo``, ``sft`` and ``agent`` blocks, applied over them when that
+    method's stages run (``components.params.with_method_settings``), so one profile can hold three RL papers'
+    settings side by side. Keys are those of the shared blocks; they are checked when params load."""
+
+    grpo: dict[str, Any] = Field(default_factory=dict, description="Over the shared grpo block.")
+    sft: dict[str, Any] = Field(default_factory=dict, description="Over the shared sft block (the method's warm start).")
+    agent: dict[str, Any] = Field(default_factory=dict, description="Over the shared agent block.")
+
+    def empty(self) -> bool:
+        return not (self.grpo or self.sft or self.agent)

@@ -7,12 +7,16 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from components.params_section import Section
+from components.params_section import Section, SharedOverrides
 
 
 class RubricEMParams(Section):
     """RubricEM: scaffold, SS-GRPO, stagewise evolving judge, reflection meta-policy and rubric bank (paper 3.2-3.4,
     appendices C, D, F.1.2)."""
+    shared: SharedOverrides = Field(default_factory=SharedOverrides, description=(
+        "This method's values for the shared grpo/sft/agent blocks, applied when its variants (and its warm start) "
+        "run; the paper profile holds its paper's training settings here. Not part of a run key by itself: the "
+        "effective blocks are."))
 
     stage_lambda: list[list[float]] = Field(
         default_factory=lambda: [[1.0, 0.4, 0.6, 0.8], [0.0, 1.0, 0.4, 0.8], [0.0, 0.0, 1.0, 0.8], [0.0, 0.0, 0.0, 1.0]],

@@ -1,0 +1,53 @@
+"""docs/paper_hyperparameters.md against the paper profile: every row's value is what `--profile paper`
+loads at its key, and every method's `shared` block is what that method's stages then run with."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from components.params import load_params, with_method_settings
+
+ROW = re.compile(r"^\| (Co-ReAct|ARBOR|RubricEM|ARCO) \| [^|]+ \| (?P<value>[^|]+) \| `(?P<key>[^`]+)` \| [^|]+ \|$")
+
+
+def table_rows(repo_root) -> list[tuple[str, object]]:
+    rows = []
+    for line in (repo_root / "docs" / "paper_hyperparameters.md").read_text().splitlines():
+        m = ROW.match(line)
+        if m:
+            rows.append((m["key"], yaml.safe_load(m["value"].strip())))
+    return rows
+
+
+def lookup(params, key: str):
+    value = params
+    for part in key.split("."):
+        value = value[part] if isinstance(value, dict) else getattr(value, part)
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+def test_every_row_of_the_table_is_the_paper_profiles_value(repo_root):
+    rows = table_rows(repo_root)
+    assert len(rows) >= 50
+    params = load_params(repo_root / "params.yaml", "paper")
+    wrong = [(key, value, lookup(params, key)) for key, value in rows if lookup(params, key) != value]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize(("section", "lr", "kl", "searches"), [("arbor", 1e-6, 0.0, 10), ("rubricem", 5e-7, 1e-3, 10)])
+def test_a_methods_stage_runs_with_its_own_papers_training_settings(repo_root, section, lr, kl, searches):
+    paper = load_params(repo_root / "params.yaml", "paper")
+    own = with_method_settings(paper, section)
+    assert (own.grpo.lr, own.grpo.kl_coef, own.agent.max_search_calls) == (lr, kl, searches)
+    assert paper.grpo.lr == 2e-6  # the shared block itself is untouched
+    other = "rubricem" if section == "arbor" else "arbor"
+    assert with_method_settings(paper, other).grpo.lr != lr
+
+
+def test_the_embedded_profile_has_no_method_overrides(repo_root):
+    params = load_params(repo_root / "params.yaml")
+    for section in ("arbor", "rubricem", "arco"):
+        assert with_method_settings(params, section) is params
