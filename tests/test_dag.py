@@ -15,7 +15,7 @@ from prefect import Task
 from components.training.variants import VARIANTS, get_variant
 from components.params import load_params
 from flows import pipeline as pipeline_module
-from tasks.runtime import warm_start_folder
+from components.run_files import warm_start_folder
 
 
 def dvc_dag(repo_root) -> dict[str, set[str]]:
@@ -142,3 +142,40 @@ def test_unknown_target_is_an_error_naming_the_known_stages(repo_root, monkeypat
         pipeline_module.pipeline.fn(load_params(repo_root / "params.yaml"), targets=["collect", "train_policy@nope"])
     assert "train_policy@arbor" in str(raised.value) and "evaluate@react" in str(raised.value)
     assert calls == []  # nothing ran
+
+
+def dvc_deps(repo_root) -> dict[str, set[str]]:
+    """Stage name -> its dependency paths relative to the repository, as DVC reads them from dvc.yaml."""
+    from dvc.repo import Repo
+
+    with Repo(str(repo_root)) as repo:
+        return {stage.addressing: {str(dep.fs_path).removeprefix(str(repo_root) + "/") for dep in stage.deps}
+                for stage in repo.index.stages}
+
+
+def test_a_method_package_is_a_dependency_of_its_own_stages_only(repo_root):
+    """A change to one method's package re-runs that method's stages and no other method's."""
+    from components.method_registry import load_methods
+
+    deps = dvc_deps(repo_root)
+    packages = {spec.name: f"components/methods/{spec.name}" for spec in load_methods()}
+    params = load_params(repo_root / "params.yaml")
+    expected: dict[str, set[str]] = {}
+    for spec in load_methods():
+        for variant in spec.variants:
+            expected[f"train_policy@{variant}"] = {spec.name}
+    for name in ("grpo", "dapo"):
+        expected[f"train_policy@{name}"] = set()
+    for method, settings in params.methods.items():
+        owner = {spec.name for spec in load_methods() if settings.agent in spec.agents}
+        expected[f"evaluate@{method}"] = owner
+    expected["collect"] = {"coreact"}
+    # the shared ReAct warm start every method starts from re-runs for none of them; RubricEM's is its own
+    expected["sft_data"] = expected["sft"] = set()
+    expected["sft_data_scaffold"] = expected["sft_scaffold"] = {"rubricem"}
+    expected["train_rubric_generator@listwise"] = expected["train_rubric_generator@pairwise"] = {"coreact"}
+    for stage, owners in expected.items():
+        used = {name for name, path in packages.items()
+                if any(dep == path or dep.startswith(path + "/") for dep in deps[stage])}
+        assert used == owners, f"{stage} depends on {sorted(used)}, expected {sorted(owners)}"
+    assert not any(dep == "components/methods" for stage in deps.values() for dep in stage)

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from components.params import GRPOParams
-from components.training import memory
+from components.training import process_memory as memory
 from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.episodes import (

@@ -189,7 +189,7 @@ def test_judge_position_bias_is_detected_and_controlled_by_permutation(monkeypat
     slate. With the permutation switched off, the first candidate would always win."""
     from scipy.stats import chisquare
 
-    from components.judges import council
+    from components.methods.coreact import council
 
     biased = lambda messages, sampling: json.dumps({"rationale": "first is best",
                                                     "ranking": list(shown_actions(messages))})

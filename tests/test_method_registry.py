@@ -1,0 +1,49 @@
+"""The method registry: every shipped method registers explicitly (name, params sections, variants,
+agents, doc page), every training variant and agent has one owner, and nothing is inferred from file names."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.agents.react import AGENTS, agent_class
+from components.method_registry import METHODS, SHIPPED, MethodSpec, load_methods, variant_method
+from components.params import Params
+from components.registry import RegistryError
+from components.training.variants import VARIANTS, get_variant
+
+
+def test_the_four_methods_register_their_sections_variants_and_agents(repo_root):
+    specs = {spec.name: spec for spec in load_methods()}
+    assert set(SHIPPED) <= set(specs)
+    assert specs["arbor"].variants == ("arbor", "arbor_no_memory", "rar")
+    assert specs["rubricem"].agents == ("scaffold",)
+    assert specs["coreact"].variants == () and "coreact" in specs["coreact"].agents
+    for spec in specs.values():
+        assert all(section in Params.model_fields for section in spec.sections), spec
+        assert all(name in VARIANTS for name in spec.variants), spec
+        assert all(name in AGENTS for name in spec.agents), spec
+        assert (repo_root / spec.doc).is_file(), spec.doc
+
+
+def test_every_variant_has_one_owner_or_is_shared():
+    load_methods()
+    owners = {}
+    for name in METHODS.names():
+        for variant in METHODS.get(name).variants:
+            assert variant not in owners, f"{variant} registered by {owners[variant]} and {name}"
+            owners[variant] = name
+    assert set(VARIANTS.names()) - set(owners) == {"grpo", "dapo"}  # the shared variants
+    assert variant_method("ss_grpo").sections[0] == "rubricem"
+    assert variant_method("rar").name == "arbor"
+    assert variant_method("grpo") is None
+
+
+def test_lookups_load_the_methods_on_first_use():
+    assert get_variant("arco_frozen").__module__ == "components.methods.arco.variants"
+    assert agent_class("best_of_n").__module__ == "components.methods.coreact.baselines"
+
+
+def test_a_second_spec_under_a_taken_name_is_refused():
+    load_methods()
+    with pytest.raises(RegistryError, match="already registered"):
+        MethodSpec(name="arbor", sections=("arbor",)).register()
