@@ -51,3 +51,14 @@ def test_the_embedded_profile_has_no_method_overrides(repo_root):
     params = load_params(repo_root / "params.yaml")
     for section in ("arbor", "rubricem", "arco"):
         assert with_method_settings(params, section) is params
+
+
+def test_every_api_backend_of_the_paper_profile_has_a_price(repo_root):
+    """A paid API judge reports its cost; self-hosted vLLM backends cost GPU time, not tokens."""
+    paper = load_params(repo_root / "params.yaml", "paper")
+    for name, backend in paper.llm.backends.items():
+        if backend.type == "gemini":
+            assert backend.price_prompt_per_1k > 0 and backend.price_completion_per_1k > 0, name
+    gemini = paper.llm.backends["gemini-pro"]
+    cost = (2000 * gemini.price_prompt_per_1k + 500 * gemini.price_completion_per_1k) / 1000
+    assert cost == pytest.approx(0.0075)  # 2k prompt + 500 completion tokens at $1.25 / $10 per 1M
