@@ -48,14 +48,13 @@ def main() -> None:
     from components.agents.react import agent_class
     from components.io import read_jsonl
     from components.params import load_params
+    from components.run_files import warm_start_folder
     from components.schemas import Trajectory
     from components.training.agent_rollout import chat_template_renderer
-    from components.training.model import LoRASettings, build_policy
+    from components.training.model import LoRASettings, build_policy, load_trainable_policy
     from components.training.sft import build_sft_example
     from components.training.sft_trainer import SFTTrainer
-    from components.training.trajectory_sft import trajectory_rows
-    from tasks.runtime import warm_start_folder
-    from tasks.sft import load_trainable_policy, trajectory_question
+    from components.training.trajectory_sft import trajectory_question, trajectory_rows
 
     params = load_params(REPO / "params.yaml", overrides=args.overrides)
     trajectories = read_jsonl(warm_start_folder(params, "sft_data", args.method) / "trajectories.jsonl", Trajectory)

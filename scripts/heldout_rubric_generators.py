@@ -26,16 +26,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.methods.coreact.oracle_rubrics import oracle_rubric
-from components.methods.coreact.rubric_training import held_out_spearman, paired_change, prompt_items, usable_points
 from components.io import read_parquet, write_json
 from components.judges.call import Tally
 from components.llm.factory import LLMPool
-from components.params import Params
 from components.methods.coreact.generator_reward import RubricReward
+from components.methods.coreact.generator_training import questions_by_id
+from components.methods.coreact.oracle_rubrics import oracle_rubric
+from components.methods.coreact.rubric_training import (
+    held_out_spearman,
+    paired_change,
+    prompt_items,
+    usable_points,
+)
+from components.params import Params
+from components.params_cli import params_from_args, stage_argparser
+from components.run_files import out_path
 from components.schemas import BranchingPoint
-from tasks.collect import questions_by_id
-from tasks.runtime import out_path, params_from_args, stage_argparser
 
 _spec = importlib.util.spec_from_file_location("probe_rubric_evaluator", Path(__file__).with_name("probe_rubric_evaluator.py"))
 probe = importlib.util.module_from_spec(_spec)

@@ -25,16 +25,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.methods.coreact.oracle_rubrics import oracle_rubric
-from components.methods.coreact.rubric_generator import RubricGenerator
-from components.methods.coreact.rubric_training import usable_points
 from components.io import read_parquet, write_json
 from components.judges.call import Tally
 from components.llm.factory import LLMPool
 from components.methods.coreact.generator_reward import RubricReward
+from components.methods.coreact.generator_training import questions_by_id
+from components.methods.coreact.oracle_rubrics import oracle_rubric
+from components.methods.coreact.rubric_generator import RubricGenerator
+from components.methods.coreact.rubric_training import usable_points
+from components.params_cli import params_from_args, stage_argparser
+from components.run_files import out_path
 from components.schemas import BranchingPoint
-from tasks.collect import questions_by_id
-from tasks.runtime import out_path, params_from_args, stage_argparser
 
 MODES = ("action", "slate", "criterion")
 

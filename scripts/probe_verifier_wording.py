@@ -22,11 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.io import read_parquet, write_json
+from components.llm.factory import LLMPool
 from components.methods.coreact.council import render_prefix
 from components.methods.coreact.verifier import verify_action
-from components.llm.factory import LLMPool
+from components.params_cli import params_from_args, stage_argparser
+from components.run_files import out_path
 from components.schemas import BranchingPoint, Criterion, Rubric
-from tasks.runtime import out_path, params_from_args, stage_argparser
 
 WORDINGS = {  # wording -> is it met by an action that continues the research (True) or by one that answers (False)
     "Does not give a final answer yet": True,

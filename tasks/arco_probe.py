@@ -21,11 +21,13 @@ from pathlib import Path
 from components.io import read_json, read_jsonl, write_json
 from components.llm.factory import LLMPool
 from components.methods.arco.probe import distinct_trajectories, probe
-from components.training.variants import VariantContext, get_variant
 from components.params import Params, ParamsError
+from components.params_cli import params_from_args, stage_argparser
+from components.run_files import out_path
 from components.schemas import Question, Trajectory
 from components.training.checkpoint import latest_checkpoint
-from tasks.runtime import out_path, params_from_args, resolve, run_stage, stage_argparser, tracking
+from components.training.variants import VariantContext, get_variant
+from tasks.runtime import resolve, run_stage, tracking
 
 VARIANTS = ("arco_frozen", "arco", "arco_no_decomp")
 

@@ -33,13 +33,16 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from components.agents.react import ReActAgent
-from components.methods.coreact.collect import BranchingCollector, QuestionResult, question_seed
-from components.methods.coreact.collect_metrics import summarize
 from components.io import JsonlAppender, read_json, read_jsonl, write_json, write_jsonl, write_parquet
 from components.llm.factory import LLMPool
+from components.methods.coreact.collect import BranchingCollector, QuestionResult, question_seed
+from components.methods.coreact.collect_metrics import summarize
 from components.params import Params
+from components.params_cli import params_from_args, stage_argparser
+from components.retrieval.run_index import load_toolbox
+from components.run_files import out_path
 from components.schemas import BranchingPoint, Question
-from tasks.runtime import load_toolbox, out_path, params_from_args, resolve, stage_argparser, tracking
+from tasks.runtime import resolve, tracking
 
 
 class CollectResult(BaseModel):
@@ -144,12 +147,6 @@ def relabel_shard(params: Params, collector: BranchingCollector, in_flight: int,
 
 def _questions(params: Params) -> list[Question]:
     return read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.collect.n_questions]
-
-
-def questions_by_id(params: Params) -> dict[str, Question]:
-    """Every question collect may draw its branching points from (the train split, whatever
-    ``collect.n_questions`` was), by id: where a point's gold chain is."""
-    return {q.id: q for q in read_jsonl(out_path(params, "data", "train.jsonl"), Question)}
 
 
 async def _expand_all(collector: BranchingCollector, todo: list[tuple[int, Question]], base_seed: int,

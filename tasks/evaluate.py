@@ -27,23 +27,17 @@ from tqdm import tqdm
 
 from components.agents.react import agent_options, build_agent
 from components.evaluation.behaviour import behaviour_stats
-from components.methods.coreact.guided_metrics import accounting_per_question, guided_metrics
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import JsonlAppender, read_jsonl, write_json
 from components.judges.answer import judge_answers
 from components.llm.factory import LLMPool
+from components.methods.coreact.guided_metrics import accounting_per_question, guided_metrics
 from components.params import Params, for_method
+from components.params_cli import params_from_args, stage_argparser
+from components.retrieval.run_index import load_toolbox
+from components.run_files import keyed_folder, out_path, write_trajectories
 from components.schemas import Question, Trajectory
-from tasks.runtime import (
-    keyed_folder,
-    load_toolbox,
-    out_path,
-    params_from_args,
-    resolve,
-    stage_argparser,
-    tracking,
-    write_trajectories,
-)
+from tasks.runtime import resolve, tracking
 
 
 class EvalResult(BaseModel):
@@ -69,7 +63,7 @@ def served_adapters(params: Params) -> dict[str, list[str | None]]:
 
 def run_settings(params: Params, method: str) -> dict:
     """What an evaluation of ``method`` is: its trajectories are resumed only under the same settings and the
-    same served adapters (:func:`tasks.runtime.keyed_folder`)."""
+    same served adapters (:func:`components.run_files.keyed_folder`)."""
     relevant = {"method": method, "spec": params.methods[method].model_dump(), "seed": params.seed,
                 "data": params.data.model_dump(),
                 "world": params.world.model_dump(), "retrieval": params.retrieval.model_dump(),

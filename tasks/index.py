@@ -15,34 +15,17 @@ from pydantic import BaseModel
 
 from components.io import read_jsonl
 from components.params import Params
-from components.retrieval import build_index
+from components.params_cli import params_from_args, stage_argparser
+from components.retrieval.run_index import build_from_params
+from components.run_files import out_path
 from components.schemas import Document
-from tasks.runtime import out_path, params_from_args, resolve, stage_argparser, tracking
+from tasks.runtime import resolve, tracking
 
 
 class IndexResult(BaseModel):
     index_dir: str
     documents: int
     method: str
-
-
-def make_embedder(params: Params):
-    if params.retrieval.method == "bm25":
-        return None
-    from components.embedded.models import load_embedder
-
-    return load_embedder()
-
-
-def build_from_params(params: Params, docs: list[Document], index_dir, embedder=None):
-    """Build and save the ``retrieval`` section's index over ``docs`` (also used for sft_data's worlds)."""
-    r = params.retrieval
-    opts = {"snippet_chars": r.snippet_chars}
-    if r.method != "bm25":
-        opts.update(embedder=embedder or make_embedder(params), embedder_name=r.embedder)
-    if r.method == "hybrid":
-        opts["rrf_k"] = r.rrf_k
-    return build_index(r.method, docs, index_dir, **opts)
 
 
 @task(name="index")

@@ -20,8 +20,10 @@ from pydantic import BaseModel
 
 from components.io import write_json, write_jsonl
 from components.params import Params
+from components.params_cli import params_from_args, stage_argparser
+from components.run_files import out_path
 from components.schemas import Document, Question
-from tasks.runtime import out_path, params_from_args, resolve, stage_argparser, tracking
+from tasks.runtime import resolve, tracking
 
 
 class PrepareResult(BaseModel):

@@ -23,10 +23,11 @@ import pandas as pd
 from prefect import task
 from pydantic import BaseModel
 
-from components.params import Params
-from components.reporting.compare import discover_runs, display_table, write_report
 from components.methods.coreact.report import write_method_report
-from tasks.runtime import MlflowTracker, params_from_args, resolve, run_stage, stage_argparser, tracking
+from components.params import Params
+from components.params_cli import params_from_args, stage_argparser
+from components.reporting.compare import discover_runs, display_table, write_report
+from tasks.runtime import MlflowTracker, resolve, run_stage, tracking
 
 
 class ReportResult(BaseModel):

@@ -1,5 +1,6 @@
-"""What every stage shares: params loading with ``--set`` overrides, output paths, MLflow tracking, and
-``run_stage`` for the ``__main__`` block (a user error exits 2 with one line, not a traceback).
+"""What every stage shares beyond the components: params for a task given None, MLflow tracking, and
+``run_stage`` for the ``__main__`` block (a user error exits 2 with one line, not a traceback). The command line
+(``--params``/``--profile``/``--set``) is :mod:`components.params_cli`'s, imported here for the flows.
 
 MLflow tracks to SQLite (``run.mlflow_tracking_uri``) with ``run.mlflow_artifact_root`` as the artifact
 root. ``RUBRICFLOW_MLFLOW=0`` swaps in a null tracker that records nothing (for unit tests).
@@ -7,32 +8,19 @@ root. ``RUBRICFLOW_MLFLOW=0`` swaps in a null tracker that records nothing (for 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from components.io import RecordError, write_jsonl
+from components.io import RecordError
 from components.params import Params, ParamsError, load_params
-from components.schemas import Trajectory
+from components.params_cli import PARAMS_PATH, params_from_args, stage_argparser  # noqa: F401 (flows use these)
 from tasks.temporary_servers import reap_orphaned_servers
-
-PARAMS_PATH = os.environ.get("RUBRICFLOW_PARAMS", "params.yaml")
-
-
-def stage_argparser(doc: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0] if doc else None)
-    parser.add_argument("--params", default=PARAMS_PATH, help="params file (default: params.yaml)")
-    parser.add_argument("--profile", default=None, help="profile to apply (default: the file's)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a parameter, e.g. --set data.source=hotpotqa (repeatable)")
-    return parser
-
 
 # Mistakes in what the user gave (an override, a params file, an input record), not bugs in the code.
 USER_ERRORS: tuple[type[Exception], ...] = (ParamsError, RecordError)
@@ -53,75 +41,9 @@ def run_stage(main: Callable[[], object]) -> None:
         raise SystemExit(2) from None
 
 
-def release_memory() -> None:
-    """Hand a finished training run's memory back to the OS. A process that runs several (a sweep's thread
-    runner, a reused Ray worker) otherwise keeps the peak of each: glibc keeps freed torch buffers in its
-    arenas, and the second GRPO run of one sweep process was killed for memory at 24 GB."""
-    from components.training.process_memory import release
-
-    release(min_growth_gb=0)
-
-
-def write_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> None:
-    """A trajectory file DVC versions: without wall-clock fields, so a re-run that makes the same calls writes
-    the same bytes."""
-    write_jsonl(path, [t.without_timings() for t in trajectories])
-
-
-def params_from_args(args: argparse.Namespace) -> Params:
-    return load_params(args.params, args.profile, args.overrides)
-
-
 def resolve(params: Params | None) -> Params:
     """A flow or task given None reads params.yaml now."""
     return params if params is not None else load_params(PARAMS_PATH)
-
-
-def out_path(params: Params, *parts: str) -> Path:
-    path = Path(params.run.out_dir).joinpath(*parts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-SFT_METHOD = "sft"  # the default warm start: params.methods.sft (ReAct, compact prompt; evaluates the sft stage)
-
-
-def warm_start_folder(params: Params, stage: str, method: str) -> Path:
-    """The folder the warm-start stage ``stage`` (sft_data or sft) writes for the warm-start method ``method``
-    (a params.methods entry whose name starts with ``sft``): ``sft`` -> outputs/sft_data, outputs/sft;
-    ``sft_scaffold`` -> outputs/sft_data_scaffold, outputs/sft_scaffold (each the DVC stage's name)."""
-    if stage not in ("sft_data", "sft"):
-        raise ValueError(f"warm-start stages are sft_data and sft, not {stage!r}")
-    if not method.startswith("sft") or method not in params.methods:
-        raise ParamsError(f"warm-start method {method!r}: expected a params.methods entry named sft or sft_<name> "
-                          f"(defined: {sorted(m for m in params.methods if m.startswith('sft'))})")
-    name = method if stage == "sft" else "sft_data" + method.removeprefix("sft")
-    return Path(params.run.out_dir) / name
-
-
-def settings_digest(settings: dict) -> str:
-    """The sha256 of ``settings`` as sorted JSON: a run's key (:func:`keyed_folder`) or its lineage."""
-    import hashlib
-
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def keyed_folder(folder: Path, settings: dict) -> bool:
-    """Whether ``folder`` holds a run of exactly these ``settings`` (then the stage resumes it). Otherwise
-    the folder is emptied and the new key written, so a run with other settings starts afresh instead of
-    resuming (or returning) a checkpoint trained under different ones."""
-    import shutil
-
-    key = settings_digest(settings)
-    key_file = folder / "run_key.json"
-    if key_file.exists() and json.loads(key_file.read_text()) == {"run_key": key}:
-        return True
-    if folder.exists():
-        for child in folder.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    folder.mkdir(parents=True, exist_ok=True)
-    key_file.write_text(json.dumps({"run_key": key}))
-    return False
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -207,16 +129,3 @@ def tracking(params: Params, run_name: str, parent_run_id: str | None = None, ta
         status = "FINISHED"
     finally:
         client.set_terminated(run.info.run_id, status=status)
-
-
-def load_toolbox(params: Params):
-    """The agent toolbox over the prepared corpus and the built index (stale indexes are refused), in the
-    ``retrieval.scope`` of params: an episode uses ``toolbox.for_question(question)``."""
-    from components.io import read_jsonl
-    from components.retrieval import load_index, make_toolbox
-    from components.schemas import Document
-
-    docs = read_jsonl(out_path(params, "data", "corpus.jsonl"), Document)
-    index = load_index(out_path(params, "index", "manifest.json").parent, docs=docs)
-    return make_toolbox(index, docs, top_k=params.retrieval.top_k, snippet_chars=params.retrieval.snippet_chars,
-                        browse_chars=params.agent.observation_max_chars, scope=params.retrieval.scope)

@@ -24,43 +24,26 @@ from pydantic import BaseModel
 
 from components.agents.react import agent_class
 from components.io import read_jsonl, write_json
+from components.methods.rubricem.warmstart_reflections import (
+    REFLECTIONS_FILE,
+    ReflectionRow,
+    reflection_sft_row,
+)
 from components.params import Params
-from components.schemas import Question, Trajectory
+from components.params_cli import params_from_args, stage_argparser
+from components.run_files import SFT_METHOD, warm_start_folder
+from components.schemas import Trajectory
 from components.training.agent_rollout import chat_template_renderer
-from components.training.model import LoRASettings, build_policy
+from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
-from components.training.trajectory_sft import trajectory_rows
-from components.methods.rubricem.warmstart_reflections import REFLECTIONS_FILE, ReflectionRow, reflection_sft_row
-from tasks.runtime import SFT_METHOD, params_from_args, resolve, stage_argparser, tracking, warm_start_folder
+from components.training.trajectory_sft import trajectory_question, trajectory_rows
+from tasks.runtime import resolve, tracking
 
 
 class SFTResult(BaseModel):
     adapter: str
     metrics: dict[str, float]
-
-
-def trajectory_question(trajectory: Trajectory) -> Question:
-    """The question a trajectory answers, as far as the agent's prompts need it (id, text, answers)."""
-    stored = trajectory.metadata.get("question")
-    if stored is not None:
-        return Question.model_validate(stored)
-    answers = trajectory.metadata.get("answers") or [trajectory.final_answer or ""]
-    return Question(id=trajectory.question_id, question=trajectory.question, answers=answers, source="sft_data")
-
-
-def load_trainable_policy(params: Params):
-    """(model, tokenizer) of the role ``trainable_policy``: transformers weights that training updates."""
-    cfg = params.llm.backends[params.llm.roles["trainable_policy"]]
-    if cfg.type != "hf":
-        raise ValueError(f"trainable_policy must be bound to an 'hf' backend, got {cfg.type!r}")
-    if cfg.embedded:
-        from components.embedded.models import load_hf_policy
-
-        return load_hf_policy(cfg.embedded, params.run.cache_dir)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoModelForCausalLM.from_pretrained(cfg.model), AutoTokenizer.from_pretrained(cfg.model)
 
 
 def reflection_examples(params: Params, method: str, tokenizer, render) -> tuple[list, int]:

@@ -39,8 +39,6 @@ from tqdm import tqdm
 
 from components.io import read_jsonl, write_json, write_jsonl
 from components.llm.factory import LLMPool
-from components.params import Params
-from components.schemas import Document, Question, Trajectory
 from components.methods.rubricem.warmstart_reflections import (
     REFLECTION_REASONS,
     REFLECTIONS_FILE,
@@ -48,19 +46,20 @@ from components.methods.rubricem.warmstart_reflections import (
     ReflectionRow,
     teacher_reflections,
 )
-from components.warmstart import REASONS, build_training_world, oracle_episodes, select, teacher_episodes, training_seeds
-from tasks.index import build_from_params, make_embedder
-from tasks.runtime import (
-    SFT_METHOD,
-    load_toolbox,
-    out_path,
-    params_from_args,
-    resolve,
-    stage_argparser,
-    tracking,
-    warm_start_folder,
-    write_trajectories,
+from components.params import Params
+from components.params_cli import params_from_args, stage_argparser
+from components.retrieval.run_index import build_from_params, load_toolbox, make_embedder
+from components.run_files import SFT_METHOD, out_path, warm_start_folder, write_trajectories
+from components.schemas import Document, Question, Trajectory
+from components.warmstart import (
+    REASONS,
+    build_training_world,
+    oracle_episodes,
+    select,
+    teacher_episodes,
+    training_seeds,
 )
+from tasks.runtime import resolve, tracking
 
 
 class SFTDataResult(BaseModel):

@@ -1,5 +1,7 @@
 """The trainable policy: a causal LM, optionally wrapped with LoRA, plus its frozen reference.
 
+- :func:`load_trainable_policy` loads the weights of the ``trainable_policy`` role (an ``hf`` backend) with
+  their tokenizer: what every training stage starts from.
 - :func:`load_causal_lm` loads a model from a folder or hub-style id, a GGUF file inside a folder
   (``gguf_file=``; transformers dequantizes it), or passes an already-built model through.
 - :func:`build_policy` wraps the model with a peft LoRA adapter (``lora=LoRASettings(...)``) or leaves all
@@ -30,13 +32,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from components.training.losses import span_logprobs
 
-__all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "load_causal_lm"]
+if TYPE_CHECKING:
+    from components.params import Params
+
+__all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "load_causal_lm", "load_trainable_policy"]
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -70,6 +76,20 @@ def load_causal_lm(
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
     return AutoModelForCausalLM.from_pretrained(str(source), **kwargs).to(device)
+
+
+def load_trainable_policy(params: Params):
+    """(model, tokenizer) of the role ``trainable_policy``: transformers weights that training updates."""
+    cfg = params.llm.backends[params.llm.roles["trainable_policy"]]
+    if cfg.type != "hf":
+        raise ValueError(f"trainable_policy must be bound to an 'hf' backend, got {cfg.type!r}")
+    if cfg.embedded:
+        from components.embedded.models import load_hf_policy
+
+        return load_hf_policy(cfg.embedded, params.run.cache_dir)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(cfg.model), AutoTokenizer.from_pretrained(cfg.model)
 
 
 class Policy:

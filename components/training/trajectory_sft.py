@@ -13,6 +13,9 @@ learns to stop) are trainable; prompts and observations are not.
     rows = trajectory_rows(agent, trajectory, question, render)     # list of [(text, trainable), ...]
     examples = [build_sft_example(r, tokenizer, max_length=2048) for r in rows]
 
+A trajectory written by the ``sft_data`` stage carries the question it answers in its metadata:
+``trajectory_question(trajectory)`` gives it back for ``agent.start``.
+
 A single-turn row (e.g. a reflection the meta-policy learns to write) is ``reply_row(messages, reply, render)``:
 the rendered prompt, not trainable, then the reply with its end-of-turn tokens, trainable.
 """
@@ -24,7 +27,7 @@ from collections.abc import Callable
 from components.llm.base import Message, assistant, user
 from components.schemas import Question, Trajectory
 
-__all__ = ["reply_closing", "reply_row", "trajectory_rows"]
+__all__ = ["reply_closing", "reply_row", "trajectory_question", "trajectory_rows"]
 
 Renderer = Callable[[list[Message], bool], str]
 _MARK = "\x00REPLY\x00"
@@ -38,6 +41,15 @@ def reply_closing(render: Renderer) -> str:
 
 def reply_row(messages: list[Message], reply: str, render: Renderer) -> list[tuple[str, bool]]:
     return [(render(messages, True), False), (reply.strip() + reply_closing(render), True)]
+
+
+def trajectory_question(trajectory: Trajectory) -> Question:
+    """The question a trajectory answers, as far as the agent's prompts need it (id, text, answers)."""
+    stored = trajectory.metadata.get("question")
+    if stored is not None:
+        return Question.model_validate(stored)
+    answers = trajectory.metadata.get("answers") or [trajectory.final_answer or ""]
+    return Question(id=trajectory.question_id, question=trajectory.question, answers=answers, source="sft_data")
 
 
 def trajectory_rows(agent, trajectory: Trajectory, question: Question,

@@ -19,16 +19,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-from components.methods.coreact.rubric_training import paired_change
 from components.io import read_json
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
+from components.methods.coreact.generator_training import run_training
+from components.methods.coreact.rubric_training import paired_change
 from components.params import load_params
 from components.schemas import BranchingPoint, Candidate
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import Generation, HFRolloutEngine
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from tasks.train_rubric_generator import run_training
 
 
 @pytest.fixture(autouse=True)
@@ -279,8 +279,8 @@ def test_oracle_warm_start_trains_the_format_and_serves_one_adapter(repo_root, t
     served adapter holds both (its delta is the sum), and the held-out Spearman is measured after each phase."""
     from peft import PeftModel
 
+    from components.methods.coreact.generator_training import WarmStartInputs
     from components.methods.coreact.oracle_rubrics import oracle_rubric
-    from tasks.train_rubric_generator import WarmStartInputs
 
     params = params_for(repo_root, tmp_path, "rubric_generator.epochs=1", "rubric_generator.max_tokens=120",
                         "rubric_generator.warm_start=oracle", "rubric_generator.warm_start_epochs=200",

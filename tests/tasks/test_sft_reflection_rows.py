@@ -2,10 +2,11 @@
 reflection only, and left out (counted) when longer than sft.max_length."""
 
 from components.io import write_jsonl
-from components.params import load_params
-from components.schemas import Question
 from components.methods.rubricem.warmstart_reflections import REFLECTIONS_FILE, ReflectionRow
-from tasks.runtime import PARAMS_PATH, warm_start_folder
+from components.params import load_params
+from components.params_cli import PARAMS_PATH
+from components.run_files import warm_start_folder
+from components.schemas import Question
 from tasks.sft import reflection_examples
 
 REFLECTION = "<reflection_rubrics>\nR.\n</reflection_rubrics>\n<reflection_takeaways>\n1. T.\n</reflection_takeaways>"

@@ -2,9 +2,9 @@
 
 - ``collect``, ``slates``, ``council``, ``collect_metrics``: branching points, MMR slates, the judge council
   and its Borda consensus (3.1); stage ``collect``
-- ``rubric_generator``, ``rubric_eval``, ``generator_reward``, ``rubric_training``, ``oracle_rubrics``: the
-  generator, the evaluator behind its listwise Spearman reward, its GRPO data and oracle warm start (3.2);
-  stage ``train_rubric_generator``
+- ``rubric_generator``, ``rubric_eval``, ``generator_reward``, ``rubric_training``, ``oracle_rubrics``,
+  ``generator_training``: the generator, the evaluator behind its listwise Spearman reward, its GRPO data, oracle
+  warm start and the stage's recipe (3.2); stage ``train_rubric_generator``
 - ``agent``, ``verifier``: the inject-verify-retry agent (3.3)
 - ``baselines``: Best-of-N, Step-Back, CRITIC, Self-Refine, each with the rubric plug-in (4.1)
 - ``guided_metrics``, ``report``: retry rates and the comparison table of ``evaluate@<method>`` runs

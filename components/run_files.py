@@ -1,0 +1,70 @@
+"""Where a run's files live under ``run.out_dir``, how a run's folder is keyed to its settings (so a stage
+resumes only a run of the same settings), and how trajectory files are written so that DVC sees the same
+bytes when the same calls are made again.
+
+    path = out_path(params, "data", "train.jsonl")              # outputs/data/train.jsonl, folder made
+    folder = warm_start_folder(params, "sft", "sft_scaffold")   # outputs/sft_scaffold
+    resumed = keyed_folder(folder, settings)                    # True: same settings, resume what is there
+    write_trajectories(folder / "dev.jsonl", trajectories)      # without wall-clock fields
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from components.io import write_jsonl
+from components.params import Params, ParamsError
+from components.schemas import Trajectory
+
+SFT_METHOD = "sft"  # the default warm start: params.methods.sft (ReAct, compact prompt; evaluates the sft stage)
+
+
+def out_path(params: Params, *parts: str) -> Path:
+    """``run.out_dir``/``parts``, its folder created."""
+    path = Path(params.run.out_dir).joinpath(*parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def warm_start_folder(params: Params, stage: str, method: str) -> Path:
+    """The folder the warm-start stage ``stage`` (sft_data or sft) writes for the warm-start method ``method``
+    (a params.methods entry whose name starts with ``sft``): ``sft`` -> outputs/sft_data, outputs/sft;
+    ``sft_scaffold`` -> outputs/sft_data_scaffold, outputs/sft_scaffold (each the DVC stage's name)."""
+    if stage not in ("sft_data", "sft"):
+        raise ValueError(f"warm-start stages are sft_data and sft, not {stage!r}")
+    if not method.startswith("sft") or method not in params.methods:
+        raise ParamsError(f"warm-start method {method!r}: expected a params.methods entry named sft or sft_<name> "
+                          f"(defined: {sorted(m for m in params.methods if m.startswith('sft'))})")
+    name = method if stage == "sft" else "sft_data" + method.removeprefix("sft")
+    return Path(params.run.out_dir) / name
+
+
+def settings_digest(settings: dict) -> str:
+    """The sha256 of ``settings`` as sorted JSON: a run's key (:func:`keyed_folder`) or its lineage."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def keyed_folder(folder: Path, settings: dict) -> bool:
+    """Whether ``folder`` holds a run of exactly these ``settings`` (then the stage resumes it). Otherwise
+    the folder is emptied and the new key written, so a run with other settings starts afresh instead of
+    resuming (or returning) a checkpoint trained under different ones."""
+    key = settings_digest(settings)
+    key_file = folder / "run_key.json"
+    if key_file.exists() and json.loads(key_file.read_text()) == {"run_key": key}:
+        return True
+    if folder.exists():
+        for child in folder.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(json.dumps({"run_key": key}))
+    return False
+
+
+def write_trajectories(path: Path, trajectories: Iterable[Trajectory]) -> None:
+    """A trajectory file DVC versions: without wall-clock fields, so a re-run that makes the same calls writes
+    the same bytes."""
+    write_jsonl(path, [t.without_timings() for t in trajectories])

@@ -1,0 +1,215 @@
+"""One run of ``train_policy@<variant>``: GRPO of the search agent from its warm start, with the variant's parts
+(reward, advantages, loss, method state, curriculum: :mod:`components.training.variants`) plugged into the one
+trainer, and greedy dev evaluations before the first and after the last update.
+
+    torch.manual_seed(params.seed)                         # before the inputs are read, as the stage does
+    with PolicyRun(params, "arbor", pool.role, toolbox, folder) as run:   # keys the folder, loads the policy
+        metrics = run.train(questions, dev, on_metrics=lambda step, m: print(step, m))
+
+Opening a run builds the variant's parts, keys ``folder`` to the run's settings
+(:mod:`components.training.policy_run_key`; other settings empty it, the same ones resume), writes lineage.json,
+checks a ``train_policy.branch_from`` branch point, and loads the warm-started policy
+(:mod:`components.training.warm_started`) with the rollout engine ``train_policy.engine`` names. :meth:`PolicyRun.train`
+writes in ``folder``: ckpt/ (resumable), metrics.csv (one row per step, kept current), adapter/, and with dev
+questions dev_before.{json,jsonl} (shared between fresh batch-invariant runs of the same start through
+``run.cache_dir``/dev_before/) and dev_after.jsonl. Closing the run closes the engine and hands the memory back.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Self
+
+import pandas as pd
+
+from components.agents.react import build_agent
+from components.evaluation.metrics import exact_match, f1_score
+from components.io import read_json, write_json
+from components.params import Params
+from components.run_files import keyed_folder, settings_digest, write_trajectories
+from components.schemas import Question
+from components.training.agent_rollout import make_agent_rollout
+from components.training.policy_run_key import check_branch, lineage_record, run_settings
+from components.training.process_memory import release
+from components.training.rollout import HFRolloutEngine, SamplingParams
+from components.training.trainer import GRPOTrainer
+from components.training.variants import VariantContext, get_variant
+from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
+
+
+def make_engine(params: Params, policy, tokenizer, base_adapters=()):
+    """The rollout engine ``train_policy.engine`` names for ``policy``; ``base_adapters`` are the adapters
+    merged into the policy's base (the llama.cpp engine serves them under the trained one)."""
+    if params.train_policy.engine == "hf":
+        return HFRolloutEngine(policy.model, tokenizer)
+    from components.training.llamacpp_engine import engine_for_policy
+
+    return engine_for_policy(params, policy, tokenizer, base_adapters)
+
+
+def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens: int, path: Path,
+                   batch_invariant: bool = False) -> dict[str, float]:
+    """Greedy episodes of the policy the engine serves now, on ``questions``: mean EM and F1 (unanswered
+    scores 0), answered rate and share of search-budget endings; the trajectories go to ``path``.
+    ``batch_invariant``: inside the engine's ``batch_invariant()`` (reported as ``batch_invariant`` 1/0, so a
+    before/after pair measured two ways shows it)."""
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    with engine.batch_invariant() if batch_invariant else nullcontext():
+        episodes = rollout_fn(engine, questions, 1, sampling)
+    trajectories = [e.info["trajectory"] for e in episodes]
+    write_trajectories(path, trajectories)
+    n = len(trajectories)
+    golds = {q.id: q.answers for q in questions}
+    return {
+        "em": sum(exact_match(t.final_answer, golds[t.question_id]) for t in trajectories) / n,
+        "f1": sum(f1_score(t.final_answer, golds[t.question_id]) for t in trajectories) / n,
+        "answered": sum(t.finish_reason == "answer" for t in trajectories) / n,
+        "search_budget": sum(t.finish_reason == "search_budget" for t in trajectories) / n,
+        "batch_invariant": float(batch_invariant),
+    }
+
+
+def shared_dev_before(params: Params, settings: dict, agent: str, options: dict, dev: list[Question]) -> Path:
+    """Where the dev evaluation of a fresh run's starting weights is kept for every run that starts from the
+    same weights and evaluates the same way (``run.cache_dir``/dev_before/<key>/): the variants of one warm
+    start measure their ``dev_before`` once. The key is the run's settings without what only training reads
+    (variant, the method's section, GRPO, training questions), plus the agent, its options (an object by its
+    type, e.g. an empty rubric bank's guidance) and the dev questions. Only batch-invariant evaluations are
+    shared: a batched one is not a function of its key."""
+    plain = (str, int, float, bool, type(None), list, dict)
+    kept = {k: v for k, v in settings.items() if k not in ("variant", "method", "grpo", "branch_from", "train_policy")}
+    kept["train_policy"] = {k: v for k, v in settings["train_policy"].items() if k != "n_questions"}
+    kept.update(agent=agent, options={k: v if isinstance(v, plain) else type(v).__name__ for k, v in options.items()},
+                dev=[q.model_dump() for q in dev])
+    return Path(params.run.cache_dir) / "dev_before" / settings_digest(kept)
+
+
+def measure_dev_before(rollout_fn, engine, dev: list[Question], max_new_tokens: int, folder: Path,
+                       batch_invariant: bool, shared: Path | None) -> None:
+    """dev_before.json/.jsonl in ``folder``: copied from ``shared`` when another run measured the same start,
+    else measured (and left in ``shared`` for the next run)."""
+    names = ("dev_before.json", "dev_before.jsonl")
+    if shared is not None and all((shared / n).exists() for n in names):
+        for n in names:
+            shutil.copyfile(shared / n, folder / n)
+        return
+    result = dev_evaluation(rollout_fn, engine, dev, max_new_tokens, folder / names[1], batch_invariant)
+    write_json(folder / names[0], result)
+    if shared is not None:
+        shared.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / names[1], shared / names[1])
+        shutil.copyfile(folder / names[0], shared / names[0])  # last: its presence says the pair is whole
+
+
+def resumed_rows(history: list[dict[str, float]], csv_path: Path) -> list[dict[str, float]]:
+    """metrics.csv rows for the steps a resumed trainer already took: its checkpointed history, plus the
+    wall-clock timings (``time/*``, kept out of the checkpoint) read back from the csv the run wrote."""
+    earlier = ({int(r["step"]): r for r in pd.read_csv(csv_path).to_dict("records")}
+               if history and csv_path.exists() else {})
+    return [{"step": i + 1, **h, **{k: v for k, v in earlier.get(i + 1, {}).items() if k.startswith("time/")}}
+            for i, h in enumerate(history)]
+
+
+def accumulated_timings(path: Path, seconds: float) -> dict:
+    """timings.json after an invocation of ``seconds``: a resumed run adds to what its earlier invocations
+    spent (the folder is keyed, so an earlier file there is this run's)."""
+    earlier = read_json(path) if path.exists() else {}
+    sessions = [*earlier.get("sessions_s", [earlier["wall_s"]] if "wall_s" in earlier else []), seconds]
+    return {"wall_s": sum(sessions), "sessions_s": sessions}
+
+
+class PolicyRun:
+    """A ``train_policy`` run of ``variant`` in ``folder``, open from construction until :meth:`close` (or the end
+    of a ``with`` block). ``roles`` maps a role name to a chat model (the variant's judges); ``toolbox`` is the
+    agent's (:func:`components.retrieval.run_index.load_toolbox`). Attributes: ``parts`` (the variant's),
+    ``settings`` (the run key's), ``options`` (the agent's: its warm start's, overridden by the variant's)."""
+
+    def __init__(self, params: Params, variant: str, roles: Callable[[str], Any], toolbox: Any, folder: Path):
+        self.params, self.variant, self.folder = params, variant, folder
+        self.engine = self.policy = self.trainer = None
+        try:
+            # builders only construct (nothing is written before the folder is keyed); the key needs their agent
+            self.parts = get_variant(variant)(VariantContext(params=params, roles=roles, toolbox=toolbox,
+                                                             out_dir=folder))
+            agent = self.parts.agent
+            self.settings = run_settings(params, variant, agent)
+            keyed_folder(folder, self.settings)
+            write_json(folder / "lineage.json", lineage_record(self.settings))
+            if params.train_policy.branch_from is not None:
+                check_branch(params.train_policy.branch_from, self.settings)
+            self.policy, self.tokenizer = warm_started_policy(params, agent)
+            warm = warm_start_adapter(params, agent)
+            self.engine = make_engine(params, self.policy, self.tokenizer, [warm] if warm is not None else [])
+            self.options = options = {**warm_start_options(params, agent), **self.parts.agent_options}
+            self.rollout_fn = make_agent_rollout(
+                lambda p: build_agent(agent, lambda role: p, toolbox, params.agent, options), self.tokenizer)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def train(self, questions: list[Question], dev: list[Question],
+              on_metrics: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, float]:
+        """Resume (or branch), measure ``dev_before`` unless the folder holds it, train to ``grpo.steps``, save
+        the checkpoint and adapter/, measure ``dev_after``. ``on_metrics(step, metrics)`` sees every step's
+        metrics as metrics.csv gets them. Returns the last step's metrics (rounded), with ``dev_before.*`` and
+        ``dev_after.*`` when there are ``dev`` questions."""
+        params, folder, parts = self.params, self.folder, self.parts
+        rows: list[dict[str, float]] = []
+
+        def log(step: int, metrics: dict[str, float]) -> None:
+            if rows and rows[-1]["step"] == step:  # the method's end-of-training metrics join the last step
+                rows[-1].update(metrics)
+            else:
+                rows.append({"step": step, **metrics})
+            if on_metrics is not None:
+                on_metrics(step, metrics)
+            pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)  # kept current: a crash loses nothing
+
+        config = params.grpo
+        if parts.order_prompts is not None:  # the variant's curriculum fixes the order
+            questions, config = parts.order_prompts(questions), config.model_copy(update={"shuffle": False})
+        self.trainer = trainer = GRPOTrainer(
+            self.policy, self.engine, parts.reward_fn, questions, config, rollout_fn=self.rollout_fn,
+            advantage_fn=parts.advantage_fn, loss_fn=parts.loss_fn, extra_modules=parts.extra_modules,
+            method=parts.method, on_metrics=log, checkpoint_dir=folder / "ckpt", seed=params.seed,
+            pad_token_id=self.tokenizer.pad_token_id or 0)
+        branch = params.train_policy.branch_from
+        started_from = trainer.resume_or_branch(branch)
+        # a branch's first steps are the source run's (.../<run>/ckpt/step_N): their timings are in its csv
+        csv_path = Path(branch).parent.parent / "metrics.csv" if started_from == "branch" else folder / "metrics.csv"
+        rows[:] = resumed_rows(trainer.history, csv_path)
+        before_file = folder / "dev_before.json"
+        invariant = params.train_policy.eval_batch_invariant
+        if dev and not before_file.exists():  # the folder is keyed: a measurement in it is of this run
+            fresh = started_from == "fresh" and invariant
+            shared = shared_dev_before(params, self.settings, parts.agent, self.options, dev) if fresh else None
+            measure_dev_before(self.rollout_fn, self.engine, dev, config.max_new_tokens, folder, invariant, shared)
+        history = trainer.train(params.grpo.steps)
+        trainer.save()
+        self.policy.model.save_pretrained(str(folder / "adapter"))
+        last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
+        if dev:
+            after = dev_evaluation(self.rollout_fn, self.engine, dev, config.max_new_tokens,
+                                   folder / "dev_after.jsonl", invariant)
+            before = read_json(before_file)
+            last.update({f"dev_before.{k}": round(v, 6) for k, v in before.items()})
+            last.update({f"dev_after.{k}": round(v, 6) for k, v in after.items()})
+        return last
+
+    def close(self) -> None:
+        """Close the engine and hand the run's memory back to the OS: a process that runs several (a sweep's
+        thread runner, a reused Ray worker) otherwise keeps the peak of each (glibc keeps freed torch buffers in
+        its arenas; the second GRPO run of one sweep process was killed for memory at 24 GB)."""
+        if self.engine is not None and hasattr(self.engine, "close"):
+            self.engine.close()
+        self.engine = self.policy = self.trainer = None  # dropped before the memory goes back
+        release(min_growth_gb=0)

@@ -1,0 +1,116 @@
+"""What a ``train_policy@<variant>`` run is, for resuming and branching: its settings (digested into the run key
+of its folder, :func:`components.run_files.keyed_folder`), its lineage (what every run that branches from it must
+share: written to lineage.json) and the check that a branch point (``train_policy.branch_from``) comes from a run
+of the same lineage.
+
+    settings = run_settings(params, "arbor", agent="react")
+    keyed_folder(folder, settings)                                 # resume only under the same settings
+    write_json(folder / "lineage.json", lineage_record(settings))
+    check_branch("outputs/train/arco/ckpt/step_000001", settings)  # ValueError naming what differs
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+from components.io import read_json
+from components.method_registry import variant_method
+from components.params import Params, lora_paths
+from components.run_files import settings_digest
+from components.training.warm_started import warm_start_adapter, warm_start_method
+
+
+def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
+    """What a run of ``variant`` (rolling out ``agent``) is: a checkpoint is resumed only under the same settings
+    and the same warm-start weights; ``grpo.steps`` (so a finished run can be extended), micro-batching (the
+    same update, to a float tolerance; less memory) and how the dev evaluation is served may change."""
+    from components.embedded.lora_gguf import adapter_digest
+
+    warm = warm_start_adapter(params, agent)
+    sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora")
+    settings = {name: getattr(params, name) for name in sections}
+    settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant",
+                                                                       "branch_from"})
+    settings["branch_from"] = branch_digest(params.train_policy.branch_from)
+    method = warm_start_method(params, agent)
+    settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
+    owner = variant_method(variant)  # the registering method's own section; None for grpo and dapo
+    section = owner.sections[0] if owner is not None else None
+    execution = {"steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing"}  # the same update
+    own = getattr(params, section) if section is not None else None
+    if own is not None:  # fields marked execution-only (how work is batched) may change on resume too
+        own = own.model_dump(exclude={name for name, f in type(own).model_fields.items()
+                                      if (f.json_schema_extra or {}).get("execution")})
+    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution), method=own,
+                    warm_start=adapter_digest(warm) if warm is not None else None)
+    return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in settings.items()}
+
+
+def branch_digest(branch_from: str | None) -> str | None:
+    """The run-key entry of ``train_policy.branch_from``: the sha256 of the checkpoint's manifest (which lists
+    every file's sha256), so a branch is keyed by the weights and state it starts from, not by a path."""
+    if branch_from is None:
+        return None
+    manifest = Path(branch_from) / "manifest.json"
+    if not manifest.exists():
+        raise FileNotFoundError(f"train_policy.branch_from={branch_from}: no {manifest.name} there; name a complete "
+                                "checkpoint folder such as outputs/train/arco/ckpt/step_000001")
+    return hashlib.sha256(manifest.read_bytes()).hexdigest()
+
+
+LINEAGE_VERSION = 2  # 1: adapters by path, so a run in another run.out_dir could not branch from the same weights
+
+
+def lineage_settings(settings: dict, version: int = LINEAGE_VERSION) -> dict:
+    """What a run shares with the runs that may branch from it: its settings without the variant and the branch
+    point. The backends' adapters count by content (:func:`adapter_digest`; None when absent), not by path:
+    paths follow ``run.out_dir``, which differs between a sweep's runs and a stage run beside them. ``version``
+    1 kept the paths (the lineage.json of older runs)."""
+    from components.embedded.lora_gguf import adapter_digest
+
+    shared = {k: v for k, v in settings.items() if k not in ("variant", "branch_from")}
+    if version >= 2:
+        shared["llm"] = {**shared["llm"], "backends": {
+            name: {**b, "lora": [adapter_digest(p) for p in lora_paths(b["lora"])]} if b.get("lora") else b
+            for name, b in shared["llm"]["backends"].items()}}
+    return shared
+
+
+def lineage(settings: dict, version: int = LINEAGE_VERSION) -> str:
+    """The digest of :func:`lineage_settings` (written to lineage.json, checked by :func:`check_branch`)."""
+    return settings_digest(lineage_settings(settings, version))
+
+
+def lineage_record(settings: dict) -> dict:
+    """lineage.json's content: the digest, its version and the settings digested (a refusal names what differs)."""
+    shared = lineage_settings(settings)
+    return {"lineage": settings_digest(shared), "version": LINEAGE_VERSION,
+            "settings": json.loads(json.dumps(shared, default=str))}
+
+
+def _differences(a: object, b: object, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in _differences(a.get(k), b.get(k), f"{path}.{k}" if path else k)]
+    return [] if a == b else [path]
+
+
+def check_branch(branch: str, settings: dict) -> None:
+    """Refuse a branch point from a run trained under other shared settings (warm start, data, LoRA, GRPO,
+    the method's section): its LoRA would sit on another base. A source run older than lineage.json is
+    accepted with a warning."""
+    source = Path(branch).parent.parent / "lineage.json"
+    if not source.exists():
+        warnings.warn(f"train_policy.branch_from={branch}: the source run has no lineage.json; cannot check that it "
+                      "was trained under this run's warm start and settings", stacklevel=2)
+        return
+    stored = read_json(source)
+    shared = lineage_settings(settings, stored.get("version", 1))
+    if stored["lineage"] != settings_digest(shared):
+        here = json.loads(json.dumps(shared, default=str))
+        differ = _differences(stored["settings"], here) if "settings" in stored else []
+        what = ", ".join(differ[:6]) if differ else "warm start, data, agent, llm, lora, grpo or the method's section"
+        raise ValueError(f"train_policy.branch_from={branch}: that run was trained under other settings than this "
+                         f"one ({what} differ; {source})")

@@ -1,0 +1,56 @@
+"""The policy a trained agent starts from: the adapter the ``sft`` stage trained for the agent's warm-start method
+(``train_policy.warm_start``: react -> ``sft``, scaffold -> ``sft_scaffold``; null: the base model), merged into
+the base under a fresh RL LoRA, and the agent options that warm start was trained under.
+
+    policy, tokenizer = warm_started_policy(params, "scaffold")   # KL reference: the warm-started weights
+    adapter = warm_start_adapter(params, "scaffold")              # outputs/sft_scaffold/adapter, or None
+    options = warm_start_options(params, "react")                 # e.g. {"system_prompt": "compact"}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from components.params import Params
+from components.run_files import warm_start_folder
+from components.training.model import LoRASettings, build_policy, load_trainable_policy
+
+
+def warm_start_method(params: Params, agent: str) -> str | None:
+    """The warm-start method (``train_policy.warm_start``) of ``agent``; None: the base model."""
+    return params.train_policy.warm_start.get(agent)
+
+
+def warm_start_adapter(params: Params, agent: str) -> Path | None:
+    """The adapter the sft stage trained for ``agent``'s warm-start method; None for the base model."""
+    method = warm_start_method(params, agent)
+    return None if method is None else warm_start_folder(params, "sft", method) / "adapter"
+
+
+def warm_start_options(params: Params, agent: str) -> dict:
+    """The agent options ``agent``'s warm start was trained under (e.g. ``methods.sft``'s compact system prompt);
+    a variant's own options override them."""
+    method = warm_start_method(params, agent)
+    warm = params.methods.get(method) if method else None
+    if warm is None or warm.agent != agent:
+        return {}
+    return dict(warm.options)
+
+
+def warm_started_policy(params: Params, agent: str = "react"):
+    """(Policy with a fresh RL LoRA over base + merged warm-start adapter of ``agent``, tokenizer)."""
+    model, tokenizer = load_trainable_policy(params)
+    adapter = warm_start_adapter(params, agent)
+    if adapter is not None:
+        if not (adapter / "adapter_config.json").exists():
+            method = warm_start_method(params, agent)
+            raise FileNotFoundError(f"train_policy.warm_start.{agent}={method}: {adapter} holds no adapter (run "
+                                    f"the {adapter.parent.name} stage, or set train_policy.warm_start.{agent}=null "
+                                    "to start from the base)")
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    lora = params.lora
+    policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None,
+                          gradient_checkpointing=params.grpo.gradient_checkpointing)
+    return policy, tokenizer
