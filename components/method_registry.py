@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from components.registry import Registry
 
-__all__ = ["METHODS", "SHIPPED", "MethodSpec", "load_methods", "variant_method"]
+__all__ = ["METHODS", "SHIPPED", "MethodSpec", "agent_method", "load_methods", "method_section", "variant_method"]
 
 SHIPPED = ("coreact", "arbor", "rubricem", "arco")  # the packages under components/methods/
 
@@ -31,7 +31,7 @@ SHIPPED = ("coreact", "arbor", "rubricem", "arco")  # the packages under compone
 class MethodSpec:
     name: str
     sections: tuple[str, ...]  # params sections the method owns; the first is the one a variant's run key holds
-    variants: tuple[str, ...] = ()  # train_policy@<variant> names it registers in components.training.variants
+    variants: tuple[str, ...] = ()  # train_policy@<variant> names it registers in components.variants
     agents: tuple[str, ...] = ()  # agent names it registers in components.agents.react.AGENTS
     doc: str = ""  # its page under docs/methods/
 
@@ -57,3 +57,15 @@ def variant_method(variant: str) -> MethodSpec | None:
     load_methods()
     owners = [METHODS.get(name) for name in METHODS.names() if variant in METHODS.get(name).variants]
     return owners[0] if owners else None
+
+
+def agent_method(agent: str) -> MethodSpec | None:
+    """The method that registered the agent ``agent`` (``scaffold`` -> RubricEM), or None for a shared one."""
+    load_methods()
+    owners = [METHODS.get(name) for name in METHODS.names() if agent in METHODS.get(name).agents]
+    return owners[0] if owners else None
+
+
+def method_section(spec: MethodSpec | None) -> str | None:
+    """The params section a method's stages take their settings from (its first), or None."""
+    return spec.sections[0] if spec is not None else None

@@ -26,7 +26,7 @@ from components.params_cli import params_from_args, stage_argparser
 from components.run_files import out_path
 from components.schemas import Question, Trajectory
 from components.training.checkpoint import latest_checkpoint
-from components.training.variants import VariantContext, get_variant
+from components.variants import VariantContext, get_variant
 from tasks.runtime import resolve, run_stage, tracking
 
 VARIANTS = ("arco_frozen", "arco", "arco_no_decomp")

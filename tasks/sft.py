@@ -29,7 +29,8 @@ from components.methods.rubricem.warmstart_reflections import (
     ReflectionRow,
     reflection_sft_row,
 )
-from components.params import Params
+from components.method_registry import agent_method, method_section
+from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.run_files import SFT_METHOD, warm_start_folder
 from components.schemas import Trajectory
@@ -60,6 +61,8 @@ def reflection_examples(params: Params, method: str, tokenizer, render) -> tuple
 @task(name="sft")
 def sft(params: Params | None = None, parent_run_id: str | None = None, method: str = SFT_METHOD) -> SFTResult:
     params = resolve(params)
+    # the warm start of a method's own agent (RubricEM's scaffold) takes that method's sft/agent blocks
+    params = with_method_settings(params, method_section(agent_method(params.methods[method].agent)))
     import torch
 
     torch.manual_seed(params.seed)

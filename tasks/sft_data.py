@@ -46,7 +46,8 @@ from components.methods.rubricem.warmstart_reflections import (
     ReflectionRow,
     teacher_reflections,
 )
-from components.params import Params
+from components.method_registry import agent_method, method_section
+from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import build_from_params, load_toolbox, make_embedder
 from components.run_files import SFT_METHOD, out_path, warm_start_folder, write_trajectories
@@ -105,6 +106,8 @@ def _reflection_summary(asked: int, rows: list[ReflectionRow], rejected: list[Re
 def sft_data(params: Params | None = None, parent_run_id: str | None = None,
              pool: LLMPool | None = None, method: str = SFT_METHOD) -> SFTDataResult:
     params = resolve(params)
+    # the warm start of a method's own agent (RubricEM's scaffold) takes that method's sft/agent blocks
+    params = with_method_settings(params, method_section(agent_method(params.methods[method].agent)))
     s = params.sft
     started = time.perf_counter()
     folder = warm_start_folder(params, "sft_data", method)

@@ -18,7 +18,7 @@ start from the same weights and evaluate the same way (the variants of one warm 
 ``--set train_policy.branch_from=outputs/train/arco/ckpt/step_000001`` starts a run from another run's
 checkpoint (an ablation sharing that run's first steps); its ``dev_before`` is then the policy at the branch
 point, and its metrics.csv starts with the source run's steps. The recipe is
-:class:`components.training.policy_run.PolicyRun`.
+:class:`components.policy_run.PolicyRun`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from pydantic import BaseModel
 
 from components.io import read_jsonl, write_json
 from components.llm.factory import LLMPool
-from components.params import Params
+from components.method_registry import method_section, variant_method
+from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
 from components.run_files import out_path
 from components.schemas import Question
-from components.training.policy_run import PolicyRun, accumulated_timings
-from components.training.variants import VARIANTS, get_variant
+from components.policy_run import PolicyRun, accumulated_timings
+from components.variants import VARIANTS, get_variant
 from tasks.runtime import resolve, tracking
 
 
@@ -49,7 +50,7 @@ class TrainResult(BaseModel):
 @task(name="train_policy")
 def train_policy(params: Params | None = None, variant: str = "grpo", parent_run_id: str | None = None,
                  pool: LLMPool | None = None) -> TrainResult:
-    params = resolve(params)
+    params = with_method_settings(resolve(params), method_section(variant_method(variant)))  # its paper's blocks
     import torch
 
     torch.manual_seed(params.seed)
@@ -65,7 +66,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                 tracking(params, f"train_policy@{variant}", parent_run_id,
                          tags={"method": variant, "variant": variant}) as tracker:
             tracker.log_params({"variant": variant, "grpo": params.grpo.model_dump(), "lora": params.lora.model_dump(),
-                                "train_policy": params.train_policy.model_dump()})
+                                "train_policy": params.train_policy.model_dump(), "agent": params.agent.model_dump()})
             dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
             last = run.train(questions, dev, on_metrics=lambda step, metrics: tracker.log_metrics(metrics, step=step))
             if dev:

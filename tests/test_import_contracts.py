@@ -1,6 +1,7 @@
 """The layers of docs/architecture.md, checked with import-linter (contracts in pyproject.toml): flows >
 tasks > components; components free of Prefect, MLflow and DVC; the four method packages independent; the
-shared seams never importing a method. The second test plants one cross-method import in a copy of the tree
+shared seams never importing a method; no task importing another; no import loop between sibling packages
+or modules. The second test plants one cross-method import in a copy of the tree
 and checks the contracts catch it, so a contract that could never fail would show here."""
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def copy_tree(repo_root: Path, dest: Path) -> Path:
      "the shared seams never import a method"),
     ("components/io.py", "import mlflow", "components are free of Prefect, MLflow and DVC"),
     ("components/schemas.py", "import tasks.runtime", "flows compose tasks; tasks call components"),
+    ("components/world/names.py", "import components.world.render", "no import loops"),
+    ("tasks/train_policy.py", "import tasks.sft", "no task imports another task"),
 ])
 def test_a_planted_import_breaks_its_contract(repo_root, tmp_path, module, planted, contract):
     root = copy_tree(repo_root, tmp_path)

@@ -9,7 +9,7 @@ from components.agents.react import AGENTS, agent_class
 from components.method_registry import METHODS, SHIPPED, MethodSpec, load_methods, variant_method
 from components.params import Params
 from components.registry import RegistryError
-from components.training.variants import VARIANTS, get_variant
+from components.variants import VARIANTS, get_variant
 
 
 def test_the_four_methods_register_their_sections_variants_and_agents(repo_root):
@@ -47,3 +47,11 @@ def test_a_second_spec_under_a_taken_name_is_refused():
     load_methods()
     with pytest.raises(RegistryError, match="already registered"):
         MethodSpec(name="arbor", sections=("arbor",)).register()
+
+
+def test_a_stage_finds_the_method_whose_settings_it_runs_with():
+    from components.method_registry import agent_method, method_section
+
+    assert method_section(variant_method("rar")) == "arbor"
+    assert method_section(agent_method("scaffold")) == "rubricem"  # RubricEM's scaffold warm start
+    assert method_section(agent_method("react")) is None and method_section(variant_method("dapo")) is None

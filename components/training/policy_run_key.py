@@ -41,9 +41,10 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     section = owner.sections[0] if owner is not None else None
     execution = {"steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing"}  # the same update
     own = getattr(params, section) if section is not None else None
-    if own is not None:  # fields marked execution-only (how work is batched) may change on resume too
+    if own is not None:  # fields marked execution-only (how work is batched) may change on resume too; the
+        # section's `shared` block is keyed through the effective grpo/agent blocks it was applied to
         own = own.model_dump(exclude={name for name, f in type(own).model_fields.items()
-                                      if (f.json_schema_extra or {}).get("execution")})
+                                      if (f.json_schema_extra or {}).get("execution")} | {"shared"})
     settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution), method=own,
                     warm_start=adapter_digest(warm) if warm is not None else None)
     return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in settings.items()}

@@ -9,7 +9,7 @@ import pytest
 
 from components.llm.backends.scripted import ScriptedChatModel
 from components.methods.arbor.variants import ArborReward, ArborState, RarReward, RarState, lazy_embedder
-from components.training.variants import VariantContext, get_variant
+from components.variants import VariantContext, get_variant
 from components.params import ArborParams, load_params
 from components.methods.arbor.memory import CommonRubric, RubricMemory, RubricText
 from components.training.episodes import StepContext

@@ -5,7 +5,7 @@ import pytest
 
 from components.methods.arco.variants import ArcoReward, ArcoState
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
-from components.training.variants import VariantContext, get_variant
+from components.variants import VariantContext, get_variant
 from components.params import ParamsError, load_params
 from tests.arco.helpers import teacher
 

@@ -3,7 +3,7 @@ outcome-homogeneous groups, on hand-made episodes."""
 
 import pytest
 
-from components.training.variants import VARIANTS, drop_homogeneous_groups, get_variant
+from components.variants import VARIANTS, drop_homogeneous_groups, get_variant
 from components.rewards.outcome import OutcomeReward, format_valid
 from components.schemas import Question, Step, Trajectory
 from components.training.episodes import Episode, StepContext

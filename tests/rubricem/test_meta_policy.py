@@ -15,7 +15,7 @@ from components.methods.rubricem.reflection import ReflectionJudge, parse_reflec
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel, Completion, TransientLLMError
 from components.methods.rubricem.variants import ReflectionBranch, RubricEMState, windowed_curriculum
-from components.training.variants import VariantContext, get_variant
+from components.variants import VariantContext, get_variant
 from components.params import GRPOParams, load_params
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank

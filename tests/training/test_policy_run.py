@@ -1,4 +1,4 @@
-"""The train_policy stage's recipe (components.training.policy_run, its run key and its warm start): each agent
+"""The train_policy stage's recipe (components.policy_run, its run key and its warm start): each agent
 starts from its own warm start (adapter, prompts, run key), and the dev evaluation scores greedy episodes (EM/F1
 over all questions, unanswered = 0)."""
 
@@ -12,7 +12,7 @@ from components.io import read_jsonl
 from components.params import ParamsError, load_params
 from components.run_files import warm_start_folder
 from components.schemas import Question, Trajectory
-from components.training.policy_run import dev_evaluation
+from components.policy_run import dev_evaluation
 from components.training.policy_run_key import run_settings
 from components.training.warm_started import warm_start_adapter, warm_start_options
 
@@ -92,7 +92,7 @@ def test_a_run_folder_resumes_only_under_the_same_settings(tmp_path, repo_root):
 
 
 def test_resumed_steps_keep_their_timings_in_metrics_csv(tmp_path):
-    from components.training.policy_run import resumed_rows
+    from components.policy_run import resumed_rows
 
     csv = tmp_path / "metrics.csv"
     csv.write_text("step,loss,time/rollout,time/update\n1,0.5,12.5,3.0\n2,0.4,11.0,2.5\n")
@@ -106,7 +106,7 @@ def test_resumed_steps_keep_their_timings_in_metrics_csv(tmp_path):
 
 def test_a_resumed_run_adds_its_time_to_the_earlier_invocations(tmp_path):
     from components.io import write_json
-    from components.training.policy_run import accumulated_timings
+    from components.policy_run import accumulated_timings
 
     path = tmp_path / "timings.json"
     assert accumulated_timings(path, 5.0) == {"wall_s": 5.0, "sessions_s": [5.0]}
@@ -237,7 +237,7 @@ def _greedy_engine_and_rollouts(calls: list[str]):
 
 
 def test_variants_of_one_warm_start_share_the_dev_evaluation_of_their_start(repo_root, tmp_path):
-    from components.training.policy_run import shared_dev_before
+    from components.policy_run import shared_dev_before
 
     params = load_params(repo_root / "params.yaml", overrides=[f"run.cache_dir={tmp_path / 'cache'}"])
     dev = [Question(id="d0", question="Where?", answers=["Paris"], source="world")]
@@ -259,7 +259,7 @@ def test_variants_of_one_warm_start_share_the_dev_evaluation_of_their_start(repo
 
 
 def test_a_shared_dev_evaluation_is_measured_once_and_copied_whole(tmp_path):
-    from components.training.policy_run import measure_dev_before
+    from components.policy_run import measure_dev_before
 
     dev = [Question(id="d0", question="Where?", answers=["Paris"], source="world")]
     calls: list[str] = []

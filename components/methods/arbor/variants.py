@@ -36,7 +36,7 @@ from components.judges.call import Tally
 from components.methods.arbor.pairwise_judge import GroupScores, score_group
 from components.methods.arbor.rar import rate, write_checklist
 from components.llm.base import ChatModel
-from components.training.variants import VARIANTS, VariantContext, VariantParts
+from components.variants import VARIANTS, VariantContext, VariantParts
 from components.params import ArborParams
 from components.methods.arbor.shaping import homogeneity_metrics, shape_group
 from components.rewards.outcome import OutcomeReward, format_valid

@@ -78,7 +78,7 @@ from components.methods.arco.criteria import (
     warmup_rows,
 )
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
-from components.training.variants import VARIANTS, VariantContext, VariantParts
+from components.variants import VARIANTS, VariantContext, VariantParts
 from components.params import ArcoParams, ParamsError
 from components.methods.arco.decomposition import (
     LOSSES,

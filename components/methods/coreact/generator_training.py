@@ -45,7 +45,7 @@ from components.run_files import SFT_METHOD, out_path, warm_start_folder
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.agent_rollout import chat_template_renderer
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
-from components.training.policy_run import make_engine
+from components.policy_run import make_engine
 from components.training.rollout import RolloutEngine
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer

@@ -48,7 +48,7 @@ import torch
 from components.judges.render import scaffold_text
 from components.methods.rubricem.reflection import Reflection, ReflectionJudge, parse_reflection, reflection_messages
 from components.methods.rubricem.stagewise_judge import StagewiseJudge, failure_kind
-from components.training.variants import VARIANTS, VariantContext, VariantParts
+from components.variants import VARIANTS, VariantContext, VariantParts
 from components.rewards.outcome import OutcomeReward
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank

@@ -1,5 +1,5 @@
 """One run of ``train_policy@<variant>``: GRPO of the search agent from its warm start, with the variant's parts
-(reward, advantages, loss, method state, curriculum: :mod:`components.training.variants`) plugged into the one
+(reward, advantages, loss, method state, curriculum: :mod:`components.variants`) plugged into the one
 trainer, and greedy dev evaluations before the first and after the last update.
 
     torch.manual_seed(params.seed)                         # before the inputs are read, as the stage does
@@ -36,7 +36,7 @@ from components.training.policy_run_key import check_branch, lineage_record, run
 from components.training.process_memory import release
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOTrainer
-from components.training.variants import VariantContext, get_variant
+from components.variants import VariantContext, get_variant
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
 
 
