@@ -118,7 +118,7 @@ def _settings(params: Params, variants: list[str] | None, seeds: list[int] | Non
         settings = SweepParams.model_validate({**params.sweep.model_dump(), **given})
     except ValidationError as exc:
         raise ParamsError(f"sweep: {exc.errors()[0]['msg']}") from None
-    from components.training.variants import get_variant
+    from components.variants import get_variant
 
     for variant in settings.variants:
         try:

@@ -15,7 +15,7 @@ Run (after the ``sft_scaffold`` or ``sft`` stage; about 35 minutes on 2 quiet co
         [--set train_policy.n_ctx=4096] [--out perf/results/eval_determinism.json]
 
 The policy is the agent's warm start (``train_policy.warm_start``) served by ``train_policy.engine`` exactly
-as ``train_policy`` serves it (:func:`components.training.policy_run.make_engine`), on the first ``--questions`` dev questions.
+as ``train_policy`` serves it (:func:`components.policy_run.make_engine`), on the first ``--questions`` dev questions.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from components.retrieval.run_index import load_toolbox
 from components.run_files import out_path
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
-from components.training.policy_run import dev_evaluation, make_engine
+from components.policy_run import dev_evaluation, make_engine
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
 
 RESULTS = Path(__file__).parent / "results" / "eval_determinism.json"
