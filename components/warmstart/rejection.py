@@ -12,6 +12,10 @@ a fixed order; ``select`` keeps the episodes without problems and turns every ot
 - ``stage_boundary``, ``tool_syntax``, ``citation``: RubricEM scaffold episodes (``agent="scaffold"``) in place
   of ``format``, as :func:`components.methods.rubricem.scaffold_format.scaffold_problems` finds them (B.2.3; its grounding
   check is ``ungrounded`` below);
+- ``tool_errors``: scaffold episodes only, two or more tool calls in a row that came back with an error
+  (``ToolCall.error``); one failed call followed by a working one is kept (RubricEM B.2.3). The rule is
+  RubricEM's filter for its teacher's scaffold data, so the ReAct format, whose warm start no paper filters
+  this way, does not check it;
 - ``repeated_call``: the same tool call (tool and argument, case and spacing ignored) was made twice;
 - ``wrong_answer``: neither exact match nor token F1 >= ``min_f1`` against the gold answers;
 - ``ungrounded``: the answer is not written in any tool observation (yes/no answers cannot be quoted:
@@ -35,7 +39,7 @@ from components.schemas import Question, Record, Trajectory
 from components.warmstart.formats import FORMATS, WarmStartFormat, warm_start_format
 
 REASONS = ("llm_failure", "no_answer", "forced_answer", "format", "stage_boundary", "tool_syntax", "citation",
-           "repeated_call", "wrong_answer", "ungrounded", "duplicate")
+           "tool_errors", "repeated_call", "wrong_answer", "ungrounded", "duplicate")
 _TURN = re.compile(r"\s*Thought:(?P<thought>.*?)\n[ \t]*Action:[ \t]*(?:search|browse|finish)\[[^\n]*\S[^\n]*\]\s*",
                    re.DOTALL)
 

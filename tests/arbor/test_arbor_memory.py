@@ -1,5 +1,6 @@
 """The rubric memory as a state machine driven by scripted scores: admission, the consolidation trigger and
-de-duplication, both retirement rules, capacity replacement with maturity, LRU rotation, serialisation."""
+de-duplication, both retirement rules, capacity replacement by cumulative variance with maturity, LRU
+rotation, serialisation (and snapshots without the cumulative variance)."""
 
 import json
 
@@ -158,17 +159,52 @@ def test_activation_with_nothing_scored_changes_no_statistic():
 # ---------------------------------------------------------------- capacity and maturity
 
 
-def test_full_pool_replaces_only_a_mature_rubric_with_the_lowest_mean_variance():
+def test_full_pool_replaces_only_a_mature_rubric_with_the_lowest_cumulative_variance():
     m = memory(max_common=2, maturity_activations=3, kappa=10)
     a, b = add_common(m, "A"), add_common(m, "B")
     events = m.consolidate([rt("C")], step=1)
     assert events.dropped_full == 1 and [r.id for r in m.common] == [a, b]  # nobody mature yet
     for step in range(2, 5):
         m.apply_step(step, [a, b], [GroupRecord("q", "q", F1, {a: GOOD, b: [0.75, 0.5, 0.25]}, [])])
-    assert m.get(a).mean_variance == pytest.approx(1 / 6) and m.get(b).mean_variance == pytest.approx(1 / 24)
+    assert m.get(a).variance_sum == pytest.approx(3 / 6) and m.get(b).variance_sum == pytest.approx(3 / 24)
     events = m.consolidate([rt("D")], step=5)
     assert events.replaced == [b] and [r.rubric.title for r in m.common] == ["A", "D"]
     assert m.retired[-1].id == b and m.retired[-1].retired_reason == "replaced"
+
+
+WIDE = [1.0, 0.25, 0.25]  # variance 1/8, Pearson > 0 with F1
+
+
+def test_capacity_ranks_on_cumulative_variance_where_the_mean_would_pick_the_other_rubric():
+    """ARBOR 3.3: the full pool replaces the entry with the lowest *cumulative* within-group variance. A was
+    activated twice with variance 1/6 (sum 1/3, mean 1/6); B four times with variance 1/8 (sum 1/2, mean
+    1/8). The mean would replace B; the cumulative rule replaces A."""
+    m = memory(max_common=2, maturity_activations=2, kappa=10)
+    a, b = add_common(m, "A"), add_common(m, "B")
+    for step in (1, 2):
+        m.apply_step(step, [a, b], [GroupRecord("q", "q", F1, {a: GOOD, b: WIDE}, [])])
+    for step in (3, 4):
+        m.apply_step(step, [b], [GroupRecord("q", "q", F1, {b: WIDE}, [])])
+    ra, rb = m.get(a), m.get(b)
+    assert (ra.uses, rb.uses) == (2, 4) and m.retired == []
+    assert ra.mean_variance == pytest.approx(1 / 6) and rb.mean_variance == pytest.approx(1 / 8)
+    assert ra.cumulative_variance == pytest.approx(1 / 3) and rb.cumulative_variance == pytest.approx(1 / 2)
+    assert min([ra, rb], key=lambda r: r.mean_variance).id == b  # what a mean-variance rule would replace
+    events = m.consolidate([rt("C")], step=5)
+    assert events.replaced == [a] and [r.rubric.title for r in m.common] == ["B", "C"]
+    assert m.retired[-1].id == a and m.retired[-1].retired_reason == "replaced"
+    # the sum survives a snapshot, so a resumed run ranks the same way
+    copy = memory(max_common=2, maturity_activations=2, kappa=10)
+    copy.load_state_dict(json.loads(json.dumps(m.state_dict())))
+    assert copy.get(b).cumulative_variance == pytest.approx(1 / 2)
+
+
+def test_an_equal_cumulative_variance_replaces_the_older_rubric():
+    m = memory(max_common=2, maturity_activations=1, kappa=10)
+    a = add_common(m, "A", step=1)
+    b = add_common(m, "B", step=2)
+    m.apply_step(3, [a, b], [GroupRecord("q", "q", F1, {b: GOOD, a: GOOD}, [])])
+    assert m.consolidate([rt("C")], step=4).replaced == [a]
 
 
 def test_a_mature_rubric_is_replaced_but_not_a_young_one_beside_it():
@@ -227,6 +263,28 @@ def test_state_round_trips_through_json():
     assert copy._new_id("c") == m._new_id("c")
     with pytest.raises(ValueError, match="version"):
         copy.load_state_dict({**state, "version": 99})
+
+
+def test_a_snapshot_entry_without_its_cumulative_variance_gets_it_from_its_score_sums():
+    """Every snapshot written so far holds ``variance_sum``; an entry lacking it is estimated as uses x the
+    pooled variance of its scores, never below the true sum when the groups have equal sizes."""
+    m = memory(k_consol=100, kappa=10)
+    a, b, idle = add_common(m, "A"), add_common(m, "B"), add_common(m, "Idle")
+    m.apply_step(1, [a, b], [GroupRecord("q", "q", F1, {a: GOOD, b: GOOD}, [])])
+    m.apply_step(2, [a, b], [GroupRecord("q", "q", F1, {a: GOOD, b: [0.5, 0.25, 0.0]}, [])])
+    state = json.loads(json.dumps(m.state_dict()))
+    for entry in state["common"]:
+        del entry["variance_sum"]
+    copy = memory(k_consol=100, kappa=10)
+    copy.load_state_dict(state)
+    # A scored the same way twice: no spread between its group means, the estimate is exact
+    assert copy.get(a).variance_sum == pytest.approx(m.get(a).variance_sum) == pytest.approx(1 / 3)
+    # B's groups have different means: the estimate adds that spread, so it is above the true sum
+    pooled = float(np.var(GOOD + [0.5, 0.25, 0.0]))
+    assert copy.get(b).variance_sum == pytest.approx(2 * pooled) and copy.get(b).variance_sum > m.get(b).variance_sum
+    assert copy.get(idle).variance_sum == 0.0 and copy.get(idle).uses == 0
+    assert CommonRubric.model_validate({"id": "c9", "rubric": rt("x").model_dump(), "created_step": 1,
+                                        "uses": 3}).variance_sum == 0.0  # no scored pairs: nothing to derive
 
 
 def test_common_rubric_records_are_strict():

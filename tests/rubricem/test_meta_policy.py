@@ -14,7 +14,8 @@ import torch
 from components.methods.rubricem.reflection import ReflectionJudge, parse_reflection
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel, Completion, TransientLLMError
-from components.methods.rubricem.variants import ReflectionBranch, RubricEMState, windowed_curriculum
+from components.methods.rubricem.variants import MetaPolicyFirst, ReflectionBranch, RubricEMState, windowed_curriculum
+from components.rewards.outcome import OutcomeReward
 from components.variants import VariantContext, get_variant
 from components.params import GRPOParams, load_params
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
@@ -317,14 +318,17 @@ def test_variants_plug_rubricem_parts_into_the_trainer(repo_root, tmp_path):
 
     full = parts("rubricem")
     assert full.agent == "scaffold" and full.agent_options["max_tokens"] == params.rubricem.scaffold_max_tokens
-    assert isinstance(full.reward_fn, StagewiseReward) and isinstance(full.advantage_fn, StageReturns)
+    # Phase A (D.2) runs before the step's reward, hence before its task update
+    assert isinstance(full.reward_fn, MetaPolicyFirst) and full.reward_fn.state is full.method
+    assert isinstance(full.reward_fn.reward, StagewiseReward) and isinstance(full.advantage_fn, StageReturns)
     assert isinstance(full.agent_options["guidance"], BankGuidance)
     assert full.method.judge.caps == [3, 2, 2, 3] and full.method.reflection.m == params.rubricem.reflection_candidates
     assert full.method.bank_dir == tmp_path / "bank"
     ss = parts("ss_grpo")
-    assert ss.method.bank is None and "guidance" not in ss.agent_options
+    assert ss.method.bank is None and "guidance" not in ss.agent_options and isinstance(ss.reward_fn, StagewiseReward)
     meta = parts("meta_policy")
     assert meta.advantage_fn is None and meta.method.judge is None and meta.method.reflection is not None
+    assert isinstance(meta.reward_fn, MetaPolicyFirst) and isinstance(meta.reward_fn.reward, OutcomeReward)
     base = parts("scaffold_grpo")
     assert base.method is None and base.advantage_fn is None and base.agent == "scaffold"
     assert set(roles) == {"rubric_evaluator", "reflection_judge"}
@@ -352,6 +356,35 @@ def test_deferred_judging_runs_in_the_background_while_the_next_step_proceeds():
     gated.gate.set()
     out = br.step_end(trainer, StepContext(step=2, groups=[]), [], torch.zeros(0, 1))  # joins, then trains
     assert out["reflection/updated"] == 1 and len(bank) == 1 and br.pending is None
+
+
+def test_phase_a_lands_the_deferred_batch_before_the_steps_reward_and_reports_at_its_end():
+    """D.2 / Algorithm 1 lines 9-11: at step 2, step 1's reflections reach the bank and the backbone inside the
+    reward call (after the rollouts, before the task update); the step's end then has nothing left to apply."""
+    br, bank = branch([ratings((1, (1, 1, 1), (1, 1, 1)), (2, (0, 0, 0), (0, 0, 0)))])
+    trainer = Trainer(Engine([GOOD, GOOD.replace("town first", "town later")]))
+    state = RubricEMState(bank=bank, reflection=br)
+    state.attach(trainer)
+    events = []
+
+    def reward(episodes, ctx):
+        events.append(("reward", ctx.step, len(bank), len(trainer.updates)))
+        return [0.0] * len(episodes)
+
+    wrapped = MetaPolicyFirst(reward, state)
+    one = StepContext(step=1, groups=[0, 0])
+    assert wrapped(step_episodes([QA]), one) == [0.0, 0.0]  # step 1: nothing deferred yet
+    assert state.on_step_end(trainer, one, step_episodes([QA]), torch.zeros(2, 1)) == {"bank/size": 0.0}
+    two = StepContext(step=2, groups=[])
+    wrapped([], two)
+    assert events == [("reward", 1, 0, 0), ("reward", 2, 1, 1)]  # the step-2 reward saw the bank and the update
+    assert [u[2] for u in trainer.updates] == [2] and trainer.engine.refreshed == [2]
+    assert bank.exact(QA.question).rubrics == "Critical: find the town first."
+    end = state.on_step_end(trainer, two, [], torch.zeros(0, 1))
+    assert end["reflection/bank_writes"] == 1 and end["reflection/updated"] == 1 and end["bank/size"] == 1
+    assert len(trainer.updates) == 1 and br.phase_a_metrics == {}
+    with pytest.raises(RuntimeError, match="attach"):
+        RubricEMState(reflection=branch([])[0]).before_task_update(two)
 
 
 def test_a_reflection_that_copies_the_prompts_example_is_invalid():

@@ -1,5 +1,6 @@
 """The Plan/Research/Review/Answer scaffold: stage splitting of hand-made trajectories (malformed ones too),
-the agent on the ReAct seams, stage-tagged token segments, the validator and the SFT rejection reasons."""
+the agent on the ReAct seams, stage-tagged token segments, the validator and the SFT rejection reasons
+(B.2.3's consecutive tool errors among them)."""
 
 import asyncio
 import re
@@ -13,7 +14,9 @@ from components.methods.rubricem.scaffold_format import (
     PLAN,
     RESEARCH,
     REVIEW,
+    SCAFFOLD_REASONS,
     complete_reply,
+    consecutive_tool_errors,
     parse_scaffold_turn,
     scaffold_problems,
     split_stages,
@@ -24,10 +27,11 @@ from components.judges.render import clip_tool_outputs, scaffold_text
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import Message, TransientLLMError
 from components.params import AgentParams
-from components.schemas import ToolCall
+from components.schemas import Step, ToolCall, Trajectory
 from components.training.agent_rollout import make_agent_rollout
 from components.training.rollout import Generation
 from components.training.tiny import CharTokenizer
+from components.warmstart.rejection import REASONS, select
 from tests.rubricem.trajectories import (
     DOCS,
     OBS,
@@ -239,3 +243,61 @@ def test_stage_k_tokens_carry_segment_id_k(history_format):
                         2: REVIEW_TEXT, 3: "<answer>Ammel</answer>"}
     observations = [TOK.decode(s.token_ids) for row in episode.rows for s in row if not s.trainable]
     assert any("<tool_output>" in o and "born in Kestrow" in o for o in observations)
+
+
+# -------------------------------------------------------------------- B.2.3: consecutive tool errors
+
+FAILED = ('<think>Open the page for more.</think>\n<state_evaluation>Town settled (d-Ossian Threll). River open.'
+          '</state_evaluation>\n<call_tool name="browse">{doc}</call_tool>')
+
+
+def tool_error_episode(pattern):
+    """A scaffold episode from ``pattern``: ``ok`` turns are TURN1 then TURN2 (their searches work), ``err``
+    turns browse an id the corpus lacks (the toolbox marks the call as an error), and TURN3 answers."""
+    steps, good = [], iter([(TURN1, "Ossian Threll", OBS[0]), (TURN2, "Kestrow", OBS[1])])
+    for i, kind in enumerate(pattern):
+        if kind == "ok":
+            raw, query, obs = next(good)
+            call = ToolCall(name="search", arguments={"query": query}, observation=obs)
+        else:
+            doc = f"d-40{i}"
+            raw, obs = FAILED.format(doc=doc), f"Error: no document with id {doc!r}."
+            call = ToolCall(name="browse", arguments={"doc_id": doc}, observation=obs,
+                            error=f"unknown document id {doc!r}")
+        steps.append(Step(index=i, raw=raw, observation=obs, tool_call=call))
+    steps.append(Step(index=len(steps), raw=TURN3, final_answer="Ammel"))
+    return Trajectory(question_id=Q.id, question=Q.question, steps=steps, final_answer="Ammel", docs_seen=DOCS)
+
+
+@pytest.mark.parametrize("pattern, rejected", [
+    (["ok", "ok"], False),
+    (["ok", "err", "ok"], False),                 # one failed round, then a recovery: kept (B.2.3)
+    (["ok", "err", "ok", "err"], False),          # two failed rounds, never in a row: kept
+    (["ok", "err", "err", "ok"], True),           # two in a row: rejected, even though the episode recovers
+    (["ok", "err", "err", "err", "ok"], True),
+])
+def test_two_or_more_consecutive_tool_errors_reject_a_scaffold_episode(pattern, rejected):
+    traj = tool_error_episode(pattern)
+    assert [s.tool_call.error is not None for s in traj.steps[:-1]] == [k == "err" for k in pattern]
+    found = scaffold_problems(traj)
+    assert [r for r, _ in found] == (["tool_errors"] if rejected else [])
+    kept, dropped = select([(traj, Q, "teacher")], min_f1=1.0, agent="scaffold")
+    assert (len(kept), len(dropped)) == ((0, 1) if rejected else (1, 0))
+    if rejected:
+        assert dropped[0].reason == "tool_errors" and dropped[0].reasons == ["tool_errors"]
+        run = [str(i) for i, k in enumerate(pattern) if k == "err"]
+        assert f"steps {', '.join(run)}: {len(run)} tool errors in a row" in dropped[0].detail
+
+
+def test_a_turn_without_a_call_does_not_break_a_run_of_tool_errors():
+    traj = tool_error_episode(["ok", "err", "err", "ok"])
+    unread = Step(index=2, raw="<think>Hmm.</think>", parse_error="no <call_tool> and no <answer>",
+                  observation="Write a <call_tool> or an <answer>.")
+    steps = [*traj.steps[:2], unread, *[s.model_copy(update={"index": s.index + 1}) for s in traj.steps[2:]]]
+    found = consecutive_tool_errors(traj.model_copy(update={"steps": steps}))
+    assert found == [("tool_errors", "steps 1, 3: 2 tool errors in a row (first: unknown document id 'd-401')")]
+
+
+def test_the_tool_error_reason_sits_with_the_scaffold_reasons():
+    assert REASONS.index("citation") + 1 == REASONS.index("tool_errors") == REASONS.index("repeated_call") - 1
+    assert SCAFFOLD_REASONS.index("tool_errors") < SCAFFOLD_REASONS.index("grounding")

@@ -1,6 +1,7 @@
 """RubricEM through the real GRPO trainer (a tiny random Qwen2, replayed scaffold replies, scripted judges):
-stage-tagged rows, stagewise scores and Lambda advantages, the reflection update on the same backbone, and
-judge buffers plus the rubric bank saved in and restored from a checkpoint."""
+stage-tagged rows, stagewise scores and Lambda advantages, the reflection update on the same backbone, the
+order of one step's parts against D.1-D.2 and Algorithm 1, and judge buffers plus the rubric bank saved in
+and restored from a checkpoint."""
 
 import json
 import re
@@ -13,7 +14,7 @@ from components.methods.rubricem.scaffold_agent import ScaffoldAgent
 from components.methods.rubricem.reflection import ReflectionJudge
 from components.methods.rubricem.stagewise_judge import StagewiseJudge
 from components.llm.backends.scripted import ScriptedChatModel
-from components.methods.rubricem.variants import ReflectionBranch, RubricEMState
+from components.methods.rubricem.variants import MetaPolicyFirst, ReflectionBranch, RubricEMState
 from components.params import AgentParams, GRPOParams
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, RubricBank
@@ -87,18 +88,21 @@ def scoring():
     return respond
 
 
-def build(tmp_path):
+def build(tmp_path, defer=False, reward=None):
+    """The trainer and method state; ``reward(stagewise_reward, state)`` may wrap the reward (the variants'
+    :class:`MetaPolicyFirst`)."""
     judge = StagewiseJudge(ScriptedChatModel(lambda m, s: GENERATION), ScriptedChatModel(scoring()))
     bank = RubricBank(OneVector())
     reflection = ReflectionBranch(ReflectionJudge(ScriptedChatModel(lambda m, s: ratings(
-        (1, (1, 1, 1), (1, 1, 1)), (2, (0, 0, 0), (0.5, 0.5, 0.5))))), bank, candidates=2, defer=False)
+        (1, (1, 1, 1), (1, 1, 1)), (2, (0, 0, 0), (0.5, 0.5, 0.5))))), bank, candidates=2, defer=defer)
     state = RubricEMState(judge, bank, reflection, bank_dir=tmp_path / "bank", save_every=1)
+    reward_fn = StagewiseReward(judge) if reward is None else reward(StagewiseReward(judge), state)
     policy = build_policy(tiny_qwen2(TOK.vocab_size, max_positions=4096, seed=0), lora=LoRASettings(r=4, alpha=8))
     settings = AgentParams(history_format="chat", max_turns=4, max_search_calls=3, max_tokens=400)
     rollout = make_agent_rollout(lambda p: ScaffoldAgent(p, Tools(), settings, system_prompt="Use the scaffold."),
                                  TOK, render=render)
     config = GRPOParams(group_size=2, prompts_per_step=1, steps=2, checkpoint_every=2, shuffle=False, lr=1e-3)
-    trainer = GRPOTrainer(policy, Engine(), StagewiseReward(judge), [Q], config, rollout_fn=rollout,
+    trainer = GRPOTrainer(policy, Engine(), reward_fn, [Q], config, rollout_fn=rollout,
                           advantage_fn=StageReturns(PAPER), method=state, checkpoint_dir=tmp_path / "ckpt",
                           pad_token_id=0)
     return trainer, state
@@ -131,3 +135,49 @@ def test_rubricem_trains_through_the_grpo_trainer_and_resumes(tmp_path):
     assert fresh.resume(tmp_path / "ckpt") and fresh.step_count == 2
     assert fresh_state.judge.state_dict() == buffers
     assert len(fresh_state.bank) == 1 and fresh_state.bank.exact(Q.question).takeaways == "1. Follow the new name."
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_one_steps_parts_run_in_the_order_of_d1_and_algorithm_1(tmp_path):
+    """Deferred reflections, as the variants wire them (MetaPolicyFirst): at step N, after the rollouts, step
+    N-1's best reflection is written to the bank and the backbone is trained on its candidates (Phase A,
+    Algorithm 1 lines 9-11), then the step is scored and the task policy updated (Phase B, lines 12-29), then
+    step N's candidates are sampled and their judging launched (line 27). The last batch lands at train end."""
+    events = []
+
+    def scored(inner, state):
+        def reward(episodes, ctx):
+            events.append(("score", ctx.step))
+            return inner(episodes, ctx)
+        return MetaPolicyFirst(reward, state)
+
+    trainer, state = build(tmp_path, defer=True, reward=scored)
+    rollout, update, generate, put = trainer.rollout_fn, trainer.update, state.reflection.generate, state.bank.put
+
+    def rollout_fn(*args):
+        events.append(("rollout", trainer.step_count + 1))
+        return rollout(*args)
+
+    def recorded_update(batch, advantages, **kw):
+        text = TOK.decode(batch.input_ids[0][batch.attention_mask[0].bool()].tolist())
+        events.append(("meta_update" if "write guidance for later attempts" in text else "task_update", kw["ctx"].step))
+        return update(batch, advantages, **kw)
+
+    def recorded_generate(trainer_, ctx, *args):
+        events.append(("reflect", ctx.step))
+        return generate(trainer_, ctx, *args)
+
+    def recorded_put(*args, **kw):
+        events.append(("bank_write", kw["step"]))
+        return put(*args, **kw)
+
+    trainer.rollout_fn, trainer.update = rollout_fn, recorded_update
+    state.reflection.generate, state.bank.put = recorded_generate, recorded_put
+    history = trainer.train(3)
+    step = lambda n: [("rollout", n), ("bank_write", n), ("meta_update", n), ("score", n), ("task_update", n),
+                      ("reflect", n)]
+    assert events == [("rollout", 1), ("score", 1), ("task_update", 1), ("reflect", 1), *step(2), *step(3),
+                      ("bank_write", 3), ("meta_update", 3)]  # on_train_end: the last step's batch
+    assert history[1]["method/reflection/updated"] == 1 and history[1]["method/bank/size"] == 1
+    assert history[1]["method/reflection/optimizer_steps"] == 1 and history[1]["optimizer_steps"] == 1
+    assert "method/reflection/updated" not in history[0]

@@ -88,6 +88,18 @@ def test_repeated_identical_call_ignores_case_and_spacing():
     assert [r for r, _ in found] == ["repeated_call"] and "step 1 repeats step 0" in found[0][1]
 
 
+def test_consecutive_tool_errors_are_a_scaffold_rule_not_a_react_one():
+    """RubricEM B.2.3 filters its scaffold teacher data for two or more tool errors in a row; the ReAct warm
+    start (no paper filters it that way) keeps such an episode when nothing else is wrong with it."""
+    t = episode(GOOD[0], "Thought: Try a narrower query.\nAction: search[Nightfall Harbor 1998]",
+                "Thought: And another one.\nAction: search[Nightfall Harbor film]", *GOOD[1:])
+    for step in t.steps[1:3]:
+        step.tool_call.error = "TimeoutError: retriever down"
+    assert [s.tool_call is not None and s.tool_call.error is not None for s in t.steps] == [False, True, True,
+                                                                                           False, False]
+    assert reasons(t) == [] and "tool_errors" in REASONS
+
+
 def test_wrong_answer_and_the_f1_threshold():
     t = episode(*GOOD[:2], "Thought: born in the city of Vantor.\nAction: finish[city of Vantor]")
     assert reasons(t, min_f1=1.0) == ["wrong_answer"]   # tokens city/of/vantor vs vantor: F1 = 2*(1/3)*1/(4/3) = 0.5

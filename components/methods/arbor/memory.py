@@ -11,14 +11,23 @@ method feeds with judged scores; it makes no LLM call itself (the consolidation 
   then drops each new rubric whose embedding has cosine >= ``dedup_threshold`` with a rubric in P (or with
   one accepted earlier in the same batch), writes the rest into P and clears D.
 - **Activation statistics** (one activation = one query-group scored under a common rubric): the uses count,
-  the consecutive low-variance count n_r (reset by any activation with variance >= ``delta_v``), the mean
-  within-group variance, and the cumulative Pearson rho_r over every (score, F1) pair of every activation.
+  the consecutive low-variance count n_r (reset by any activation with variance >= ``delta_v``), the
+  cumulative within-group variance (the sum of the activations' variances, ``variance_sum``), and the
+  cumulative Pearson rho_r over every (score, F1) pair of every activation.
 - **Retirement**: n_r > ``kappa`` (kappa is the tolerance: the (kappa+1)-th consecutive low-variance
   activation retires), or rho_r < ``rho_min`` once rho_r is defined (F1 has varied over the activations).
-- **Capacity**: with |P| = ``max_common``, a new rubric replaces the rubric with the lowest mean within-group
-  variance among the *mature* ones. Maturity rule: at least ``maturity_activations`` activations (default
-  5 = kappa, so a rubric has had the chance to be retired for low variance before it can be out-ranked on
-  it). When no rubric in P is mature, the new rubric is dropped and counted.
+- **Capacity**: with |P| = ``max_common``, a new rubric replaces the mature rubric whose *cumulative*
+  within-group variance (the sum over its activations, not their mean) is lowest, as 3.3 specifies: a rubric
+  that discriminated a little on many groups outranks one that discriminated more on a few. On a tie the
+  older rubric (earlier ``created_step``) is replaced. Maturity rule: at least ``maturity_activations``
+  activations (default 5 = kappa, so a rubric has had the chance to be retired for low variance before it can
+  be out-ranked on it). When no rubric in P is mature, the new rubric is dropped and counted.
+- **Snapshots**: ``state_dict`` keeps each rubric's cumulative variance (``variance_sum``); every snapshot this
+  module has written holds it. An entry without the key is loaded with it estimated from the rubric's
+  cumulative (score, F1) sums as ``uses`` x the pooled variance of its scores (0 when it has no uses). The
+  pooled variance adds the spread between group means to the within-group spread, so with equal group sizes
+  the estimate is never below the true sum: such a rubric is, if anything, replaced later than its real
+  history would have it.
 - **Active selection**: ``active_rubrics`` per step: the highest rho_r (undefined rho ranks last, then the
   oldest), then the least recently used among the others (never used first; equal recency: higher rho_r).
 
@@ -38,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from components.params import ArborParams
 
@@ -163,14 +172,29 @@ class CommonRubric(BaseModel):
     uses: int = Field(default=0, description="Activations: query-groups scored under it.")
     last_used_step: int = Field(default=0, description="Last step it was active (0: never).")
     low_var_streak: int = Field(default=0, description="n_r: consecutive activations with variance < delta_v.")
-    variance_sum: float = Field(default=0.0, description="Sum of within-group variances over activations.")
+    variance_sum: float = Field(default=0.0, description="Cumulative within-group variance: the sum over its "
+                                "activations, which the capacity rule ranks on (3.3).")
     corr: PearsonStats = Field(default_factory=PearsonStats, description="Cumulative (score, F1) sums.")
     retired_step: int | None = None
     retired_reason: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_missing_variance_sum(cls, data: Any) -> Any:
+        """An entry without ``variance_sum`` (see the module's snapshot rule): ``uses`` x pooled score variance."""
+        if not isinstance(data, dict) or "variance_sum" in data:
+            return data
+        corr = PearsonStats.model_validate(data.get("corr") or {})
+        pooled = max(0.0, corr.sxx / corr.n - (corr.sx / corr.n) ** 2) if corr.n >= 2 else 0.0
+        return {**data, "variance_sum": int(data.get("uses", 0)) * pooled}
+
     @property
     def rho(self) -> float | None:
         return self.corr.value
+
+    @property
+    def cumulative_variance(self) -> float:
+        return self.variance_sum
 
     @property
     def mean_variance(self) -> float:
@@ -342,7 +366,7 @@ class RubricMemory:
                 if not mature:
                     events.dropped_full += 1
                     continue
-                victim = min(mature, key=lambda r: (r.mean_variance, r.created_step))
+                victim = min(mature, key=lambda r: (r.cumulative_variance, r.created_step))
                 self._retire(victim, step, "replaced")
                 events.replaced.append(victim.id)
             rubric = CommonRubric(id=self._new_id("c"), rubric=text, created_step=step, sources=sources)

@@ -50,7 +50,8 @@ class RubricEMParams(Section):
     reflect_on_repeat: bool = Field(default=False, description="Also reflect in the curriculum's repeat phase "
                                     "(D.4 reflects on new queries only).")
     defer_reflection: bool = Field(default=True, description="Judge step N's reflections in the background during "
-                                   "step N+1's rollouts and train on them at the end of step N+1 (D.2).")
+                                   "step N+1's rollouts, then write the bank and train on them before step N+1's "
+                                   "task update (Phase A, D.2); false: all of it at the end of step N.")
     bank_top_k: int = Field(default=2, ge=1, description="Bank entries retrieved for cross-episode transfer.")
     bank_save_every: int = Field(default=10, ge=1, description="Steps between bank snapshots (also at checkpoints).")
     bank_embedder: str = Field(default="embedded-minilm", description="Sentence embedder of the bank's questions.")

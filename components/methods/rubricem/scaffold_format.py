@@ -20,13 +20,14 @@ from dataclasses import dataclass
 
 from components.agents.parsing import PLACEHOLDERS, ParsedAction
 from components.judges.render import scaffold_text
-from components.schemas import Trajectory
+from components.schemas import Step, Trajectory
 from components.warmstart.rejection import grounded
 
 PLAN, RESEARCH, REVIEW, ANSWER = range(4)
 STAGES = ("plan", "research", "review", "answer")
 TOOLS = ("search", "browse")
-SCAFFOLD_REASONS = ("stage_boundary", "tool_syntax", "citation", "grounding")
+SCAFFOLD_REASONS = ("stage_boundary", "tool_syntax", "citation", "tool_errors", "grounding")
+MAX_CONSECUTIVE_TOOL_ERRORS = 1  # B.2.3: one failed round followed by a recovery is kept; two in a row are not
 
 _CALL = re.compile(r'<call_tool\s+name\s*=\s*"?([A-Za-z_]+)"?\s*>(.*?)</call_tool>', re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -238,12 +239,43 @@ def validate_scaffold(trajectory: Trajectory) -> list[tuple[str, str]]:
     return out
 
 
+def consecutive_tool_errors(trajectory: Trajectory) -> list[tuple[str, str]]:
+    """B.2.3's tool-error rule: an episode with two or more tool rounds in a row whose call came back as an
+    error is discarded; a single failed round followed by a successful one is kept (it shows a recovery).
+
+    A failed round is a turn whose ``tool_call.error`` is set: the toolbox marks an empty query, an unknown
+    document id, an unknown tool, an unreadable argument or a retriever exception that way
+    (:meth:`components.retrieval.tools.Toolbox.call`). A search that finds nothing is an answer, not an error.
+    Runs are counted over the turns that called a tool: a turn with no call (an unreadable reply, the answer)
+    neither counts nor ends a run, since no successful call came in between."""
+    runs: list[list[Step]] = []
+    current: list[Step] = []
+    for step in trajectory.steps:
+        if step.tool_call is None:
+            continue
+        if step.tool_call.error is None:
+            current = []
+            continue
+        if not current:
+            runs.append(current)
+        current.append(step)
+    found = []
+    for run in runs:
+        if len(run) > MAX_CONSECUTIVE_TOOL_ERRORS:
+            steps = ", ".join(str(s.index) for s in run)
+            first = run[0].tool_call.error if run[0].tool_call is not None else None
+            found.append(("tool_errors", f"steps {steps}: {len(run)} tool errors in a row (first: {first})"))
+    return found
+
+
 def scaffold_problems(trajectory: Trajectory) -> list[tuple[str, str]]:
     """What rejection sampling of scaffold SFT data discards an episode for (B.2.3), as (reason, detail) in
     ``SCAFFOLD_REASONS`` order: stage boundaries, tool syntax, citations (a malformed or empty ``<cite>``, a
-    cited id no tool returned, a review citing nothing) and grounding (an answer no tool output contains).
-    Correctness, repeated calls and duplicates stay with ``components.warmstart.rejection``."""
+    cited id no tool returned, a review citing nothing), two or more tool errors in a row
+    (:func:`consecutive_tool_errors`) and grounding (an answer no tool output contains). Correctness,
+    repeated calls and duplicates stay with ``components.warmstart.rejection``."""
     found = validate_scaffold(trajectory)
+    found.extend(consecutive_tool_errors(trajectory))
     seen = set(trajectory.docs_seen)
     for step in trajectory.steps:
         if step.raw.count("<cite") != len(_CITE.findall(step.raw)):

@@ -10,23 +10,50 @@ Variants (all roll out through the ``scaffold`` agent, from the scaffold-SFT pol
 
     python -m tasks.train_policy --variant rubricem
 
-The reflection branch (:class:`ReflectionBranch`), at the end of each step N (``on_step_end``):
+One step N of a variant with the reflection branch (:class:`ReflectionBranch`), in the order of RubricEM
+D.1-D.2 and Algorithm 1 (lines 9-30):
 
-1. joins the reflection judging launched at step N-1, writes each question's best valid reflection into the
-   bank, and runs one GRPO update of the shared backbone on the reflection tokens of every candidate (the
-   trajectory is fixed context), then refreshes the rollout engine;
-2. samples one trajectory per question of step N (uniformly, seeded), generates ``m`` candidates with the
-   rollout engine, and hands their judging to a background thread.
+1. the task rollouts of step N; the bank guidance retrieves from the bank as it stands (line 7);
+2. Phase A, the deferred meta-policy update (lines 9-11, D.2 item 5): :class:`MetaPolicyFirst`, the reward
+   wrapper the variants install, calls :meth:`RubricEMState.before_task_update` before the step's reward. It
+   joins the judging of step N-1's reflection candidates, writes each question's best valid reflection into
+   the bank, runs one GRPO update of the shared backbone on the reflection tokens of every scored candidate
+   (the trajectory is fixed context) and refreshes the rollout engine;
+3. the step's reward and the task-policy update (Phase B, lines 12-29), which starts from the weights Phase A
+   left;
+4. ``on_step_end``: one trajectory per question of step N is drawn (uniformly, seeded), ``m`` candidates are
+   sampled with the rollout engine and their judging goes to a background thread (line 27, D.2 items 2 and
+   4), where it runs while step N+1 rolls out.
 
-On one machine the overlap is between the two processes that do the work: the judge is another server
-(llama.cpp's 1.5B here, an API in production), so its calls run in the background thread while the main
-thread samples step N+1's rollouts and runs its task update; the candidates themselves are sampled by the
-policy engine at the end of step N (they need the current weights and the same cores). The meta-policy update
-therefore lands one step late, after step N+1's task update rather than before it (paper D.2 runs it first,
-on a separate training engine, while rollouts are generated); in both orders the rollouts of step N+1 come
-from weights that have not seen step N's reflections. A checkpoint waits for pending judging so it holds the
-finished batch, which the resumed run applies at its next step. After the last step the trainer's
-``on_train_end`` hook applies the batch still waiting, so the final step's reflections reach the bank too.
+So step N-1's reflections update the backbone after step N's rollouts (which, as in D.2, come from weights
+that have not seen them) and before step N's task update; the bank write precedes that update. Where this
+differs from the paper, and why it is kept:
+
+- **Bank writes one step later.** Algorithm 1 writes a question's best reflection as soon as it is judged
+  (line 41), during step N-1, so step N's cross-episode retrieval may already find it. Here the write waits
+  for Phase A of step N, after step N's rollouts: writing before them would mean waiting for the judge at
+  the start of every step, and the background judging would overlap nothing (on one machine it is the only
+  overlap there is). A reflection is thus retrievable from step N+1 on; the windowed curriculum repeats a
+  batch K steps later, so within-episode retrieval finds it for K >= 2 (D.3 uses K = 3).
+- **Candidates sampled after the task update.** Algorithm 1 launches step N's reflection generation before
+  step N's task update (line 27 before line 29), on a separate inference engine. Here the one policy engine
+  samples them at the end of step N, after the update (the same cores serve both). Phase A at step N+1
+  therefore trains on candidates from the very weights it updates.
+- **The last batch.** Algorithm 1 stops after step T's task update, leaving step T's reflections untrained.
+  The trainer's ``on_train_end`` hook (:meth:`RubricEMState.on_train_end`) writes them to the bank and also
+  runs their meta-policy update, so a short run (a few steps here) does not lose one step's reflection signal
+  in T; the adapter saved after it has had that one extra update.
+- With ``defer_reflection: false`` there is no Phase A: the candidates are judged at the end of step N and
+  written and trained on at once, before step N+1 rolls out (the synchronous pipeline D.2 sets its deferred
+  one against).
+
+The task update comes one update after the weights that sampled its rollouts, as in the paper; with
+``grpo.old_logprobs: auto`` and one epoch the trainer takes the current log-probs as the old ones, while
+``engine`` keeps the rollout's. Phase A's time counts as reward time (``time/reward``); its metrics are
+reported with the step's ``on_step_end`` metrics. A checkpoint waits for pending judging so it holds the
+finished batch, which the resumed run applies in its next Phase A. Driven through ``step_end`` alone (no
+reward wrapper, as in the stand-in tests), the branch applies a batch still waiting at the end of the next
+step instead.
 
 The windowed curriculum (D.3) is a prompt order: :func:`windowed_curriculum` lays out K fresh batches then
 the same K again, each question tagged ``cross`` or ``within`` (``question.metadata[PHASE_KEY]``), which
@@ -58,7 +85,8 @@ from components.training.agent_rollout import chat_template_renderer
 from components.training.episodes import Episode, StepContext
 from components.training.rollout import RolloutSegment, assemble
 
-__all__ = ["LazyEmbedder", "ReflectionBranch", "ReflectionJob", "RubricEMState", "windowed_curriculum"]
+__all__ = ["LazyEmbedder", "MetaPolicyFirst", "ReflectionBranch", "ReflectionJob", "RubricEMState",
+           "windowed_curriculum"]
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +182,7 @@ class ReflectionBranch:
         self.reflect_on_repeat, self.defer, self.seed = reflect_on_repeat, defer, seed
         self.pending: Future | None = None
         self.ready: list[ReflectionJob] | None = None
+        self.phase_a_metrics: dict[str, float] = {}  # Phase A's metrics, reported with the step's end
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reflection-judge") if defer else None
 
     def generate(self, trainer: Any, ctx: StepContext, episodes: list[Episode], scores: torch.Tensor) -> list[ReflectionJob]:
@@ -257,9 +286,17 @@ class ReflectionBranch:
                 metrics["reflection/updated"] = 1.0
         return metrics
 
-    def step_end(self, trainer: Any, ctx: StepContext, episodes: list[Episode], scores: torch.Tensor) -> dict[str, float]:
-        metrics: dict[str, float] = {}
+    def phase_a(self, trainer: Any, ctx: StepContext) -> dict[str, float]:
+        """D.2's Phase A at step N, before the task update: join the judging of step N-1's candidates, write
+        the bank, train the backbone on them. Nothing waiting (the first step, synchronous mode): no-op."""
         previous = self._collect()
+        metrics = self.apply(trainer, ctx, previous) if previous else {}
+        self.phase_a_metrics.update(metrics)
+        return metrics
+
+    def step_end(self, trainer: Any, ctx: StepContext, episodes: list[Episode], scores: torch.Tensor) -> dict[str, float]:
+        metrics, self.phase_a_metrics = self.phase_a_metrics, {}
+        previous = self._collect()  # a batch no Phase A took (the branch driven without the reward wrapper)
         if previous:
             metrics.update(self.apply(trainer, ctx, previous))
         jobs = self.generate(trainer, ctx, episodes, scores)
@@ -297,6 +334,20 @@ class RubricEMState:
                  reflection: ReflectionBranch | None = None, bank_dir: str | Path | None = None, save_every: int = 10):
         self.judge, self.bank, self.reflection = judge, bank, reflection
         self.bank_dir, self.save_every = (Path(bank_dir) if bank_dir is not None else None), save_every
+        self.trainer: Any = None
+
+    def attach(self, trainer: Any) -> None:
+        """Keep the trainer (it calls this once when built): Phase A updates its policy before its task update."""
+        self.trainer = trainer
+
+    def before_task_update(self, ctx: StepContext) -> dict[str, float]:
+        """Phase A of the step (D.2): the deferred reflection batch lands in the bank and the backbone."""
+        if self.reflection is None:
+            return {}
+        if self.trainer is None:
+            raise RuntimeError("RubricEMState.before_task_update needs the trainer: build the GRPOTrainer with "
+                               "this state as its method (it calls attach)")
+        return self.reflection.phase_a(self.trainer, ctx)
 
     def state_dict(self) -> dict[str, Any]:
         return {"judge": self.judge.state_dict() if self.judge else None,
@@ -352,6 +403,21 @@ class RubricEMState:
             self.bank.save(self.bank_dir / f"step_{step:06d}" / BANK_FILE)
 
 
+class MetaPolicyFirst:
+    """The step's reward, preceded by Phase A (:meth:`RubricEMState.before_task_update`): the trainer calls its
+    reward after the rollouts and before the task update, which is where D.2 puts the deferred meta-policy
+    update. ``reward`` is the variant's own reward (stagewise or outcome), returned as it answers (sync or
+    async). A trainer that calls the reward again within a step (a refill draw) finds nothing left waiting,
+    so Phase A runs once per step."""
+
+    def __init__(self, reward: Any, state: RubricEMState):
+        self.reward, self.state = reward, state
+
+    def __call__(self, episodes: list[Episode], ctx: StepContext) -> Any:
+        self.state.before_task_update(ctx)
+        return self.reward(episodes, ctx)
+
+
 # ------------------------------------------------------------------------------------ variants
 
 
@@ -374,11 +440,13 @@ def _build(ctx: VariantContext, *, stagewise: bool, meta: bool) -> VariantParts:
             seed=ctx.params.seed, observation_chars=p.reflection_observation_chars)
         options["guidance"] = BankGuidance(bank)
     method = RubricEMState(judge, bank, reflection, bank_dir=ctx.out_dir / "bank", save_every=p.bank_save_every)
+    reward = reward or OutcomeReward()
     order = None
-    if meta:  # the windowed curriculum (D.3): fresh batches with cross-episode guidance, then repeats
+    if meta:  # Phase A before the task update (D.2); the windowed curriculum (D.3): fresh batches, then repeats
+        reward = MetaPolicyFirst(reward, method)
         batch = ctx.params.grpo.prompts_per_step
         order = lambda questions: windowed_curriculum(questions, batch, p.curriculum_window)
-    return VariantParts(reward_fn=reward or OutcomeReward(), advantage_fn=advantage_fn,
+    return VariantParts(reward_fn=reward, advantage_fn=advantage_fn,
                         method=method if (judge is not None or bank is not None) else None, agent="scaffold",
                         agent_options=options, order_prompts=order)
 
