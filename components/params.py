@@ -268,6 +268,27 @@ class GRPOParams(Section):
         "on-policy (one epoch, one mini-batch: the ratio is 1), recompute always runs it, engine trusts the "
         "rollout engine's log-probs.",
     )
+    tis_cap: float | None = Field(
+        default=None, gt=0, json_schema_extra={"keyed_when_set": True},
+        description="Truncated importance sampling (ARBOR B.2, token-level TIS): each token's policy-gradient "
+        "loss is weighted by min(pi_old / pi_rollout, tis_cap), the trainer's old-policy probability over the "
+        "rollout engine's (a quantized or batched inference engine scores tokens slightly differently from "
+        "the trained weights). Needs the engine's log-probs; None: off.",
+    )
+    dynamic_sampling_max_rounds: int | None = Field(
+        default=None, ge=0, json_schema_extra={"keyed_when_set": True},
+        description="DAPO's dynamic sampling (Yu et al. 2025, Sec. 3.2): groups whose scores have no variance "
+        "are left out and more prompts are drawn, at most this many extra rounds per step, until the step "
+        "holds prompts_per_step groups with a learning signal. 0: no refill (a homogeneous group trains on "
+        "nothing but the KL term); None: the variant's choice (dapo refills, grpo does not).",
+    )
+
+    @model_validator(mode="after")
+    def _tis_reads_engine_logprobs(self) -> GRPOParams:
+        if self.tis_cap is not None and self.old_logprobs == "engine":
+            raise ValueError("tis_cap weights tokens by the trainer's old log-probs over the engine's; with "
+                             "old_logprobs: engine the two are the same (the weight is 1): use auto or recompute")
+        return self
 
 
 class TrainPolicyParams(Section):
@@ -306,6 +327,13 @@ class SFTParams(Section):
     micro_batch_size: int | None = Field(default=None, ge=1, description="Sequences per forward/backward; None: batch_size.")
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     warmup_steps: int = Field(default=0, ge=0, description="Linear LR warm-up, in optimizer steps.")
+    warmup_ratio: float | None = Field(
+        default=None, ge=0, lt=1, description="Instead of warmup_steps: warm-up over this fraction of the run's "
+        "optimizer steps, rounded up (ARBOR B.2 and RubricEM F.1.1: 0.1); None or 0 keeps warmup_steps.")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        default="constant", description="After the warm-up: constant, or cosine decay to 0 at the last optimizer "
+        "step (transformers' get_cosine_schedule_with_warmup, which LLaMA-Factory, the SFT framework of ARBOR B.2 "
+        "and RubricEM F.1.1, uses; its warm-up starts at 0 rather than at lr / warmup).")
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = Field(
         default="token_mean", description="Aggregation of the masked cross-entropy."

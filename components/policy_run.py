@@ -36,7 +36,7 @@ from components.training.policy_run_key import check_branch, lineage_record, run
 from components.training.process_memory import release
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOTrainer
-from components.variants import VariantContext, get_variant
+from components.variants import VariantContext, get_variant, variant_grpo
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
 
 
@@ -174,7 +174,7 @@ class PolicyRun:
                 on_metrics(step, metrics)
             pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)  # kept current: a crash loses nothing
 
-        config = params.grpo
+        config = variant_grpo(params.grpo, parts)  # e.g. dapo's dynamic-sampling refill
         if parts.order_prompts is not None:  # the variant's curriculum fixes the order
             questions, config = parts.order_prompts(questions), config.model_copy(update={"shuffle": False})
         self.trainer = trainer = GRPOTrainer(

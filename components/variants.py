@@ -9,8 +9,9 @@ returns the parts it plugs into the one GRPO trainer, never a fork of the loop o
 
 A builder receives a :class:`VariantContext` (params, a role lookup for judges, the toolbox, an output
 folder) and returns :class:`VariantParts`. Built in here: ``grpo`` (outcome reward: token F1 when the
-episode is format-valid, else -1) and ``dapo`` (the same, with outcome-homogeneous groups dropped, as DAPO's
-dynamic sampling does, and counted).
+episode is format-valid, else -1) and ``dapo`` (the same with DAPO's dynamic sampling: outcome-homogeneous
+groups are dropped and counted, and the trainer draws more prompts, up to :data:`DAPO_REFILL_ROUNDS` extra
+rounds, until the step holds ``grpo.prompts_per_step`` groups whose outcomes differ).
 """
 
 from __future__ import annotations
@@ -21,12 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from components.method_registry import load_methods
-from components.params import Params
+from components.params import GRPOParams, Params
 from components.registry import Registry
 from components.rewards.outcome import OutcomeReward
 from components.training.episodes import Episode, MethodState, RewardFn, RewardOutput, StepContext
 
-__all__ = ["VARIANTS", "VariantContext", "VariantParts", "drop_homogeneous_groups", "get_variant"]
+__all__ = ["DAPO_REFILL_ROUNDS", "VARIANTS", "VariantContext", "VariantParts", "drop_homogeneous_groups",
+           "get_variant", "variant_grpo"]
+
+# DAPO (Yu et al. 2025, Algorithm 1) samples until the batch is full and gives no cap; its released recipe stops
+# after 10 generation batches of 3x the training batch. A refill round here draws only the missing groups, so
+# 3 rounds bound a step at 4 rollouts (an embedded CPU run stays usable); grpo.dynamic_sampling_max_rounds
+# overrides it.
+DAPO_REFILL_ROUNDS = 3
 
 @dataclass
 class VariantContext:
@@ -48,6 +56,9 @@ class VariantParts:
     agent_options: dict[str, Any] = field(default_factory=dict)
     # a curriculum: the prompt order the trainer follows as given (no shuffle), e.g. RubricEM's windows
     order_prompts: Callable[[list[Any]], list[Any]] | None = None
+    # DAPO's dynamic sampling: extra rounds of prompts the trainer may draw per step to replace groups without
+    # signal (0: none); used when grpo.dynamic_sampling_max_rounds is None (unset)
+    dynamic_sampling_max_rounds: int = 0
 
 
 VARIANTS: Registry[Callable[[VariantContext], VariantParts]] = Registry("training variant")
@@ -83,7 +94,16 @@ def build_grpo(ctx: VariantContext) -> VariantParts:
 
 @VARIANTS.register("dapo")
 def build_dapo(ctx: VariantContext) -> VariantParts:
-    return VariantParts(reward_fn=drop_homogeneous_groups(OutcomeReward()))
+    return VariantParts(reward_fn=drop_homogeneous_groups(OutcomeReward()),
+                        dynamic_sampling_max_rounds=DAPO_REFILL_ROUNDS)
+
+
+def variant_grpo(config: GRPOParams, parts: VariantParts) -> GRPOParams:
+    """The GRPO configuration a variant's run trains with: ``config`` with the variant's dynamic-sampling rounds
+    where ``dynamic_sampling_max_rounds`` is unset (None); a value set in params.yaml or by --set wins."""
+    if config.dynamic_sampling_max_rounds is not None:
+        return config
+    return config.model_copy(update={"dynamic_sampling_max_rounds": parts.dynamic_sampling_max_rounds})
 
 
 def get_variant(name: str) -> Callable[[VariantContext], VariantParts]:

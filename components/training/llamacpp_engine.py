@@ -272,5 +272,8 @@ def engine_for_policy(params: Any, policy: Any, tokenizer: Any,
     model = ensure_gguf(cfg.embedded, cache_dir)
     if base_adapters:
         model = ensure_merged_gguf(model, [ensure_lora_gguf(a, cache_dir) for a in base_adapters], cache_dir)
+    # the engine's log-probs are read by truncated importance sampling (grpo.tis_cap) and old_logprobs: engine;
+    # otherwise the trainer recomputes them and the server skips their cost
+    scored = params.grpo.tis_cap is not None or params.grpo.old_logprobs == "engine"
     return LlamaCppRolloutEngine(model, tokenizer, parallel=min(episodes, 8), threads=cfg.threads or 2,
-                                 n_ctx=params.train_policy.n_ctx, seed=params.seed, logprobs=False)
+                                 n_ctx=params.train_policy.n_ctx, seed=params.seed, logprobs=scored)

@@ -10,6 +10,11 @@ The objective is Co-ReAct Eq. 4 / RubricEM Eq. 1 with per-token advantages::
     loss = -agg(min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)) + kl_coef * agg(k3)
     ratio = exp(logp - old_logp),  k3 = exp(ref - logp) - (ref - logp) - 1
 
+With ``tis_cap`` C and the rollout engine's log-probs (token-level truncated importance sampling, ARBOR B.2),
+each token's surrogate term is weighted by ``w = min(exp(old_logp - rollout_logp), C)`` (no gradient): the
+old policy's probability as the trainer computes it over the probability the inference engine sampled with,
+capped so a token the engine under-scored cannot dominate the update. The KL term is not weighted.
+
 Log-probabilities come from a *selective* log-softmax: the log-sum-exp is taken in chunks of rows and only
 the target logit is gathered, so no fp32 ``[B, T, V]`` log-softmax is ever materialised (bf16 logits are
 upcast one chunk at a time) and the backward pass recomputes the softmax chunk by chunk.
@@ -62,6 +67,8 @@ class LossMetrics:
     ratio_max: float
     advantage_mean: float
     num_tokens: int
+    tis_weight_mean: float = 1.0  # truncated importance weights (1 and 0 when TIS is off)
+    tis_capped_fraction: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -267,12 +274,15 @@ def policy_loss(
     agg: LossAgg = "token_mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    rollout_logp: torch.Tensor | None = None,
+    tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, LossMetrics]:
     """Clipped surrogate plus ``kl_coef`` times the k3 KL to the reference, aggregated by ``agg``.
 
     ``advantages`` is per token ``[B, T]`` (see :mod:`components.training.advantages`). ``clip_eps_high``
     defaults to ``clip_eps`` (set it higher for DAPO's clip-higher). ``ref_logp`` may be None only when
-    ``kl_coef`` is 0.
+    ``kl_coef`` is 0. ``tis_cap`` (with ``rollout_logp``, the engine's sampling log-probs) weights each token's
+    surrogate term by ``min(exp(old_logp - rollout_logp), tis_cap)``; None leaves the loss as it is.
     """
     if not (logp.shape == old_logp.shape == advantages.shape == loss_mask.shape):
         raise ValueError(
@@ -281,6 +291,9 @@ def policy_loss(
         )
     if kl_coef != 0.0 and ref_logp is None:
         raise ValueError("kl_coef is non-zero but no reference log-probs were given")
+    if tis_cap is not None and (rollout_logp is None or rollout_logp.shape != logp.shape):
+        raise ValueError("tis_cap needs the rollout engine's log-probs, shaped like logp "
+                         f"(got {None if rollout_logp is None else tuple(rollout_logp.shape)})")
     mask = loss_mask.bool()
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     # Zero the inputs at masked positions before any arithmetic: torch.where alone would still let an
@@ -291,6 +304,11 @@ def policy_loss(
 
     high = clip_eps if clip_eps_high is None else clip_eps_high
     pg_tok, ratio, clipped = clipped_surrogate(logp_m, old_m, adv_m, clip_eps, high)
+    tis = None
+    if tis_cap is not None:
+        rollout_m = torch.where(mask, rollout_logp.detach().to(old_m.dtype), zero)
+        tis = torch.exp(old_m - rollout_m).clamp(max=float(tis_cap))
+        pg_tok = pg_tok * tis
     pg = aggregate(pg_tok, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
 
     if ref_logp is not None:
@@ -314,5 +332,7 @@ def policy_loss(
             ratio_max=float(sel_ratio.max()) if n else 1.0,
             advantage_mean=float(adv_m[mask].mean()) if n else 0.0,
             num_tokens=n,
+            tis_weight_mean=float(tis[mask].mean()) if tis is not None and n else 1.0,
+            tis_capped_fraction=float((tis[mask] >= float(tis_cap)).float().mean()) if tis is not None and n else 0.0,
         )
     return loss, metrics

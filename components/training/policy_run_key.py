@@ -45,7 +45,11 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
         # section's `shared` block is keyed through the effective grpo/agent blocks it was applied to
         own = own.model_dump(exclude={name for name, f in type(own).model_fields.items()
                                       if (f.json_schema_extra or {}).get("execution")} | {"shared"})
-    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution), method=own,
+    # options added to grpo after runs were keyed (tis_cap, dynamic_sampling_max_rounds) enter the key once set,
+    # so a run that leaves them unset keeps the key it had before they existed
+    unset = {name for name, f in type(params.grpo).model_fields.items()
+             if (f.json_schema_extra or {}).get("keyed_when_set") and getattr(params.grpo, name) is None}
+    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution | unset), method=own,
                     warm_start=adapter_digest(warm) if warm is not None else None)
     return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in settings.items()}
 

@@ -3,7 +3,9 @@
 The configuration is ``params.sft`` (:class:`components.params.SFTParams`): the same names in the YAML file
 and in the code. One optimizer step takes ``batch_size`` rows (in ``micro_batch_size`` chunks with
 gradient accumulation, each chunk's loss divided by the batch's token or sequence count so the sum is the
-batch loss); rows are shuffled with a seed each epoch; the LR warms up linearly over ``warmup_steps``;
+batch loss); rows are shuffled with a seed each epoch; the LR warms up linearly over ``warmup_steps`` (or
+``warmup_ratio`` of the run's optimizer steps) and then stays constant or, with ``lr_schedule: cosine``,
+decays along a half cosine to 0 at the last step (ARBOR B.2, RubricEM F.1.1: cosine after a 10% warm-up);
 checkpoints hold weights, optimizer, scheduler, RNG and the data position, through the same atomic
 checkpoint code as GRPO. With ``gradient_checkpointing``, micro-batches under ``checkpoint_min_tokens`` padded
 tokens keep their activations (:func:`components.training.model.activations_kept`).
@@ -30,7 +32,34 @@ from components.training.model import Policy, activations_kept
 from components.training.prompt_order import PromptSampler
 from components.training.sft import SFTExample, collate_sft
 
-__all__ = ["SFTTrainer"]
+__all__ = ["SFTTrainer", "lr_scheduler", "warmup_steps"]
+
+
+def warmup_steps(config: SFTParams, total_steps: int) -> int:
+    """Optimizer steps of the warm-up: ``warmup_ratio`` of ``total_steps`` rounded up, as transformers'
+    ``TrainingArguments.get_warmup_steps`` does (the papers' SFT ran in LLaMA-Factory, on that trainer), but
+    without float noise rounding up a whole step (0.1 x 30 is 3.0000000000000004: 3 steps, not 4); or
+    ``warmup_steps`` when no ratio is given."""
+    if config.warmup_ratio:
+        return math.ceil(round(config.warmup_ratio * total_steps, 9))
+    return config.warmup_steps
+
+
+def lr_scheduler(optimizer: torch.optim.Optimizer, config: SFTParams,
+                 total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The LR schedule of an SFT run of ``total_steps`` optimizer steps, stepped once after each of them.
+
+    ``constant``: linear warm-up from ``lr / w`` at the first step to ``lr`` (the schedule rubricflow has always
+    had), then ``lr``. ``cosine``: transformers' ``get_cosine_schedule_with_warmup``: 0 at the first step,
+    ``lr * s / w`` during the warm-up, then ``lr * (1 + cos(pi * (s - w) / (total_steps - w))) / 2``, which
+    reaches 0 one step after the last. Both are ``LambdaLR``s, so a checkpoint restores their position.
+    """
+    w = warmup_steps(config, total_steps)
+    if config.lr_schedule == "cosine":
+        from transformers import get_cosine_schedule_with_warmup
+
+        return get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=w, num_training_steps=total_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: (s + 1) / w if s < w else 1.0)
 
 
 class SFTTrainer:
@@ -56,8 +85,7 @@ class SFTTrainer:
         self.sampler = PromptSampler(len(self.examples), seed, True)
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: (s + 1) / config.warmup_steps if s < config.warmup_steps else 1.0)
+        self.scheduler = lr_scheduler(self.optimizer, config, self.total_steps)
         self.step_count = 0
         self.history: list[dict[str, float]] = []
 

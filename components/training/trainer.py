@@ -9,10 +9,14 @@ One :meth:`GRPOTrainer.step`:
 3. score them with ``reward_fn(episodes, ctx)`` (sync or async; see :mod:`components.training.episodes`):
    one score per episode, a scalar or one value per stage/step, any of them missing; an episode with
    nothing scored is dropped and counted, a missing value is masked out of normalisation and loss;
+   with ``dynamic_sampling_max_rounds`` (DAPO's dynamic sampling) groups whose scores do not differ are left
+   out and steps 1-3 repeat for the missing number of prompts, up to that many rounds (``dynamic_sampling/*``);
 4. per-episode advantages ``[n, K]`` (group-normalised per column by default; ``advantage_fn`` lets
    SS-GRPO, ARCO or ARBOR shape them), placed on the tokens of each episode's rows by segment;
 5. :meth:`GRPOTrainer.update`: ``ppo_epochs`` passes of clipped surrogate + k3 KL (+ a method's
-   ``loss_fn`` term, which sees hidden states), gradient clipping, AdamW; then the scheduler steps once
+   ``loss_fn`` term, which sees hidden states; with ``tis_cap`` each token's surrogate weighted by the
+   truncated ratio of the trainer's old probability to the rollout engine's, ARBOR B.2's token-level
+   TIS), gradient clipping, AdamW; then the scheduler steps once
    (also when a method updates twice in a step) and the engine picks up the new weights;
 6. the method's ``on_step_end`` hook, metrics to ``on_metrics(step, metrics)``, and a checkpoint every
    ``checkpoint_every`` steps (weights, extra modules, optimizer, scheduler, RNG, data position, method
@@ -52,6 +56,7 @@ from components.training.episodes import (
     Episode,
     MethodState,
     RewardFn,
+    RewardOutput,
     StepContext,
     call_reward,
     run_method_hook,
@@ -116,6 +121,23 @@ def single_turn_rollout(
         )
         for i, (p, g) in enumerate(zip(flat, gens, strict=True))
     ]
+
+
+def _varied_groups(episodes: list[Episode], raw_scores: list[Any]) -> set[int]:
+    """The groups in which some score column holds two different values among the scored episodes: the
+    groups whose group-normalised advantages are not all 0 (DAPO's "0 < accuracy < 1", for any reward)."""
+    scores = score_matrix(raw_scores)
+    by_group: dict[int, list[int]] = {}
+    for i, e in enumerate(episodes):
+        by_group.setdefault(e.group, []).append(i)
+    varied = set()
+    for group, rows in by_group.items():
+        for column in scores[rows].T:
+            values = column[~torch.isnan(column)]
+            if len(values) > 1 and bool(values.max() > values.min()):
+                varied.add(group)
+                break
+    return varied
 
 
 class GRPOTrainer:
@@ -273,11 +295,16 @@ class GRPOTrainer:
         else:
             old = self._logprobs(batch, reference=False)
         ref = self._logprobs(batch, reference=True) if c.kl_coef > 0 else None
+        # truncated importance sampling (ARBOR B.2): the engine's log-probs against the trainer's old ones; a
+        # batch the engine did not score in full trains without the weights, and says so (tis_skipped)
+        rollout = batch.old_logprobs if c.tis_cap is not None else None
         params = self._trainable_parameters()
         device = self.policy.device
         self.policy.model.train()
         sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0}
         weighted = {"kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0}
+        if rollout is not None:
+            weighted.update(tis_weight_mean=0.0, tis_capped_fraction=0.0)
         extra_sums: dict[str, float] = {}
         ratio_min, ratio_max, tokens, grad_norms = float("inf"), float("-inf"), 0, []
         for _ in range(c.ppo_epochs):
@@ -303,6 +330,8 @@ class GRPOTrainer:
                         agg=c.loss_agg,
                         num_tokens=num_tokens,
                         num_seqs=num_seqs,
+                        rollout_logp=None if rollout is None else rollout[micro, :w].to(device),
+                        tis_cap=None if rollout is None else c.tis_cap,
                     )
                     if loss_fn is not None:
                         extra, extra_metrics = loss_fn(LossInputs(
@@ -335,29 +364,81 @@ class GRPOTrainer:
             tokens=float(tokens / c.ppo_epochs),
             old_logprob_pass=float(old is not None and c.old_logprobs != "engine"),
         )
+        if c.tis_cap is not None:
+            metrics["tis_skipped"] = float(rollout is None)
         return metrics
+
+    def _draw(self, ctx: StepContext, n_prompts: int, first_group: int,
+              timing: dict[str, float]) -> tuple[list[Episode], RewardOutput]:
+        """Roll out and score the next ``n_prompts`` prompts, their groups numbered from ``first_group``
+        (each draw of a step gets its own numbers); the time each part took is added to ``timing``."""
+        t0 = time.perf_counter()
+        prompts = [self.prompts[i] for i in self.sampler.next(n_prompts)]
+        episodes = self.rollout_fn(self.engine, prompts, self.config.group_size, self.sampling)
+        for e in episodes:
+            e.group += first_group
+        ctx.groups = [e.group for e in episodes]
+        t1 = time.perf_counter()
+        reward = call_reward(self.reward_fn, episodes, ctx)
+        memory.release()  # a reward that runs a model (ARCO's mu, a local judge) leaves its activations freed, not returned
+        timing["rollout"] += t1 - t0
+        timing["reward"] += time.perf_counter() - t1
+        return episodes, reward
+
+    def _refill(self, ctx: StepContext, episodes: list[Episode], raw_scores: list[Any],
+                timing: dict[str, float]) -> tuple[list[Episode], list[Any], set[int], dict[str, float]]:
+        """DAPO's dynamic sampling (Yu et al. 2025, Sec. 3.2 and Algorithm 1): while fewer than
+        ``prompts_per_step`` groups have scores that differ (an all-correct or all-wrong group has advantage 0
+        everywhere, so it only dilutes the gradient), draw as many more prompts as groups are missing, for at
+        most ``dynamic_sampling_max_rounds`` rounds. Returns every episode drawn and its score (the method hook
+        sees them all), the groups with signal (the ones the update keeps) and the refill's metrics.
+        A round draws only the missing number of prompts, so the step never holds more than
+        ``prompts_per_step`` groups with signal, and the cap bounds its extra rollouts."""
+        c = self.config
+        episodes, raw_scores = list(episodes), list(raw_scores)
+        signal, drawn, rounds, reward_sums = _varied_groups(episodes, raw_scores), c.prompts_per_step, 0, {}
+        while len(signal) < c.prompts_per_step and rounds < c.dynamic_sampling_max_rounds:
+            rounds += 1
+            missing = c.prompts_per_step - len(signal)
+            more, reward = self._draw(ctx, missing, drawn, timing)
+            drawn += missing
+            episodes.extend(more)
+            raw_scores.extend(reward.scores)
+            signal |= _varied_groups(more, list(reward.scores))
+            for k, v in reward.metrics.items():
+                reward_sums[k] = reward_sums.get(k, 0.0) + float(v)
+        metrics = {
+            "dynamic_sampling/refill_rounds": float(rounds),
+            "dynamic_sampling/prompts": float(drawn),
+            "dynamic_sampling/groups": float(len(signal)),
+            "dynamic_sampling/filtered_groups": float(drawn - len(signal)),
+        }
+        # the refill rounds' own reward metrics (judge calls, costs), summed; reward/* holds the first draw's
+        metrics.update({f"dynamic_sampling/reward/{k}": v for k, v in reward_sums.items()})
+        return episodes, raw_scores, signal, metrics
 
     def step(self) -> dict[str, float]:
         """One GRPO step (rollout, reward, advantages, update, method hook); returns and logs its metrics."""
         c = self.config
-        t0 = time.perf_counter()
         ctx = StepContext(step=self.step_count + 1, groups=[], method=self.method)
-        prompts = [self.prompts[i] for i in self.sampler.next(c.prompts_per_step)]
-        episodes = self.rollout_fn(self.engine, prompts, c.group_size, self.sampling)
+        timing = {"rollout": 0.0, "reward": 0.0}
+        episodes, reward = self._draw(ctx, c.prompts_per_step, 0, timing)
+        raw_scores, signal, refill = list(reward.scores), None, {}
+        if c.dynamic_sampling_max_rounds:  # DAPO's dynamic sampling: refill the groups that carry no signal
+            episodes, raw_scores, signal, refill = self._refill(ctx, episodes, raw_scores, timing)
         ctx.groups = [e.group for e in episodes]
-        t1 = time.perf_counter()
-        reward = call_reward(self.reward_fn, episodes, ctx)
-        scores = score_matrix(reward.scores)
-        kept = [i for i in range(len(episodes)) if not bool(torch.isnan(scores[i]).all())]
-        memory.release()  # a reward that runs a model (ARCO's mu, a local judge) leaves its activations freed, not returned
+        scores = score_matrix(raw_scores)
+        scored = [i for i in range(len(episodes)) if not bool(torch.isnan(scores[i]).all())]
+        kept = scored if signal is None else [i for i in scored if episodes[i].group in signal]
         t2 = time.perf_counter()
         metrics: dict[str, float] = {
             "step": float(ctx.step),
             "episodes": float(len(episodes)),
-            "episodes/unscored": float(len(episodes) - len(kept)),
-            "reward/none_fraction": 1.0 - len(kept) / max(len(episodes), 1),
+            "episodes/unscored": float(len(episodes) - len(scored)),
+            "reward/none_fraction": 1.0 - len(scored) / max(len(episodes), 1),
         }
         metrics.update({f"reward/{k}": float(v) for k, v in reward.metrics.items()})
+        metrics.update(refill)
         ctx.metrics = metrics
         updated = False
         if kept:
@@ -401,7 +482,8 @@ class GRPOTrainer:
         memory.release()
         self.step_count += 1
         self.history.append(dict(metrics))
-        timings = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": time.perf_counter() - t2,
+        timings = {"time/rollout": timing["rollout"], "time/reward": timing["reward"],
+                   "time/update": time.perf_counter() - t2,
                    "memory/rss_gb": memory.rss_gb() or float("nan"), "memory/peak_rss_gb": memory.peak_rss_gb()}
         if self.on_metrics is not None:
             self.on_metrics(self.step_count, {**metrics, **timings})
