@@ -318,6 +318,15 @@ class TrainPolicyParams(Section):
         default=True, description="Dev evaluation decodes each request alone with no reused prompt cache, so an "
         "answer does not flip with what else the server batches (slower; perf/eval_determinism.py measures both). "
         "Not part of the run key: it changes how the policy is measured, not how it is trained.")
+    device: str = Field(
+        default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="Where every trainable model (the policy of train_policy and sft, the rubric generator, ARCO's "
+        "rubric model) is loaded and updated: auto (the first CUDA device when there is one, else the CPU), cpu, "
+        "cuda or cuda:N (components/training/device.py). An explicit cuda on a machine without one is refused. "
+        "Not part of the run key: a run may resume on another device.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="Precision the trainable models' weights are loaded in: auto (bfloat16 on CUDA, "
+        "float32 on the CPU) or a named dtype. The run key holds the resolved dtype when it is not float32.")
 
 
 class SFTParams(Section):
@@ -408,9 +417,17 @@ class SweepParams(Section):
                                     "ray://head:10001); None starts a local instance on this machine.")
     final_steps: int = Field(default=5, ge=1, description="Last training steps whose reward/mean and reward/std the "
                              "report averages.")
+    ray_gpus_per_training_task: float = Field(
+        default=0, ge=0, description="Ray runner: GPUs each training task (train_policy, sft, "
+        "train_rubric_generator) asks Ray for, so Ray runs at most as many at once as the cluster has GPU slots "
+        "and pins each to its own (flows/placement.py); evaluation and judging tasks ask for none. 0: no GPU "
+        "is asked for (a CPU run); a fraction (0.5) shares one GPU between runs; above 1, whole GPUs.")
 
     @model_validator(mode="after")
     def _distinct(self) -> SweepParams:
+        gpus = self.ray_gpus_per_training_task
+        if gpus > 1 and gpus != int(gpus):
+            raise ValueError(f"ray_gpus_per_training_task={gpus}: Ray takes a fraction of one GPU or whole GPUs")
         if not self.variants and not self.methods:
             raise ValueError("a sweep needs at least one training variant or evaluated method")
         for key in ("variants", "methods", "seeds"):

@@ -21,7 +21,9 @@ Runs are independent, so they are submitted together: ``runner="thread"`` runs t
 process, ``runner="ray"`` as Prefect tasks on Ray through prefect-ray's RayTaskRunner (each run stays a
 Prefect task run, with its state in the UI, and a cluster is only an address away: ``sweep.ray_address``;
 otherwise a local instance with ``sweep.workers`` CPUs, no dashboard, no usage stats). Either way at most
-``sweep.workers`` runs at once. One MLflow parent run `sweep` groups every train_policy run and the report.
+``sweep.workers`` runs at once. On Ray each training run also asks for ``sweep.ray_gpus_per_training_task``
+GPUs (flows/placement.py): with 1, training runs queue for the cluster's GPUs while evaluations run on its
+CPUs. One MLflow parent run `sweep` groups every train_policy run and the report.
 A run that fails is left out of the comparison, the others are still reported, and the flow then fails
 naming it.
 """
@@ -41,6 +43,7 @@ from pydantic import ValidationError
 from components.params import Params, ParamsError, SweepParams, apply_overrides, load_params
 from components.registry import RegistryError
 from components.reporting.compare import seed_dir
+from flows.placement import ray_placement
 from tasks.evaluate import evaluate
 from tasks.report import report, sweep_dir
 from tasks.runtime import PARAMS_PATH, params_from_args, run_stage, stage_argparser, tracking
@@ -163,8 +166,9 @@ def sweep(params: Params | None = None, variants: list[str] | None = None, seeds
             futures = {}
             for stage, name, seed in jobs:
                 key = "variant" if stage == "train" else "method"
-                futures[(stage, name, seed)] = pool.submit(
-                    STAGES[stage], parameters={"params": runs[seed], key: name, "parent_run_id": parent.run_id})
+                with ray_placement(STAGES[stage], settings, settings.runner):  # a GPU slot for training on Ray
+                    futures[(stage, name, seed)] = pool.submit(
+                        STAGES[stage], parameters={"params": runs[seed], key: name, "parent_run_id": parent.run_id})
             failed: list[str] = []
             for (stage, name, seed), future in futures.items():
                 try:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the opt-in CUDA tests of the training engine (tests/training/test_engine_gpu.py) on a GPU machine that has
+# Run the opt-in CUDA tests of the training engine (tests/training/test_engine_gpu.py) and of the trainable models'
+# placement (tests/training/test_device.py: the loaders put the policy on CUDA in bf16) on a GPU machine that has
 # torch, transformers and peft but not the project's other dependencies. Wheels found in .gpu_wheels/ (made
 # elsewhere, e.g. `pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
 # -d .gpu_wheels pydantic`) are installed into a scratch folder first; the repository goes on PYTHONPATH.
@@ -17,4 +18,4 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
   torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU', '| transformers', transformers.__version__,
   '| peft', peft.__version__)"
 # addopts is cleared: the project's deselects gpu tests and may name plugins this machine lacks.
-exec "$PY" -m pytest -m gpu tests/training/test_engine_gpu.py -p no:cacheprovider -o addopts="" -q -ra "$@"
+exec "$PY" -m pytest -m gpu tests/training/test_engine_gpu.py tests/training/test_device.py -p no:cacheprovider -o addopts="" -q -ra "$@"

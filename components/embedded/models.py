@@ -162,13 +162,15 @@ def load_embedder(device: str = "cpu"):
     return SentenceTransformer(str(minilm_path()), device=device)
 
 
-def load_hf_policy(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | Path | None = None):
-    """(model, tokenizer) in transformers, dequantized from the verified GGUF, for training on CPU."""
+def load_hf_policy(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | Path | None = None, dtype=None):
+    """(model, tokenizer) in transformers, dequantized from the verified GGUF (on the CPU, in ``dtype``, a torch
+    dtype; None: transformers' choice for GGUF, float32), for training."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
 
     path = ensure_gguf(name, cache_dir)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
     return model, load_hf_tokenizer(name, cache_dir)
 
 

@@ -1,9 +1,13 @@
 """The trainable policy: a causal LM, optionally wrapped with LoRA, plus its frozen reference.
 
 - :func:`load_trainable_policy` loads the weights of the ``trainable_policy`` role (an ``hf`` backend) with
-  their tokenizer: what every training stage starts from.
+  their tokenizer: what every training stage starts from. :func:`load_backend_weights` loads any backend's
+  weights the same way (ARCO's rubric model). Both place them where ``train_policy.device`` and
+  ``train_policy.dtype`` say (:mod:`components.training.device`: on a machine without CUDA, the CPU in
+  float32).
 - :func:`load_causal_lm` loads a model from a folder or hub-style id, a GGUF file inside a folder
-  (``gguf_file=``; transformers dequantizes it), or passes an already-built model through.
+  (``gguf_file=``; transformers dequantizes it), or passes an already-built model through (where it is,
+  unless a device or dtype is given).
 - :func:`build_policy` wraps the model with a peft LoRA adapter (``lora=LoRASettings(...)``) or leaves all
   weights trainable (``lora=None``, full fine-tuning).
 - :class:`Policy` computes per-token log-probabilities for the current weights and for the frozen
@@ -42,7 +46,8 @@ from components.training.losses import span_logprobs
 if TYPE_CHECKING:
     from components.params import Params
 
-__all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "load_causal_lm", "load_trainable_policy"]
+__all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "load_backend_weights", "load_causal_lm",
+           "load_trainable_policy"]
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -63,33 +68,56 @@ def load_causal_lm(
     source: str | Path | nn.Module,
     *,
     gguf_file: str | None = None,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
 ) -> nn.Module:
-    """Return a causal LM from ``source``: a model object (returned as is, moved to ``device``), a local
-    folder or a model id. With ``gguf_file`` the folder must contain that GGUF file."""
+    """Return a causal LM from ``source``: a local folder or a model id (loaded in ``dtype``, float32 by
+    default, on ``device``, the CPU by default; with ``gguf_file`` the folder must contain that GGUF file), or a
+    model object, returned as is unless ``device`` or ``dtype`` asks to move or cast it."""
     if isinstance(source, nn.Module):
-        return source.to(device)
+        if device is None and dtype is None:
+            return source
+        return source.to(**{k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
     from transformers import AutoModelForCausalLM
 
-    kwargs = {"dtype": dtype}
+    kwargs = {"dtype": dtype or torch.float32}
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
-    return AutoModelForCausalLM.from_pretrained(str(source), **kwargs).to(device)
+    return AutoModelForCausalLM.from_pretrained(str(source), **kwargs).to(device or "cpu")
 
 
-def load_trainable_policy(params: Params):
-    """(model, tokenizer) of the role ``trainable_policy``: transformers weights that training updates."""
-    cfg = params.llm.backends[params.llm.roles["trainable_policy"]]
-    if cfg.type != "hf":
-        raise ValueError(f"trainable_policy must be bound to an 'hf' backend, got {cfg.type!r}")
+def load_backend_weights(params: Params, backend: str):
+    """(model, tokenizer) of the weights behind ``params.llm.backends[backend]`` (an embedded model's GGUF,
+    dequantized, or a transformers folder or model id), on ``train_policy.device`` in ``train_policy.dtype``."""
+    from components.training.device import placement
+
+    cfg = params.llm.backends[backend]
+    where = placement(params)
     if cfg.embedded:
         from components.embedded.models import load_hf_policy
 
-        return load_hf_policy(cfg.embedded, params.run.cache_dir)
+        model, tokenizer = load_hf_policy(cfg.embedded, params.run.cache_dir, dtype=where.dtype)
+        return _placed(model, where.device), tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(cfg.model), AutoTokenizer.from_pretrained(cfg.model)
+    # straight onto a GPU (no full copy in host memory first); on the CPU, as transformers always loaded it
+    kwargs = {"device_map": {"": str(where.device)}} if where.device.type == "cuda" else {}
+    model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=where.dtype, **kwargs)
+    return _placed(model, where.device), AutoTokenizer.from_pretrained(cfg.model)
+
+
+def _placed(model: nn.Module, device: torch.device) -> nn.Module:
+    return model if next(model.parameters()).device == device else model.to(device)
+
+
+def load_trainable_policy(params: Params):
+    """(model, tokenizer) of the role ``trainable_policy``: transformers weights that training updates, placed
+    by ``train_policy.device`` and ``train_policy.dtype``."""
+    backend = params.llm.roles["trainable_policy"]
+    cfg = params.llm.backends[backend]
+    if cfg.type != "hf":
+        raise ValueError(f"trainable_policy must be bound to an 'hf' backend, got {cfg.type!r}")
+    return load_backend_weights(params, backend)
 
 
 class Policy:
@@ -239,11 +267,13 @@ def build_policy(
     *,
     lora: LoRASettings | None = LoRASettings(),
     gguf_file: str | None = None,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
     gradient_checkpointing: bool = False,
 ) -> Policy:
-    """Load ``source`` and make it trainable: LoRA adapter when ``lora`` is given, else full fine-tuning."""
+    """Load ``source`` and make it trainable: LoRA adapter when ``lora`` is given, else full fine-tuning. A path
+    loads as :func:`load_causal_lm` says (float32 on the CPU unless told otherwise); a model object stays on
+    its device and in its dtype unless ``device`` or ``dtype`` is given."""
     model = load_causal_lm(source, gguf_file=gguf_file, dtype=dtype, device=device)
     if gradient_checkpointing:
         model.config.use_cache = False

@@ -20,20 +20,25 @@ from components.io import read_json
 from components.method_registry import variant_method
 from components.params import Params, lora_paths
 from components.run_files import settings_digest
+from components.training.device import placement
 from components.training.warm_started import warm_start_adapter, warm_start_method
 
 
 def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     """What a run of ``variant`` (rolling out ``agent``) is: a checkpoint is resumed only under the same settings
     and the same warm-start weights; ``grpo.steps`` (so a finished run can be extended), micro-batching (the
-    same update, to a float tolerance; less memory) and how the dev evaluation is served may change."""
+    same update, to a float tolerance; less memory), how the dev evaluation is served and the device the
+    weights train on may change. Their dtype is keyed once it is not float32 (``train_policy.dtype``)."""
     from components.embedded.lora_gguf import adapter_digest
 
     warm = warm_start_adapter(params, agent)
     sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora")
     settings = {name: getattr(params, name) for name in sections}
     settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant",
-                                                                       "branch_from"})
+                                                                       "branch_from", "device", "dtype"})
+    dtype = placement(params).keyed()  # where the weights live is not keyed; their precision is, when not float32
+    if dtype is not None:
+        settings["train_policy"]["dtype"] = dtype
     settings["branch_from"] = branch_digest(params.train_policy.branch_from)
     method = warm_start_method(params, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over

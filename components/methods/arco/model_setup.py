@@ -37,7 +37,8 @@ def check_setup(params: Params) -> list[str]:
 
 
 def load_backbone(params: Params, role: str) -> tuple[Any, Any]:
-    """(transformers model, tokenizer) of the weights behind ``role`` (an hf or vllm backend)."""
+    """(transformers model, tokenizer) of the weights behind ``role`` (an hf or vllm backend), loaded like the
+    trainable policy: on ``train_policy.device`` in ``train_policy.dtype``."""
     backend = params.llm.roles.get(role)
     if not isinstance(backend, str):
         raise ParamsError(f"arco.model_role: role {role!r} must be bound to one backend in llm.roles, got {backend!r}")
@@ -45,10 +46,6 @@ def load_backbone(params: Params, role: str) -> tuple[Any, Any]:
     if cfg.type not in ("hf", "vllm"):
         raise ParamsError(f"arco.model_role: role {role!r} is bound to a {cfg.type!r} backend; mu needs weights "
                           "(an hf or vllm backend)")
-    if cfg.embedded:
-        from components.embedded.models import load_hf_policy
+    from components.training.model import load_backend_weights
 
-        return load_hf_policy(cfg.embedded, params.run.cache_dir)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoModelForCausalLM.from_pretrained(cfg.model), AutoTokenizer.from_pretrained(cfg.model)
+    return load_backend_weights(params, backend)  # where train_policy.device / dtype put the trainable models
