@@ -294,9 +294,16 @@ class GRPOParams(Section):
 class TrainPolicyParams(Section):
     """The `train_policy@<variant>` stage: which policy it starts from and how rollouts are served."""
 
-    engine: Literal["hf", "llamacpp"] = Field(
-        default="hf", description="Rollout engine: transformers generate (reference) or the llama.cpp native server."
-    )
+    engine: Literal["hf", "llamacpp", "vllm"] = Field(
+        default="hf", description="Rollout engine: transformers generate (reference), the llama.cpp native server "
+        "(CPU), or vLLM in the trainer's process (GPU; the [gpu] extra), which loads the warm-started base once and "
+        "takes the trained LoRA after every update.")
+    vllm_options: dict[str, Any] = Field(
+        default_factory=lambda: {"gpu_memory_utilization": 0.35, "enable_prefix_caching": True},
+        description="Keyword arguments of vllm.LLM for the vllm engine. Colocated with the trainer on one GPU, "
+        "gpu_memory_utilization is vLLM's share of it (the rest holds the trainer's weights, optimizer and "
+        "activations); on a node with a GPU of its own for rollouts, run it there with CUDA_VISIBLE_DEVICES and "
+        "a higher share. Not part of the run key: it changes where rollouts are computed, not what is trained.")
     warm_start: dict[str, str | None] = Field(
         default_factory=lambda: {"react": "sft", "scaffold": "sft_scaffold"},
         description="Agent -> the warm-start method (a params.methods entry trained by the sft stage of that "

@@ -45,9 +45,31 @@ def make_engine(params: Params, policy, tokenizer, base_adapters=()):
     merged into the policy's base (the llama.cpp engine serves them under the trained one)."""
     if params.train_policy.engine == "hf":
         return HFRolloutEngine(policy.model, tokenizer)
+    if params.train_policy.engine == "vllm":
+        return vllm_engine_for_policy(params, policy, tokenizer, list(base_adapters))
     from components.training.llamacpp_engine import engine_for_policy
 
     return engine_for_policy(params, policy, tokenizer, base_adapters)
+
+
+def vllm_engine_for_policy(params: Params, policy, tokenizer, base_adapters: list):
+    """A vLLM rollout engine for ``policy`` (a LoRA policy): vLLM serves one LoRA per request, so a base that
+    holds merged adapters (the warm start) is written once as a transformers folder under ``run.cache_dir``
+    (keyed by the base model and the adapters' digests) and vLLM loads that; each update publishes the RL LoRA."""
+    from components.embedded.lora_gguf import adapter_digest
+    from components.training.rollout import VLLMRolloutEngine
+    from components.training.vllm_base import export_base
+
+    if not policy.is_lora:
+        raise ValueError("train_policy.engine: vllm serves LoRA policies only (lora.r > 0): full fine-tuning "
+                         "would need the weights reloaded into the engine after every update")
+    backend = params.llm.backends[params.llm.roles["trainable_policy"]]
+    model_path = backend.model
+    if base_adapters:
+        identity = "|".join([backend.embedded or backend.model, *(adapter_digest(a) for a in base_adapters)])
+        model_path = str(export_base(policy.model, tokenizer, Path(params.run.cache_dir) / "vllm_base", identity))
+    return VLLMRolloutEngine(model_path, tokenizer=tokenizer, max_lora_rank=max(params.lora.r, 1),
+                             seed=params.seed, **params.train_policy.vllm_options)
 
 
 def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens: int, path: Path,
@@ -135,7 +157,10 @@ class PolicyRun:
             self.parts = get_variant(variant)(VariantContext(params=params, roles=roles, toolbox=toolbox,
                                                              out_dir=folder))
             agent = self.parts.agent
-            self.settings = run_settings(params, variant, agent)
+            effective = variant_grpo(params.grpo, self.parts)  # what the variant trains with (dapo's refill) is keyed
+            keyed = params if effective.dynamic_sampling_max_rounds == (params.grpo.dynamic_sampling_max_rounds or 0) \
+                else params.model_copy(update={"grpo": effective})
+            self.settings = run_settings(keyed, variant, agent)
             keyed_folder(folder, self.settings)
             write_json(folder / "lineage.json", lineage_record(self.settings))
             if params.train_policy.branch_from is not None:

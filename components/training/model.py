@@ -112,11 +112,13 @@ def _placed(model: nn.Module, device: torch.device) -> nn.Module:
 
 def load_trainable_policy(params: Params):
     """(model, tokenizer) of the role ``trainable_policy``: transformers weights that training updates, placed
-    by ``train_policy.device`` and ``train_policy.dtype``."""
+    by ``train_policy.device`` and ``train_policy.dtype``. The role may be bound to an ``hf`` backend or to a
+    ``vllm`` one (the paper profile): the trainer always updates the transformers copy of the backend's model;
+    ``train_policy.engine: vllm`` rolls out from a vLLM copy that takes each update as a LoRA."""
     backend = params.llm.roles["trainable_policy"]
     cfg = params.llm.backends[backend]
-    if cfg.type != "hf":
-        raise ValueError(f"trainable_policy must be bound to an 'hf' backend, got {cfg.type!r}")
+    if cfg.type not in ("hf", "vllm"):  # a vllm backend names the same weights by model id (vLLM rolls them out)
+        raise ValueError(f"trainable_policy must be bound to an 'hf' or 'vllm' backend, got {cfg.type!r}")
     return load_backend_weights(params, backend)
 
 

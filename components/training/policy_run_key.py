@@ -35,7 +35,8 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora")
     settings = {name: getattr(params, name) for name in sections}
     settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant",
-                                                                       "branch_from", "device", "dtype"})
+                                                                       "branch_from", "device", "dtype",
+                                                                       "vllm_options"})
     dtype = placement(params).keyed()  # where the weights live is not keyed; their precision is, when not float32
     if dtype is not None:
         settings["train_policy"]["dtype"] = dtype

@@ -1,0 +1,56 @@
+"""The base weights of a LoRA policy as a transformers folder vLLM can load.
+
+A policy trained from a warm start has the warm-start adapter merged into its base and a fresh RL LoRA over
+it. vLLM applies one LoRA per request on top of the weights it loaded, so the rollout engine loads the
+merged base from a folder and takes the RL LoRA after each update. The folder is written once per
+``identity`` (the base model and the adapters merged into it) and reused by later runs.
+
+    folder = export_base(policy.model, tokenizer, Path(".cache/vllm_base"), identity="Qwen/Qwen3-14B|<digest>")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["base_state_dict", "export_base"]
+
+
+def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
+    """The base model's weights under its own parameter names: LoRA matrices left out, peft's
+    ``base_layer`` wrapper names unwrapped."""
+    out = {}
+    for name, tensor in peft_model.get_base_model().state_dict().items():
+        if "lora_" in name:
+            continue
+        out[name.replace(".base_layer.", ".")] = tensor
+    return out
+
+
+def export_base(peft_model: Any, tokenizer: Any, root: Path, identity: str) -> Path:
+    """``root/<digest of identity>``, holding the base weights, config and tokenizer (written on first use,
+    atomically, so a crash never leaves a half-written folder that a later run would load)."""
+    folder = Path(root) / hashlib.sha256(identity.encode()).hexdigest()[:16]
+    if (folder / "config.json").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        peft_model.get_base_model().save_pretrained(str(staging), state_dict=base_state_dict(peft_model))
+        if hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(str(staging))
+        os.replace(staging, folder)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (folder / "config.json").exists():  # not another writer's finished copy: a real failure
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return folder
