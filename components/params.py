@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
 OUT_DIR = "{out_dir}"  # in a backend's lora path: run.out_dir
 
@@ -180,6 +180,20 @@ class LLMParams(Section):
         description="Named backend configurations (names without dots, so `--set llm.backends.NAME.KEY=V` works)."
     )
     roles: dict[str, str | list[str]] = Field(description="Role -> backend name (or list, for councils/pools).")
+    scoring: dict[str, Literal["text", "probability"]] = Field(
+        default_factory=dict,
+        description="Role -> how its yes/no and label-choice judgments are scored: 'text' (the sampled label; the "
+        "default for every role not named) or 'probability' (the expectation over the labels' token probabilities, "
+        "where the backend reports log-probabilities; components/judges/call.py). Wired: the Co-ReAct verifier's and "
+        "evaluator's criterion mode, ARBOR's pairwise judge, the answer judge. Left out of dumps (and so of run "
+        "keys) while empty.")
+
+    @model_serializer(mode="wrap")
+    def _scoring_keyed_when_set(self, handler):
+        out = handler(self)
+        if not self.scoring:  # runs keyed before the switch existed keep their keys
+            out.pop("scoring", None)
+        return out
 
     @model_validator(mode="after")
     def _roles_bind_known_backends(self) -> LLMParams:
@@ -190,6 +204,9 @@ class LLMParams(Section):
             for name in [bound] if isinstance(bound, str) else bound:
                 if name not in self.backends:
                     raise ValueError(f"role {role!r} names unknown backend {name!r}; known: {sorted(self.backends)}")
+        unknown = sorted(set(self.scoring) - set(self.roles))
+        if unknown:
+            raise ValueError(f"scoring names unknown role {unknown[0]!r}; known: {sorted(self.roles)}")
         return self
 
 

@@ -4,7 +4,10 @@ Each judgment is a :class:`~components.judges.call.JudgeCall`. One that fails (a
 or whose reply cannot be read gives ``None``: the question is counted as unjudged and left out of the
 accuracy, never scored 0; a ``tally``, when given, counts the calls and their failures by kind. An empty
 prediction is wrong and an exact match (after SQuAD normalisation) right, both without a call: the judge is
-asked only where string matching cannot decide.
+asked only where string matching cannot decide. When the role scores from probabilities (``llm.scoring``:
+``answer_judge: probability``) a judged answer is worth the probability the judge gives ``"correct": true``
+(a float in [0, 1]) instead of a bool, so the accuracy counts near-misses; replies it cannot read that way keep
+their bool.
 
     verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, predictions))
 """
@@ -15,7 +18,7 @@ import asyncio
 import re
 
 from components.evaluation.metrics import exact_match
-from components.judges.call import JudgeCall, Tally, ask
+from components.judges.call import Choice, JudgeCall, Tally, ask
 from components.llm.base import ChatModel, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.schemas import Question
@@ -27,6 +30,7 @@ JUDGE_SYSTEM = (
     'Reply only with JSON: {"correct": true} or {"correct": false}.'
 )
 JUDGE_SCHEMA = {"type": "object", "properties": {"correct": {"type": "boolean"}}, "required": ["correct"]}
+CORRECT = Choice({"true": 1.0, "false": 0.0}, field="correct")
 
 
 def judge_prompt(question: Question, prediction: str) -> list:
@@ -49,17 +53,19 @@ def parse_verdict(text: str) -> bool | None:
 
 
 async def judge_answer(judge: ChatModel, question: Question, prediction: str | None,
-                       tally: Tally | None = None) -> bool | None:
+                       tally: Tally | None = None) -> bool | float | None:
     if not prediction or not prediction.strip():
         return False
     if exact_match(prediction, question.answers):
         return True
     call = JudgeCall(judge_prompt(question, prediction), parse_verdict, Sampling(temperature=0.0, max_tokens=16),
-                     schema=JUDGE_SCHEMA)
+                     schema=JUDGE_SCHEMA, choice=CORRECT)
     result = await ask(judge, call, tally)
-    return result.value if result.ok else None
+    if not result.ok:
+        return None
+    return result.expected if result.scored_from == "probability" else result.value
 
 
 async def judge_answers(judge: ChatModel, questions: list[Question], predictions: list[str | None],
-                        tally: Tally | None = None) -> list[bool | None]:
+                        tally: Tally | None = None) -> list[bool | float | None]:
     return list(await asyncio.gather(*(judge_answer(judge, q, p, tally) for q, p in zip(questions, predictions))))

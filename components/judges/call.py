@@ -10,27 +10,45 @@ from a pydantic model.
 
 A :class:`Tally` counts one caller's (or role's) calls, tokens and failures by kind; :func:`ask` adds to it.
 
-    call = JudgeCall(messages, parse_winner, Sampling(temperature=0.0, max_tokens=32), schema=WINNER_SCHEMA)
+**Scores from token probabilities.** A call whose answer is one of a few labels declares a :class:`Choice`: the
+labels, the value each stands for (``{"yes": 1.0, "no": 0.0}``, ``{"A": 1.0, "B": 0.0, "TIE": 0.5}``) and where
+the label sits in the reply (the value of a named JSON field, or the reply's first word). Its verdict then carries
+``expected``, the value the judge's answer is worth. Asked of a model whose role scores from probabilities
+(``ChatModel.scoring``, set per role by ``llm.scoring``), :func:`ask` requests the top log-probabilities of the
+reply's tokens and reads them at the label's position: the probability of each label is the summed probability
+of the alternatives there that begin it (case, leading blanks and quotes ignored), renormalised over the labels
+found, and ``expected`` is the probability-weighted mean of the labels' values (``scored_from="probability"``,
+``label_probs`` the renormalised probabilities). A label of several tokens is read at its first token, so the
+labels must differ in their first token: an alternative that could begin two labels counts for neither. Without
+usable probabilities (the backend has none, the label is not found in the tokens, or the token there is not the
+parsed label) and in the default text scoring, ``expected`` is the sampled label's value
+(``scored_from="text"``). The tally counts judgments scored each way.
+
+    call = JudgeCall(messages, parse_winner, Sampling(temperature=0.0, max_tokens=32), schema=WINNER_SCHEMA,
+                     choice=Choice({"A": 1.0, "B": 0.0, "TIE": 0.5}, field="winner"))
     result = await ask(judge, call, tally)
     if result.ok:
-        use(result.value)
+        use(result.value, result.expected)      # "TIE", 0.62 (say) when scored from probabilities
     else:
         log(result.kind, result.describe())     # "call_failed" / "unparsed", and why
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from components.llm.base import ChatModel, Message, Sampling
+from components.llm.base import ChatModel, Message, Sampling, TokenLogprob
 from components.llm.json_reply import first_json_object
 
-__all__ = ["FAILURE_KINDS", "Failure", "FailureKind", "JudgeCall", "Judgment", "Tally", "Unparsed", "Verdict",
-           "ask", "model_parser", "read_reply", "reasons"]
+__all__ = ["FAILURE_KINDS", "Choice", "Failure", "FailureKind", "JudgeCall", "Judgment", "ScoredFrom", "Tally",
+           "Unparsed", "Verdict", "ask", "label_probabilities", "model_parser", "read_reply", "reasons"]
 
 T = TypeVar("T")
 
@@ -49,9 +67,14 @@ class Unparsed(ValueError):
         self.reason, self.partial = reason, partial
 
 
+ScoredFrom = Literal["text", "probability"]
+
+
 @dataclass(frozen=True)
 class Verdict(Generic[T]):
-    """A judgment that gave a verdict: the parsed ``value``, the reply it came from and what the call cost."""
+    """A judgment that gave a verdict: the parsed ``value``, the reply it came from and what the call cost. For a
+    call with a :class:`Choice`, ``expected`` is what the answer is worth, ``scored_from`` how it was read and
+    ``label_probs`` (probability scoring only) each label's renormalised probability; all None without one."""
 
     ok: ClassVar[bool] = True
     value: T
@@ -59,6 +82,9 @@ class Verdict(Generic[T]):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_s: float = 0.0
+    expected: float | None = None
+    scored_from: ScoredFrom | None = None
+    label_probs: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -85,33 +111,126 @@ class Failure:
 Judgment = Verdict[T] | Failure
 
 
+_LEADING = " \t\r\n\"'`*"  # what may precede a label inside its token (blanks, quotes, emphasis)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A judgment answered by one of a few labels: ``values`` maps each label to what it is worth, ``field`` names
+    the JSON field whose value is the label (None: the label is the reply's first word), ``label`` gives the label
+    of a parsed verdict (default ``str(verdict)``; labels match case-insensitively) and ``top_logprobs`` how many
+    alternatives to ask for at each token when scoring from probabilities."""
+
+    values: Mapping[str, float]
+    field: str | None = None
+    label: Callable[[Any], str] | None = None
+    top_logprobs: int = 10
+
+    def label_of(self, verdict: Any) -> str:
+        """The declared label a parsed verdict stands for."""
+        name = (self.label or str)(verdict)
+        for label in self.values:
+            if label.casefold() == name.casefold():
+                return label
+        raise ValueError(f"verdict {verdict!r} reads as {name!r}, not one of the choice's labels {list(self.values)}")
+
+    def locate(self, text: str) -> int | None:
+        """Where the label begins in ``text``: just inside the value of ``field`` (after an opening quote), or at
+        the first letter or digit of the reply; None when there is no such place."""
+        if self.field is None:
+            match = re.search(r"[^\W_]", text)
+            return match.start() if match else None
+        match = re.search(rf'"{re.escape(self.field)}"\s*:\s*"?', text)
+        return match.end() if match else None
+
+    def match(self, token: str, lead: str = "") -> str | None:
+        """The one label ``token`` begins (or is, followed by punctuation), after dropping ``lead`` (what the
+        sampled token held before the label) or else leading blanks and quotes; None for none or several."""
+        if lead and token.startswith(lead):
+            token = token[len(lead):]
+        piece = token.lstrip(_LEADING).casefold()
+        if not piece:
+            return None
+        hits = [label for label in self.values if label.casefold().startswith(piece)
+                or (piece.startswith(label.casefold()) and not piece[len(label.casefold()):][:1].isalnum())]
+        return hits[0] if len(hits) == 1 else None
+
+
+def label_probabilities(choice: Choice, tokens: Sequence[TokenLogprob]) -> tuple[str, dict[str, float]] | None:
+    """(the label sampled at the label's position, every label's probability renormalised over the labels) read
+    from a reply's tokens, or None when the label's position or the sampled label cannot be found there. A label
+    missing from the alternatives gets 0; alternatives that begin the same label add up."""
+    text = "".join(t.token for t in tokens)
+    start = choice.locate(text)
+    if start is None:
+        return None
+    offset = 0
+    for token in tokens:
+        if offset + len(token.token) > start:
+            break
+        offset += len(token.token)
+    else:
+        return None
+    lead = token.token[: start - offset]
+    sampled = choice.match(token.token, lead)
+    if sampled is None:
+        return None
+    alternatives = list(token.top)
+    if token.token not in {t for t, _ in alternatives}:
+        alternatives.append((token.token, token.logprob))
+    mass = dict.fromkeys(choice.values, 0.0)
+    for piece, logprob in alternatives:
+        label = choice.match(piece, lead)
+        if label is not None:
+            mass[label] += math.exp(logprob)
+    total = sum(mass.values())
+    if not total > 0:
+        return None
+    return sampled, {label: p / total for label, p in mass.items()}
+
+
 @dataclass(frozen=True)
 class JudgeCall(Generic[T]):
     """One judgment to ask for. ``schema``, when given, is sent as ``Sampling.json_schema`` (structured output
-    on backends that have it; the others ignore it); None leaves ``sampling`` as it is."""
+    on backends that have it; the others ignore it); None leaves ``sampling`` as it is. ``choice``, when given,
+    says which labels the answer picks from and what each is worth (scores from probabilities, module doc)."""
 
     messages: Sequence[Message]
     parse: Callable[[str], T | None]
     sampling: Sampling = field(default_factory=Sampling)
     schema: dict[str, Any] | None = None
+    choice: Choice | None = None
 
-    def request_sampling(self) -> Sampling:
-        """The sampling the model is sent (it is part of the response cache's key)."""
-        return self.sampling if self.schema is None else self.sampling.model_copy(update={"json_schema": self.schema})
+    def request_sampling(self, probabilities: bool = False) -> Sampling:
+        """The sampling the model is sent (it is part of the response cache's key); with ``probabilities`` (and a
+        choice) it also asks for the tokens' log-probabilities."""
+        update: dict[str, Any] = {} if self.schema is None else {"json_schema": self.schema}
+        if probabilities and self.choice is not None:
+            update.update(logprobs=True, top_logprobs=self.choice.top_logprobs)
+        return self.sampling.model_copy(update=update) if update else self.sampling
+
+
+_COUNTS = ("calls", "failures", "unparsed", "prompt_tokens", "completion_tokens", "scored_from_probability",
+           "scored_from_text", "probability_asked")
 
 
 @dataclass
 class Tally:
     """One caller's (or role's) count of its judgment calls; the middleware keeps its own count per role.
-    ``failures`` are calls that failed, ``unparsed`` replies that were not a valid verdict."""
+    ``failures`` are calls that failed, ``unparsed`` replies that were not a valid verdict. Verdicts of calls with
+    a :class:`Choice` count as ``scored_from_probability`` or ``scored_from_text``; ``probability_asked`` counts
+    the verdicts whose call asked for probabilities (the rest of them fell back to the text)."""
 
     calls: int = 0
     failures: int = 0
     unparsed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    scored_from_probability: int = 0
+    scored_from_text: int = 0
+    probability_asked: int = 0
 
-    def record(self, result: Judgment) -> None:
+    def record(self, result: Judgment, probability_asked: bool = False) -> None:
         self.calls += 1
         self.prompt_tokens += result.prompt_tokens
         self.completion_tokens += result.completion_tokens
@@ -120,10 +239,23 @@ class Tally:
                 self.failures += 1
             else:
                 self.unparsed += 1
+        elif result.scored_from is not None:
+            self.probability_asked += probability_asked
+            if result.scored_from == "probability":
+                self.scored_from_probability += 1
+            else:
+                self.scored_from_text += 1
 
     def merge(self, other: Tally) -> None:
-        for name in ("calls", "failures", "unparsed", "prompt_tokens", "completion_tokens"):
+        for name in _COUNTS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def scoring(self) -> dict[str, int]:
+        """How the verdicts were scored, once any asked for probabilities (empty otherwise, so text-scored runs
+        report what they always did): ``scored_from_probability``, ``scored_from_text``."""
+        if not self.probability_asked:
+            return {}
+        return {"scored_from_probability": self.scored_from_probability, "scored_from_text": self.scored_from_text}
 
     def by_kind(self) -> dict[str, int]:
         """Failed judgments by kind (every kind listed, zeros included)."""
@@ -152,23 +284,43 @@ def read_reply(text: str, parse: Callable[[str], T | None], *, prompt_tokens: in
     return Verdict(value, text, **cost)
 
 
+def scored(verdict: Verdict, choice: Choice, tokens: Sequence[TokenLogprob] | None) -> Verdict:
+    """``verdict`` with its expected value: from ``tokens``' probabilities when they hold the parsed label at the
+    label's position, else the sampled label's value."""
+    label = choice.label_of(verdict.value)
+    read = label_probabilities(choice, tokens) if tokens is not None else None
+    if read is None or read[0] != label:
+        return dataclasses.replace(verdict, expected=float(choice.values[label]), scored_from="text")
+    probs = read[1]
+    expected = sum(choice.values[name] * p for name, p in probs.items())
+    return dataclasses.replace(verdict, expected=expected, scored_from="probability", label_probs=probs)
+
+
 async def ask(model: ChatModel, call: JudgeCall[T], tally: Tally | None = None) -> Judgment:
     """Ask ``model`` for one judgment and count it in ``tally``. Nothing is raised for a failed call: a
     ``ChatFailure`` (after the middleware's retries) or an exception from an unwrapped backend comes back as a
-    ``call_failed`` :class:`Failure`, a reply that does not parse as an ``unparsed`` one."""
+    ``call_failed`` :class:`Failure`, a reply that does not parse as an ``unparsed`` one. A call with a
+    :class:`Choice` asks for log-probabilities when ``model.scoring`` is ``"probability"`` and its verdict
+    carries ``expected`` (module doc); the model is told how each such verdict was scored."""
+    probabilities = call.choice is not None and getattr(model, "scoring", "text") == "probability"
     try:
-        outcome = await model.chat(list(call.messages), call.request_sampling())
+        outcome = await model.chat(list(call.messages), call.request_sampling(probabilities))
     except Exception as exc:  # noqa: BLE001 - a misbehaving backend is one failed judgment, not a crashed step
         result: Judgment = Failure("call_failed", str(exc), error_type=type(exc).__name__)
     else:
         if outcome.ok:
             result = read_reply(outcome.text, call.parse, prompt_tokens=outcome.prompt_tokens,
                                 completion_tokens=outcome.completion_tokens, latency_s=outcome.latency_s)
+            if result.ok and call.choice is not None:
+                tokens = outcome.logprobs[0] if probabilities and outcome.logprobs else None
+                result = scored(result, call.choice, tokens)
+                if probabilities:
+                    model.record_scoring(result.scored_from)
         else:
             result = Failure("call_failed", outcome.message, error_type=outcome.error_type,
                              latency_s=outcome.latency_s)
     if tally is not None:
-        tally.record(result)
+        tally.record(result, probabilities)
     return result
 
 

@@ -44,11 +44,33 @@ class Sampling(BaseModel):
     json_schema: dict[str, Any] | None = Field(
         default=None, description="JSON schema the output must follow (structured output) where supported."
     )
+    logprobs: bool = Field(
+        default=False, description="Ask for each generated token's log-probability (backends that have them; "
+        "the others answer without). Part of the cache key only when set.")
+    top_logprobs: int = Field(
+        default=0, ge=0, le=20, description="With logprobs: how many of the most likely tokens to report at each "
+        "position. Part of the cache key only when set.")
 
     @property
     def deterministic(self) -> bool:
         """Whether the same request must give the same answer (so a cached answer is valid)."""
         return self.temperature == 0 or self.seed is not None
+
+
+class TokenLogprob(BaseModel):
+    """One generated token as the server reported it: its text, its log-probability, and the most likely tokens
+    at its position as (text, log-probability) pairs, most likely first (the chosen token is usually among them).
+    Probabilities are the model's before sampling (llama.cpp's server and vLLM report them so by default)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+Logprobs = list[list[TokenLogprob]]
+"""Per sample, its tokens in order."""
 
 
 class ChatResult(BaseModel):
@@ -63,6 +85,9 @@ class ChatResult(BaseModel):
     latency_s: float = Field(default=0.0, ge=0)
     attempts: int = Field(default=1, ge=1, description="Tries it took, retries included.")
     cached: bool = Field(default=False, description="Served from the response cache.")
+    logprobs: Logprobs | None = Field(
+        default=None, description="Per sample, its tokens with their log-probabilities; None when they were not "
+        "asked for or the backend has none.")
 
     @property
     def text(self) -> str:
@@ -110,6 +135,7 @@ class Completion(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reasons: list[str] = Field(default_factory=list)
+    logprobs: Logprobs | None = None  # per sample; None: not asked for, or the backend has none
 
 
 @dataclass
@@ -135,6 +161,9 @@ class ChatModel(abc.ABC):
 
     name: str = "model"
     identity: str | None = None  # overrides the cache identity, e.g. name plus weights checksum
+    # how a judgment that declares a choice (components.judges.call.Choice) is scored when asked of this model:
+    # from the sampled text, or from its answer tokens' probabilities; LLMPool sets it per role (llm.scoring)
+    scoring: Literal["text", "probability"] = "text"
 
     @abc.abstractmethod
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
@@ -164,7 +193,7 @@ class ChatModel(abc.ABC):
             )
         return ChatResult(
             texts=c.texts, model=c.model, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
-            finish_reasons=c.finish_reasons, latency_s=loop.time() - start,
+            finish_reasons=c.finish_reasons, latency_s=loop.time() - start, logprobs=c.logprobs,
         )
 
     async def chat_batch(
@@ -172,6 +201,10 @@ class ChatModel(abc.ABC):
     ) -> list[ChatOutcome]:
         """Many conversations concurrently (the middleware bounds the concurrency)."""
         return list(await asyncio.gather(*(self.chat(c, sampling) for c in conversations)))
+
+    def record_scoring(self, scored_from: str) -> None:
+        """Told by the judge interface how a judgment asked for with probabilities was scored ("probability" or
+        "text"); the middleware counts it per role, a bare backend ignores it."""
 
     def chat_sync(self, messages: list[Message], sampling: Sampling | None = None) -> ChatOutcome:
         return asyncio.run(self.chat(messages, sampling))

@@ -2,7 +2,8 @@
 
 One backend instance and one ``ConcurrencyLimit`` per backend name (so roles bound to the same server share
 its connections and its slots: ``llm.backends.NAME.max_concurrency``, else ``llm.middleware.max_concurrency``),
-one middleware wrapper per role (so accounting is per role). Embedded backends start llama.cpp's server on
+one middleware wrapper per role (so accounting is per role, and so is ``llm.scoring``: how the role's choice
+judgments are scored, components/judges/call.py). Embedded backends start llama.cpp's server on
 first use; ``close()`` closes every backend's connections and stops the servers.
 
     with LLMPool(params) as pool:
@@ -132,6 +133,7 @@ class LLMPool:
             self.backend(backend_name), role=role, settings=mw, cache=self.cache, accounting=self.accounting,
             price_prompt_per_1k=cfg.price_prompt_per_1k if cfg else 0.0,
             price_completion_per_1k=cfg.price_completion_per_1k if cfg else 0.0, limit=self.limit(backend_name),
+            scoring=self.params.llm.scoring.get(role.split("[")[0], "text"),  # a council member: its role's
         )
 
     def role(self, role: str) -> ReliableChatModel:

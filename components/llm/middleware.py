@@ -7,8 +7,12 @@
 - a per-attempt timeout that starts once the attempt holds a slot (queueing never times a call out),
 - retries with exponential backoff plus jitter on transient errors only (tenacity),
 - a persistent response cache (sqlite, key = sha256 of model + messages + sampling, the seed only when
-  sampling at temperature > 0), used only for deterministic calls (temperature 0 or seeded),
-- accounting per role: calls, failures by type, retries, cache hits, tokens, cost, latency.
+  sampling at temperature > 0, the log-probability options only when asked for), used only for deterministic
+  calls (temperature 0 or seeded); a cached completion keeps its log-probabilities,
+- accounting per role: calls, failures by type, retries, cache hits, tokens, cost, latency; for a role whose
+  judgments ask for log-probabilities also how many calls asked, how many came back without them, and how
+  many judgments were scored from probabilities or fell back to the text (``llm.<role>.logprob_*``,
+  ``llm.<role>.scored_from_*``, absent for roles that never ask).
 A call that still fails comes back as a ``ChatFailure`` and is counted; nothing is raised.
 """
 
@@ -43,14 +47,21 @@ class ResponseCache:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT, created REAL)")
 
+    # sampling options added after responses were first cached: in the key only once they differ from their
+    # default, so the keys of requests that leave them alone (and the responses cached under them) stay valid
+    KEYED_WHEN_SET = {"logprobs": False, "top_logprobs": 0}
+
     @staticmethod
     def key(model_identity: str, messages: list[Message], sampling: Sampling) -> str:
         """The request's hash. A greedy request's seed is left out: it picks nothing at temperature 0, so an
         evaluation repeated under another seed replays its greedy calls and samples only what is sampled."""
+        exclude = {name for name, default in ResponseCache.KEYED_WHEN_SET.items() if getattr(sampling, name) == default}
+        if sampling.temperature == 0:
+            exclude.add("seed")
         payload = {
             "model": model_identity,
             "messages": [m.model_dump() for m in messages],
-            "sampling": sampling.model_dump(mode="json", exclude={"seed"} if sampling.temperature == 0 else None),
+            "sampling": sampling.model_dump(mode="json", exclude=exclude or None),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
@@ -85,6 +96,10 @@ class RoleStats:
     cost: float = 0.0
     latency_s: float = 0.0
     failures_by_type: Counter = field(default_factory=Counter)
+    logprob_calls: int = 0  # answered calls that asked for log-probabilities
+    logprob_missing: int = 0  # ... and got a reply without them
+    scored_from_probability: int = 0  # judgments asked for with probabilities and scored from them
+    scored_from_text: int = 0  # ... and scored from the sampled text instead
 
     @property
     def failure_rate(self) -> float:
@@ -95,6 +110,9 @@ class RoleStats:
             "calls", "successes", "failures", "retries", "cache_hits", "prompt_tokens", "completion_tokens",
             "cost", "latency_s")}
         out[f"{prefix}.failure_rate"] = self.failure_rate
+        if self.logprob_calls:  # only roles that ask for probabilities report them
+            out.update({f"{prefix}.{k}": float(getattr(self, k)) for k in (
+                "logprob_calls", "logprob_missing", "scored_from_probability", "scored_from_text")})
         return out
 
 
@@ -184,9 +202,11 @@ class ReliableChatModel(ChatModel):
         price_prompt_per_1k: float = 0.0,
         price_completion_per_1k: float = 0.0,
         limit: ConcurrencyLimit | None = None,
+        scoring: str = "text",
     ):
         self.inner = inner
         self.role = role
+        self.scoring = scoring  # how this role's choice judgments are scored (params llm.scoring)
         self.name = inner.name
         self.settings = settings or MiddlewareParams()
         self.cache = cache if self.settings.cache else None
@@ -198,6 +218,17 @@ class ReliableChatModel(ChatModel):
 
     def cache_identity(self) -> str:
         return self.inner.cache_identity()
+
+    def record_scoring(self, scored_from: str) -> None:
+        if scored_from == "probability":
+            self.stats.scored_from_probability += 1
+        else:
+            self.stats.scored_from_text += 1
+
+    def _count_logprobs(self, sampling: Sampling, completion: Completion) -> None:
+        if sampling.logprobs:
+            self.stats.logprob_calls += 1
+            self.stats.logprob_missing += completion.logprobs is None
 
     def _requests(self, sampling: Sampling) -> list[Sampling]:
         split = getattr(self.inner, "split", None)
@@ -242,6 +273,7 @@ class ReliableChatModel(ChatModel):
             if hit is not None:
                 self.stats.successes += 1
                 self.stats.cache_hits += 1
+                self._count_logprobs(sampling, hit)
                 return ChatResult(**hit.model_dump(), latency_s=loop.time() - start, cached=True)
 
         requests = self._requests(sampling)
@@ -255,6 +287,7 @@ class ReliableChatModel(ChatModel):
             await asyncio.gather(*tasks, return_exceptions=True)
             return self._failed(exc, tries, loop.time() - start)
         completion = self._join(parts)
+        self._count_logprobs(sampling, completion)
 
         self.stats.retries += sum(tries) - len(tries)
         self.stats.successes += 1

@@ -42,4 +42,5 @@ def test_scores_are_the_mean_over_judged_edges_and_none_without_one():
     scores = edge_scores(4, {(0, 1): 1.0, (1, 2): 0.5, (0, 2): None, (2, 3): None})
     assert scores == [1.0, 0.25, 0.5, None]
     with pytest.raises(ValueError, match=r"edge \(0, 1\)"):
-        edge_scores(2, {(0, 1): 0.7})
+        edge_scores(2, {(0, 1): 1.5})
+    assert edge_scores(2, {(0, 1): 0.7}) == pytest.approx([0.7, 0.3])  # an outcome read from probabilities

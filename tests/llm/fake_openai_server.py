@@ -1,7 +1,9 @@
 """A real HTTP server on 127.0.0.1 that speaks the chat-completions protocol and fails on purpose.
 
 Each request pops the next behaviour from a queue: ("ok", text), ("status", code), ("sleep", seconds),
-("malformed", body). When the queue is empty it answers ``default`` (("ok", "default") unless set).
+("malformed", body), ("logprobs", (text, content)): the text with ``content`` as every choice's
+``logprobs.content`` (a list of {"token", "logprob", "top_logprobs"} entries, or any value to test a malformed
+one). When the queue is empty it answers ``default`` (("ok", "default") unless set).
 ``max_in_flight`` is the most requests it was ever handling at the same moment.
 """
 
@@ -54,10 +56,14 @@ class FakeOpenAIServer:
                 if kind == "malformed":
                     return 200, arg.encode()
                 n = body.get("n", 1)
+                extra = {}
+                if kind == "logprobs":
+                    arg, content = arg
+                    extra = {"logprobs": {"content": content, "refusal": None}}
                 payload = {
                     "model": body["model"],
                     "choices": [{"index": i, "message": {"role": "assistant", "content": f"{arg}"},
-                                 "finish_reason": "stop"} for i in range(n)],
+                                 "finish_reason": "stop", **extra} for i in range(n)],
                     "usage": {"prompt_tokens": 7, "completion_tokens": 3},
                 }
                 return 200, json.dumps(payload).encode()

@@ -2,7 +2,8 @@
 schema (build one from a pydantic model with ``Model.model_json_schema()``). The API key comes from the
 environment only (``GEMINI_API_KEY`` by default, or the variable named in params). The backend opens one
 google-genai client per event loop (its async HTTP connections belong to one loop) and closes it inside that
-loop (``per_loop.PerLoop``); a client passed in belongs to the caller.
+loop (``per_loop.PerLoop``); a client passed in belongs to the caller. It reports no log-probabilities
+(``Completion.logprobs`` None, whatever ``Sampling.logprobs`` asks).
 
     model = GeminiChatModel(model="gemini-2.5-pro")
 """

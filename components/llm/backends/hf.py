@@ -1,5 +1,6 @@
 """``hf`` backend: a transformers causal LM in-process (the trainable policy on CPU). Structured output
-is requested through the prompt only; callers must parse defensively.
+is requested through the prompt only; callers must parse defensively. It reports no log-probabilities
+(``Completion.logprobs`` None, whatever ``Sampling.logprobs`` asks).
 
     model = HFChatModel.from_pretrained("/path/to/model")                 # a local folder
     model = HFChatModel(model=peft_model, tokenizer=tok, name="policy")    # the model being trained

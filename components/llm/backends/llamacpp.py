@@ -1,5 +1,7 @@
 """``llamacpp`` backend: llama.cpp in-process through llama-cpp-python (the [embedded] extra), for the
-embedded GGUF models when no server is wanted. JSON-schema output is enforced by llama.cpp's grammar.
+embedded GGUF models when no server is wanted. JSON-schema output is enforced by llama.cpp's grammar. It
+reports no log-probabilities (``Completion.logprobs`` None): llama-cpp-python gives them only for a model loaded
+with ``logits_all``, which keeps n_ctx x vocabulary floats in memory; the server backends report them.
 
     model = LlamaCppChatModel(model_path="/path/model.gguf", n_ctx=4096, threads=2)
 """

@@ -5,6 +5,11 @@ ignores ``n`` (llama.cpp) gets ``n`` single requests with derived seeds (``split
 the middleware each takes its own concurrency slot). The client is one per event loop, closed inside that loop
 (``per_loop.PerLoop``), unless the caller passes its own.
 
+A request with ``Sampling.logprobs`` sends ``logprobs: true, top_logprobs: k`` and reads each choice's
+``logprobs.content`` (``[{"token", "logprob", "top_logprobs": [{"token", "logprob"}, ...]}, ...]``), the shape
+OpenAI, vLLM, llama.cpp's server and llama-cpp-python's server all return; a reply without it, or with one
+that cannot be read, has ``logprobs`` None (the text is still used).
+
     model = OpenAIChatModel(model="Qwen/Qwen3-14B", base_url="http://127.0.0.1:8000/v1")
 """
 
@@ -18,8 +23,25 @@ import httpx
 
 from components.llm.backends.per_loop import PerLoop
 from components.llm.base import (
-    BACKENDS, ChatModel, Completion, Message, PermanentLLMError, Sampling, TransientLLMError, classify_status,
+    BACKENDS, ChatModel, Completion, Logprobs, Message, PermanentLLMError, Sampling, TokenLogprob, TransientLLMError,
+    classify_status,
 )
+
+
+def read_logprobs(choices: list[dict]) -> Logprobs | None:
+    """Each choice's ``logprobs.content`` as tokens, or None when any choice has none or one that cannot be read."""
+    out = []
+    try:
+        for choice in choices:
+            content = (choice.get("logprobs") or {}).get("content")
+            if not isinstance(content, list):
+                return None
+            out.append([TokenLogprob(token=t["token"], logprob=float(t["logprob"]),
+                                     top=tuple((a["token"], float(a["logprob"])) for a in t.get("top_logprobs") or ()))
+                        for t in content])
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    return out
 
 
 @BACKENDS.register("openai")
@@ -73,6 +95,9 @@ class OpenAIChatModel(ChatModel):
             body["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if sampling.logprobs:  # top_logprobs always sent: llama-cpp-python's server reports nothing without it
+            body["logprobs"] = True
+            body["top_logprobs"] = sampling.top_logprobs
         if sampling.json_schema is not None:
             if self.json_format == "json_object":
                 body["response_format"] = {"type": "json_object", "schema": sampling.json_schema}
@@ -99,23 +124,26 @@ class OpenAIChatModel(ChatModel):
             texts = [c["message"]["content"] or "" for c in choices]
             finish = [c.get("finish_reason") or "" for c in choices]
             usage = data.get("usage") or {}
+            logprobs = read_logprobs(choices) if body.get("logprobs") else None
         except (json.JSONDecodeError, KeyError, TypeError, IndexError) as exc:
             # a truncated or garbled body usually comes from an overloaded proxy or server: retry it
             raise TransientLLMError(f"malformed response body ({type(exc).__name__}): {resp.text[:200]!r}") from None
         if not texts:
             raise TransientLLMError("response had no choices")
         return Completion(
-            texts=texts, model=data.get("model") or self.model, finish_reasons=finish,
+            texts=texts, model=data.get("model") or self.model, finish_reasons=finish, logprobs=logprobs,
             prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
         )
 
     @staticmethod
     def join(parts: list[Completion]) -> Completion:
-        """One completion from the answers to ``split``'s requests, in request order."""
+        """One completion from the answers to ``split``'s requests, in request order (log-probabilities only when
+        every part has them)."""
         if len(parts) == 1:
             return parts[0]
+        logprobs = None if any(p.logprobs is None for p in parts) else [s for p in parts for s in p.logprobs]
         return Completion(
-            texts=[t for p in parts for t in p.texts], model=parts[0].model,
+            texts=[t for p in parts for t in p.texts], model=parts[0].model, logprobs=logprobs,
             finish_reasons=[f for p in parts for f in p.finish_reasons],
             prompt_tokens=sum(p.prompt_tokens for p in parts), completion_tokens=sum(p.completion_tokens for p in parts),
         )

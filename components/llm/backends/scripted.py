@@ -2,15 +2,29 @@
 
     model = ScriptedChatModel(["first reply", TransientLLMError("boom"), "second reply"])
     model = ScriptedChatModel(lambda messages, sampling: "computed reply")
+    model = ScriptedChatModel([WithLogprobs("yes", [TokenLogprob(token="yes", logprob=-0.1, top=(...))])])
+
+Log-probabilities come back only for a request that asks for them and whose replies are all ``WithLogprobs``;
+otherwise the completion has none, as from a backend without them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from components.llm.base import BACKENDS, ChatModel, Completion, LLMError, Message, Sampling
+from components.llm.base import BACKENDS, ChatModel, Completion, LLMError, Message, Sampling, TokenLogprob
 
-Reply = str | LLMError
+
+@dataclass(frozen=True)
+class WithLogprobs:
+    """A prepared reply together with the tokens (and their log-probabilities) it is reported as."""
+
+    text: str
+    tokens: Sequence[TokenLogprob]
+
+
+Reply = str | WithLogprobs | LLMError
 Responder = Callable[[list[Message], Sampling], Reply]
 
 
@@ -31,14 +45,19 @@ class ScriptedChatModel(ChatModel):
 
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
         self.requests.append((messages, sampling))
-        texts = []
+        texts, tokens = [], []
         for i in range(sampling.n):
             # like the HTTP fan-out, sample i of a seeded request is seeded with seed + i
             one = sampling if sampling.seed is None else sampling.model_copy(update={"seed": sampling.seed + i})
             reply = self._next(messages, one)
             if isinstance(reply, LLMError):
                 raise reply
-            texts.append(reply)
+            if isinstance(reply, WithLogprobs):
+                texts.append(reply.text)
+                tokens.append(list(reply.tokens))
+            else:
+                texts.append(reply)
         prompt = sum(len(m.content.split()) for m in messages)
-        return Completion(texts=texts, model=self.name, prompt_tokens=prompt,
+        logprobs = tokens if sampling.logprobs and len(tokens) == len(texts) else None
+        return Completion(texts=texts, model=self.name, prompt_tokens=prompt, logprobs=logprobs,
                           completion_tokens=sum(len(t.split()) for t in texts), finish_reasons=["stop"] * len(texts))

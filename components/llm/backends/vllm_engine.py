@@ -4,6 +4,9 @@ backend is built, so CPU machines never import it.
 
     model = VLLMChatModel(model="Qwen/Qwen3-14B", enable_lora=True)
     model.set_adapter("outputs/policy/step_10/adapter")
+
+A request with ``Sampling.logprobs`` asks vLLM for ``top_logprobs`` alternatives per generated token (vLLM's
+``logprobs``); they come back as :class:`~components.llm.base.TokenLogprob`, or None when vLLM gave none.
 """
 
 from __future__ import annotations
@@ -12,7 +15,30 @@ import asyncio
 import threading
 
 from components.llm.backends.vllm_lora import AdapterSlot
-from components.llm.base import BACKENDS, ChatModel, Completion, Message, PermanentLLMError, Sampling
+from components.llm.base import (
+    BACKENDS, ChatModel, Completion, Logprobs, Message, PermanentLLMError, Sampling, TokenLogprob,
+)
+
+
+def _logprobs(outputs) -> Logprobs | None:
+    """vLLM's per-token ``{token_id: Logprob}`` maps as tokens with their alternatives, most likely first; None
+    when any sample has none or a token's text was not decoded."""
+    out = []
+    try:
+        for o in outputs:
+            if o.logprobs is None:
+                return None
+            tokens = []
+            for tid, options in zip(o.token_ids, o.logprobs, strict=True):
+                if any(lp.decoded_token is None for lp in options.values()):
+                    return None
+                ranked = sorted(options.values(), key=lambda lp: -lp.logprob)
+                tokens.append(TokenLogprob(token=options[tid].decoded_token, logprob=float(options[tid].logprob),
+                                           top=tuple((lp.decoded_token, float(lp.logprob)) for lp in ranked)))
+            out.append(tokens)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    return out
 
 
 @BACKENDS.register("vllm")
@@ -38,6 +64,8 @@ class VLLMChatModel(ChatModel):
     def _sampling_params(self, sampling: Sampling):
         kwargs = dict(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
                       n=sampling.n, seed=sampling.seed, stop=list(sampling.stop) or None)
+        if sampling.logprobs:
+            kwargs["logprobs"] = sampling.top_logprobs
         if sampling.json_schema is not None:
             try:
                 from vllm.sampling_params import StructuredOutputsParams
@@ -57,6 +85,7 @@ class VLLMChatModel(ChatModel):
             finish_reasons=[o.finish_reason or "" for o in out.outputs],
             prompt_tokens=len(out.prompt_token_ids or []),
             completion_tokens=sum(len(o.token_ids) for o in out.outputs),
+            logprobs=_logprobs(out.outputs) if sampling.logprobs else None,
         )
 
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:

@@ -55,13 +55,14 @@ def edge_count(k: int) -> int:
 
 def edge_scores(k: int, outcomes: Mapping[Edge, float | None]) -> list[float | None]:
     """Mean score over each trajectory's judged edges; ``outcomes[(i, j)]`` is i's result against j
-    (1, 0.5 or 0; ``None`` for a failed edge, which counts for neither end)."""
+    (1, 0.5 or 0, or between them when read from the judge's probabilities; ``None`` for a failed edge, which
+    counts for neither end)."""
     sums, counts = [0.0] * k, [0] * k
     for (i, j), value in outcomes.items():
         if value is None:
             continue
-        if value not in (0.0, 0.5, 1.0):
-            raise ValueError(f"edge ({i}, {j}): outcome {value!r} is not 1, 0.5 or 0")
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"edge ({i}, {j}): outcome {value!r} is not between 0 and 1")
         sums[i] += value
         sums[j] += 1.0 - value
         counts[i] += 1

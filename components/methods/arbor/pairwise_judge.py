@@ -6,7 +6,10 @@ edge), so the judge's position bias averages out and a rerun asks the same quest
 run concurrently (the middleware bounds the concurrency). Each is a judgment call
 (:mod:`components.judges.call`): one that fails after the middleware's retries, or whose reply does not parse,
 removes its edge and is counted by kind in the group's tally; the trajectory scores come from the judged edges
-only (:func:`components.methods.arbor.pairwise_graph.edge_scores`).
+only (:func:`components.methods.arbor.pairwise_graph.edge_scores`). The winner is a declared choice
+(:data:`WINNER`): with ``llm.scoring`` set to ``probability`` for the judge's role, an edge's outcome is the
+expectation over A / B / TIE (1, 0, 0.5) read from the label token's probabilities instead of the sampled
+label's value, so a hesitant A counts less than a sure one.
 
     result = await score_group(judge, question, texts, edges, rubric, key="1234:3:0:c7")
     result.scores         # per trajectory: mean over judged edges, or None
@@ -20,13 +23,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from components.judges.call import JudgeCall, Tally, ask
+from components.judges.call import Choice, JudgeCall, Tally, ask
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_graph import Edge, edge_scores
 
-__all__ = ["GroupScores", "judge_messages", "parse_winner", "score_group"]
+__all__ = ["WINNER", "GroupScores", "judge_messages", "parse_winner", "score_group"]
 
 JUDGE_SYSTEM = (
     "You compare two attempts by a search agent at the same question. Each attempt lists its turns: what "
@@ -46,6 +49,8 @@ WINNER_SCHEMA = {
     "additionalProperties": False,
 }
 _OUTCOME = {"A": 1.0, "B": 0.0, "TIE": 0.5}
+WINNER = Choice(_OUTCOME, field="winner")
+"""The verdict's label (the ``winner`` field, or a bare label) and the result it means for attempt A."""
 
 
 @dataclass
@@ -88,11 +93,11 @@ async def _judge_edge(judge: ChatModel, question: str, texts: Sequence[str], edg
     i, j = edge
     first, second = (j, i) if swap else (i, j)
     call = JudgeCall(judge_messages(question, texts[first], texts[second], rubric), parse_winner, sampling,
-                     schema=WINNER_SCHEMA)
+                     schema=WINNER_SCHEMA, choice=WINNER)
     result = await ask(judge, call, tally)
     if not result.ok:
         return None
-    value = _OUTCOME[result.value]  # result of the trajectory shown as A
+    value = result.expected  # result of the trajectory shown as A (the sampled label's value, scored from text)
     return 1.0 - value if swap else value
 
 

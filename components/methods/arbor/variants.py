@@ -80,7 +80,8 @@ def _tally_metrics(prefix: str, tally: Tally, n_groups: int) -> dict[str, float]
     per = max(n_groups, 1)
     return {f"{prefix}/calls": float(tally.calls), f"{prefix}/failures": float(tally.failures),
             f"{prefix}/unparsed": float(tally.unparsed), f"{prefix}/tokens": float(tally.tokens),
-            f"{prefix}/calls_per_group": tally.calls / per, f"{prefix}/tokens_per_group": tally.tokens / per}
+            f"{prefix}/calls_per_group": tally.calls / per, f"{prefix}/tokens_per_group": tally.tokens / per,
+            **{f"{prefix}/{k}": float(v) for k, v in tally.scoring().items()}}  # once probabilities are asked for
 
 
 def lazy_embedder(ctx: VariantContext, name: str) -> Callable[[list[str]], np.ndarray]:

@@ -31,7 +31,10 @@ The **criterion** mode asks the smallest question there is: one call per (criter
 single word yes or no (free text, no schema). With a JSON reply the embedded 1.5B answered by position or
 copied one pattern for every action (``{"satisfied": [true, false]}`` for a search and a final answer alike, on
 a checklist that named the next hop); asked one yes/no at a time it at least reads the action. It costs
-criteria x actions calls, all with the same history first, which a server's prompt cache reuses.
+criteria x actions calls, all with the same history first, which a server's prompt cache reuses. Each call
+declares the yes/no choice (:data:`YES_NO`), so a role that scores from probabilities (``llm.scoring``) counts
+each criterion as the judge's probability of yes: the action's score is then the weighted mean of those
+probabilities, while ``satisfied`` keeps the sampled answers.
 
     outcomes = await evaluate_criteria(evaluator, question, prefix_text, actions, rubric)
 """
@@ -43,14 +46,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.judges.call import Failure, JudgeCall, Tally, ask, reasons
+from components.judges.call import Choice, Failure, JudgeCall, Tally, ask, reasons
 from components.judges.orders import letter
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.methods.coreact.rubric_generator import render_rubric
 from components.schemas import Rubric
 
-__all__ = ["ActionScore", "criterion_messages", "evaluate_action", "evaluate_actions", "evaluate_criteria",
+__all__ = ["YES_NO", "ActionScore", "criterion_messages", "evaluate_action", "evaluate_actions", "evaluate_criteria",
            "evaluate_slate", "evaluator_call", "evaluator_messages", "failure_reason", "parse_satisfied",
            "parse_verdicts", "parse_yes_no", "satisfied_schema", "slate_messages", "verdicts_schema",
            "weighted_fraction"]
@@ -77,6 +80,9 @@ SLATE_PROMPT = (
     '{"verdicts": [[criterion 1: true or false for A, for B, ...], [criterion 2: ...], ...]}, one list per '
     "criterion in order, each with one value per action in label order."
 )
+
+YES_NO = Choice({"yes": 1.0, "no": 0.0}, label=lambda satisfied: "yes" if satisfied else "no")
+"""The criterion mode's answer: the reply's first word, worth 1 for yes and 0 for no."""
 
 CRITERION_PROMPT = (
     "You decide whether one proposed next action of a research agent meets one requirement. The agent answers "
@@ -178,12 +184,15 @@ def parse_yes_no(text: str) -> bool | str:
     return f"reply does not start with yes or no: {(text or '').strip()[:40]!r}"
 
 
-def weighted_fraction(rubric: Rubric, satisfied: Sequence[bool]) -> float:
-    """Weighted share of satisfied criteria (weights need not sum to 1)."""
+def weighted_fraction(rubric: Rubric, satisfied: Sequence[bool | float]) -> float:
+    """Weighted share of satisfied criteria (weights need not sum to 1); a criterion may also be satisfied in part
+    (a probability of yes)."""
     total = sum(c.weight for c in rubric.criteria)
     if len(satisfied) != len(rubric.criteria) or total <= 0:
         raise ValueError(f"{len(satisfied)} verdicts for {len(rubric.criteria)} criteria of total weight {total}")
-    return sum(c.weight for c, ok in zip(rubric.criteria, satisfied) if ok) / total
+    if all(isinstance(ok, bool) for ok in satisfied):
+        return sum(c.weight for c, ok in zip(rubric.criteria, satisfied) if ok) / total
+    return sum(c.weight * float(ok) for c, ok in zip(rubric.criteria, satisfied)) / total
 
 
 @dataclass(frozen=True)
@@ -196,10 +205,11 @@ class ActionScore:
 
 
 def evaluator_call(messages: list[Message], parse: Callable[[str], Any], schema: dict | None,
-                   max_tokens: int) -> JudgeCall:
+                   max_tokens: int, choice: Choice | None = None) -> JudgeCall:
     """One greedy evaluator call, schema-constrained unless ``schema`` is None; ``parse`` returns the verdict or
-    a one-line reason the reply is unusable (the module's parsers)."""
-    return JudgeCall(messages, reasons(parse), Sampling(temperature=0.0, max_tokens=max_tokens), schema=schema)
+    a one-line reason the reply is unusable (the module's parsers); ``choice`` declares a label answer."""
+    return JudgeCall(messages, reasons(parse), Sampling(temperature=0.0, max_tokens=max_tokens), schema=schema,
+                     choice=choice)
 
 
 def failure_reason(failure: Failure) -> str:
@@ -231,16 +241,18 @@ async def evaluate_actions(evaluator: ChatModel, question: str, prefix_text: str
 async def evaluate_criteria(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
                             rubric: Rubric, *, max_tokens: int = 8, tally: Tally | None = None) -> list[ActionScore]:
     """Every action scored by one yes/no call per criterion (the criterion mode), all concurrent; an action with
-    a failed or unparseable call is unscored."""
+    a failed or unparseable call is unscored. A criterion answered from probabilities counts as its probability
+    of yes."""
     async def one(action: str) -> ActionScore:
         results = await asyncio.gather(*(
             ask(evaluator, evaluator_call(criterion_messages(question, prefix_text, action, c.text), parse_yes_no,
-                                          None, max_tokens), tally) for c in rubric.criteria))
+                                          None, max_tokens, YES_NO), tally) for c in rubric.criteria))
         failed = next((r for r in results if not r.ok), None)
         if failed is not None:
             return ActionScore(None, error=failure_reason(failed))
         verdicts = [r.value for r in results]
-        return ActionScore(weighted_fraction(rubric, verdicts), tuple(verdicts))
+        worth = [r.expected if r.scored_from == "probability" else r.value for r in results]
+        return ActionScore(weighted_fraction(rubric, worth), tuple(verdicts))
 
     return list(await asyncio.gather(*(one(a) for a in actions)))
 

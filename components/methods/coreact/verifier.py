@@ -15,7 +15,9 @@ for the JSON checklist, the embedded 1.5B gave every action of a slate the same 
 the yes/no questions told the actions apart. Asked yes/no, its fractions follow the council better (mean rho
 +0.22 against +0.07 on 28 slates, gold-chain rubric), though at tau 0.5 the decision was still the same for every
 action of 22 slates (README). The verdicts then come without reasons; the retry's feedback names the unmet
-criteria.
+criteria. With ``llm.scoring: {verifier: probability}`` each criterion counts as the verifier's probability of
+yes, so ``fraction`` is the weighted mean probability that the action meets the rubric (ties between actions
+break, a near-miss counts) and the decision compares it with ``tau``; ``satisfied`` keeps the sampled answers.
 
     v = await verify_action(pool.role("verifier"), question, prefix_text, thought, action, rubric, tau=0.5)
     v.accepted, v.fraction, v.feedback()
