@@ -423,7 +423,7 @@ class DeployParams(Section):
 class SweepParams(Section):
     """The ablation sweep ``python -m flows.sweep`` runs (flows/sweep.py): ``train_policy`` once per (variant,
     seed) and ``evaluate`` once per (method, seed), each in its own folder, then one comparison report of the
-    variants (components/reporting/compare.py) and one of the methods (components/methods/coreact/report.py)."""
+    variants (components/reporting/compare.py) and one of the methods (components/reporting/methods.py)."""
 
     variants: list[str] = Field(default_factory=lambda: ["grpo", "dapo"], description="Training "
                                 "variants compared (names of train_policy --variant).")

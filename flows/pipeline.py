@@ -1,12 +1,15 @@
 """The whole pipeline as a Prefect flow, the same DAG as `dvc.yaml` (tests/test_dag.py holds them equal):
 prepare -> index -> evaluate@<method>, collect -> train_rubric_generator@{listwise,pairwise}, and the warm
-start sft_data -> sft -> train_policy@<variant> (RubricEM's variants: sft_data_scaffold -> sft_scaffold). Like `dvc repro <targets>`, it runs the given stages and
-everything they depend on, once each, in dependency order; the default targets are the main job
-(evaluate@react, collect, evaluate@sft).
+start sft_data -> sft -> train_policy@<variant> (RubricEM's variants: sft_data_scaffold -> sft_scaffold) ->
+evaluate@<variant> (the trained policy on the test harness), and head_to_head over every evaluation. Like
+`dvc repro <targets>`, it runs the given stages and everything they depend on, once each, in dependency order;
+the default targets are the main job (evaluate@react, collect, evaluate@sft).
 
     python -m flows.pipeline                          # the main job on the embedded default, offline, CPU
     python -m flows.pipeline --targets train_policy@arbor evaluate@coreact
     python -m flows.pipeline --targets train_policy   # a stage group: every variant, as dvc repro takes it
+    python -m flows.pipeline --targets evaluate@arbor # train_policy@arbor, then its policy on the test questions
+    python -m flows.pipeline --targets head_to_head   # every stage, then one table of every method
     python -m flows.pipeline --set data.source=hotpotqa --set run.out_dir=outputs/hotpotqa
 
 The flow calls the same @task functions that `dvc repro` runs as `python -m tasks.<stage>`; one MLflow
@@ -26,6 +29,7 @@ from prefect import flow
 from components.params import Params
 from tasks.collect import collect
 from tasks.evaluate import evaluate
+from tasks.head_to_head import head_to_head
 from tasks.index import index
 from tasks.prepare import prepare
 from tasks.runtime import params_from_args, resolve, run_stage, stage_argparser, tracking
@@ -76,11 +80,17 @@ STAGES: dict[str, list[str]] = {
     **{f"evaluate@{m}": ["prepare", "index", *needs] for m, needs in METHODS.items() if m not in ("react", "sft")},
     **{f"train_policy@{v}": ["prepare", "index", "sft_scaffold" if v in SCAFFOLD_VARIANTS else "sft"]
        for v in VARIANTS},
+    # a trained policy on the test harness: its adapter served over its warm start's (components/trained_policy.py)
+    **{f"evaluate@{v}": ["prepare", "index", "sft_scaffold" if v in SCAFFOLD_VARIANTS else "sft", f"train_policy@{v}"]
+       for v in VARIANTS},
 }
 """Stage -> the stages whose outputs it reads (the edges DVC derives from dvc.yaml's deps and outs)."""
+# every evaluation, and the training runs whose compute it reports
+STAGES["head_to_head"] = [*(s for s in STAGES if s.startswith("evaluate@")), *(f"train_policy@{v}" for v in VARIANTS)]
 
-UNREPORTED = {"prepare", "index", "sft_data", "sft", "sft_data_scaffold", "sft_scaffold"}
-"""Stages whose metrics stay in their own MLflow runs only (the flow's result never carried them)."""
+UNREPORTED = {"prepare", "index", "sft_data", "sft", "sft_data_scaffold", "sft_scaffold", "head_to_head"}
+"""Stages whose metrics stay in their own MLflow runs only (the flow's result never carried them; head_to_head's
+table is in its own run, with a child run per method)."""
 
 
 def select(targets: Iterable[str] | None = None) -> list[str]:
@@ -140,6 +150,9 @@ def _runners(params: Params, parent_run_id: str | None) -> dict[str, Callable[[l
     for v in VARIANTS:
         runners[f"train_policy@{v}"] = lambda wait, v=v: train_policy(params, variant=v, parent_run_id=parent_run_id,
                                                                       wait_for=wait)
+        runners[f"evaluate@{v}"] = lambda wait, v=v: evaluate(params, method=v, parent_run_id=parent_run_id,
+                                                              wait_for=wait)
+    runners["head_to_head"] = lambda wait: head_to_head(params, parent_run_id=parent_run_id, wait_for=wait)
     return runners
 
 

@@ -5,7 +5,10 @@ and search behaviour; log everything to MLflow.
 
 The method is an entry of ``params.methods``: an agent from the agent registry
 (``components.agents.react.AGENTS``) and the role rebindings it runs with (e.g. the policy served with an
-SFT adapter).
+SFT adapter). It may also be a training variant (``--method arbor``): the final policy of
+``train_policy@<variant>`` run as its warm start's method with the RL adapter added to the served policy
+(:mod:`components.trained_policy`), so trained and inference-time methods share questions, prompts, budgets and
+judge.
 
 Reads outputs/data/test.jsonl, outputs/data/corpus.jsonl and outputs/index/. Writes, under
 outputs/eval/<method>/: trajectories.jsonl (appended one episode at a time, so a crash loses nothing and
@@ -37,6 +40,7 @@ from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
 from components.run_files import keyed_folder, out_path, write_trajectories
 from components.schemas import Question, Trajectory
+from components.trained_policy import with_trained_policy
 from tasks.runtime import resolve, tracking
 
 
@@ -107,7 +111,7 @@ def score(questions: list[Question], trajs: list[Trajectory], verdicts: list[boo
 @task(name="evaluate")
 def evaluate(params: Params | None = None, method: str = "react", parent_run_id: str | None = None,
              pool: LLMPool | None = None) -> EvalResult:
-    params, spec = for_method(resolve(params), method)
+    params, spec = for_method(with_trained_policy(resolve(params), method), method)
     questions = read_jsonl(out_path(params, "data", "test.jsonl"), Question)[: params.evaluation.n_questions]
     toolbox = load_toolbox(params)
     folder = out_path(params, "eval", method, "metrics.json").parent
@@ -165,7 +169,8 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
 
 def main() -> None:
     parser = stage_argparser(__doc__)
-    parser.add_argument("--method", default="react")
+    parser.add_argument("--method", default="react",
+                        help="a params.methods entry, or a training variant (its train_policy adapter)")
     args = parser.parse_args()
     result = evaluate.fn(params_from_args(args), method=args.method)
     print(json.dumps(result.metrics, indent=2))

@@ -1,5 +1,5 @@
 """Stage `report`: compare a sweep's training runs (components/reporting/compare.py) and evaluated methods
-(components/methods/coreact/report.py), and log the comparisons.
+(components/reporting/methods.py), and log the comparisons.
 
     python -m tasks.report                         # the runs under <run.out_dir>/<sweep.out_dir>/seed_*/{train,eval}/*
     python -m tasks.report --sweep-dir outputs/sweep
@@ -23,11 +23,11 @@ import pandas as pd
 from prefect import task
 from pydantic import BaseModel
 
-from components.methods.coreact.report import write_method_report
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.reporting.compare import discover_runs, display_table, write_report
-from tasks.runtime import MlflowTracker, resolve, run_stage, tracking
+from components.reporting.methods import write_method_report
+from tasks.runtime import MlflowTracker, log_rows, resolve, run_stage, tracking
 
 
 class ReportResult(BaseModel):
@@ -71,13 +71,9 @@ def _log_comparison(params: Params, parent, result, kind: str) -> dict[str, dict
     for path in result.paths.values():
         parent.log_artifact(path, artifact_path=kind)
     parent.log_table(result.table.reset_index(), artifact_file=f"{kind}/{kind}.json")
-    parent.log_metrics({f"{name}.{k}": v for name, m in means.items() for k, v in m.items()})
-    for name, m in means.items():
-        seeds = int(result.table.loc[name, "seeds"])
-        tag = "variant" if kind == "comparison" else "evaluated_method"
-        with tracking(params, f"report@{name}", parent.run_id,
-                      tags={tag: name, "method": name, "seeds": str(seeds)}) as child:
-            child.log_metrics(m)
+    tag = "variant" if kind == "comparison" else "evaluated_method"
+    log_rows(params, parent, means, "report",
+             {name: {tag: name, "method": name, "seeds": str(int(result.table.loc[name, "seeds"]))} for name in means})
     return means
 
 

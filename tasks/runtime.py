@@ -129,3 +129,13 @@ def tracking(params: Params, run_name: str, parent_run_id: str | None = None, ta
         status = "FINISHED"
     finally:
         client.set_terminated(run.info.run_id, status=status)
+
+
+def log_rows(params: Params, parent: NullTracker, rows: dict[str, dict[str, float]], run_prefix: str,
+             tags: dict[str, dict[str, str]]) -> None:
+    """A comparison's rows in MLflow: ``<name>.<metric>`` on ``parent``, and a child run `<run_prefix>@<name>`
+    per row holding its metrics and ``tags[name]``, to select and compare in the MLflow UI."""
+    parent.log_metrics({f"{name}.{k}": v for name, m in rows.items() for k, v in m.items()})
+    for name, metrics in rows.items():
+        with tracking(params, f"{run_prefix}@{name}", parent.run_id, tags=tags.get(name, {})) as child:
+            child.log_metrics(metrics)

@@ -17,6 +17,7 @@ from components.variants import VARIANTS
 from components.params import load_params
 from flows import pipeline as pipeline_module
 from components.run_files import warm_start_folder
+from components.trained_policy import variant_agent
 
 
 def dvc_dag(repo_root) -> dict[str, set[str]]:
@@ -54,6 +55,7 @@ def test_flow_stages_and_edges_are_dvc_yamls(repo_root):
 @pytest.mark.parametrize("targets", [
     ["train_policy@arbor"], ["evaluate@coreact_pairwise"], ["evaluate@react", "collect", "evaluate@sft"],
     ["train_policy"], ["train_rubric_generator@listwise", "train_policy@grpo"],
+    ["evaluate@arbor"], ["evaluate@rubricem"], ["evaluate"], ["head_to_head"],
 ])
 def test_target_selection_is_dvc_repros(dvc_plan, targets):
     assert set(pipeline_module.select(targets)) == dvc_plan(targets)
@@ -100,11 +102,12 @@ def test_flow_body_follows_stages(repo_root, monkeypatch):
     order = check_calls(calls)
     assert sorted(order) == sorted(pipeline_module.STAGES)  # every stage once
     score = {name: float(i + 1) for i, name in enumerate(order)}
-    expected = {f"{m}.score": score[f"evaluate@{m}"] for m in pipeline_module.METHODS}
+    expected = {f"{m}.score": score[f"evaluate@{m}"] for m in [*pipeline_module.METHODS, *pipeline_module.VARIANTS]}
     expected |= {f"{s}.score": score[s] for s in order if not s.startswith("evaluate@")
                  and s not in pipeline_module.UNREPORTED}
     assert metrics == expected
-    assert "collect.score" in metrics and "train_policy@arbor.score" in metrics
+    assert "collect.score" in metrics and "train_policy@arbor.score" in metrics and "arbor.score" in metrics
+    assert order[-1] == "head_to_head"  # after every evaluation
 
 
 def test_default_targets_run_the_main_job_with_its_metrics(repo_root, monkeypatch):
@@ -170,6 +173,10 @@ def test_a_method_package_is_a_dependency_of_its_own_stages_only(repo_root):
     for method, settings in params.methods.items():
         owner = {spec.name for spec in load_methods() if settings.agent in spec.agents}
         expected[f"evaluate@{method}"] = owner
+    for variant in VARIANTS.names():  # a trained policy runs its warm start's agent: that agent's package only
+        agent = variant_agent(params, variant)
+        expected[f"evaluate@{variant}"] = {spec.name for spec in load_methods() if agent in spec.agents}
+    expected["head_to_head"] = set()
     expected["collect"] = {"coreact"}
     # the shared ReAct warm start every method starts from re-runs for none of them; RubricEM's is its own
     expected["sft_data"] = expected["sft"] = set()

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from components.schemas import Question, Trajectory
 
+BEHAVIOUR_COLUMNS = {"tool_calls_total_per_question": "tool calls", "unique_docs_retrieved": "retrieved docs",
+                     "unique_docs_cited": "cited sources", "utilisation": "utilisation",
+                     "verification_failure_rate": "verification failure rate", "cost.calls": "model calls"}
+"""The search behaviour a method comparison shows (Co-ReAct's Table 3): evaluate's metric -> its label."""
+
 
 def behaviour_stats(traj: Trajectory, question: Question) -> dict[str, float | None]:
     retrieved = list(dict.fromkeys(traj.docs_seen))

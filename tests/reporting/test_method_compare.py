@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from components.reporting.compare import discover_runs, seed_dir
-from components.methods.coreact.report import write_method_report
+from components.reporting.methods import write_method_report
 from tests.reporting.helpers import make_evaluation
 
 

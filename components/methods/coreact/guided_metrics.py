@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from components.evaluation.behaviour import BEHAVIOUR_COLUMNS  # Table 3's columns, shared with the reports
 from components.schemas import Trajectory
 
 __all__ = ["BEHAVIOUR_COLUMNS", "accounting_per_question", "behaviour_table", "cost_per_question", "guided_metrics", "verification_stats"]
@@ -97,12 +98,6 @@ def accounting_per_question(llm_metrics: dict[str, float], n_questions: int) -> 
     n = max(n_questions, 1)
     keep = (".calls", ".failures", ".prompt_tokens", ".completion_tokens", ".cost")
     return {f"{k}_per_question": v / n for k, v in llm_metrics.items() if k.endswith(keep)}
-
-
-BEHAVIOUR_COLUMNS = {"tool_calls_total_per_question": "tool calls", "unique_docs_retrieved": "retrieved docs",
-                     "unique_docs_cited": "cited sources", "utilisation": "utilisation",
-                     "verification_failure_rate": "verification failure rate", "cost.calls": "model calls"}
-"""Table 3's columns: evaluate's metric -> its label."""
 
 
 def behaviour_table(metrics_by_method: dict[str, dict[str, float]]) -> pd.DataFrame:

@@ -1,14 +1,16 @@
 """Compare evaluated methods: the table and plot of an evaluation sweep (Co-ReAct's comparison: ReAct,
-Co-ReAct, the baselines, their rubric plug-ins and the ablations, each over several seeds).
+Co-ReAct, the baselines, their rubric plug-ins and the ablations, each over several seeds). The head-to-head
+report (:mod:`components.reporting.head_to_head`) builds on the same per-run rows and adds per-question
+intervals and paired tests.
 
     from components.reporting.compare import discover_runs
-    from components.methods.coreact.report import write_method_report
+    from components.reporting.methods import write_method_report
     runs = discover_runs("outputs/sweep", stage="eval")   # {"coreact": [.../seed_1/eval/coreact, ...], ...}
     print(write_method_report(runs, "outputs/sweep").markdown)
 
 A run folder is what ``evaluate@<method>`` writes: metrics.json (EM, F1, judge accuracy, behaviour, cost) and
 timings.json. The table has one row per method: the questions scored, accuracy, the behaviour of the paper's
-Table 3 (components.methods.coreact.guided_metrics.BEHAVIOUR_COLUMNS), the retry rate and the cost per question per role,
+Table 3 (components.evaluation.behaviour.BEHAVIOUR_COLUMNS), the retry rate and the cost per question per role,
 then the seconds per question; with several seeds each value is the mean over seeds and ``<column>.sd`` its
 sample standard deviation. Files: methods.csv, methods.md (mean ± sd), method_runs.csv (one row per run) and
 methods.png (EM, F1 and judge accuracy per method with the standard deviation over seeds as error bars).
@@ -25,7 +27,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from components.methods.coreact.guided_metrics import BEHAVIOUR_COLUMNS
+from components.evaluation.behaviour import BEHAVIOUR_COLUMNS
 from components.io import read_json
 from components.reporting.compare import Report, Run, comparison_table, load_run, save_report
 

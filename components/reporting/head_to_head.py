@@ -1,0 +1,545 @@
+"""Every evaluated method in one table: inference-time methods and trained policies side by side, on each data
+scope, with intervals over questions, spread over seeds, paired tests against a shared baseline, the cost per
+question per role and, for trained policies, the training compute.
+
+    from components.reporting.head_to_head import collect_scope, head_to_head, write_head_to_head
+    scope = collect_scope("outputs", sweep_name="sweep", main_seed=1234, variants={"grpo", "arbor"})
+    report = write_head_to_head(head_to_head([scope]), "outputs/head_to_head")
+    print(report.markdown)
+
+**Inputs.** A scope is one ``run.out_dir``: its evaluations ``eval/<method>/`` (one seed: ``main_seed``) and a
+sweep's ``<sweep_name>/seed_<S>/eval/<method>/`` (seed S; a sweep folder of the main seed is the same run and
+is skipped), each a folder ``evaluate@<method>`` wrote (per_question.csv: ``question_id``, ``em``, ``f1``,
+``judge``; metrics.json: the ``cost.*`` accounting its trajectories carry). Training runs are found the same
+way under ``train/<variant>/`` (metrics.csv, timings.json). Whatever seeds exist are read; a new seed folder
+adds to its own method's row only (and, for a baseline, to the paired columns of its kind).
+
+**Columns** (``<m>`` is ``em``, ``f1`` and ``judge_accuracy``):
+
+- ``seeds``, ``seed_list``, ``questions``: seeds found, their labels, distinct questions scored;
+- ``<m>``, ``<m>.sd``: the mean over seeds of each seed's mean over its questions, and the sample standard
+  deviation over seeds (NaN for one seed);
+- ``<m>.ci_low``, ``<m>.ci_high``: a 95% percentile bootstrap interval over questions of the per-question
+  scores averaged over seeds (:func:`bootstrap_interval`: 9999 resamples, fixed seed); it covers the
+  sampling of questions, the ``.sd`` the variation between seeds. Unjudged questions (a failed judge) are
+  left out of ``judge_accuracy``;
+- ``baseline``, ``paired_questions``, ``<m>.diff`` with ``.diff_low``/``.diff_high`` and ``<m>.p``: the mean
+  per-question difference from the baseline of the method's kind (``sft``, the warm start, for inference-time
+  methods; ``grpo`` for trained policies) over the questions both scored, its bootstrap interval, and the
+  two-sided p-value of a paired sign-flip permutation test (:func:`paired_permutation_p`);
+- ``cost.calls``, ``cost.tokens``, ``cost.usd`` and ``cost.<role>.{calls,tokens,usd}``: model calls, prompt +
+  completion tokens and price per question, per role the method's agent called (the answer judge, which
+  measures every method alike, is not counted), mean over seeds; prices are the backends' per-1k prices;
+- ``train.seeds``, ``train.steps``, ``train.wall_s``, ``train.tokens``, ``train.judge_calls``,
+  ``train.judge_tokens`` (trained policies): training runs found, steps, wall time, policy tokens trained and
+  the reward's model calls and tokens summed over the steps of metrics.csv (columns ``*calls`` and
+  ``<role>/tokens``), mean over seeds.
+
+:func:`write_head_to_head` writes head_to_head.json (sizes, statistics used, rows), head_to_head.csv,
+head_to_head.md (a section per scope: accuracy, cost per role, training compute) and head_to_head.png (per
+scope: EM with its interval per method; EM against cost per question). :func:`document` wraps the markdown
+with a dated header for docs/results/.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from scipy import stats
+
+from components.io import atomic_path, read_json
+from components.reporting.compare import SEED_PREFIX, discover_runs
+
+METRICS = {"em": "EM", "f1": "F1", "judge_accuracy": "judge acc."}
+"""Per-question scores -> their label (per_question.csv's column ``judge`` is ``judge_accuracy``)."""
+
+BASELINES = {"inference": "sft", "trained": "grpo"}
+"""A method's kind -> the shared baseline it is paired with."""
+
+CONFIDENCE = 0.95
+RESAMPLES = 9999
+STATS_SEED = 0
+STATISTICS = {
+    "interval": f"{CONFIDENCE:.0%} percentile bootstrap over questions of the per-question score averaged over "
+                f"seeds (scipy.stats.bootstrap, {RESAMPLES} resamples, seed {STATS_SEED})",
+    "seed_spread": "mean ± sample standard deviation over seeds of each seed's mean",
+    "paired_test": "two-sided paired sign-flip permutation test of the mean per-question difference from the "
+                   f"baseline (scipy.stats.permutation_test; exact up to 13 questions, else {RESAMPLES} "
+                   f"resamples, seed {STATS_SEED})",
+}
+
+_CALLS = re.compile(r"(^|[/_])calls$")
+
+
+# ------------------------------------------------------------------------------------------- statistics
+
+
+def bootstrap_interval(values: Sequence[float], confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES,
+                       seed: int = STATS_SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (NaN for fewer than two values)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return math.nan, math.nan
+    if np.all(x == x[0]):
+        return float(x[0]), float(x[0])
+    ci = stats.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="percentile",
+                         random_state=np.random.default_rng(seed)).confidence_interval
+    return float(ci.low), float(ci.high)
+
+
+def paired_permutation_p(differences: Sequence[float], n_resamples: int = RESAMPLES, seed: int = STATS_SEED) -> float:
+    """Two-sided p-value that the mean of paired ``differences`` is 0: each difference's sign is flipped at random
+    (every flip when there are at most ``n_resamples`` of them); 1 when all are 0, NaN when there are none."""
+    d = np.asarray(differences, dtype=float)
+    if len(d) == 0:
+        return math.nan
+    if not d.any():
+        return 1.0
+    result = stats.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), vectorized=True,
+                                    permutation_type="samples", alternative="two-sided", n_resamples=n_resamples,
+                                    random_state=np.random.default_rng(seed))
+    return float(result.pvalue)
+
+
+# ------------------------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class Evaluation:
+    """One seed of one method's evaluation."""
+
+    method: str
+    seed: str
+    folder: Path
+    questions: pd.DataFrame  # indexed by question_id: em, f1, judge_accuracy (NaN: not judged)
+    metrics: dict[str, float]
+
+
+@dataclass
+class Training:
+    """One seed of one variant's training run."""
+
+    variant: str
+    seed: str
+    folder: Path
+    compute: dict[str, float]
+
+
+@dataclass
+class Scope:
+    """One ``run.out_dir``: its name, where it is, and what was evaluated and trained in it."""
+
+    name: str
+    out_dir: Path
+    evaluations: dict[str, list[Evaluation]]
+    trainings: dict[str, list[Training]] = field(default_factory=dict)
+    variants: frozenset[str] = frozenset()  # the training variants among the methods
+
+
+def _judge(value) -> float:
+    if isinstance(value, str):
+        return {"true": 1.0, "false": 0.0}.get(value.strip().lower(), math.nan)
+    return math.nan if value is None or pd.isna(value) else float(bool(value))
+
+
+def load_questions(folder: str | Path) -> pd.DataFrame:
+    """per_question.csv of an evaluation: ``em``, ``f1`` and ``judge_accuracy`` (1/0, NaN unjudged) per question."""
+    table = pd.read_csv(Path(folder) / "per_question.csv", dtype={"question_id": str})
+    judge = table["judge"].map(_judge) if "judge" in table else pd.Series(math.nan, index=table.index)
+    return pd.DataFrame({"em": table["em"].astype(float), "f1": table["f1"].astype(float),
+                         "judge_accuracy": judge.astype(float)}).set_index(table["question_id"])
+
+
+def load_evaluation(method: str, seed: str, folder: str | Path) -> Evaluation:
+    folder = Path(folder)
+    raw = read_json(folder / "metrics.json")
+    metrics = {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return Evaluation(method=method, seed=seed, folder=folder, questions=load_questions(folder), metrics=metrics)
+
+
+def training_compute(folder: str | Path) -> dict[str, float]:
+    """Steps, wall time, policy tokens trained and the reward's model calls and tokens of one training run."""
+    folder = Path(folder)
+    csv = folder / "metrics.csv"
+    steps = pd.read_csv(csv) if csv.is_file() and csv.stat().st_size else pd.DataFrame()
+    timings = folder / "timings.json"
+    calls = [c for c in steps.columns if _CALLS.search(c)]
+    role_tokens = [c for c in steps.columns if c.endswith("/tokens")]
+    def total(columns: list[str]) -> float:
+        return float(steps[columns].to_numpy(dtype=float).sum()) if columns else math.nan
+
+    return {"train.steps": float(len(steps)),
+            "train.wall_s": float(read_json(timings)["wall_s"]) if timings.is_file() else math.nan,
+            "train.tokens": total(["tokens"] if "tokens" in steps else []),
+            "train.judge_calls": total(calls), "train.judge_tokens": total(role_tokens)}
+
+
+def seed_folders(out_dir: str | Path, stage: str, sweep_name: str | None, main_seed: int | str,
+                 needs: str = "metrics.json") -> dict[str, list[tuple[str, Path]]]:
+    """Name -> [(seed label, folder)] of ``stage`` (``eval`` or ``train``): ``<out_dir>/<stage>/<name>/`` as seed
+    ``main_seed``, then a sweep's ``<sweep_name>/seed_<S>/<stage>/<name>/`` as seed S (skipped when S is the main
+    seed: the same settings, the same run). Only folders holding ``needs`` count."""
+    out_dir, found = Path(out_dir), {}
+    for path in sorted((out_dir / stage).glob(f"*/{needs}")):
+        found.setdefault(path.parent.name, []).append((str(main_seed), path.parent))
+    if sweep_name:
+        for name, folders in discover_runs(out_dir / sweep_name, stage=stage).items():
+            for folder in folders:
+                label = folder.parent.parent.name.removeprefix(SEED_PREFIX)
+                mine = found.setdefault(name, [])
+                if (folder / needs).is_file() and label not in {s for s, _ in mine}:
+                    mine.append((label, folder))
+    return dict(sorted(found.items()))
+
+
+def scope_name(out_dir: str | Path) -> str:
+    """The data a run.out_dir was prepared from (data/summary.json's ``source``), else the folder's name."""
+    summary = Path(out_dir) / "data" / "summary.json"
+    if summary.is_file():
+        source = read_json(summary).get("source")
+        if source:
+            return str(source)
+    return Path(out_dir).name
+
+
+def collect_scope(out_dir: str | Path, sweep_name: str | None = "sweep", main_seed: int | str = 0,
+                  variants: Collection[str] = (), name: str | None = None) -> Scope:
+    """Every evaluation (and, for ``variants``, every training run) under ``out_dir``, with all their seeds."""
+    evaluations = {m: [load_evaluation(m, s, f) for s, f in runs]
+                   for m, runs in seed_folders(out_dir, "eval", sweep_name, main_seed, "per_question.csv").items()
+                   if all((f / "metrics.json").is_file() for _, f in runs)}
+    trainings = {v: [Training(v, s, f, training_compute(f)) for s, f in runs]
+                 for v, runs in seed_folders(out_dir, "train", sweep_name, main_seed, "timings.json").items()
+                 if v in variants}
+    return Scope(name=name or scope_name(out_dir), out_dir=Path(out_dir), evaluations=evaluations,
+                 trainings=trainings, variants=frozenset(variants))
+
+
+# ------------------------------------------------------------------------------------------- the table
+
+
+def _per_question(runs: Sequence[Evaluation], metric: str) -> tuple[pd.Series, pd.Series]:
+    """(score per question averaged over seeds, each seed's mean over its questions)."""
+    matrix = pd.concat({r.seed: r.questions[metric] for r in runs}, axis=1)
+    return matrix.mean(axis=1, skipna=True), matrix.mean(axis=0, skipna=True)
+
+
+def _role_cost(metrics: Mapping[str, float], prices: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+    """cost.<role>.{calls,tokens,usd} and their totals for one evaluation (per question, from metrics.json)."""
+    roles = sorted({k.split(".")[1] for k in metrics if k.startswith("cost.") and k.count(".") == 2})
+    out: dict[str, float] = {}
+    for role in roles:
+        prompt, completion = metrics.get(f"cost.{role}.prompt_tokens", 0.0), metrics.get(f"cost.{role}.completion_tokens", 0.0)
+        p_in, p_out = prices.get(role, (0.0, 0.0))
+        out[f"cost.{role}.calls"] = metrics.get(f"cost.{role}.calls", math.nan)
+        out[f"cost.{role}.tokens"] = prompt + completion
+        out[f"cost.{role}.usd"] = prompt / 1000 * p_in + completion / 1000 * p_out
+    out["cost.calls"] = sum(out[f"cost.{r}.calls"] for r in roles) if roles else metrics.get("cost.calls", math.nan)
+    out["cost.tokens"] = sum(out[f"cost.{r}.tokens"] for r in roles) if roles else metrics.get("cost.tokens", math.nan)
+    out["cost.usd"] = sum(out[f"cost.{r}.usd"] for r in roles) if roles else math.nan
+    return out
+
+
+def method_row(runs: Sequence[Evaluation], baseline: Sequence[Evaluation] | None,
+               prices: Mapping[str, tuple[float, float]] | None = None) -> dict[str, float | str]:
+    """One method's statistics over its seeds' evaluations, paired with ``baseline``'s (None: no pairing)."""
+    seeds = [r.seed for r in runs]
+    row: dict[str, float | str] = {"seeds": float(len(runs)), "seed_list": " ".join(seeds),
+                                   "questions": float(len(set().union(*(r.questions.index for r in runs))))}
+    paired: set[str] | None = None
+    for metric in METRICS:
+        scores, seed_means = _per_question(runs, metric)
+        row[metric] = float(seed_means.mean()) if seed_means.notna().any() else math.nan
+        row[f"{metric}.sd"] = float(seed_means.std(ddof=1)) if seed_means.notna().sum() > 1 else math.nan
+        row[f"{metric}.ci_low"], row[f"{metric}.ci_high"] = bootstrap_interval(scores.dropna().to_numpy())
+        diff = low = high = p = math.nan
+        if baseline is not None:
+            base, _ = _per_question(baseline, metric)
+            both = pd.concat([scores, base], axis=1, join="inner").dropna()
+            d = (both.iloc[:, 0] - both.iloc[:, 1]).to_numpy()
+            if metric == "em":
+                paired = set(both.index)
+            if len(d):
+                diff, p = float(d.mean()), paired_permutation_p(d)
+                low, high = bootstrap_interval(d)
+        row.update({f"{metric}.diff": diff, f"{metric}.diff_low": low, f"{metric}.diff_high": high, f"{metric}.p": p})
+    row["paired_questions"] = float(len(paired)) if paired is not None else math.nan
+    costs = pd.DataFrame([_role_cost(r.metrics, prices or {}) for r in runs])
+    row.update({k: float(v) for k, v in costs.mean(axis=0, skipna=True).items()})
+    return row
+
+
+def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
+    rank = {n: i for i, n in enumerate(order)}
+    return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+def head_to_head(scopes: Sequence[Scope], order: Sequence[str] = (), baselines: Mapping[str, str] = BASELINES,
+                 prices: Mapping[str, Mapping[str, tuple[float, float]]] | None = None) -> pd.DataFrame:
+    """One row per (scope, method): inference-time methods first, then trained policies, each kind in ``order``
+    (then by name). ``prices``: method -> role -> (USD per 1k prompt tokens, per 1k completion tokens)."""
+    rows = []
+    for scope in scopes:
+        kinds = {m: "trained" if m in scope.variants else "inference" for m in scope.evaluations}
+        for kind in ("inference", "trained"):
+            base = baselines.get(kind)
+            for method in _ordered([m for m, k in kinds.items() if k == kind], [base, *order] if base else order):
+                paired = scope.evaluations.get(base) if base and method != base else None
+                row: dict[str, float | str] = {"scope": scope.name, "method": method, "kind": kind,
+                                               "baseline": base if paired is not None else ""}
+                row.update(method_row(scope.evaluations[method], paired, (prices or {}).get(method)))
+                trainings = scope.trainings.get(method, [])
+                if trainings:
+                    compute = pd.DataFrame([t.compute for t in trainings]).mean(axis=0, skipna=True)
+                    row["train.seeds"] = float(len(trainings))
+                    row.update({k: float(v) for k, v in compute.items()})
+                rows.append(row)
+    if not rows:
+        raise ValueError("no evaluations to compare (no eval/<method>/ folder with per_question.csv and metrics.json)")
+    table = pd.DataFrame(rows)
+    first = ["scope", "method", "kind", "seeds", "seed_list", "questions"]
+    accuracy = [f"{m}{s}" for m in METRICS for s in ("", ".sd", ".ci_low", ".ci_high")]
+    pairing = ["baseline", "paired_questions", *(f"{m}{s}" for m in METRICS for s in (".diff", ".diff_low", ".diff_high", ".p"))]
+    cost = ["cost.calls", "cost.tokens", "cost.usd"]
+    roles = sorted(c for c in table.columns if c.startswith("cost.") and c not in cost)
+    train = [c for c in ("train.seeds", "train.steps", "train.wall_s", "train.tokens", "train.judge_calls",
+                         "train.judge_tokens") if c in table.columns]
+    return table[[*first, *accuracy, *pairing, *[c for c in cost if c in table], *roles, *train]]
+
+
+def sizes(table: pd.DataFrame) -> dict[str, dict[str, object]]:
+    """Per scope: methods, questions, seeds per method and training steps, as the header states them."""
+    out = {}
+    for scope, rows in table.groupby("scope", sort=False):
+        steps = rows["train.steps"].dropna() if "train.steps" in rows else pd.Series(dtype=float)
+        out[str(scope)] = {
+            "methods": len(rows), "inference": int((rows["kind"] == "inference").sum()),
+            "trained": int((rows["kind"] == "trained").sum()),
+            "questions": sorted({int(q) for q in rows["questions"]}),
+            "seeds": sorted({int(s) for s in rows["seeds"]}),
+            "seed_labels": sorted({s for labels in rows["seed_list"] for s in labels.split()}, key=_seed_order),
+            "training_steps": sorted({int(s) for s in steps}),
+        }
+    return out
+
+
+def _seed_order(label: str) -> tuple[int, str]:
+    return (int(label), "") if label.lstrip("-").isdigit() else (0, label)
+
+
+# ------------------------------------------------------------------------------------------- rendering
+
+
+def _span(values: Sequence[int]) -> str:
+    if not values:
+        return "none"
+    return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+
+
+def header(scope: str, size: Mapping[str, object]) -> str:
+    """The sizes line of one scope's section."""
+    seeds = size["seeds"]
+    text = (f"{size['methods']} methods ({size['inference']} inference-time, {size['trained']} trained) · "
+            f"{_span(size['questions'])} questions · {_span(seeds)} seed{'s' if seeds != [1] else ''} per method "
+            f"(labels: {', '.join(size['seed_labels'])})")
+    if size["trained"]:
+        text += f" · training steps: {_span(size['training_steps'])}"
+    return text
+
+
+def _num(value: float, digits: int = 3, sign: bool = False) -> str:
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _accuracy_cell(row: Mapping, metric: str) -> str:
+    if pd.isna(row[metric]):
+        return "–"
+    cell = _num(row[metric])
+    if not pd.isna(row[f"{metric}.sd"]):
+        cell += f" ± {_num(row[f'{metric}.sd'])}"
+    if not pd.isna(row[f"{metric}.ci_low"]):
+        cell += f" [{_num(row[f'{metric}.ci_low'])}, {_num(row[f'{metric}.ci_high'])}]"
+    return cell
+
+
+def _diff_cell(row: Mapping, metric: str) -> str:
+    if not row["baseline"]:
+        return "baseline" if row["method"] == BASELINES.get(row["kind"]) else "–"
+    if pd.isna(row[f"{metric}.diff"]):
+        return "–"
+    cell = _num(row[f"{metric}.diff"], sign=True)
+    if not pd.isna(row[f"{metric}.diff_low"]):
+        cell += f" [{_num(row[f'{metric}.diff_low'], sign=True)}, {_num(row[f'{metric}.diff_high'], sign=True)}]"
+    p = row[f"{metric}.p"]
+    return cell + (f" p={p:.3g}" if not pd.isna(p) else "")
+
+
+def _count(value: float, digits: int = 1) -> str:
+    return "–" if value is None or pd.isna(value) else f"{value:,.{digits}f}"
+
+
+def _usd(value: float) -> str:
+    return "–" if value is None or pd.isna(value) else f"${value:.4g}"
+
+
+def _markdown_table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def scope_markdown(rows: pd.DataFrame) -> str:
+    """One scope's three tables: accuracy with intervals and paired differences, cost per role, training compute."""
+    records = rows.to_dict("records")
+    priced = "cost.usd" in rows and bool((rows["cost.usd"].fillna(0) > 0).any())
+    accuracy = _markdown_table(
+        ["method", "kind", "seeds", *METRICS.values(), *(f"Δ {label} vs baseline" for label in METRICS.values()),
+         "calls/q", "tokens/q", *(["$/q"] if priced else [])],
+        [[r["method"], r["kind"], f"{int(r['seeds'])}", *(_accuracy_cell(r, m) for m in METRICS),
+          *(_diff_cell(r, m) for m in METRICS), _count(r.get("cost.calls")), _count(r.get("cost.tokens"), 0),
+          *([_usd(r.get("cost.usd"))] if priced else [])] for r in records])
+    roles = sorted({c.split(".")[1] for c in rows.columns if c.startswith("cost.") and c.count(".") == 2})
+    per_role = ""
+    if roles:
+        def role_cell(r: Mapping, role: str) -> str:
+            if pd.isna(r.get(f"cost.{role}.calls", math.nan)):
+                return ""
+            cell = f"{_count(r[f'cost.{role}.calls'])} calls · {_count(r[f'cost.{role}.tokens'], 0)} tok"
+            return cell + (f" · {_usd(r[f'cost.{role}.usd'])}" if priced else "")
+        per_role = "\nCost per question per role (mean over seeds):\n\n" + _markdown_table(
+            ["method", *roles], [[r["method"], *(role_cell(r, role) for role in roles)] for r in records])
+    trained = [r for r in records if not pd.isna(r.get("train.seeds", math.nan))]
+    training = ""
+    if trained:
+        training = "\nTraining compute (mean over the training runs found):\n\n" + _markdown_table(
+            ["method", "runs", "steps", "wall time (h)", "policy tokens trained", "reward model calls",
+             "reward model tokens"],
+            [[r["method"], f"{int(r['train.seeds'])}", _count(r["train.steps"], 0),
+              _count(r["train.wall_s"] / 3600, 2), _count(r["train.tokens"], 0), _count(r["train.judge_calls"], 0),
+              _count(r["train.judge_tokens"], 0)] for r in trained])
+    return accuracy + per_role + training
+
+
+def to_markdown(table: pd.DataFrame, out_dirs: Mapping[str, str] | None = None) -> str:
+    """The report: per scope a heading, its sizes, and its tables; then the statistics used."""
+    parts = []
+    size = sizes(table)
+    for scope, rows in table.groupby("scope", sort=False):
+        where = f" (`{out_dirs[scope]}`)" if out_dirs and scope in out_dirs else ""
+        parts.append(f"## {scope}{where}\n\n{header(str(scope), size[str(scope)])}\n\n{scope_markdown(rows)}")
+    notes = (f"Cells: mean over seeds ± sd over seeds [{STATISTICS['interval'].split(' (')[0]}]. "
+             f"Δ: mean paired difference from the baseline of the method's kind (inference-time: `{BASELINES['inference']}`, "
+             f"the warm start; trained: `{BASELINES['trained']}`) [bootstrap interval] and the p-value of a "
+             f"{STATISTICS['paired_test'].split(' (')[0]}. Cost: per question, the method's own model calls "
+             "(the answer judge is left out).\n")
+    return "\n".join(parts) + "\n" + notes
+
+
+# ------------------------------------------------------------------------------------------- plot
+
+
+def figure(table: pd.DataFrame) -> Figure:
+    """Per scope: EM with its 95% interval per method (inference-time and trained coloured apart), and EM
+    against the cost per question (dollars when any method has a price, else tokens)."""
+    scopes = list(dict.fromkeys(table["scope"]))
+    height = max(3.0, 0.32 * table.groupby("scope").size().max() + 1.5)
+    fig = Figure(figsize=(12, height * len(scopes)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_2d(fig.subplots(len(scopes), 2, width_ratios=[3, 2]))
+    colours = {"inference": "tab:blue", "trained": "tab:orange"}
+    for (ax_em, ax_cost), scope in zip(axes, scopes):
+        rows = table[table["scope"] == scope].reset_index(drop=True)
+        y = np.arange(len(rows))[::-1]
+        for kind, colour in colours.items():
+            mine = rows["kind"] == kind
+            if not mine.any():
+                continue
+            em = rows.loc[mine, "em"].to_numpy(dtype=float)
+            low = rows.loc[mine, "em.ci_low"].to_numpy(dtype=float)
+            high = rows.loc[mine, "em.ci_high"].to_numpy(dtype=float)
+            err = np.nan_to_num(np.vstack([em - low, high - em]), nan=0.0)
+            ax_em.errorbar(em, y[mine.to_numpy()], xerr=err, fmt="o", color=colour, capsize=3,
+                           label="inference-time methods" if kind == "inference" else "trained policies")
+        for base in {BASELINES.get(k) for k in colours}:
+            hit = rows.index[rows["method"] == base]
+            if len(hit) and not pd.isna(rows.loc[hit[0], "em"]):
+                ax_em.axvline(rows.loc[hit[0], "em"], color="grey", linestyle=":", linewidth=1)
+        ax_em.set_yticks(y, [f"{m} ({int(s)})" for m, s in zip(rows["method"], rows["seeds"])])
+        ax_em.set(xlabel="exact match (95% interval over questions)", xlim=(0, 1),
+                  title=f"{scope}: EM per method (seeds in brackets)")
+        ax_em.legend(fontsize="small", loc="lower right")
+        dollars = "cost.usd" in rows and bool((rows["cost.usd"].fillna(0) > 0).any())
+        cost_column = "cost.usd" if dollars else "cost.tokens"
+        for kind, colour in colours.items():
+            mine = rows[rows["kind"] == kind]
+            if mine.empty or cost_column not in mine:
+                continue
+            em = mine["em"].to_numpy(dtype=float)
+            err = np.nan_to_num(np.vstack([em - mine["em.ci_low"].to_numpy(dtype=float),
+                                           mine["em.ci_high"].to_numpy(dtype=float) - em]), nan=0.0)
+            ax_cost.errorbar(mine[cost_column], em, yerr=err, fmt="o", color=colour, capsize=3, label=kind)
+            for x, e, name in zip(mine[cost_column], em, mine["method"]):
+                if not (pd.isna(x) or pd.isna(e)):
+                    ax_cost.annotate(name, (x, e), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax_cost.set(xlabel="USD per question" if dollars else "model tokens per question", ylabel="exact match",
+                    ylim=(0, 1), title=f"{scope}: EM against cost")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------- files
+
+
+@dataclass
+class HeadToHead:
+    table: pd.DataFrame
+    markdown: str
+    sizes: dict[str, dict[str, object]]
+    paths: dict[str, Path]  # json, csv, markdown, plot
+
+
+def _jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_head_to_head(table: pd.DataFrame, out_dir: str | Path, out_dirs: Mapping[str, str] | None = None) -> HeadToHead:
+    """Write head_to_head.{json,csv,md,png} for ``table`` into ``out_dir`` (atomically; no wall-clock content,
+    so the same inputs give the same files). ``out_dirs``: scope -> the run.out_dir it was read from."""
+    out = Path(out_dir)
+    paths = {"json": out / "head_to_head.json", "csv": out / "head_to_head.csv", "markdown": out / "head_to_head.md",
+             "plot": out / "head_to_head.png"}
+    markdown = to_markdown(table, out_dirs)
+    size = sizes(table)
+    record = {"scopes": {scope: {**s, "out_dir": (out_dirs or {}).get(scope)} for scope, s in size.items()},
+              "statistics": STATISTICS, "baselines": BASELINES,
+              "rows": [{k: _jsonable(v) for k, v in row.items()} for row in table.to_dict("records")]}
+    with atomic_path(paths["json"]) as fh:
+        fh.write(json.dumps(record, indent=2) + "\n")
+    with atomic_path(paths["csv"]) as fh:
+        table.to_csv(fh, index=False)
+    with atomic_path(paths["markdown"]) as fh:
+        fh.write(markdown)
+    with atomic_path(paths["plot"], "wb") as fh:
+        figure(table).savefig(fh, format="png", dpi=110)
+    return HeadToHead(table=table, markdown=markdown, sizes=size, paths=paths)
+
+
+def document(report: HeadToHead, command: str, date: str, commit: str | None) -> str:
+    """docs/results/head_to_head.md: a dated header (command, sizes, commit) over the report's markdown."""
+    scopes = "; ".join(f"{scope}: {header(scope, s)}" for scope, s in report.sizes.items())
+    return (f"# Head-to-head: every method on one harness\n\n"
+            f"Generated {date} by `{command}` at commit `{commit or 'unknown'}` (written by the `head_to_head` stage "
+            f"from `{report.paths['markdown']}`; do not edit by hand).\n\n"
+            f"Sizes: {scopes}.\n\n{report.markdown}")

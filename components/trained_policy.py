@@ -1,0 +1,101 @@
+"""A training variant's final policy as a method ``evaluate`` can run, so trained and inference-time methods are
+measured on one harness: the same test questions, agent prompts, budgets and answer judge.
+
+    params = with_trained_policy(params, "arbor")   # adds methods.arbor and the backend that serves its policy
+    params, spec = for_method(params, "arbor")      # what `evaluate --method arbor` runs
+
+``train_policy@<variant>`` trains a fresh LoRA over its warm start merged into the base (components/training/
+warm_started.py), so the trained policy is the base with two adapters: the warm start's and the RL one. The
+generated method takes the warm-start method's entry as it is (``methods.sft`` for ReAct, ``methods.sft_scaffold``
+for RubricEM's scaffold: the same agent and options ``evaluate@sft`` runs) and rebinds ``policy`` to a copy of
+that entry's policy backend whose ``lora`` lists both adapters (applied together, merged when the warm
+start's backend merges). Only the policy's weights differ from ``evaluate@<warm start>``.
+
+Which agent a variant rolls out, and so which warm start it trained from, comes from the method registry: a
+variant of a method that registers an agent with a warm start (``train_policy.warm_start``) trains that agent
+(RubricEM's ``scaffold``); every other variant, the shared ``grpo`` and ``dapo`` included, rolls out ReAct.
+A ``params.methods`` entry named like a variant is taken as written instead. Training-time helpers of a
+variant (RubricEM's rubric bank, ARBOR's memory) are not part of the evaluated agent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from components.params import BackendParams, MethodParams, Params, ParamsError
+
+__all__ = ["trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
+
+REACT = "react"
+
+
+def variant_agent(params: Params, variant: str) -> str:
+    """The agent ``variant`` trains (and is evaluated with): its owning method's agent when that agent has a warm
+    start in ``train_policy.warm_start``, else ReAct."""
+    from components.method_registry import variant_method
+
+    owner = variant_method(variant)
+    own = [a for a in (owner.agents if owner is not None else ()) if a in params.train_policy.warm_start]
+    return own[0] if len(own) == 1 else REACT
+
+
+def trained_adapter(params: Params, variant: str) -> Path:
+    """The adapter ``train_policy@<variant>`` writes under ``run.out_dir``."""
+    return Path(params.run.out_dir) / "train" / variant / "adapter"
+
+
+def _variants() -> list[str]:
+    from components.method_registry import load_methods
+    from components.variants import VARIANTS
+
+    load_methods()
+    return VARIANTS.names()
+
+
+def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendParams, MethodParams]:
+    """(backend name, backend, method entry) that evaluate ``variant``'s final policy. Raises ParamsError when the
+    variant's agent has no warm start or its warm start is not served by a backend that takes LoRA adapters."""
+    agent = variant_agent(params, variant)
+    warm = params.train_policy.warm_start.get(agent)
+    if warm is None or warm not in params.methods:
+        raise ParamsError(f"evaluate@{variant}: train_policy.warm_start.{agent} is {warm!r}; a trained policy is served "
+                          f"as its warm start's backend plus the RL adapter, so set it to a params.methods entry, or "
+                          f"define methods.{variant} yourself")
+    entry = params.methods[warm]
+    served = entry.roles.get("policy", params.llm.roles["policy"])
+    backend = params.llm.backends[served]
+    if backend.server != "native" or backend.type != "openai":
+        raise ParamsError(f"evaluate@{variant}: the warm start {warm!r} is served by backend {served!r}, which takes no "
+                          f"LoRA adapters (only the native llama.cpp server does); define methods.{variant} with a "
+                          "policy backend that serves the trained adapter")
+    name = f"{served}-{variant}"
+    trained = backend.model_copy(update={
+        "lora": [*backend.adapters, str(trained_adapter(params, variant))],
+        "model": f"{backend.model or backend.embedded}-{variant}",
+    })
+    method = MethodParams(
+        agent=entry.agent, roles={**entry.roles, "policy": name}, options=dict(entry.options),
+        description=f"The final policy of train_policy@{variant}: {warm}'s agent, prompts and options, served as "
+                    f"{served} plus the variant's RL adapter.")
+    return name, trained, method
+
+
+def with_trained_policy(params: Params, name: str) -> Params:
+    """``params`` with ``methods.<name>`` (and its backend) added when ``name`` is a training variant that
+    params.methods does not define; otherwise ``params`` unchanged. Raises FileNotFoundError when the variant's
+    adapter is missing (the train_policy stage has not run under this ``run.out_dir``), ParamsError for a name
+    that is neither."""
+    if name in params.methods:
+        return params
+    variants = _variants()
+    if name not in variants:
+        raise ParamsError(f"unknown method {name!r}: params.methods defines {sorted(params.methods)}; training "
+                          f"variants (their trained policies): {sorted(variants)}")
+    adapter = trained_adapter(params, name)
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"evaluate@{name}: {adapter} holds no adapter; run train_policy@{name} first")
+    backend_name, backend, method = trained_policy_method(params, name)
+    raw = params.model_dump()
+    raw["llm"]["backends"][backend_name] = backend.model_dump()
+    raw["methods"][name] = method.model_dump()
+    return Params.model_validate(raw)

@@ -1,0 +1,153 @@
+"""Stage `head_to_head`: every evaluated method, inference-time and trained, in one table with intervals, seed
+spread, paired tests against the shared baselines, cost per role and training compute
+(components/reporting/head_to_head.py says what each column is).
+
+    python -m tasks.head_to_head                                  # run.out_dir, with whatever seeds exist
+    python -m tasks.head_to_head --out-dirs outputs outputs/hotpotqa outputs/musique   # one section per scope
+
+Reads, per ``run.out_dir`` given: eval/<method>/ (the main run, seed ``seed``), <sweep.out_dir>/seed_<S>/eval/<method>/
+(a sweep's seeds) and, for the training variants, train/<variant>/ and the sweep's seed_<S>/train/<variant>/. It
+is cheap and recomputes nothing: a new seed folder adds its evidence on the next run. Writes
+<run.out_dir>/head_to_head/head_to_head.{json,csv,md,png} and rewrites docs/results/head_to_head.md from them
+(a dated header with the command, the sizes and the git commit). In MLflow: a `head_to_head` run (under
+``parent_run_id`` when given) holds the files, the table and ``<method>.<metric>`` metrics, with a child run
+`head_to_head@<method>` per row (tags ``method``, ``kind``, ``scope``, ``seeds``, ``baseline``).
+
+``dvc repro head_to_head`` runs every evaluation first (its deps are all of them); ``dvc repro -s head_to_head``
+reports what exists now.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+from prefect import task
+from pydantic import BaseModel
+
+from components.io import atomic_path
+from components.params import Params, ParamsError
+from components.params_cli import params_from_args, stage_argparser
+from components.reporting.head_to_head import collect_scope, document, write_head_to_head
+from components.reporting.head_to_head import head_to_head as build_table
+from tasks.runtime import log_rows, resolve, run_stage, tracking
+
+DOC_PATH = "docs/results/head_to_head.md"
+
+
+class HeadToHeadResult(BaseModel):
+    files: dict[str, str]  # json, csv, markdown, plot, document
+    metrics: dict[str, dict[str, float]]  # row name -> its numeric columns
+    markdown: str
+
+
+def training_variants() -> list[str]:
+    """Every registered training variant, in registration order."""
+    from components.method_registry import load_methods
+    from components.variants import VARIANTS
+
+    load_methods()
+    return VARIANTS.names()
+
+
+def role_prices(params: Params, method: str, variants: list[str]) -> dict[str, tuple[float, float]]:
+    """Role -> (USD per 1k prompt tokens, per 1k completion tokens) of the backends ``method`` runs on; a trained
+    policy is priced as its warm start's backend, which serves it."""
+    entry = params.methods.get(method)
+    if entry is None and method in variants:
+        from components.trained_policy import trained_policy_method
+
+        try:
+            _, backend, entry = trained_policy_method(params, method)
+        except ParamsError:
+            return {}
+        backends = {**params.llm.backends, entry.roles["policy"]: backend}
+    else:
+        backends = dict(params.llm.backends)
+    roles = {**params.llm.roles, **(entry.roles if entry is not None else {})}
+    prices = {}
+    for role, bound in roles.items():
+        names = [bound] if isinstance(bound, str) else list(bound)
+        found = [backends[n] for n in names if n in backends]
+        if found:
+            prices[role] = (sum(b.price_prompt_per_1k for b in found) / len(found),
+                            sum(b.price_completion_per_1k for b in found) / len(found))
+    return prices
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+@task(name="head_to_head")
+def head_to_head(params: Params | None = None, out_dirs: list[str] | None = None, parent_run_id: str | None = None,
+                 doc_path: str | None = DOC_PATH, command: str | None = None) -> HeadToHeadResult:
+    """Report every evaluation under ``out_dirs`` (default: ``run.out_dir``), one section per scope, into
+    <run.out_dir>/head_to_head/ and ``doc_path`` (None: no document)."""
+    params = resolve(params)
+    out_dirs = list(out_dirs or [params.run.out_dir])
+    variants = training_variants()
+    scopes = [collect_scope(d, params.sweep.out_dir, params.seed, variants) for d in out_dirs]
+    names = [s.name for s in scopes]
+    for scope in scopes:  # two folders of the same data are told apart by their folder
+        if names.count(scope.name) > 1:
+            scope.name = f"{scope.name} ({scope.out_dir})"
+    methods = sorted({m for s in scopes for m in s.evaluations})
+    table = build_table(scopes, order=[*params.methods, *variants],
+                        prices={m: role_prices(params, m, variants) for m in methods})
+    where = {s.name: str(s.out_dir) for s in scopes}
+    report = write_head_to_head(table, Path(params.run.out_dir) / "head_to_head", where)
+    files = {k: str(v) for k, v in report.paths.items()}
+    if doc_path is not None:
+        command = command or " ".join(["python -m tasks.head_to_head",
+                                       *(["--out-dirs", *out_dirs] if out_dirs != [params.run.out_dir] else [])])
+        date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        with atomic_path(Path(doc_path)) as fh:
+            fh.write(document(report, command, date, git_commit()))
+        files["document"] = str(doc_path)
+
+    single = len(scopes) == 1
+    rows, tags = {}, {}
+    for record in table.to_dict("records"):
+        name = record["method"] if single else f"{record['scope']}/{record['method']}"
+        rows[name] = {k: float(v) for k, v in record.items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)}
+        tags[name] = {"method": record["method"], "kind": record["kind"], "scope": record["scope"],
+                      "seeds": str(int(record["seeds"])), "baseline": record["baseline"] or "none"}
+    with tracking(params, "head_to_head", parent_run_id,
+                  tags={"scopes": ",".join(where), "methods": str(len(table))}) as run:
+        run.log_params({"out_dirs": out_dirs, "sizes": report.sizes, "seed": params.seed,
+                        "sweep_out_dir": params.sweep.out_dir})
+        for kind, path in files.items():  # the document beside, not over, the report's own markdown
+            run.log_artifact(path, artifact_path="head_to_head/document" if kind == "document" else "head_to_head")
+        run.log_table(table, artifact_file="head_to_head/table.json")
+        log_rows(params, run, rows, "head_to_head", tags)
+    return HeadToHeadResult(files=files, metrics=rows, markdown=report.markdown)
+
+
+def main() -> None:
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--out-dirs", nargs="+", default=None, metavar="DIR",
+                        help="run.out_dir folders to report, one section each (default: run.out_dir)")
+    parser.add_argument("--no-doc", action="store_true", help=f"do not rewrite {DOC_PATH}")
+    args = parser.parse_args()
+    command = " ".join(["python -m tasks.head_to_head", *sys.argv[1:]])
+    result = head_to_head.fn(params_from_args(args), out_dirs=args.out_dirs, doc_path=None if args.no_doc else DOC_PATH,
+                             command=command)
+    print(result.markdown)
+    print(json.dumps(result.files, indent=2))
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,199 @@
+"""The head-to-head table from hand-made evaluation folders (as evaluate@<method> writes them) with known
+per-question EM: the means and seed spread, the bootstrap interval against a direct computation, the paired
+difference and its permutation p-value against an exhaustive enumeration of sign flips, the seed count, and
+that a new seed folder changes only its own row (and, for a baseline, only the paired columns of its kind)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from components.reporting.compare import seed_dir
+from components.reporting.head_to_head import (
+    RESAMPLES,
+    STATS_SEED,
+    bootstrap_interval,
+    collect_scope,
+    document,
+    head_to_head,
+    paired_permutation_p,
+    write_head_to_head,
+)
+from tests.reporting.helpers import make_run, write_evaluation
+
+MAIN_SEED = 1234
+EM = {  # method -> seed -> per-question EM of questions q0..q7
+    "sft": {"1234": [1, 0, 1, 0, 0, 0, 1, 0], "7": [1, 0, 0, 0, 1, 0, 1, 0]},
+    "coreact": {"1234": [1, 1, 1, 0, 1, 0, 1, 0], "7": [1, 1, 0, 1, 1, 0, 1, 1]},
+    "grpo": {"1234": [0, 0, 1, 0, 0, 0, 0, 0], "7": [0, 0, 1, 0, 0, 1, 0, 0]},
+    "arbor": {"1234": [1, 0, 1, 0, 0, 1, 0, 0], "7": [1, 1, 1, 0, 0, 1, 0, 0]},
+}
+VARIANTS = {"grpo", "arbor"}
+COST = {"policy": {"calls": 4, "failures": 0, "prompt_tokens": 300, "completion_tokens": 60},
+        "verifier": {"calls": 2, "failures": 0, "prompt_tokens": 100, "completion_tokens": 20}}
+
+
+def folder(out, method, seed):
+    return out / "eval" / method if seed == str(MAIN_SEED) else seed_dir(out / "sweep", int(seed)) / "eval" / method
+
+
+@pytest.fixture
+def out(tmp_path):
+    root = tmp_path / "out"
+    for method, seeds in EM.items():
+        for seed, em in seeds.items():
+            write_evaluation(folder(root, method, seed), em, cost=COST if method == "coreact" else None)
+    for seed, wall in ((str(MAIN_SEED), 100.0), ("7", 300.0)):
+        train = root / "train" / "arbor" if seed == str(MAIN_SEED) else seed_dir(root / "sweep", 7) / "train" / "arbor"
+        make_run(train, [0.1, 0.2, 0.3], wall_s=wall)
+        steps = pd.read_csv(train / "metrics.csv").assign(tokens=[100, 200, 300], **{"judge/calls": [4, 4, 4],
+                                                                                     "judge/tokens": [10, 10, 10]})
+        steps.to_csv(train / "metrics.csv", index=False)
+    return root
+
+
+def table_of(out, **kwargs):
+    return head_to_head([collect_scope(out, "sweep", MAIN_SEED, VARIANTS, **kwargs)],
+                        order=["sft", "coreact", "grpo", "arbor"]).set_index("method")
+
+
+def averaged(method):
+    return np.mean([EM[method][s] for s in EM[method]], axis=0)
+
+
+def test_rows_kinds_seeds_and_means(out):
+    table = table_of(out)
+    assert list(table.index) == ["sft", "coreact", "grpo", "arbor"]
+    assert list(table["kind"]) == ["inference", "inference", "trained", "trained"]
+    assert list(table["seeds"]) == [2, 2, 2, 2] and table.loc["coreact", "seed_list"] == "1234 7"
+    assert (table["questions"] == 8).all()
+    assert table.loc["coreact", "em"] == pytest.approx((5 / 8 + 6 / 8) / 2)
+    assert table.loc["coreact", "em.sd"] == pytest.approx(np.std([5 / 8, 6 / 8], ddof=1))
+    assert table.loc["coreact", "f1"] == pytest.approx(table.loc["coreact", "em"])  # right answers are exact
+    assert table.loc["coreact", "judge_accuracy"] == pytest.approx(table.loc["coreact", "em"])
+
+
+def test_interval_is_a_percentile_bootstrap_over_questions_of_the_seed_averaged_scores(out):
+    row = table_of(out).loc["coreact"]
+    scores = averaged("coreact")
+    direct = stats.bootstrap((scores,), np.mean, confidence_level=0.95, n_resamples=RESAMPLES, method="percentile",
+                             random_state=np.random.default_rng(STATS_SEED)).confidence_interval
+    assert (row["em.ci_low"], row["em.ci_high"]) == pytest.approx((direct.low, direct.high))
+    # an independent numpy resampling agrees up to Monte Carlo error
+    rng = np.random.default_rng(12345)
+    means = scores[rng.integers(0, len(scores), (20000, len(scores)))].mean(axis=1)
+    assert row["em.ci_low"] == pytest.approx(np.percentile(means, 2.5), abs=0.04)
+    assert row["em.ci_high"] == pytest.approx(np.percentile(means, 97.5), abs=0.04)
+    assert row["em.ci_low"] < row["em"] < row["em.ci_high"]
+
+
+def exhaustive_p(d):
+    """Two-sided p of the sign-flip test by enumerating every flip."""
+    flips = np.array(list(itertools.product([1, -1], repeat=len(d))))
+    return float(np.mean(np.abs((flips * d).mean(axis=1)) >= abs(d.mean()) - 1e-12))
+
+
+def test_paired_difference_and_test_against_the_baseline_of_its_kind(out):
+    table = table_of(out)
+    d = averaged("coreact") - averaged("sft")
+    assert table.loc["coreact", "baseline"] == "sft" and table.loc["coreact", "paired_questions"] == 8
+    assert table.loc["coreact", "em.diff"] == pytest.approx(d.mean()) == pytest.approx(0.3125)
+    assert table.loc["coreact", "em.p"] == pytest.approx(exhaustive_p(d))
+    assert table.loc["coreact", "em.diff_low"] <= d.mean() <= table.loc["coreact", "em.diff_high"]
+    d = averaged("arbor") - averaged("grpo")  # a trained policy is paired with grpo, not sft
+    assert table.loc["arbor", "baseline"] == "grpo"
+    assert table.loc["arbor", "em.diff"] == pytest.approx(d.mean())
+    assert table.loc["arbor", "em.p"] == pytest.approx(exhaustive_p(d))
+    for base in ("sft", "grpo"):  # a baseline is not paired with itself
+        assert table.loc[base, "baseline"] == "" and math.isnan(table.loc[base, "em.diff"])
+
+
+def test_statistics_edge_cases():
+    assert bootstrap_interval([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    assert all(math.isnan(v) for v in bootstrap_interval([0.5]))
+    assert paired_permutation_p([0.0, 0.0]) == 1.0 and math.isnan(paired_permutation_p([]))
+    d = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    assert paired_permutation_p(d) == pytest.approx(exhaustive_p(d)) == pytest.approx(2 / 32)
+
+
+def test_cost_per_question_per_role_and_training_compute(out):
+    table = table_of(out)
+    coreact = table.loc["coreact"]
+    assert coreact["cost.policy.calls"] == 4 and coreact["cost.verifier.calls"] == 2
+    assert coreact["cost.policy.tokens"] == 360 and coreact["cost.tokens"] == 480 and coreact["cost.calls"] == 6
+    assert coreact["cost.usd"] == 0  # the embedded backends are free
+    assert table.loc["sft", "cost.policy.calls"] == 1  # a plain ReAct trajectory: one call per step
+    assert table.loc["sft", "cost.policy.tokens"] == 60 and math.isnan(table.loc["sft", "cost.verifier.calls"])
+    arbor = table.loc["arbor"]
+    assert arbor["train.seeds"] == 2 and arbor["train.steps"] == 3 and arbor["train.wall_s"] == 200
+    assert arbor["train.tokens"] == 600 and arbor["train.judge_calls"] == 12 and arbor["train.judge_tokens"] == 30
+    assert math.isnan(table.loc["grpo", "train.seeds"])  # no training folder of grpo here
+    priced = head_to_head([collect_scope(out, "sweep", MAIN_SEED, VARIANTS)],
+                          prices={"coreact": {"policy": (1.0, 2.0)}}).set_index("method")
+    assert priced.loc["coreact", "cost.policy.usd"] == pytest.approx(300 / 1000 * 1.0 + 60 / 1000 * 2.0)
+
+
+def test_an_added_seed_changes_only_its_own_row(out):
+    before = table_of(out)
+    write_evaluation(seed_dir(out / "sweep", 8) / "eval" / "coreact", [0, 0, 0, 0, 0, 0, 0, 0])
+    after = table_of(out)
+    assert after.loc["coreact", "seeds"] == 3 and after.loc["coreact", "seed_list"] == "1234 7 8"
+    assert after.loc["coreact", "em"] == pytest.approx((5 / 8 + 6 / 8 + 0) / 3)
+    pd.testing.assert_frame_equal(after.drop(index="coreact"), before.drop(index="coreact"))
+
+
+def test_an_added_baseline_seed_changes_the_baseline_and_the_paired_columns_of_its_kind_only(out):
+    before = table_of(out)
+    write_evaluation(seed_dir(out / "sweep", 8) / "eval" / "sft", [1, 1, 1, 1, 1, 1, 1, 1])
+    after = table_of(out)
+    paired = [c for c in after.columns if c.split(".")[-1] in ("diff", "diff_low", "diff_high", "p")]
+    own = after.drop(columns=paired)
+    pd.testing.assert_frame_equal(own.drop(index="sft"), before.drop(columns=paired).drop(index="sft"))
+    pd.testing.assert_frame_equal(after.loc[["grpo", "arbor"]], before.loc[["grpo", "arbor"]])
+    assert after.loc["coreact", "em.diff"] < before.loc["coreact", "em.diff"]
+
+
+def test_a_sweep_folder_of_the_main_seed_is_the_same_run(out):
+    write_evaluation(seed_dir(out / "sweep", MAIN_SEED) / "eval" / "coreact", [0] * 8)
+    assert table_of(out).loc["coreact", "seeds"] == 2  # not counted twice
+
+
+def test_unjudged_questions_are_left_out_of_judge_accuracy(tmp_path):
+    out = tmp_path / "out"
+    write_evaluation(out / "eval" / "sft", [1, 0, 1, 0], judge=[True, None, False, None])
+    row = head_to_head([collect_scope(out, None, MAIN_SEED)]).iloc[0]
+    assert row["judge_accuracy"] == pytest.approx(0.5) and row["em"] == pytest.approx(0.5)
+
+
+def test_files_and_the_document(out, tmp_path):
+    table = head_to_head([collect_scope(out, "sweep", MAIN_SEED, VARIANTS)], order=["sft", "coreact"])
+    report = write_head_to_head(table, tmp_path / "h2h", {"out": str(out)})
+    assert set(report.paths) == {"json", "csv", "markdown", "plot"}
+    saved = pd.read_csv(report.paths["csv"])
+    assert list(saved["method"]) == list(table["method"]) and saved["em"].tolist() == pytest.approx(table["em"].tolist())
+    import json
+
+    record = json.loads(report.paths["json"].read_text())
+    assert record["scopes"]["out"]["questions"] == [8] and record["scopes"]["out"]["seeds"] == [2]
+    assert record["scopes"]["out"]["training_steps"] == [3] and "permutation" in record["statistics"]["paired_test"]
+    assert report.paths["plot"].stat().st_size > 10_000
+    md = report.markdown
+    assert "4 methods (2 inference-time, 2 trained) · 8 questions · 2 seeds per method (labels: 7, 1234)" in md
+    assert "0.688 ± 0.088 [" in md and "+0.312 [" in md and "p=" in md and "baseline" in md
+    assert "Cost per question per role" in md and "Training compute" in md
+    doc = document(report, "python -m tasks.head_to_head", "2030-01-01 00:00 UTC", "abc1234")
+    assert doc.startswith("# Head-to-head") and "`abc1234`" in doc and "2030-01-01" in doc and md in doc
+    # the same inputs write the same files (nothing wall-clock in them)
+    again = write_head_to_head(table, tmp_path / "h2h2", {"out": str(out)})
+    assert again.paths["json"].read_text() == report.paths["json"].read_text()
+    assert again.paths["markdown"].read_text() == md
+
+
+def test_nothing_to_compare_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="no evaluations"):
+        head_to_head([collect_scope(tmp_path, None, MAIN_SEED)])
