@@ -12,11 +12,15 @@ checks a ``train_policy.branch_from`` branch point, and loads the warm-started p
 (:mod:`components.training.warm_started`) with the rollout engine ``train_policy.engine`` names. :meth:`PolicyRun.train`
 writes in ``folder``: ckpt/ (resumable), metrics.csv (one row per step, kept current), adapter/, and with dev
 questions dev_before.{json,jsonl} (shared between fresh batch-invariant runs of the same start through
-``run.cache_dir``/dev_before/) and dev_after.jsonl. Closing the run closes the engine and hands the memory back.
+``run.cache_dir``/dev_before/) and dev_after.jsonl. With dev questions it also checks the run for reward hacking
+(:func:`components.evaluation.gaming.gaming_check`: the judge's reward up while dev EM or F1 went down), logs
+``gaming.*`` with the last step and warns when it is suspected. Closing the run closes the engine and hands the
+memory back.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -26,6 +30,7 @@ from typing import Any, Self
 import pandas as pd
 
 from components.agents.react import build_agent
+from components.evaluation.gaming import gaming_check
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import read_json, write_json
 from components.params import Params
@@ -38,6 +43,8 @@ from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOTrainer
 from components.variants import VariantContext, get_variant, variant_grpo
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
+
+logger = logging.getLogger(__name__)
 
 
 def make_engine(params: Params, policy, tokenizer, base_adapters=()):
@@ -228,6 +235,12 @@ class PolicyRun:
             before = read_json(before_file)
             last.update({f"dev_before.{k}": round(v, 6) for k, v in before.items()})
             last.update({f"dev_after.{k}": round(v, 6) for k, v in after.items()})
+            gaming = gaming_check([before, *history, after])
+            if history:
+                log(int(history[-1].get("step", len(history))), gaming.metrics)
+            last.update({k: round(v, 6) for k, v in gaming.metrics.items()})
+            if gaming.suspected:
+                logger.warning("%s: %s", folder, gaming.message)
         return last
 
     def close(self) -> None:

@@ -2,9 +2,13 @@
 
 Each judgment is a :class:`~components.judges.call.JudgeCall`. One that fails (after the middleware's retries)
 or whose reply cannot be read gives ``None``: the question is counted as unjudged and left out of the
-accuracy, never scored 0; a ``tally``, when given, counts the calls and their failures by kind. An empty
-prediction is wrong and an exact match (after SQuAD normalisation) right, both without a call: the judge is
-asked only where string matching cannot decide. When the role scores from probabilities (``llm.scoring``:
+accuracy, never scored 0; a ``tally``, when given, counts the calls and their failures by kind. A prediction
+with no content (empty, or nothing left after SQuAD normalisation, such as ``":"``) is wrong and an exact
+match right, both without a call: the judge is asked only where string matching cannot decide. The prediction
+reaches the prompt :func:`~components.judges.render.untrusted`, so it cannot carry a verdict of its own. A
+reply's verdict is its JSON ``{"correct": true|false}``; only a reply with no JSON at all may say it in words
+(``correct`` / ``incorrect``, ``yes`` / ``no``...): broken JSON, or JSON without a boolean, is unreadable,
+since the word ``correct`` is the key's own name. When the role scores from probabilities (``llm.scoring``:
 ``answer_judge: probability``) a judged answer is worth the probability the judge gives ``"correct": true``
 (a float in [0, 1]) instead of a bool, so the accuracy counts near-misses; replies it cannot read that way keep
 their bool.
@@ -17,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import re
 
-from components.evaluation.metrics import exact_match
+from components.evaluation.metrics import exact_match, normalize_answer
 from components.judges.call import Choice, JudgeCall, Tally, ask
+from components.judges.render import untrusted
 from components.llm.base import ChatModel, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.schemas import Question
@@ -36,25 +41,31 @@ CORRECT = Choice({"true": 1.0, "false": 0.0}, field="correct")
 def judge_prompt(question: Question, prediction: str) -> list:
     refs = " | ".join(question.answers)
     return [system(JUDGE_SYSTEM),
-            user(f"Question: {question.question}\nReference answers: {refs}\nPredicted answer: {prediction}")]
+            user(f"Question: {question.question}\nReference answers: {refs}\n"
+                 f"Predicted answer: {untrusted(prediction)}")]
 
 
 def parse_verdict(text: str) -> bool | None:
-    try:
-        obj = outer_json(text)
-        if isinstance(obj, dict) and isinstance(obj.get("correct"), bool):
-            return obj["correct"]
-    except ValueError:
-        pass
+    if "{" in text:  # a JSON reply is read as JSON only
+        try:
+            obj = outer_json(text)
+        except ValueError:
+            return None
+        return obj["correct"] if isinstance(obj, dict) and isinstance(obj.get("correct"), bool) else None
     words = re.findall(r"\b(true|false|yes|no|correct|incorrect)\b", text.lower())
     if len(set(words)) == 1 or (words and words[0] in ("incorrect", "false")):
         return words[0] in ("true", "yes", "correct")
     return None
 
 
+def contentful(prediction: str | None) -> bool:
+    """Whether a prediction says anything: some text is left after SQuAD normalisation."""
+    return bool(prediction and normalize_answer(prediction))
+
+
 async def judge_answer(judge: ChatModel, question: Question, prediction: str | None,
                        tally: Tally | None = None) -> bool | float | None:
-    if not prediction or not prediction.strip():
+    if not contentful(prediction):
         return False
     if exact_match(prediction, question.answers):
         return True

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from components.judges.call import JudgeCall, Tally, ask
+from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.methods.arbor.contrast import InductionPlan
@@ -109,7 +110,14 @@ def parse_rubrics(text: str, max_rubrics: int) -> list[RubricText] | None:
 def _existing_block(existing: Sequence[RubricText]) -> str:
     if not existing:
         return "(none yet)"
-    return "\n".join(f"- {r.title}\n  Strong: {r.description}\n  Weak: {r.counter_description}" for r in existing)
+    return "\n".join(_rubric_lines(r) for r in existing)
+
+
+def _rubric_lines(r: RubricText) -> str:
+    """One rubric as the writers are shown it, its text :func:`~components.judges.render.untrusted` (a model
+    wrote it from trajectories)."""
+    return (f"- {untrusted(r.title)}\n  Strong: {untrusted(r.description)}\n"
+            f"  Weak: {untrusted(r.counter_description)}")
 
 
 def induction_messages(question: str, answers: Sequence[str] | None, texts: Sequence[str], f1: Sequence[float],
@@ -142,8 +150,7 @@ def consolidation_messages(drafts: Sequence[Draft], common: Sequence[RubricText]
     blocks = []
     for n, (question, items) in enumerate(by_question.items(), 1):
         lines = [f"Question {n}: {question}"]
-        lines += [f"- {d.rubric.title}\n  Strong: {d.rubric.description}\n  Weak: {d.rubric.counter_description}"
-                  for d in items]
+        lines += [_rubric_lines(d.rubric) for d in items]
         blocks.append("\n".join(lines))
     body = (f"Standards already in use (do not duplicate):\n{_existing_block(common)}\n\n"
             "Candidate rubrics from recent questions:\n" + "\n\n".join(blocks) +

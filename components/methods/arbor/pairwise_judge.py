@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from components.judges.call import Choice, JudgeCall, Tally, ask
+from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.methods.arbor.memory import RubricText
@@ -65,13 +66,15 @@ class GroupScores:
 
 
 def judge_messages(question: str, text_a: str, text_b: str, rubric: RubricText) -> list[Message]:
+    """The pair (each a :func:`~components.judges.render.trajectory_text`) and the rubric, its text
+    :func:`~components.judges.render.untrusted` (an inducer wrote it from trajectories)."""
     return [system(JUDGE_SYSTEM), user(
         f"Question:\n{question}\n\n"
         f"Attempt A:\n{text_a}\n\n"
         f"Attempt B:\n{text_b}\n\n"
-        f"Criterion: {rubric.title}\n"
-        f"A strong attempt: {rubric.description}\n"
-        f"A weak attempt: {rubric.counter_description}"
+        f"Criterion: {untrusted(rubric.title)}\n"
+        f"A strong attempt: {untrusted(rubric.description)}\n"
+        f"A weak attempt: {untrusted(rubric.counter_description)}"
     )]
 
 

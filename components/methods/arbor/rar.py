@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.judges.call import JudgeCall, Tally, ask
+from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.schemas import Question
@@ -69,7 +70,7 @@ def checklist_messages(question: Question, min_items: int, max_items: int) -> li
 
 
 def rating_messages(question: str, text: str, items: list[str]) -> list[Message]:
-    checklist = "\n".join(f"{n}. {item}" for n, item in enumerate(items, 1))
+    checklist = "\n".join(f"{n}. {untrusted(item)}" for n, item in enumerate(items, 1))
     return [system(RATING_SYSTEM), user(f"Question: {question}\n\nChecklist:\n{checklist}\n\nAttempt:\n{text}")]
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from components.clipping import clip
 from components.judges.call import JudgeCall, Unparsed, ask
+from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.schemas import Question, Trajectory
@@ -85,7 +86,7 @@ def trajectory_steps(trajectory: Trajectory) -> list[ArcoStep]:
 
 
 def _clip(text: str, chars: int) -> str:
-    return clip(" ".join(text.split()), chars, " ...", marker_within=True)
+    return untrusted(clip(" ".join(text.split()), chars, " ...", marker_within=True))
 
 
 def _history(steps: list[ArcoStep], chars: int) -> str:
@@ -93,7 +94,7 @@ def _history(steps: list[ArcoStep], chars: int) -> str:
         return "(none yet)"
     lines = []
     for s in steps:
-        lines.append(f"{s.index + 1}. Action: {s.action}")
+        lines.append(f"{s.index + 1}. Action: {untrusted(s.action)}")
         if not s.finish:
             lines.append(f"   Observation: {_clip(s.observation, chars)}")
     return "\n".join(lines)
@@ -112,7 +113,8 @@ def step_messages(question: str, steps: list[ArcoStep], t: int, k: int, observat
     """mu's prompt for step ``t``: the question, the steps before it with their observations, the step itself."""
     step = steps[t]
     body = (f"Question: {question}\n\nSteps so far:\n{_history(steps[:t], observation_chars)}\n\n"
-            f"Step to grade (step {t + 1}):\nThought: {step.thought or '(none)'}\nAction: {step.action}\n\n"
+            f"Step to grade (step {t + 1}):\nThought: {untrusted(step.thought) or '(none)'}\n"
+            f"Action: {untrusted(step.action)}\n\n"
             f"Write exactly {k} criteria for this step, one per line, numbered 1 to {k}.")
     return [system(MU_SYSTEM), user(body)]
 
@@ -161,7 +163,8 @@ def teacher_messages(question: Question, steps: list[ArcoStep], k: int, observat
     lines = []
     for s in steps:
         label = " (the agent was told to answer now)" if s.forced else ""
-        lines.append(f"Step {s.index + 1}{label}:\nThought: {s.thought or '(none)'}\nAction: {s.action}")
+        lines.append(f"Step {s.index + 1}{label}:\nThought: {untrusted(s.thought) or '(none)'}\n"
+                     f"Action: {untrusted(s.action)}")
         if not s.finish:
             lines.append(f"Observation: {_clip(s.observation, observation_chars)}")
     example = ", ".join(f'"criterion {j + 1}"' for j in range(k))

@@ -38,7 +38,7 @@ from scipy.stats import kendalltau
 
 from components.judges.call import Failure, JudgeCall, Judgment, Unparsed, ask
 from components.judges.orders import balanced_orders
-from components.judges.render import render_prefix  # noqa: F401 - scripts/probe_verifier_wording.py imports it here
+from components.judges.render import render_prefix, untrusted  # noqa: F401 - a script imports render_prefix here
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_reply import json_objects
 from components.schemas import JudgeVote, Question
@@ -89,10 +89,11 @@ def reference_notes(question: Question) -> str:
 
 def build_messages(question: str, prefix_text: str, shown: Sequence[tuple[str, str]],
                    reference: str | None = None) -> list[Message]:
-    """The listwise ranking prompt; ``shown`` is (label, action) in the order the judge sees them.
+    """The listwise ranking prompt; ``shown`` is (label, action) in the order the judge sees them, each action
+    :func:`~components.judges.render.untrusted` (``prefix_text`` comes from :func:`render_prefix`, which is).
     ``reference`` (see ``reference_notes``) adds what the judge may use but the agent has not seen."""
     labels = [lab for lab, _ in shown]
-    candidates = "\n".join(f"[{lab}] {' '.join(action.split())}" for lab, action in shown)
+    candidates = "\n".join(f"[{lab}] {untrusted(' '.join(action.split()))}" for lab, action in shown)
     history = prefix_text.strip() or "(nothing yet: this is the first step)"
     notes = (
         f"Reference notes, for you only (the agent has not seen them):\n{reference.strip()}\n"

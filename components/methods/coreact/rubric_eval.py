@@ -48,6 +48,7 @@ from typing import Any
 
 from components.judges.call import Choice, Failure, JudgeCall, Tally, ask, reasons
 from components.judges.orders import letter
+from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
 from components.methods.coreact.rubric_generator import render_rubric
@@ -105,7 +106,7 @@ def evaluator_messages(question: str, prefix_text: str, action: str, rubric: Rub
     history = prefix_text.strip() or "(nothing yet: this is the first action)"
     return [system(SYSTEM_PROMPT), user(
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
-        f"Proposed next action:\n{' '.join(action.split())}\n\n"
+        f"Proposed next action:\n{untrusted(' '.join(action.split()))}\n\n"
         f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
     )]
 
@@ -114,7 +115,8 @@ def criterion_messages(question: str, prefix_text: str, action: str, criterion: 
     history = prefix_text.strip() or "(nothing yet: this is the first action)"
     return [system(CRITERION_PROMPT), user(
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
-        f"Requirement: {' '.join(criterion.split())}\n\nProposed next action: {' '.join(action.split())}\n\n"
+        f"Requirement: {untrusted(' '.join(criterion.split()))}\n\n"
+        f"Proposed next action: {untrusted(' '.join(action.split()))}\n\n"
         "Does the proposed action meet the requirement? Answer yes or no."
     )]
 
@@ -131,7 +133,7 @@ def verdicts_schema(n: int, k: int) -> dict:
 
 def slate_messages(question: str, prefix_text: str, actions: Sequence[str], rubric: Rubric) -> list[Message]:
     history = prefix_text.strip() or "(nothing yet: this is the first action)"
-    listed = "\n".join(f"{letter(i)}. {' '.join(a.split())}" for i, a in enumerate(actions))
+    listed = "\n".join(f"{letter(i)}. {untrusted(' '.join(a.split()))}" for i, a in enumerate(actions))
     return [system(SLATE_PROMPT), user(
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
         f"Proposed next actions ({len(actions)}):\n{listed}\n\n"

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.judges.render import render_prefix
+from components.judges.render import render_prefix, untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.schemas import Criterion, Rubric, Step
 
@@ -157,8 +157,10 @@ def parse_rubric(text: str, max_criteria: int, source: str = "", *, max_chars: i
 
 
 def render_rubric(rubric: Rubric) -> str:
-    """Numbered criteria with their weights, as agents, evaluators and verifiers are shown them."""
-    return "\n".join(f"{i}. (weight {c.weight:.2f}) {c.text}" for i, c in enumerate(rubric.criteria, start=1))
+    """Numbered criteria with their weights, as agents, evaluators and verifiers are shown them (the criteria
+    are the generator's words: :func:`~components.judges.render.untrusted`)."""
+    return "\n".join(f"{i}. (weight {c.weight:.2f}) {untrusted(c.text)}"
+                     for i, c in enumerate(rubric.criteria, start=1))
 
 
 @dataclass

@@ -29,6 +29,7 @@ import json
 from dataclasses import dataclass, field
 
 from components.judges.call import JudgeCall, Tally, ask, reasons
+from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.methods.coreact.rubric_eval import evaluate_criteria, weighted_fraction
@@ -59,10 +60,10 @@ def verdicts_schema(n: int) -> dict:
 
 def verifier_messages(question: str, prefix_text: str, thought: str, action: str, rubric: Rubric) -> list[Message]:
     history = prefix_text.strip() or "(nothing yet: this is the first action)"
-    reasoning = " ".join(thought.split()) or "(none given)"
+    reasoning = untrusted(" ".join(thought.split())) or "(none given)"
     return [system(SYSTEM_PROMPT), user(
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
-        f"Agent's reasoning: {reasoning}\nProposed action: {' '.join(action.split())}\n\n"
+        f"Agent's reasoning: {reasoning}\nProposed action: {untrusted(' '.join(action.split()))}\n\n"
         f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
     )]
 
@@ -94,7 +95,8 @@ def parse_verdicts(text: str, n: int) -> tuple[list[bool], list[str]] | str:
 class Verification:
     """One verification: per-criterion verdicts, their weighted fraction and the decision; ``error`` set (and
     no verdicts) when the verifier failed. ``calls`` and ``failed_calls`` count its LLM calls (one per criterion
-    in criterion mode)."""
+    in criterion mode), ``unparsed`` its replies that were no verdict: a failed verification records each of its
+    failed calls by kind, not only the first one's reason (``error``)."""
 
     rubric: Rubric
     satisfied: list[bool] = field(default_factory=list)
@@ -104,6 +106,7 @@ class Verification:
     error: str | None = None
     calls: int = 1
     failed_calls: int = 0
+    unparsed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -150,8 +153,8 @@ async def verify_action(verifier: ChatModel, question: str, prefix_text: str, th
 
 
 def _counts(tally: Tally) -> dict[str, int]:
-    return {"calls": tally.calls, "failed_calls": tally.failures, "prompt_tokens": tally.prompt_tokens,
-            "completion_tokens": tally.completion_tokens}
+    return {"calls": tally.calls, "failed_calls": tally.failures, "unparsed": tally.unparsed,
+            "prompt_tokens": tally.prompt_tokens, "completion_tokens": tally.completion_tokens}
 
 
 async def _verify_by_criterion(verifier: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from components.clipping import clip_middle
 from components.evaluation.metrics import normalize_answer
 from components.judges.call import JudgeCall, Unparsed, ask, model_parser
-from components.judges.render import clip_tool_outputs
+from components.judges.render import clip_tool_outputs, untrusted
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_schema import json_schema_of, one_item_per_key
 from components.methods.rubricem.stagewise_judge import failure_reason
@@ -245,11 +245,15 @@ class ReflectionJudge:
 
     def messages(self, question: Question, trajectory: str, feedback: str,
                  candidates: Sequence[tuple[int, Reflection]]) -> list[Message]:
+        """The judge's prompt: ``trajectory`` as :func:`~components.judges.render.scaffold_text` renders it,
+        the grader's ``feedback`` and the candidates' blocks :func:`~components.judges.render.untrusted`."""
         text = clip_middle(trajectory.strip(), self.trajectory_chars)
-        shown = "\n\n".join(f"--- Reflection {i} ---\n<reflection_rubrics>\n{c.rubrics}\n</reflection_rubrics>\n"
-                            f"<reflection_takeaways>\n{c.takeaways}\n</reflection_takeaways>" for i, c in candidates)
+        shown = "\n\n".join(f"--- Reflection {i} ---\n<reflection_rubrics>\n{untrusted(c.rubrics)}\n"
+                            f"</reflection_rubrics>\n<reflection_takeaways>\n{untrusted(c.takeaways)}\n"
+                            "</reflection_takeaways>" for i, c in candidates)
         answers = f"Reference answer: {' / '.join(question.answers)}\n" if question.answers else ""
-        user = (f"Question: {question.question}\n{answers}\nThe attempt:\n{text}\n\nHow it was graded:\n{feedback}\n\n"
+        user = (f"Question: {question.question}\n{answers}\nThe attempt:\n{text}\n\n"
+                f"How it was graded:\n{untrusted(feedback)}\n\n"
                 f"Reflections:\n{shown}\n\n"
                 'Reply with one JSON object: {"candidates": [{"index": 1, "within": {"diagnostic_accuracy": r, '
                 '"specificity": r, "scope": r}, "cross": {...}}, ...]} rating every reflection number '

@@ -41,7 +41,7 @@ from components.clipping import clip_middle
 from components.evaluation.metrics import f1_score
 from components.judges.call import Failure, JudgeCall, Unparsed, ask, model_parser
 from components.judges.orders import balanced_orders, letter
-from components.judges.render import scaffold_text
+from components.judges.render import scaffold_text, untrusted
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_schema import json_schema_of, one_item_per_key
 from components.methods.rubricem.scaffold_format import ANSWER, STAGES, self_rubrics, split_stages
@@ -217,6 +217,12 @@ def _clip(text: str, limit: int) -> str:
     return clip_middle(text.strip(), limit)
 
 
+def _rubric_text(r: StageRubric) -> str:
+    """``title: description``, :func:`~components.judges.render.untrusted` (a judge wrote it from
+    attempts)."""
+    return f"{untrusted(r.title)}: {untrusted(r.description)}"
+
+
 def render_attempt(blocks: dict[str, str | None], limit: int) -> str:
     return "\n".join(f"[Stage {k + 1}: {STAGE_NAMES[k]}]\n" + (_clip(blocks[name], limit) if blocks[name] is not None
                                                                else "(this stage never happens)")
@@ -232,7 +238,7 @@ def generation_messages(question: Question, attempts: Sequence[str], own_rubrics
     shown = "\n\n".join(f"=== Attempt {i + 1} ===\n{a}" for i, a in enumerate(attempts))
     refs = "\n".join(f"- Attempt {i + 1}: " + " | ".join(" ".join(r.split()) for r in rs)
                      for i, rs in enumerate(own_rubrics) if rs) or "(none)"
-    used = "\n".join(f"- Stage {r.stage + 1} [{'-' if r.negative else '+'}] {r.title}: {r.description}"
+    used = "\n".join(f"- Stage {r.stage + 1} [{'-' if r.negative else '+'}] {_rubric_text(r)}"
                      for r in existing if r.kind == "judge") or "(none yet)"
     purposes = "\n".join(f"Stage {k + 1} {STAGE_NAMES[k]} ({lo}-{hi} rubrics): {STAGE_PURPOSE[k]}"
                          for k, (lo, hi) in enumerate(targets))
@@ -260,7 +266,7 @@ def generation_messages(question: Question, attempts: Sequence[str], own_rubrics
 
 def _listed(rubrics: Sequence[StageRubric]) -> str:
     return "\n".join(f"{i}. [{'NEGATIVE' if r.negative else 'POSITIVE'}, stage {r.stage + 1} "
-                     f"{STAGE_NAMES[r.stage]}] {r.title}: {r.description}" for i, r in enumerate(rubrics))
+                     f"{STAGE_NAMES[r.stage]}] {_rubric_text(r)}" for i, r in enumerate(rubrics))
 
 
 _SCALE = ("POSITIVE rubric: 2 = the attempt fully shows the quality, 1 = partly, 0 = not at all.\n"
