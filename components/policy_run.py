@@ -32,7 +32,7 @@ import pandas as pd
 from components.agents.react import build_agent
 from components.evaluation.gaming import gaming_check
 from components.evaluation.metrics import exact_match, f1_score
-from components.io import read_json, write_json
+from components.io import read_json, write_json, write_jsonl
 from components.params import Params
 from components.run_files import keyed_folder, settings_digest, write_trajectories
 from components.schemas import Question
@@ -77,6 +77,16 @@ def vllm_engine_for_policy(params: Params, policy, tokenizer, base_adapters: lis
         model_path = str(export_base(policy.model, tokenizer, Path(params.run.cache_dir) / "vllm_base", identity))
     return VLLMRolloutEngine(model_path, tokenizer=tokenizer, max_lora_rank=max(params.lora.r, 1),
                              seed=params.seed, **params.train_policy.vllm_options)
+
+
+def write_rubrics(method: Any, folder: Path, step: int) -> None:
+    """The rubrics a method holds after ``step``, in the shared rubric type, to ``folder/step_NNNNN.jsonl``
+    (methods whose state has ``rubrics()``: ARBOR's memory, RubricEM's buffers and bank, ARCO's last criteria),
+    so every method's rubrics can be read and compared the same way."""
+    rubrics = getattr(method, "rubrics", None)
+    if rubrics is None:
+        return
+    write_jsonl(folder / f"step_{step:05d}.jsonl", rubrics())
 
 
 def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens: int, path: Path,
@@ -205,6 +215,7 @@ class PolicyRun:
             if on_metrics is not None:
                 on_metrics(step, metrics)
             pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)  # kept current: a crash loses nothing
+            write_rubrics(parts.method, folder / "rubrics", step)
 
         config = variant_grpo(params.grpo, parts)  # e.g. dapo's dynamic-sampling refill
         if parts.order_prompts is not None:  # the variant's curriculum fixes the order

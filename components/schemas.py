@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 QuestionType = Literal["bridge", "comparison", "inference", "compositional", "other"]
 Stage = Literal["plan", "research", "review", "answer"]
@@ -173,25 +173,27 @@ class Criterion(Record):
 
     text: str = Field(description="What a good action or answer satisfies.")
     weight: float = Field(default=1.0, ge=0, description="Relative importance.")
-    kind: str = Field(default="", description="Optional tag: 'process', 'outcome', a stage name, ...")
+    kind: str = Field(default="", description="Optional tag: 'process', 'outcome', 'negative', ...")
+    stage: int | None = Field(default=None, description="What part of a trajectory it judges: RubricEM's scaffold "
+                              "stage (0 plan .. 3 answer) or ARCO's step index; None: the whole trajectory, or "
+                              "the next action (Co-ReAct).")
+
+    @model_serializer(mode="wrap")
+    def _stage_when_set(self, handler):
+        out = handler(self)
+        if self.stage is None:  # records written before criteria had a stage read and write the same bytes
+            out.pop("stage", None)
+        return out
 
 
 class Rubric(Record):
-    """A set of criteria, from a generator, a memory or a bank."""
+    """A set of weighted criteria: the one rubric type every method can express its rubrics in (Co-ReAct's
+    generator writes it directly; ARBOR's memory, RubricEM's judge buffers and ARCO's step criteria convert to
+    it for the per-step rubric logs, ``rubrics/step_N.jsonl`` of a training run)."""
 
     id: str = Field(default="", description="Stable id when stored.")
     criteria: list[Criterion] = Field(default_factory=list, description="The criteria.")
-    source: str = Field(default="", description="Who produced it (generator role, memory, bank).")
+    source: str = Field(default="", description="Provenance: who produced it (generator role, ARBOR memory pool, "
+                        "RubricEM judge buffer, ARCO's mu) and for what.")
     raw: str = Field(default="", description="Raw generator text, kept for audit.")
 
-
-class BankItem(Record):
-    """An entry of a reusable rubric memory or bank (ARBOR, RubricEM)."""
-
-    id: str = Field(description="Stable id.")
-    text: str = Field(description="The rubric or lesson text.")
-    pool: str = Field(default="candidate", description="Which pool holds it (e.g. candidate / common).")
-    created_step: int = Field(default=0, ge=0, description="Training step at admission.")
-    uses: int = Field(default=0, ge=0, description="Times it was applied.")
-    score_sum: float = Field(default=0.0, description="Sum of utility signals observed.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Method-specific statistics.")

@@ -50,6 +50,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from components.params import ArborParams
+from components.schemas import Criterion, Rubric
 
 __all__ = [
     "AdmissionResult",
@@ -81,6 +82,11 @@ class RubricText(BaseModel):
 
     def embedding_text(self) -> str:
         return f"{self.title}. {self.description}"
+
+    def as_criterion(self) -> Criterion:
+        """This rubric in the shared type: its two ends in one checkable sentence, a process criterion."""
+        return Criterion(text=f"{self.title}: {self.description} (weak: {self.counter_description})",
+                         kind="process")
 
 
 class PearsonStats(BaseModel):
@@ -379,6 +385,16 @@ class RubricMemory:
         return events
 
     # ---------------------------------------------------------------- metrics and state
+    def rubrics(self) -> list[Rubric]:
+        """The memory in the shared rubric type: the common pool P (strongest first, each rubric
+        one criterion) and the candidate pool D."""
+        pools = [Rubric(id=f"P:{r.id}", criteria=[r.rubric.as_criterion()],
+                        source=f"arbor common pool P (uses {r.uses}, created at step {r.created_step})")
+                 for r in self._by_strength()]
+        pools += [Rubric(id=f"D:{d.id}", criteria=[d.rubric.as_criterion()],
+                         source=f"arbor candidate pool D (question {d.question_id})") for d in self.drafts]
+        return pools
+
     def metrics(self) -> dict[str, float]:
         """Sizes, lifetime totals and reuse concentration (share of activations held by the top 20%)."""
         uses = sorted((r.uses for r in self.common + self.retired), reverse=True)

@@ -90,6 +90,7 @@ from components.methods.arco.decomposition import (
 )
 from components.rewards.outcome import OutcomeReward
 from components.methods.arco.rubric_model import ADAPTER, CriteriaSample, RubricModel
+from components.schemas import Criterion, Rubric
 from components.training.advantages import group_advantages
 from components.training.episodes import Episode, RewardOutput, StepContext
 from components.training.model import LoRASettings
@@ -97,6 +98,15 @@ from components.training.model import LoRASettings
 __all__ = ["ArcoReward", "ArcoState", "ScoredEpisode"]
 
 MU_FILE, MU_OPTIMIZER_FILE = "mu.safetensors", "mu_optimizer.pt"
+
+
+def step_rubric(episode: Episode, step: int, criteria: list[str]) -> Rubric:
+    """The K criteria mu wrote for one step of one episode, in the shared rubric type (equal weights: the score
+    head, not a weight, says how much each one counts)."""
+    k = max(len(criteria), 1)
+    return Rubric(id=f"{getattr(episode.prompt, 'id', '')}:g{episode.group}:s{step}",
+                  criteria=[Criterion(text=c, weight=1.0 / k, kind="step", stage=step) for c in criteria],
+                  source="arco mu (generation head)")
 
 
 @dataclass
@@ -131,6 +141,7 @@ class ArcoState:
         self.warm = settings.warmup_steps == 0
         self.updates = 0
         self.annotations: list[Annotation] = []
+        self.last_rubrics: list[Rubric] = []
 
     # -- mu and the schedule --------------------------------------------------------------------------------
     @property
@@ -297,7 +308,13 @@ class ArcoState:
             metrics["mu/updated"] = 1.0
         metrics["mu/updates"] = float(self.updates)
         metrics["mu/warm"] = float(self.warm)
+        self.last_rubrics = [step_rubric(e, k, smp.criteria) for e in episodes
+                             if isinstance(e.info.get("arco"), ScoredEpisode) for k, smp in enumerate(e.info["arco"].samples)]
         return metrics
+
+    def rubrics(self) -> list[Rubric]:
+        """The criteria mu wrote at the last step, one rubric per (episode, step), in the shared rubric type."""
+        return list(self.last_rubrics)
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

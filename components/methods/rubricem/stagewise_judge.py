@@ -45,7 +45,7 @@ from components.judges.render import scaffold_text, untrusted
 from components.llm.base import ChatModel, Message, Sampling
 from components.llm.json_schema import json_schema_of, one_item_per_key
 from components.methods.rubricem.scaffold_format import ANSWER, STAGES, self_rubrics, split_stages
-from components.schemas import Question, Trajectory
+from components.schemas import Criterion, Question, Rubric, Trajectory
 
 __all__ = ["SCORING_MODES", "JudgeResult", "QuestionBuffer", "StageRubric", "StagewiseJudge"]
 
@@ -83,6 +83,11 @@ class StageRubric(BaseModel):
     def value(self, score: int) -> float:
         return 1.0 - score / 2 if self.negative else score / 2
 
+    def as_criterion(self) -> Criterion:
+        """This rubric in the shared type, keeping its stage, weight and polarity."""
+        kind = "answer_f1" if self.kind == "answer_f1" else "negative" if self.negative else "judge"
+        return Criterion(text=f"{self.title}: {self.description}", weight=self.weight, kind=kind, stage=self.stage)
+
 
 class QuestionBuffer(BaseModel):
     """A question's persistent rubrics and its active rubrics per stage."""
@@ -91,6 +96,11 @@ class QuestionBuffer(BaseModel):
     persistent: list[StageRubric] = Field(default_factory=list)
     active: list[list[StageRubric]] = Field(default_factory=lambda: [[] for _ in STAGES])
     counter: int = 0
+
+    def as_rubric(self) -> Rubric:
+        """The question's buffer in the shared rubric type: every persistent and active rubric, by stage."""
+        return Rubric(id=self.question_id, criteria=[r.as_criterion() for r in self.rubrics()],
+                      source=f"rubricem stagewise judge buffer (question {self.question_id})")
 
     def rubrics(self, stage: int | None = None) -> list[StageRubric]:
         every = self.persistent + [r for per_stage in self.active for r in per_stage]

@@ -79,7 +79,7 @@ from components.variants import VARIANTS, VariantContext, VariantParts
 from components.rewards.outcome import OutcomeReward
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank
-from components.schemas import Question
+from components.schemas import Criterion, Question, Rubric
 from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.agent_rollout import chat_template_renderer
 from components.training.episodes import Episode, StepContext
@@ -357,6 +357,17 @@ class RubricEMState:
     def write_files(self, folder: Path) -> None:
         if self.bank is not None:
             self.bank.save(Path(folder) / BANK_FILE)
+
+    def rubrics(self) -> list[Rubric]:
+        """The judge's per-question buffers and the bank's reflections, in the shared rubric type (a bank entry's
+        rubric block one criterion per line)."""
+        out = [buffer.as_rubric() for _, buffer in sorted(self.judge.buffers.items())] if self.judge else []
+        if self.bank is not None:
+            out += [Rubric(id=f"bank:{e.question_id or e.key[:12]}", source=f"rubricem rubric bank (step {e.step})",
+                           criteria=[Criterion(text=line.strip(" -*\t"), kind="reflection")
+                                     for line in e.rubrics.splitlines() if line.strip(" -*\t")])
+                    for _, e in sorted(self.bank.entries.items())]
+        return out
 
     def load_state_dict(self, state: dict[str, Any] | None, files_dir: Path | None) -> None:
         state = state or {}
