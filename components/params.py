@@ -2,8 +2,10 @@
 
 ``params.yaml`` holds the embedded profile's values at the top level; ``profiles.<name>`` holds
 overrides that are deep-merged on top when ``profile: <name>`` is selected (the ``paper`` profile carries
-the papers' hyperparameters); ``--set KEY=VALUE`` overrides (values parsed as YAML) come last. Unknown
-keys and bad values raise a one-line ``ParamsError`` naming where the value came from and the dotted key:
+the papers' hyperparameters); ``overlays.<name>`` are further deep-merged layers, applied in the order
+chosen (``--overlay NAME``) over the profile (``smoke``: the chosen profile's wiring with tiny models and
+minimal counts); ``--set KEY=VALUE`` overrides (values parsed as YAML) come last. Unknown keys and bad
+values raise a one-line ``ParamsError`` naming where the value came from and the dotted key:
 
     params.yaml:42: collect.mmr_lambda: Input should be less than or equal to 1 (got 1.5)
     --set grpo.lrr=1: unknown key grpo.lrr
@@ -12,6 +14,7 @@ keys and bad values raise a one-line ``ParamsError`` naming where the value came
     params = load_params("params.yaml")            # profile from the file
     params = load_params("params.yaml", "paper")   # or forced
     params = load_params("params.yaml", overrides=["data.n_test=10"])
+    params = load_params("params.yaml", "paper", overlays=["smoke"])   # the paper wiring, tiny and fast
 """
 
 from __future__ import annotations
@@ -154,7 +157,8 @@ class BackendParams(Section):
     lora: str | list[str] | None = Field(
         default=None, description="LoRA adapter(s) served by the native server: a peft adapter folder (converted "
         "to GGUF once) or a llama.cpp LoRA GGUF; a list applies them together (an RL adapter over its warm start). "
-        "`{out_dir}` in a path stands for run.out_dir, so a stage's adapter is read where that run wrote it.")
+        "`{out_dir}` in a path stands for run.out_dir, so a stage's adapter is read where that run wrote it. An hf "
+        "backend merges peft adapter folders into its weights in process, in the order listed.")
     merge_lora: bool = Field(
         default=False, description="Serve the adapter(s) merged into the weights (Q8_0, built once per adapter "
         "content by components/embedded/lora_merge.py) instead of applying them at run time: faster, for an "
@@ -167,8 +171,9 @@ class BackendParams(Section):
 
     @model_validator(mode="after")
     def _lora_needs_native_server(self) -> BackendParams:
-        if self.lora and self.server != "native":
-            raise ValueError("lora is served by the native server only: set server: native")
+        if self.lora and self.server != "native" and self.type != "hf":
+            raise ValueError("lora is served by the native server (set server: native) or merged in process by an hf "
+                             "backend")
         if self.merge_lora and not self.lora:
             raise ValueError("merge_lora needs an adapter to merge: set lora")
         return self
@@ -463,6 +468,9 @@ class SweepParams(Section):
 
 class Params(Section):
     profile: str = Field(default="embedded", description="Profile whose overrides are applied.")
+    overlay: list[str] = Field(
+        default_factory=list, description="Overlays (params.yaml `overlays`) applied over the profile, in order. "
+        "Chosen with --overlay NAME (or --set overlay=[NAME]), never in the file: DVC does not track the choice.")
     seed: int = Field(default=1234, description="Global seed; every stage derives its own from it.")
     run: RunParams = Field(default_factory=RunParams)
     data: DataParams = Field(default_factory=DataParams)
@@ -552,18 +560,19 @@ def _deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
-def _line_of(node: yaml.Node | None, path: list[str]) -> int | None:
-    """1-based line of the key at ``path`` in a composed YAML tree, or of its deepest found ancestor."""
+def _line_of(node: yaml.Node | None, path: list[str], exact: bool = False) -> int | None:
+    """1-based line of the key at ``path`` in a composed YAML tree, or of its deepest found ancestor (None with
+    ``exact`` unless the whole path is found)."""
     line = None
     for key in path:
         if not isinstance(node, yaml.MappingNode):
-            break
+            return None if exact else line
         for key_node, value_node in node.value:
             if key_node.value == key:
                 line, node = key_node.start_mark.line + 1, value_node
                 break
         else:
-            break
+            return None if exact else line
     return line
 
 
@@ -619,12 +628,28 @@ def _same(a: dict, b: dict | None) -> bool:
     return b is not None and (a["loc"], a["type"], a["msg"]) == (b["loc"], b["type"], b["msg"])
 
 
+def _chosen_overlays(given: list[str] | None, parsed: list[tuple[str, list[str], Any]]) -> list[str]:
+    """The overlays to apply: ``given`` when not None, else the last ``--set overlay=...`` (a name or a list)."""
+    if given is not None:
+        return list(given)
+    for item, key, value in reversed(parsed):
+        if key == ["overlay"]:
+            if value is None:
+                return []
+            names = [value] if isinstance(value, str) else value
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ParamsError(f"--set {item}: overlay: expected an overlay name or a list of names")
+            return list(names)
+    return []
+
+
 def load_params(path: str | Path = "params.yaml", profile: str | None = None,
-                overrides: list[str] | None = None) -> Params:
-    """Validated params of ``path`` with ``profile`` applied, then ``overrides`` (``key=value``).
+                overrides: list[str] | None = None, overlays: list[str] | None = None) -> Params:
+    """Validated params of ``path`` with ``profile`` applied, then each of ``overlays`` (names under the file's
+    ``overlays``; None: those a ``--set overlay=...`` override names, else none), then ``overrides`` (``key=value``).
 
     An error names where it comes from: the ``--set`` text when an override introduced it, else the
-    file line of the offending key (inside ``profiles.<name>`` when the profile set it)."""
+    file line of the offending key (inside ``profiles.<name>`` or ``overlays.<name>`` when one of them set it)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -641,6 +666,12 @@ def load_params(path: str | Path = "params.yaml", profile: str | None = None,
     profiles = raw.pop("profiles", {}) or {}
     if not isinstance(profiles, dict):
         raise ParamsError(f"{path}:{_line_of(tree, ['profiles'])}: profiles: expected a mapping of profile names")
+    layers = raw.pop("overlays", {}) or {}
+    if not isinstance(layers, dict):
+        raise ParamsError(f"{path}:{_line_of(tree, ['overlays'])}: overlays: expected a mapping of overlay names")
+    if "overlay" in raw:
+        raise ParamsError(f"{path}:{_line_of(tree, ['overlay'])}: overlay: choose overlays with --overlay NAME "
+                          "(or --set overlay=[NAME]), not in the file: DVC does not track that choice")
     overrides = list(overrides or [])
     parsed = [(item, *_parse_override(item)) for item in overrides]
     chosen = profile or next((v for _, k, v in reversed(parsed) if k == ["profile"]), None) or raw.get("profile", "embedded")
@@ -648,23 +679,39 @@ def load_params(path: str | Path = "params.yaml", profile: str | None = None,
         raise ParamsError(f"{path}: profile {chosen!r} is not defined under 'profiles' (known: {sorted(profiles)})")
     if not isinstance(profiles.get(chosen) or {}, dict):
         raise ParamsError(f"{path}:{_line_of(tree, ['profiles', chosen])}: profiles.{chosen}: expected a mapping")
+    applied = _chosen_overlays(overlays, parsed)
+    for name in applied:
+        if name not in layers:
+            raise ParamsError(f"{path}: overlay {name!r} is not defined under 'overlays' (known: {sorted(layers)})")
+        if not isinstance(layers[name] or {}, dict):
+            raise ParamsError(f"{path}:{_line_of(tree, ['overlays', name])}: overlays.{name}: expected a mapping")
+    if len(set(applied)) != len(applied):
+        raise ParamsError(f"overlay {applied}: an overlay is named twice")
     base = _deep_merge(raw, profiles.get(chosen) or {})
-    base["profile"] = chosen
-    merged = apply_overrides(copy.deepcopy(base), overrides)
-    merged["profile"] = chosen
+    for name in applied:
+        base = _deep_merge(base, layers[name] or {})
+    base["profile"], base["overlay"] = chosen, applied
+
+    def merged_with(items: list[str]) -> dict:
+        merged = apply_overrides(copy.deepcopy(base), items)
+        merged["profile"], merged["overlay"] = chosen, applied
+        return merged
+
     try:
-        return Params.model_validate(merged)
+        return Params.model_validate(merged_with(overrides))
     except ValidationError as exc:
         err = exc.errors()[0]
     # blame the first override after which this very error appears; if the file alone has it, the file
     for k in range(len(parsed) + 1):
-        partial = apply_overrides(copy.deepcopy(base), overrides[:k])
-        partial["profile"] = chosen
-        if _same(err, _first_error(partial)):
+        if _same(err, _first_error(merged_with(overrides[:k]))):
             if k:
                 raise ParamsError(f"--set {parsed[k - 1][0]}: {_describe(err)}")
             break
     keys = [str(p) for p in err["loc"]]
+    for name in reversed(applied):  # the last overlay that sets the key itself
+        line = _line_of(tree, ["overlays", name, *keys], exact=True)
+        if line is not None:
+            raise ParamsError(f"{path}:{line}: {_describe(err)}")
     line = None
     if chosen in profiles:
         line = _line_of(tree, ["profiles", chosen, *keys])

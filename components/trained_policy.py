@@ -9,7 +9,8 @@ warm_started.py), so the trained policy is the base with two adapters: the warm 
 generated method takes the warm-start method's entry as it is (``methods.sft`` for ReAct, ``methods.sft_scaffold``
 for RubricEM's scaffold: the same agent and options ``evaluate@sft`` runs) and rebinds ``policy`` to a copy of
 that entry's policy backend whose ``lora`` lists both adapters (applied together, merged when the warm
-start's backend merges). Only the policy's weights differ from ``evaluate@<warm start>``.
+start's backend merges; an in-process ``hf`` backend always merges them). Only the policy's weights differ from
+``evaluate@<warm start>``.
 
 Which agent a variant rolls out, and so which warm start it trained from, comes from the method registry: a
 variant of a method that registers an agent with a warm start (``train_policy.warm_start``) trains that agent
@@ -64,10 +65,10 @@ def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendPar
     entry = params.methods[warm]
     served = entry.roles.get("policy", params.llm.roles["policy"])
     backend = params.llm.backends[served]
-    if backend.server != "native" or backend.type != "openai":
+    if not ((backend.server == "native" and backend.type == "openai") or backend.type == "hf"):
         raise ParamsError(f"evaluate@{variant}: the warm start {warm!r} is served by backend {served!r}, which takes no "
-                          f"LoRA adapters (only the native llama.cpp server does); define methods.{variant} with a "
-                          "policy backend that serves the trained adapter")
+                          f"LoRA adapters (only the native llama.cpp server and the in-process hf backend do); define "
+                          f"methods.{variant} with a policy backend that serves the trained adapter")
     name = f"{served}-{variant}"
     trained = backend.model_copy(update={
         "lora": [*backend.adapters, str(trained_adapter(params, variant))],

@@ -93,7 +93,8 @@ def deployments(params: Params, overrides: list[str]) -> list:
 def main() -> None:
     args = stage_argparser(__doc__).parse_args()
     os.environ["RUBRICFLOW_PARAMS"] = args.params  # the runs start in child processes that inherit it
-    overrides = [f"profile={args.profile}"] * bool(args.profile) + args.overrides
+    overrides = ([f"profile={args.profile}"] * bool(args.profile) + [f"overlay={args.overlays}"] * bool(args.overlays)
+                 + args.overrides)
     serve(*deployments(params_from_args(args), overrides))
 
 

@@ -94,7 +94,8 @@ def git_commit() -> str | None:
 def head_to_head(params: Params | None = None, out_dirs: list[str] | None = None, parent_run_id: str | None = None,
                  doc_path: str | None = DOC_PATH, command: str | None = None) -> HeadToHeadResult:
     """Report every evaluation under ``out_dirs`` (default: ``run.out_dir``), one section per scope, into
-    <run.out_dir>/head_to_head/ and ``doc_path`` (None: no document)."""
+    <run.out_dir>/head_to_head/ and ``doc_path`` (None: no document; none either under an overlay such as
+    ``smoke``, whose numbers are not results)."""
     params = resolve(params)
     out_dirs = list(out_dirs or [params.run.out_dir])
     variants = training_variants()
@@ -109,6 +110,9 @@ def head_to_head(params: Params | None = None, out_dirs: list[str] | None = None
     where = {s.name: str(s.out_dir) for s in scopes}
     report = write_head_to_head(table, Path(params.run.out_dir) / "head_to_head", where)
     files = {k: str(v) for k, v in report.paths.items()}
+    if doc_path is not None and params.overlay:
+        print(f"head_to_head: not rewriting {doc_path}: a run under overlay {','.join(params.overlay)} is not a result")
+        doc_path = None
     if doc_path is not None:
         command = command or " ".join(["python -m tasks.head_to_head",
                                        *(["--out-dirs", *out_dirs] if out_dirs != [params.run.out_dir] else [])])

@@ -1,6 +1,6 @@
 """What every stage shares beyond the components: params for a task given None, MLflow tracking, and
 ``run_stage`` for the ``__main__`` block (a user error exits 2 with one line, not a traceback). The command line
-(``--params``/``--profile``/``--set``) is :mod:`components.params_cli`'s, imported here for the flows.
+(``--params``/``--profile``/``--overlay``/``--set``) is :mod:`components.params_cli`'s, imported here for the flows.
 
 MLflow tracks to SQLite (``run.mlflow_tracking_uri``) with ``run.mlflow_artifact_root`` as the artifact
 root. ``RUBRICFLOW_MLFLOW=0`` swaps in a null tracker that records nothing (for unit tests).
@@ -118,6 +118,8 @@ def tracking(params: Params, run_name: str, parent_run_id: str | None = None, ta
     else:
         experiment_id = experiment.experiment_id
     run_tags = {"stage": run_name, "profile": params.profile, **(tags or {})}
+    if params.overlay:
+        run_tags["overlay"] = ",".join(params.overlay)
     if parent_run_id:
         run_tags["mlflow.parentRunId"] = parent_run_id
     client = mlflow.MlflowClient()

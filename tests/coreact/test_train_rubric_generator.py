@@ -359,3 +359,25 @@ def test_oracle_warm_start_needs_its_inputs(repo_root, tmp_path):
     with pytest.raises(ValueError, match="warm_start=oracle"):
         run_training(params, policy, HFRolloutEngine(policy.model, TOK), evaluator([]), points(), tmp_path / "x",
                      render=render)
+
+
+def test_without_a_usable_point_the_untrained_generator_is_written_and_the_skip_recorded(repo_root, tmp_path):
+    """A collect that kept no point (every council vote unreadable) leaves nothing to train on: the stage takes no
+    step, writes every file DVC expects, the untrained LoRA as the adapter (the base generator), and says why."""
+    from safetensors.torch import load_file
+
+    params = params_for(repo_root, tmp_path)
+    policy, calls = tiny_policy(), []
+    folder = tmp_path / "empty"
+    unkept = [p.model_copy(update={"kept": False}) for p in points(2)]
+    result = run_training(params, policy, HFRolloutEngine(policy.model, TOK), evaluator(calls), unkept, folder,
+                          render=render)
+    assert calls == [] and result.after == {}
+    assert result.metrics["skipped"] == 1.0 and result.metrics["optimizer_steps"] == 0.0
+    assert result.metrics["points_dropped.not_kept"] == len(unkept) and result.metrics["points_train"] == 0.0
+    for out in ("ckpt", "warm_start/metrics.json", "heldout_before.json", "heldout.json", "metrics.json",
+                "metrics.csv"):
+        assert (folder / out).exists(), out
+    assert "no branching point to train on" in read_json(folder / "heldout.json")["skipped"]
+    weights = load_file(folder / "adapter" / "adapter_model.safetensors")
+    assert all(float(t.abs().sum()) == 0.0 for name, t in weights.items() if "lora_B" in name)  # zero delta

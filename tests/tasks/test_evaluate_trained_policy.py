@@ -59,6 +59,17 @@ def test_a_missing_adapter_or_warm_start_is_named(repo_root, tmp_path):
         with_trained_policy(cold, "arbor")
 
 
+def test_an_in_process_hf_warm_start_serves_the_trained_policy_too(repo_root, tmp_path):
+    from components.params import load_params
+
+    params = load_params(repo_root / "params.yaml", "paper", overlays=["smoke"], overrides=[f"run.out_dir={tmp_path}"])
+    fake_adapter(tmp_path / "train" / "arbor" / "adapter")
+    run, _ = for_method(with_trained_policy(params, "arbor"), "arbor")
+    served = run.llm.backends[run.llm.roles["policy"]]
+    assert served.type == "hf" and served.adapters == [str(tmp_path / "sft" / "adapter"),
+                                                       str(tmp_path / "train" / "arbor" / "adapter")]
+
+
 def test_evaluate_a_trained_policy_end_to_end(prepared_params):
     params = prepared_params("data.n_train=2", "data.n_dev=1", "data.n_test=3", "evaluation.n_questions=3",
                              "llm.middleware.cache=false")

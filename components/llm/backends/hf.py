@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 
 from components.llm.base import BACKENDS, ChatModel, Completion, Message, PermanentLLMError, Sampling
+
+
+_STOPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {stop strings: criterion}
+_STOPS_LOCK = threading.Lock()
 
 
 @BACKENDS.register("hf")
@@ -48,7 +53,7 @@ class HFChatModel(ChatModel):
         if sampling.temperature > 0:
             gen_kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
         if sampling.stop:
-            gen_kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+            gen_kwargs.update(stopping_criteria=self._stop_criteria(tuple(sampling.stop)))
         with self._lock:
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
@@ -69,6 +74,17 @@ class HFChatModel(ChatModel):
         n_new = int((new != (self.tokenizer.pad_token_id or -1)).sum())
         return Completion(texts=texts, model=self.name, prompt_tokens=int(input_ids.numel()),
                           completion_tokens=n_new, finish_reasons=finish)
+
+    def _stop_criteria(self, stop: tuple[str, ...]):
+        """What ``generate(stop_strings=...)`` builds, kept per tokenizer and stop tuple: building it scans the whole
+        vocabulary (most of a second for a 150k-token one), which would otherwise happen on every call."""
+        with _STOPS_LOCK:
+            built = _STOPS.setdefault(self.tokenizer, {})
+            if stop not in built:
+                from transformers import StoppingCriteriaList, StopStringCriteria
+
+                built[stop] = StoppingCriteriaList([StopStringCriteria(self.tokenizer, list(stop))])
+            return built[stop]
 
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
         return await asyncio.to_thread(self._generate, messages, sampling)

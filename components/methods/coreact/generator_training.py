@@ -17,6 +17,7 @@ heldout.json (before, after the warm start and after training, with the paired c
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,8 @@ from components.training.sft_trainer import SFTTrainer
 from components.training.trainer import GRPOTrainer
 
 RewardKind = Literal["listwise", "pairwise"]
+
+logger = logging.getLogger(__name__)
 
 
 class RubricTrainResult(BaseModel):
@@ -130,19 +133,39 @@ def save_served_adapter(policy, warm_adapter: Path | None, out: Path) -> None:
     model.delete_adapter("warm_start")
 
 
+def untrained_result(policy, points: list[BranchingPoint], dropped: dict[str, int], held_out: int, folder: Path,
+                     reward: RewardKind) -> RubricTrainResult:
+    """The stage's files when there is no training point (a collect that kept none, e.g. every council vote
+    unreadable): the untrained LoRA as the adapter (zero delta: the base generator is what the trained roles serve),
+    no step, nothing measured, ``skipped`` 1 in metrics.json and the reason in heldout.json."""
+    reason = f"no branching point to train on ({len(points)} read, dropped: {dropped or 'none'})"
+    logger.warning("train_rubric_generator@%s: %s; the untrained generator is written as its adapter", reward, reason)
+    (folder / "ckpt").mkdir(parents=True, exist_ok=True)
+    write_json(folder / "warm_start" / "metrics.json", {"kind": "none", "skipped": reason})
+    policy.model.save_pretrained(str(folder / "adapter"))
+    pd.DataFrame(columns=["step"]).to_csv(folder / "metrics.csv", index=False)
+    write_json(folder / "heldout_before.json", {"summary": {}, "rubrics": [], "skipped": reason})
+    write_json(folder / "heldout.json", {"before": {}, "warm_start": None, "after": {}, "skipped": reason})
+    metrics = {"skipped": 1.0, "optimizer_steps": 0.0, "points_train": 0.0, "points_held_out": float(held_out),
+               **{f"points_dropped.{k}": float(v) for k, v in dropped.items()}}
+    write_json(folder / "metrics.json", metrics)
+    return RubricTrainResult(reward=reward, adapter=str(folder / "adapter"), before={}, after={}, metrics=metrics)
+
+
 def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatModel,
                  points: list[BranchingPoint], folder: Path, *, render: Render, reward: RewardKind = "listwise",
                  pad_token_id: int = 0, on_metrics: Callable[[int, dict[str, float]], None] | None = None,
                  warm_start: WarmStartInputs | None = None) -> RubricTrainResult:
     """GRPO of ``policy`` (served by ``engine``) on ``points``, everything written in ``folder`` (see the module
-    docstring); ``on_metrics(step, metrics)`` sees each step's row. Tests pass a tiny policy and a scripted
-    evaluator; :class:`GeneratorRun` passes the trainable policy."""
+    docstring; without a usable training point, :func:`untrained_result`); ``on_metrics(step, metrics)`` sees each
+    step's row. Tests pass a tiny policy and a scripted evaluator; :class:`GeneratorRun` passes the trainable
+    policy."""
     s = params.rubric_generator
     folder.mkdir(parents=True, exist_ok=True)
     usable, dropped = usable_points(points)
     train, held_out = split_points(usable, s.held_out_fraction, params.seed)
-    if not train:
-        raise ValueError(f"no branching point to train on ({len(points)} read, dropped: {dropped}); run collect first")
+    if not train:  # collect kept no usable point: no step to take, and the stage says so
+        return untrained_result(policy, points, dropped, len(held_out), folder, reward)
     obs = params.coreact.observation_chars
     train_items = prompt_items(train, render, s.max_criteria, obs, max_chars=s.max_criterion_chars)
     held_items = prompt_items(held_out, render, s.max_criteria, obs, max_chars=s.max_criterion_chars)
