@@ -237,7 +237,7 @@ def main() -> None:
     all_pairs = pairs(items)
     backend = params.llm.backends[params.llm.roles["answer_judge"]]
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "git_commit": git("rev-parse", "--short", "HEAD"), "git_dirty": bool(git("status", "--porcelain", "--",
                                                                                  "components/judges", "scripts")),
         "command": ".venv/bin/python " + " ".join(["scripts/judge_bench.py", *sys.argv[1:]]),

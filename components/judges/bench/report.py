@@ -23,8 +23,8 @@ def _ci(value: float | None, ci) -> str:
 
 def table(summaries: list[dict[str, Any]]) -> str:
     """One markdown row per (judgment, mode) summary."""
-    lines = ["| judgment | mode | judged n | accuracy [95% CI] | AUC [95% CI] | flat rate | position effect | "
-             "failure rate | calls / judgment | tokens / judgment | s / judgment | s / judgment (cold) |",
+    lines = [("| judgment | mode | judged n | accuracy [95% CI] | AUC [95% CI] | flat rate | position effect | "
+             "failure rate | calls / judgment | tokens / judgment | s / judgment | s / judgment (cold) |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         lines.append(
@@ -70,12 +70,12 @@ def results_page(result: dict[str, Any]) -> str:
     lines = [
         "# Judge bench: the answer judge and ARBOR's pairwise judge against the oracle",
         "",
-        f"Written by `scripts/judge_bench.py` on {meta['date']} at commit `{meta['git_commit']}`"
-        f"{' (with uncommitted changes)' if meta.get('git_dirty') else ''}; do not edit by hand.",
+        (f"Written by `scripts/judge_bench.py` on {meta['date']} at commit `{meta['git_commit']}`"
+        f"{' (with uncommitted changes)' if meta.get('git_dirty') else ''}; do not edit by hand."),
         "",
         f"    {meta['command']}",
         "",
-        f"Judge model: {meta['judge_model']} ({meta['device']}). Trajectory set `{meta['set_version']}`, "
+        (f"Judge model: {meta['judge_model']} ({meta['device']}). Trajectory set `{meta['set_version']}`, "
         f"sha256 `{meta['set_sha256'][:16]}`, world seed {meta['world_seed']}: {sizes['questions']} questions, "
         f"{sizes['trajectories']} trajectories ({', '.join(f'{k} {v}' for k, v in sizes['variants'].items())}). "
         f"Answer judge: {sizes['answer_items']} answers that string matching cannot decide "
@@ -83,18 +83,18 @@ def results_page(result: dict[str, Any]) -> str:
         f"Pairwise judge: {sizes['pairs']} pairs (gold against each perturbation; the oracle prefers one in "
         f"{sizes['pairs_with_preference']}), each judged in both orders per mode, on the rubric "
         f"\"{meta['rubric']['title']}\". Response cache {'on' if meta['cache'] else 'off'}; total wall time "
-        f"{meta['wall_s'] / 60:.1f} min.",
+        f"{meta['wall_s'] / 60:.1f} min."),
         "",
         table(result["summaries"]),
         "",
-        "Accuracy: the verdict agrees with the oracle (answer judge: right/wrong, a probability read at 0.5; "
+        ("Accuracy: the verdict agrees with the oracle (answer judge: right/wrong, a probability read at 0.5; "
         "pairwise: the oracle's preferred trajectory wins, over the pairs where the oracle prefers one, both orders). "
         "AUC: the verdict's value (the sampled label's in text mode, the probability-weighted one in probability "
         "mode) as a score for the oracle's label. Flat rate: TIE where the oracle prefers one. Position effect: "
         "pairs whose two orders got the same position as winner. Calls, tokens and seconds are per judgment, "
         "from the judges' tallies and the wall clock around each call (one call at a time on the shared CPU); the "
         "two modes of one prompt are asked back to back, each first for every other prompt, and the cold column "
-        "counts only the judgments asked first (the other reuse the server's prompt cache).",
+        "counts only the judgments asked first (the other reuse the server's prompt cache)."),
         "",
         "## Per perturbation (pairwise, accuracy over both orders)",
         "",
