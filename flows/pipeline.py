@@ -3,7 +3,8 @@ prepare -> index -> evaluate@<method>, collect -> train_rubric_generator@{listwi
 start sft_data -> sft -> train_policy@<variant> (RubricEM's variants: sft_data_scaffold -> sft_scaffold) ->
 evaluate@<variant> (the trained policy on the test harness), and head_to_head over every evaluation. Like
 `dvc repro <targets>`, it runs the given stages and everything they depend on, once each, in dependency order;
-the default targets are the main job (evaluate@react, collect, evaluate@sft).
+the default targets are the main job (evaluate@react, collect, evaluate@sft), which ends with head_to_head over
+the evaluations it ran (the table `dvc repro -s head_to_head` writes from what exists).
 
     python -m flows.pipeline                          # the main job on the embedded default, offline, CPU
     python -m flows.pipeline --targets train_policy@arbor evaluate@coreact
@@ -168,6 +169,8 @@ def pipeline(params: Params | None = None, targets: list[str] | None = None) -> 
         results: dict[str, Any] = {}
         for name in order:
             results[name] = runners[name]([results[d] for d in STAGES[name]])
+        if targets is None and "head_to_head" not in results:  # the main job ends with the table of what it evaluated
+            results["head_to_head"] = runners["head_to_head"]([results[n] for n in order if n.startswith("evaluate@")])
         for name in order:
             if (prefix := metric_prefix(name)) is not None:
                 metrics.update({f"{prefix}.{k}": v for k, v in results[name].metrics.items()})
