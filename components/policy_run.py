@@ -41,8 +41,8 @@ from components.training.policy_run_key import check_branch, lineage_record, run
 from components.training.process_memory import release
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.trainer import GRPOTrainer
-from components.variants import VariantContext, get_variant, variant_grpo
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
+from components.variants import VariantContext, get_variant, variant_grpo
 
 logger = logging.getLogger(__name__)
 

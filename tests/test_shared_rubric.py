@@ -15,7 +15,7 @@ from components.methods.rubricem.variants import RubricEMState
 from components.params import ArborParams
 from components.policy_run import write_rubrics
 from components.schemas import Criterion, Rubric
-from tests.arbor.test_arbor_memory import FakeEmbed, GOOD, drafts_record, rt
+from tests.arbor.test_arbor_memory import GOOD, FakeEmbed, drafts_record, rt
 
 
 def test_a_criterion_without_a_stage_serialises_as_before():

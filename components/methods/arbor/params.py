@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from components.params_section import Section, SharedOverrides
 

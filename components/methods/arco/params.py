@@ -3,9 +3,9 @@ into ``components.params.Params``."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from components.params_section import Section, SharedOverrides
 

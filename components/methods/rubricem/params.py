@@ -3,7 +3,7 @@ into ``components.params.Params``."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 

@@ -2,9 +2,9 @@
 turns in the scaffold's tags, B.2's rejection checks), its ``train_policy`` variants (the full method and its
 ablations) and its params section."""
 
-from components.method_registry import MethodSpec
 import random
 
+from components.method_registry import MethodSpec
 from components.methods.rubricem import scaffold_agent, variants  # noqa: F401  (registrations run on import)
 from components.methods.rubricem.scaffold_format import scaffold_rejections
 from components.methods.rubricem.scaffold_oracle import scaffold_replies
