@@ -19,6 +19,7 @@ class FakeOpenAIServer:
     def __init__(self):
         self.behaviours: list[tuple] = []
         self.requests: list[dict] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header
         self.request_times: list[float] = []
         self.default: tuple = ("ok", "default")
         self.in_flight = 0
@@ -46,6 +47,7 @@ class FakeOpenAIServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with outer._lock:
                     outer.requests.append(body)
+                    outer.authorizations.append(self.headers.get("Authorization"))
                     outer.request_times.append(time.monotonic())
                     kind, arg = outer.behaviours.pop(0) if outer.behaviours else outer.default
                 if kind == "sleep":
