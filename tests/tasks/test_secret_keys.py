@@ -45,3 +45,16 @@ def test_a_planted_key_reaches_the_server_and_nothing_a_run_writes(prepared_para
     assert not leaked, leaked
     out, err = capfd.readouterr()
     assert KEY not in out and KEY not in err and KEY not in caplog.text
+
+
+def test_a_named_key_that_is_not_set_is_an_error_naming_the_variable(monkeypatch):
+    from components.llm.backends.openai_http import OpenAIChatModel
+    from components.llm.base import PermanentLLMError
+
+    monkeypatch.delenv("RUBRICFLOW_TEST_API_KEY", raising=False)
+    with pytest.raises(PermanentLLMError, match="RUBRICFLOW_TEST_API_KEY is not set"):
+        OpenAIChatModel("remote-model", "http://127.0.0.1:9/v1", api_key_env="RUBRICFLOW_TEST_API_KEY")
+    monkeypatch.setenv("RUBRICFLOW_TEST_API_KEY", KEY)
+    assert OpenAIChatModel("m", "http://127.0.0.1:9/v1", api_key_env="RUBRICFLOW_TEST_API_KEY").headers == {
+        "Authorization": f"Bearer {KEY}"}
+    assert OpenAIChatModel("m", "http://127.0.0.1:9/v1").headers == {"Authorization": "Bearer EMPTY"}  # an open server

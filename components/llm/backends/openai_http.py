@@ -61,7 +61,10 @@ class OpenAIChatModel(ChatModel):
         self.name = model
         self.model = model
         self.base_url = base_url.rstrip("/")
-        key = api_key or (os.environ.get(api_key_env) if api_key_env else None) or "EMPTY"
+        if api_key is None and api_key_env and not os.environ.get(api_key_env):
+            # a named key that is missing is a configuration error, not an anonymous request
+            raise PermanentLLMError(f"openai backend {model!r}: environment variable {api_key_env} is not set")
+        key = api_key or (os.environ.get(api_key_env) if api_key_env else None) or "EMPTY"  # vLLM: no key
         self.headers = {"Authorization": f"Bearer {key}"}
         self.supports_n = supports_n
         # "json_schema": OpenAI / vLLM style; "json_object": llama.cpp's {"type": "json_object", "schema": ...}
