@@ -73,11 +73,12 @@ def iter_json_objects(path: str | Path, *, skip_torn_tail: bool = False) -> Iter
         if not text.strip():
             continue
         try:
-            data = json.loads(text)
+            data = json.loads(text.rstrip("\r\n"))  # the line's own newline would read as a control character
         except json.JSONDecodeError as exc:
             if skip_torn_tail and number == len(lines) and not text.endswith("\n"):
                 return
-            raise RecordError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+            message = exc.msg.removesuffix(" at")  # json's "Unterminated string starting at" ends where we add the column
+            raise RecordError(path, number, None, f"invalid JSON ({message} at column {exc.colno})") from None
         if not isinstance(data, dict):
             raise RecordError(path, number, None, f"expected a JSON object, got {type(data).__name__}")
         yield number, data

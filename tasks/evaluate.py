@@ -33,6 +33,7 @@ from components.evaluation.behaviour import behaviour_stats
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import JsonlAppender, read_jsonl, write_json
 from components.judges.answer import judge_answers
+from components.judges.call import FAILURE_KINDS, Tally
 from components.llm.factory import LLMPool
 from components.methods.coreact.guided_metrics import accounting_per_question, guided_metrics
 from components.params import Params, for_method
@@ -116,9 +117,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     toolbox = load_toolbox(params)
     folder = out_path(params, "eval", method, "metrics.json").parent
     traj_path = folder / "trajectories.jsonl"
-    resumed = keyed_folder(folder, run_settings(params, method))
-    done = ({t.question_id: t for t in read_jsonl(traj_path, Trajectory, skip_torn_tail=True)}
-            if resumed and traj_path.exists() else {})
+    settings = run_settings(params, method)
 
     own_pool = pool is None
     pool = pool or LLMPool(params)
@@ -126,6 +125,10 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     try:
         agent = build_agent(spec.agent, pool.role, toolbox, params.agent, agent_options(params, spec))
         agent.name = params.llm.roles["policy"]
+        # only once the policy's model loaded: a missing or corrupt one must not empty an earlier run's folder
+        resumed = keyed_folder(folder, settings)
+        done = ({t.question_id: t for t in read_jsonl(traj_path, Trajectory, skip_torn_tail=True)}
+                if resumed and traj_path.exists() else {})
         todo = [(i, q) for i, q in enumerate(questions) if q.id not in done]  # i seeds q, resumed or not
         with JsonlAppender(traj_path) as out, tqdm(total=len(questions), initial=len(done), desc=f"evaluate {method}") as bar:
             async def run_all():
@@ -142,8 +145,10 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
         agent_s = time.perf_counter() - started
         trajs = [done[q.id] for q in questions]
         write_trajectories(traj_path, trajs)  # in question order, whatever order the episodes finished in
-        if params.evaluation.llm_judge:
-            verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, [t.final_answer for t in trajs]))
+        judge_tally = Tally() if params.evaluation.llm_judge else None
+        if judge_tally is not None:
+            verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, [t.final_answer for t in trajs],
+                                                 judge_tally))
         else:
             verdicts = [None] * len(questions)
         llm_metrics = pool.accounting.metrics()
@@ -152,6 +157,9 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
             pool.close()
 
     table, metrics = score(questions, trajs, verdicts)
+    if judge_tally is not None:  # a failed judgment is counted by its kind: the call failed, or its reply was unreadable
+        counts = {"call_failed": judge_tally.failures, "unparsed": judge_tally.unparsed}
+        metrics.update({f"judge_failures.{kind}": float(counts[kind]) for kind in FAILURE_KINDS})
     metrics.update(guided_metrics(table, trajs))  # utilisation, verification (retry) rate, cost per role
     table.to_csv(folder / "per_question.csv", index=False)
     write_json(folder / "metrics.json", metrics)

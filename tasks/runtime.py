@@ -17,13 +17,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from components.embedded.lora_gguf import LoraConversionError
+from components.embedded.models import ModelIntegrityError, ModelPartsMissing
 from components.io import RecordError
 from components.params import Params, ParamsError, load_params
 from components.params_cli import PARAMS_PATH, params_from_args, stage_argparser  # noqa: F401 (flows use these)
 from tasks.temporary_servers import reap_orphaned_servers
 
-# Mistakes in what the user gave (an override, a params file, an input record), not bugs in the code.
-USER_ERRORS: tuple[type[Exception], ...] = (ParamsError, RecordError)
+# Mistakes in what the user gave or pointed at (an override, a params file, an input record, a path that does not
+# exist, an embedded model whose file fails its pinned sha256 or whose parts are not installed, an adapter llama.cpp
+# cannot take), not bugs in the code: each message already names the file, line and field, or the key.
+USER_ERRORS: tuple[type[Exception], ...] = (ParamsError, RecordError, FileNotFoundError, ModelIntegrityError,
+                                            ModelPartsMissing, LoraConversionError)
 
 
 def run_stage(main: Callable[[], object]) -> None:

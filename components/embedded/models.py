@@ -107,7 +107,7 @@ def part_files(spec: GGUFSpec) -> list[Path]:
             ) from None
         bins = sorted(p for p in data.iterdir() if p.name.endswith(".bin"))
         if len(bins) != 1:
-            raise ModelPartsMissing(f"{spec.name}: expected one .bin in {package}/data, found {len(bins)}")
+            raise ModelPartsMissing(f"{spec.name}: expected one .bin in {data}, found {len(bins)}")
         files.append(Path(str(bins[0])))
     return files
 
