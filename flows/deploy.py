@@ -1,7 +1,9 @@
 """Serve the deployments users trigger from the Prefect UI, from this one process (no work pool, no worker):
 
-- ``run-pipeline/pipeline``: the pipeline on demand; the run form asks for the stages to run (``targets``)
-  and for settings of this run only (``overrides``, ``key=value`` as ``--set`` takes them).
+- ``run-pipeline/pipeline``: the pipeline on demand; the run form asks for the stages to run (``targets``),
+  the settings users change most as typed fields (``settings``: components/run_form.py's ``RunForm``, e.g. the
+  data source and sizes, the profile, the output folder) and any other setting of this run only
+  (``overrides``, ``key=value`` as ``--set`` takes them).
 - ``run-sweep/nightly-sweep``: the ablation sweep (flows/sweep.py) on the ``deploy.nightly_cron`` schedule
   in ``deploy.timezone``; it can also be run on demand with the same kind of form.
 
@@ -10,8 +12,10 @@
     python -m flows.deploy --set run.out_dir=outputs/ui   # --set values become the forms' default overrides
     prefect deployment run run-pipeline/pipeline -p targets='["prepare"]'
 
-A triggered run reads params.yaml (or ``--params``) when it starts, then applies its ``overrides`` with the
-code of the CLI's ``--set``, so a run from the UI and ``python -m flows.pipeline --set ...`` agree.
+A triggered run reads params.yaml (or ``--params``) when it starts, then applies its ``settings`` (turned into
+``--set`` items by ``to_overrides``) and then its ``overrides`` with the code of the CLI's ``--set``, so a run
+from the UI and ``python -m flows.pipeline --set ...`` agree, and a value the form lets through that params.yaml's
+models refuse stops the run with load_params' message.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from prefect import flow, serve
 from prefect.schedules import Cron
 
 from components.params import Params, ParamsError, load_params
+from components.run_form import RunForm, to_overrides
 from flows.pipeline import METHODS, STAGES, VARIANTS, pipeline
 from tasks.runtime import PARAMS_PATH, params_from_args, run_stage, stage_argparser
 
@@ -36,40 +41,51 @@ Variant = Literal[tuple(VARIANTS)]  # type: ignore[valid-type]
 Method = Literal[tuple(METHODS)]  # type: ignore[valid-type]
 
 
-def _params(overrides: Sequence[str]) -> Params:
-    return load_params(PARAMS_PATH, overrides=list(overrides))
+NO_SETTINGS = RunForm()
+"""The form's default: every typed field empty, so params.yaml (and the free-text overrides) decide."""
+
+
+def _params(settings: RunForm | None, overrides: Sequence[str]) -> Params:
+    """params.yaml with the form's typed settings, then its free-text overrides (which win on a shared key)."""
+    return load_params(PARAMS_PATH, overrides=[*to_overrides(settings), *overrides])
 
 
 @flow(name="run-pipeline", log_prints=True)
-def run_pipeline(targets: Sequence[Target] = (), overrides: Sequence[str] = ()) -> dict[str, float]:
+def run_pipeline(targets: Sequence[Target] = (), settings: RunForm = NO_SETTINGS,
+                 overrides: Sequence[str] = ()) -> dict[str, float]:
     """The pipeline with this run's settings.
 
     Args:
         targets: Stages to run, each with the stages it depends on, as `dvc repro` takes them; empty: the
             main job, as `python -m flows.pipeline` runs it.
-        overrides: Settings for this run only, one `key=value` each as `--set` takes them, e.g.
-            `run.out_dir=outputs/try1` or `data.n_test=10`.
+        settings: The settings changed most, typed as params.yaml types them; empty fields keep its values.
+        overrides: Any other setting for this run only, one `key=value` each as `--set` takes them, e.g.
+            `grpo.lr=5e-5`; applied after `settings`.
     """
-    return pipeline(params=_params(overrides), targets=list(targets) or None)
+    return pipeline(params=_params(settings, overrides), targets=list(targets) or None)
 
 
 @flow(name="run-sweep", log_prints=True)
 def run_sweep(variants: Sequence[Variant] = (), seeds: Sequence[int] = (), overrides: Sequence[str] = (),
-              runner: Literal["thread", "ray"] | None = None, methods: Sequence[Method] = ()) -> Any:
+              runner: Literal["thread", "ray"] | None = None, methods: Sequence[Method] = (),
+              settings: RunForm = NO_SETTINGS) -> Any:
     """The ablation sweep with this run's settings.
 
     Args:
         variants: Training variants to compare (`train_policy --variant`); empty: `sweep.variants` of
             params.yaml (none when methods are picked).
         seeds: Seeds each variant trains with and each method is evaluated with; empty: `sweep.seeds`.
-        overrides: Settings for this run only, one `key=value` each as `--set` takes them, e.g. `grpo.steps=4`.
+        overrides: Any other setting for this run only, one `key=value` each as `--set` takes them, e.g.
+            `grpo.lr=5e-5`; applied after `settings`.
         runner: Where the runs execute: threads of the serving process, or Ray; empty: `sweep.runner`.
         methods: Evaluated methods to compare (`evaluate --method`), e.g. Co-ReAct and its baselines; empty:
             `sweep.methods`.
+        settings: The settings changed most (training steps, data sizes, profile, ...), typed as params.yaml
+            types them; empty fields keep its values.
     """
     from flows.sweep import sweep  # imported when a run starts: serving does not need the sweep module
 
-    return sweep(params=_params(overrides), variants=list(variants) or None, seeds=list(seeds) or None,
+    return sweep(params=_params(settings, overrides), variants=list(variants) or None, seeds=list(seeds) or None,
                  runner=runner, methods=list(methods) or None)
 
 

@@ -43,6 +43,7 @@ def served(server: dict[str, str], tmp_path: Path) -> Iterator[tuple]:
 
 def test_served_pipeline_runs_from_the_api_and_the_sweep_is_scheduled(server, served, tmp_path):
     from prefect.deployments import run_deployment
+    from prefect.exceptions import PrefectHTTPStatusError
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     proc, log = served
@@ -55,18 +56,25 @@ def test_served_pipeline_runs_from_the_api_and_the_sweep_is_scheduled(server, se
         assert props["targets"]["type"] == "array"
         assert set(props["targets"]["items"]["enum"]) == {*STAGES, "evaluate", "train_policy", "train_rubric_generator"}
         assert (props["overrides"]["type"], props["overrides"]["items"]) == ("array", {"type": "string"})
+        # beside them the typed settings (components/run_form.py), which the server checks before a run starts
+        form = pipeline_dep.parameter_openapi_schema["definitions"]["RunForm"]["properties"]
+        assert form["source"]["anyOf"][0]["enum"][0] == "world" and form["n_questions"]["anyOf"][0]["minimum"] == 1
+        with pytest.raises(PrefectHTTPStatusError, match="n_questions"):
+            run_deployment("run-pipeline/pipeline", timeout=0, parameters={"settings": {"n_questions": 0}})
 
         # the nightly schedule as params.yaml sets it
         deploy = load_params("params.yaml").deploy
         assert [(s.schedule.cron, s.schedule.timezone, s.active) for s in sweep_dep.schedules] == [
             (deploy.nightly_cron, deploy.timezone, True)]
 
+        world = [item for item in TINY_WORLD if item.startswith("world.")]
         run = run_deployment("run-pipeline/pipeline", timeout=600, parameters={
-            "targets": ["prepare"], "overrides": [f"run.out_dir={out_dir}", *TINY_WORLD]})
+            "targets": ["prepare"], "settings": {"out_dir": str(out_dir), "n_train": 2, "n_dev": 2, "n_test": 4},
+            "overrides": world})
         assert run.state is not None and run.state.is_completed(), (
             f"flow run ended {run.state}:\n{tail(log)}")
 
-    # the run applied its overrides: the tiny world's split sizes, under the run's own out_dir
+    # the run applied its settings and overrides: the tiny world's split sizes, under the run's own out_dir
     summary = json.loads((out_dir / "data" / "summary.json").read_text())
     assert (summary["source"], summary["questions_test"], summary["questions_train"]) == ("world", 4, 2)
     assert len(read_jsonl(out_dir / "data" / "test.jsonl", Question)) == 4
