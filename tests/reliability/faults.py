@@ -45,7 +45,7 @@ TRANSPORT = ("http_429", "http_500", "timeout", "truncated_body", "malformed_bod
 ANSWER = ("out_of_range", "wrong_length", "empty_answer", "truncated_answer")
 KINDS = TRANSPORT + ANSWER
 DOOMED = "DOOMED"
-TIMEOUT_S = 0.4
+TIMEOUT_S = 1.5  # long enough that an honest reply on a loaded 2-core machine is never late
 
 SETTINGS = MiddlewareParams(max_concurrency=8, timeout_s=TIMEOUT_S, max_attempts=4, backoff_initial_s=0.001,
                             backoff_max_s=0.004, backoff_jitter_s=0.001, cache=False)
@@ -119,7 +119,7 @@ class FaultServer:
         if kind == "http_429":
             return ("status", 429)
         if kind == "timeout":
-            return ("sleep", 3 * TIMEOUT_S)
+            return ("sleep", TIMEOUT_S + 1.0)
         if kind == "malformed_body":
             return ("malformed", "<html><body>502 Bad Gateway</body></html>")
         if kind == "empty_body":
