@@ -23,3 +23,11 @@ class SharedOverrides(Section):
 
     def empty(self) -> bool:
         return not (self.grpo or self.sft or self.agent)
+
+
+def shared_overrides_field() -> Any:
+    """The ``shared`` field of a method's params section (one definition for every method that has one)."""
+    return Field(default_factory=SharedOverrides, description=(
+        "This method's values for the shared grpo/sft/agent blocks, applied when its variants (and its warm start) "
+        "run; the paper profile holds its paper's training settings here. Not part of a run key by itself: the "
+        "effective blocks are."))

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from components.params_section import Section, SharedOverrides
+from components.params_section import Section, SharedOverrides, shared_overrides_field
 
 
 class ArborParams(Section):
     """ARBOR (rubric memory + pairwise process reward) and its baselines rar / arbor_no_memory (paper Table 4)."""
-    shared: SharedOverrides = Field(default_factory=SharedOverrides, description=(
-        "This method's values for the shared grpo/sft/agent blocks, applied when its variants (and its warm start) "
-        "run; the paper profile holds its paper's training settings here. Not part of a run key by itself: the "
-        "effective blocks are."))
+    shared: SharedOverrides = shared_overrides_field()
 
     shaping_lambda: float = Field(default=0.1, ge=0, description="lambda: weight of the centred rubric term in "
                                   "R_total = R_base + lambda * s.")

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from components.params_section import Section, SharedOverrides
+from components.params_section import Section, SharedOverrides, shared_overrides_field
 
 
 class ArcoSetup(Section):
@@ -26,10 +26,7 @@ class ArcoSetup(Section):
 class ArcoParams(Section):
     """ARCO: the rubric model mu (generation head + score head on one LoRA backbone), its teacher warm-up, the
     decomposition constraint and the co-evolution with the policy (components/methods/arco/variants.py)."""
-    shared: SharedOverrides = Field(default_factory=SharedOverrides, description=(
-        "This method's values for the shared grpo/sft/agent blocks, applied when its variants (and its warm start) "
-        "run; the paper profile holds its paper's training settings here. Not part of a run key by itself: the "
-        "effective blocks are."))
+    shared: SharedOverrides = shared_overrides_field()
 
     k: int = Field(default=3, ge=1, description="K: criteria mu writes per step (paper: 3).")
     model_role: str = Field(default="trainable_policy", description="Role (an hf backend) whose weights are mu's "

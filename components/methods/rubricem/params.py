@@ -7,16 +7,13 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from components.params_section import Section, SharedOverrides
+from components.params_section import Section, SharedOverrides, shared_overrides_field
 
 
 class RubricEMParams(Section):
     """RubricEM: scaffold, SS-GRPO, stagewise evolving judge, reflection meta-policy and rubric bank (paper 3.2-3.4,
     appendices C, D, F.1.2)."""
-    shared: SharedOverrides = Field(default_factory=SharedOverrides, description=(
-        "This method's values for the shared grpo/sft/agent blocks, applied when its variants (and its warm start) "
-        "run; the paper profile holds its paper's training settings here. Not part of a run key by itself: the "
-        "effective blocks are."))
+    shared: SharedOverrides = shared_overrides_field()
 
     stage_lambda: list[list[float]] = Field(
         default_factory=lambda: [[1.0, 0.4, 0.6, 0.8], [0.0, 1.0, 0.4, 0.8], [0.0, 0.0, 1.0, 0.8], [0.0, 0.0, 0.0, 1.0]],
