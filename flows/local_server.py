@@ -1,5 +1,5 @@
 """A private Prefect server on loopback and the deployments of flows/deploy.py served against it: what the
-server test (tests/flows/test_prefect_server.py) and the UI screenshots (scripts/ui_screenshots.py) share.
+server test (tests/flows/test_prefect_server.py) and the UI screenshots (flows/ui_screenshots.py) share.
 
     with local_server(tmp / "prefect_home", log=tmp / "server.log") as env:   # env points at the server
         serving = serve_deployments(env, ["run.out_dir=/tmp/x", *TINY_WORLD], log=tmp / "serve.log")

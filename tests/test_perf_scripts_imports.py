@@ -3,9 +3,7 @@ is run as a subprocess, ``python -m tasks.<stage>``, if at all), so a stage's in
 breaking a benchmark or a probe. import-linter does not see these folders (they are not packages); the files
 are parsed here instead, imports inside functions included.
 
-One file is exempt: scripts/ui_screenshots.py photographs the Prefect UI, so it is a client of the flows layer by
-purpose (it starts the server with ``flows.local_server``). The exemption names the one module it may import and
-fails once that import is gone, so it cannot outlive its reason.
+The UI screenshots, which need the flows layer's Prefect server, live in flows/ (``python -m flows.ui_screenshots``).
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted([*ROOT.glob("perf/*.py"), *ROOT.glob("scripts/*.py")])
 LAYERS = ("tasks", "flows")
-EXEMPT = {"scripts/ui_screenshots.py": {"flows.local_server"}}  # file -> the layer modules it may import
 
 
 def layer_imports(path: Path) -> set[str]:
@@ -42,10 +39,8 @@ def test_there_are_files_to_check():
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_perf_and_scripts_import_no_task_or_flow(path):
     name = str(path.relative_to(ROOT))
-    allowed = EXEMPT.get(name, set())
     found = layer_imports(path)
-    assert found <= allowed, f"{name} imports {sorted(found - allowed)}: import components instead"
-    assert found >= allowed, f"{name} no longer imports {sorted(allowed - found)}: drop its exemption"
+    assert not found, f"{name} imports {sorted(found)}: import components instead"
 
 
 def test_the_check_sees_every_form_of_import(tmp_path):

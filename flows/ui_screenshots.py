@@ -1,7 +1,7 @@
 """Screenshots of the Prefect UI as a user sees it, for docs/ui/: the pipeline deployment's run form, a
 completed flow run of it, and the nightly-sweep deployment with its schedule.
 
-    .venv/bin/python scripts/ui_screenshots.py [--out docs/ui]
+    .venv/bin/python -m flows.ui_screenshots [--out docs/ui]
 
 It starts a private Prefect server with its UI on a free loopback port (temporary PREFECT_HOME, sqlite,
 analytics off), serves the deployments with `python -m flows.deploy` (its --set values, a tiny world and a
