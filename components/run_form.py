@@ -15,7 +15,7 @@ No Prefect here: flows/deploy.py makes this model a parameter of its flows.
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
 from components.params import DataParams, EvaluationParams, GRPOParams, RunParams
 
@@ -40,10 +40,13 @@ _SECTIONS: dict[str, tuple[type[BaseModel], str]] = {
 
 
 def _same_as(field: str) -> Any:
-    """The type of the params field behind a form field, with its constraints (ge, le, ...), or None (unset)."""
+    """The type of the params field behind a form field, with its constraints (ge, le, ...), or None (unset).
+    The form shows the params type alone (a number input, a choice list) rather than a switch between it and
+    None: a field the user leaves empty is simply not sent, and stays None."""
     model, name = _SECTIONS[field]
     info = model.model_fields[name]
-    return Annotated[(info.annotation, *info.metadata)] | None if info.metadata else info.annotation | None
+    typed = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    return Annotated[typed | None, WithJsonSchema(TypeAdapter(typed).json_schema())]
 
 
 def _describe(field: str, model: type[BaseModel], name: str) -> dict[str, Any]:
@@ -60,10 +63,12 @@ class RunForm(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    profile: Profile | None = Field(default=None, title="profile", description="The profile whose values apply "
-                                    "over params.yaml's top level. Empty: the one params.yaml names.")
+    profile: Annotated[Profile | None, WithJsonSchema(TypeAdapter(Profile).json_schema())] = Field(
+        default=None, title="profile",
+        description="The profile whose values apply over params.yaml's top level. Empty: the one params.yaml names.")
     # a choice list even while there is one overlay (pydantic writes a lone Literal as `const`)
-    overlay: list[Annotated[Overlay, WithJsonSchema({"type": "string", "enum": list(get_args(Overlay))})]] | None = Field(
+    overlay: Annotated[list[Overlay] | None, WithJsonSchema(
+        {"type": "array", "items": {"type": "string", "enum": list(get_args(Overlay))}})] = Field(
         default=None, title="overlay", description="Overlays applied over the profile, in this order (--overlay). "
         "Empty: none.")
     source: _same_as("source") = _field("source")  # type: ignore[valid-type]

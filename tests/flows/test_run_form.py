@@ -19,10 +19,12 @@ from flows.deploy import _params, deployments, run_pipeline, run_sweep
 
 
 def typed(schema: dict, field: str) -> dict:
-    """The non-null branch of an optional field of the form in a flow's parameter schema."""
+    """An optional field of the form in a flow's parameter schema: its params type alone, with no None branch
+    (the UI then shows a plain input, not a type switch)."""
     ref = schema["properties"]["settings"]["$ref"].rsplit("/", 1)[-1]
     prop = schema["definitions"][ref]["properties"][field]
-    return next(branch for branch in prop["anyOf"] if branch.get("type") != "null")
+    assert "anyOf" not in prop, prop
+    return {k: v for k, v in prop.items() if k not in ("title", "description", "default")}
 
 
 def minimum(model, name: str) -> int:
