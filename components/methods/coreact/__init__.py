@@ -7,6 +7,7 @@
   warm start and the stage's recipe (3.2); stage ``train_rubric_generator``
 - ``agent``, ``verifier``: the inject-verify-retry agent (3.3)
 - ``baselines``: Best-of-N, Step-Back, CRITIC, Self-Refine, each with the rubric plug-in (4.1)
-- ``guided_metrics``, ``report``: retry rates and the comparison table of ``evaluate@<method>`` runs
+- ``guided_metrics``: retry and verification rates of ``evaluate@<method>`` runs (their comparison table is
+  the shared ``components.reporting.methods``)
 - ``params``, ``plugin``: its params sections and its registration
 """
