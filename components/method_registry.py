@@ -52,18 +52,19 @@ def load_methods(extra: Iterable[str] = ()) -> list[MethodSpec]:
     return [METHODS.get(name) for name in METHODS.names()]
 
 
+def _owner(kind: str, name: str) -> MethodSpec | None:
+    """The loaded method whose ``kind`` (``variants`` or ``agents``) lists ``name``, or None."""
+    return next((spec for spec in load_methods() if name in getattr(spec, kind)), None)
+
+
 def variant_method(variant: str) -> MethodSpec | None:
     """The method that registered ``variant``, or None for a shared variant (grpo, dapo)."""
-    load_methods()
-    owners = [METHODS.get(name) for name in METHODS.names() if variant in METHODS.get(name).variants]
-    return owners[0] if owners else None
+    return _owner("variants", variant)
 
 
 def agent_method(agent: str) -> MethodSpec | None:
     """The method that registered the agent ``agent`` (``scaffold`` -> RubricEM), or None for a shared one."""
-    load_methods()
-    owners = [METHODS.get(name) for name in METHODS.names() if agent in METHODS.get(name).agents]
-    return owners[0] if owners else None
+    return _owner("agents", agent)
 
 
 def method_section(spec: MethodSpec | None) -> str | None:
