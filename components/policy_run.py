@@ -174,9 +174,10 @@ class PolicyRun:
             self.parts = get_variant(variant)(VariantContext(params=params, roles=roles, toolbox=toolbox,
                                                              out_dir=folder))
             agent = self.parts.agent
-            effective = variant_grpo(params.grpo, self.parts)  # what the variant trains with (dapo's refill) is keyed
-            keyed = params if effective.dynamic_sampling_max_rounds == (params.grpo.dynamic_sampling_max_rounds or 0) \
-                else params.model_copy(update={"grpo": effective})
+            self.config = variant_grpo(params.grpo, self.parts)  # what it trains with (dapo's refill) is keyed
+            refill = self.config.dynamic_sampling_max_rounds
+            keyed = params if refill == (params.grpo.dynamic_sampling_max_rounds or 0) \
+                else params.model_copy(update={"grpo": self.config})
             self.settings = run_settings(keyed, variant, agent)
             keyed_folder(folder, self.settings)
             write_json(folder / "lineage.json", lineage_record(self.settings))
@@ -217,7 +218,7 @@ class PolicyRun:
             pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)  # kept current: a crash loses nothing
             write_rubrics(parts.method, folder / "rubrics", step)
 
-        config = variant_grpo(params.grpo, parts)  # e.g. dapo's dynamic-sampling refill
+        config = self.config
         if parts.order_prompts is not None:  # the variant's curriculum fixes the order
             questions, config = parts.order_prompts(questions), config.model_copy(update={"shuffle": False})
         self.trainer = trainer = GRPOTrainer(
