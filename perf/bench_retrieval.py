@@ -1,0 +1,208 @@
+"""Retrieval and slate latency against the issue's targets (issue 49.6), all in one process: Co-ReAct's MMR slate
+selection over a 12-action pool, BM25 search over a 10k-paragraph corpus, and dense (MiniLM + faiss) search over
+the same corpus, each timed per call over a fixed query set and reported as p50 / p95.
+
+- MMR: :func:`components.methods.coreact.slates.select_slate` (dedupe, pool BM25, MMR) with the embedded
+  ``collect.slate_size`` and ``collect.mmr_lambda``; target p95 under 5 ms a slate.
+- BM25: :class:`components.retrieval.bm25.BM25Index` ``search`` (scores, top ``retrieval.top_k``, snippets), the
+  search tool's path; target p95 under 20 ms a query.
+- dense: :class:`components.retrieval.dense.DenseIndex` ``search`` with the embedded MiniLM loaded offline
+  (:func:`components.embedded.models.load_embedder`), the query's embedding included; target p95 under 10 ms a
+  query. Skipped, with the reason in the JSON, when the model cannot be loaded or with ``--no-dense``.
+
+The corpus is the embedded world (``params.yaml``'s ``world`` sizes) enlarged deterministically: every entity count
+is multiplied by the smallest factor that gives at least ``--paragraphs`` paragraphs, and the first
+``--paragraphs`` of the generated (seeded, shuffled) documents are kept. The queries are the same world's
+questions, alternately a question's text and the entity title its first hop looks up (what an agent searches
+for). A slate pool per question: twelve actions built from its hop titles, other titles, a browse, finish
+guesses and spelling variants of the same search (which dedupe must merge), with the question plus its first
+gold paragraph as the relevance context.
+
+Run (about a minute at full size on 2 cores, most of it embedding the corpus)::
+
+    python perf/bench_retrieval.py [--paragraphs 10000] [--queries 200] [--repeats 3] [--no-dense] \\
+        [--out perf/results/retrieval.json]
+
+Prints a table and writes JSON: ``rows`` (measure, figures, value = p95 in ms, target, met, p50_ms, p95_ms),
+the corpus and query sizes, index build times and the machine's load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from components.methods.coreact.slates import select_slate, slate_context
+from components.params import load_params
+from components.retrieval.bm25 import BM25Index
+from components.schemas import Document, Question
+from components.world import generate_world
+
+RESULTS = Path(__file__).parent / "results" / "retrieval.json"
+POOL_SIZE = 12
+TARGETS_MS = {"mmr": 5.0, "bm25": 20.0, "dense": 10.0}
+
+
+def corpus_world(n_paragraphs: int, n_questions: int, world: dict, seed: int):
+    """The embedded world scaled by the smallest integer factor with at least ``n_paragraphs`` paragraphs."""
+    sizes = {k: world[k] for k in ("n_people", "n_films", "n_cities", "n_companies")}
+
+    def make(factor: int):
+        return generate_world(seed=seed, **{k: v * factor for k, v in sizes.items()},
+                              distractors_per_entity=world["distractors_per_entity"],
+                              question_mix=world["question_mix"], n_questions=n_questions)
+
+    first = make(1)
+    factor = max(1, math.ceil(n_paragraphs / len(first.documents)))
+    built = make(factor) if factor > 1 else first
+    while len(built.documents) < n_paragraphs:  # a world's paragraph count is not exactly linear in its sizes
+        factor += 1
+        built = make(factor)
+    return built, factor
+
+
+def query_set(questions: Sequence[Question], n: int) -> list[str]:
+    """``n`` queries: alternately a question's text and the title its first hop reads."""
+    out = []
+    for i, q in enumerate(questions[:n]):
+        out.append(q.question if i % 2 == 0 else q.metadata["hop_titles"][0])
+    return out
+
+
+def slate_pool(question: Question, titles: Sequence[str], rng: random.Random) -> list[str]:
+    """Twelve candidate actions for a branching point of ``question`` (see the module docstring)."""
+    hops = list(dict.fromkeys(question.metadata["hop_titles"]))
+    pool = [f"search[{hops[0]}]", f"Search[{hops[0]}] ", f"search[{hops[0].lower()}]."]
+    pool += [f"search[{t}]" for t in hops[1:]]
+    pool += [f"search[{' '.join(question.question.split()[:6])}]", f"browse[wd-{rng.randrange(10000):05d}]",
+             f"finish[{question.answers[0]}]", f"finish[{rng.choice(titles)}]"]
+    while len(pool) < POOL_SIZE:
+        pool.append(f"search[{rng.choice(titles)}]")
+    return pool[:POOL_SIZE]
+
+
+def time_calls(fn: Callable[[object], object], inputs: Sequence[object], repeats: int, warmup: int = 3) -> np.ndarray:
+    """Milliseconds of each call of ``fn`` on each input, ``repeats`` passes after ``warmup`` untimed calls."""
+    for x in inputs[:warmup]:
+        fn(x)
+    times = []
+    for _ in range(repeats):
+        for x in inputs:
+            start = time.perf_counter_ns()
+            fn(x)
+            times.append((time.perf_counter_ns() - start) / 1e6)
+    return np.asarray(times)
+
+
+def latency_row(key: str, measure: str, times_ms: np.ndarray) -> dict:
+    p50, p95 = (float(np.percentile(times_ms, q)) for q in (50, 95))
+    target = TARGETS_MS[key]
+    return {"key": key, "measure": measure, "figures": f"p50 {p50:.2f} ms, p95 {p95:.2f} ms over {len(times_ms)} calls",
+            "value": p95, "unit": "ms (p95)", "target": f"p95 < {target:g} ms", "met": p95 < target,
+            "p50_ms": p50, "p95_ms": p95, "mean_ms": float(times_ms.mean()), "calls": len(times_ms)}
+
+
+def skipped_row(key: str, measure: str, reason: str) -> dict:
+    return {"key": key, "measure": measure, "figures": f"skipped: {reason}", "value": None, "unit": "ms (p95)",
+            "target": f"p95 < {TARGETS_MS[key]:g} ms", "met": None, "skipped": reason}
+
+
+def load_dense_embedder():
+    """The embedded MiniLM, or the reason it cannot be loaded offline."""
+    try:
+        from components.embedded.models import load_embedder
+
+        return load_embedder(), None
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:  # parts missing, files unreadable, bad config
+        return None, f"MiniLM could not be loaded offline: {type(exc).__name__}: {exc}"
+
+
+def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path: str = "params.yaml") -> dict:
+    params = load_params(params_path)
+    world_sizes = params.world.model_dump()
+    started = time.perf_counter()
+    world, factor = corpus_world(paragraphs, n_queries, world_sizes, params.seed)
+    docs: list[Document] = world.documents[:paragraphs]
+    world_s = time.perf_counter() - started
+    queries = query_set(world.questions, n_queries)
+    top_k, snippet_chars = params.retrieval.top_k, params.retrieval.snippet_chars
+    k, lam = params.collect.slate_size, params.collect.mmr_lambda
+    rng = random.Random(f"bench_retrieval:{params.seed}")
+    titles = [d.title for d in docs]
+    by_id = {d.id: d for d in world.documents}
+    pools = [(slate_pool(q, titles, rng), slate_context(q.question, by_id[q.gold_chain[0].doc_id].text))
+             for q in world.questions[:n_queries]]
+
+    rows, build = [], {}
+    mmr_ms = time_calls(lambda pc: select_slate(pc[0], k=k, lam=lam, context=pc[1]), pools, repeats)
+    rows.append(latency_row("mmr", f"MMR slate, {POOL_SIZE}-action pool, k={k}", mmr_ms))
+
+    started = time.perf_counter()
+    bm25 = BM25Index(docs, snippet_chars=snippet_chars)
+    build["bm25_s"] = time.perf_counter() - started
+    bm25_ms = time_calls(lambda q: bm25.search(q, top_k), queries, repeats)
+    rows.append(latency_row("bm25", f"BM25 search, {len(docs)} paragraphs, top {top_k}", bm25_ms))
+
+    measure = f"dense search (MiniLM + faiss), {len(docs)} paragraphs, top {top_k}"
+    if not dense:
+        rows.append(skipped_row("dense", measure, "--no-dense"))
+    else:
+        embedder, why = load_dense_embedder()
+        if embedder is None:
+            rows.append(skipped_row("dense", measure, why))
+        else:
+            from components.retrieval.dense import DenseIndex, embed
+
+            started = time.perf_counter()
+            index = DenseIndex(docs, embedder, snippet_chars=snippet_chars)
+            build["dense_s"] = time.perf_counter() - started
+            rows.append(latency_row("dense", measure, time_calls(lambda q: index.search(q, top_k), queries, repeats)))
+            encode_ms = time_calls(lambda q: embed(embedder, [q]), queries, repeats)
+            build["dense_query_encode_p50_ms"] = float(np.percentile(encode_ms, 50))
+    return {"corpus": {"paragraphs": len(docs), "world_scale": factor, "world_sizes": world_sizes,
+                       "seed": params.seed, "generate_s": round(world_s, 3)},
+            "queries": len(queries), "pools": len(pools), "repeats": repeats, "build": build, "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--paragraphs", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=200, help="queries, and slate pools (one per question)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes over the queries")
+    parser.add_argument("--no-dense", action="store_true", help="skip the dense row (no MiniLM)")
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    for name in ("paragraphs", "queries", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+
+    load_before = os.getloadavg()
+    report = run(args.paragraphs, args.queries, args.repeats, dense=not args.no_dense, params_path=args.params)
+    report["machine"] = {"cpu_count": os.cpu_count(), "python": platform.python_version(),
+                         "loadavg_before": [round(x, 2) for x in load_before],
+                         "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+    print(f"{'measure':58s} {'p50 ms':>8s} {'p95 ms':>8s} {'target':>14s}  met")
+    for r in report["rows"]:
+        if r["met"] is None:
+            print(f"{r['measure']:58s} {r['figures']}")
+        else:
+            print(f"{r['measure']:58s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['target']:>14s}  "
+                  f"{'yes' if r['met'] else 'NO'}")
+    print(f"load average before {report['machine']['loadavg_before']}, after {report['machine']['loadavg_after']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
