@@ -1,0 +1,189 @@
+"""The benchmark suite (``python -m perf``, perf/suite.py) with fake benchmarks: what runs and what ``--quick`` skips,
+failures recorded as values, rows read from a script's JSON, the table, and the generated section of the
+performance page rewritten between its markers while the rest of the page stays. Plus ``perf/bench_retrieval.py``
+at 1k paragraphs without the dense model, for the fields of its JSON. About 5 s.
+
+    .venv/bin/python -m pytest -q tests/test_perf_suite.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"perf_{name}", ROOT / "perf" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+suite = load("suite")
+
+WRITES_ROWS = """
+import argparse, json, os
+p = argparse.ArgumentParser(); p.add_argument("--scale", type=float, default=1.0); p.add_argument("--out")
+a = p.parse_args()
+print("fake bench running")
+json.dump({"rows": [{"measure": "speed", "ratio": 2.0 * a.scale, "target": ">= 1.5", "met": 2.0 * a.scale >= 1.5},
+                    {"measure": "memory", "value": 3, "unit": "GiB", "target": "<= 2", "met": False}]},
+          open(a.out, "w"))
+"""
+OLD_STYLE = """
+import argparse, json
+p = argparse.ArgumentParser(); p.add_argument("--out"); a = p.parse_args()
+json.dump({"results": {"fast": 1.25}}, open(a.out, "w"))
+"""
+CRASHES = "import sys; print('something broke'); sys.exit(3)\n"
+WRITES_NOTHING = "print('forgot the json')\n"
+
+
+@pytest.fixture
+def registry(tmp_path):
+    scripts = {}
+    for name, text in [("rows", WRITES_ROWS), ("old", OLD_STYLE), ("crash", CRASHES), ("nothing", WRITES_NOTHING),
+                       ("long", WRITES_ROWS)]:
+        scripts[name] = tmp_path / f"{name}.py"
+        scripts[name].write_text(text)
+    return [
+        suite.Benchmark("rows", str(scripts["rows"]), ["--scale", "0.5"], targets="speed >= 1.5"),
+        suite.Benchmark("old", str(scripts["old"]), extract=lambda d: [suite.info("fast", d["results"]["fast"], "x")]),
+        suite.Benchmark("crash", str(scripts["crash"])),
+        suite.Benchmark("nothing", str(scripts["nothing"])),
+        suite.Benchmark("long", str(scripts["long"]), quick_skip="needs the real models"),
+        suite.Benchmark("absent", str(tmp_path / "bench_absent.py")),
+    ]
+
+
+def by_name(result: dict) -> dict:
+    return {e["name"]: e for e in result["benchmarks"]}
+
+
+def test_quick_runs_each_script_and_records_failures_and_skips_as_values(registry, tmp_path):
+    result = by_name(suite.run_suite(registry, quick=True, run_dir=tmp_path / "runs", echo=lambda _: None))
+
+    rows = result["rows"]
+    assert rows["status"] == "ran" and rows["command"].endswith("rows.py --scale 0.5")
+    # the script's own arguments reached it: 2.0 x 0.5 = 1.0 misses the target it reports
+    assert [(r["measure"], r["value"], r["met"]) for r in rows["rows"]] == [("speed", 1.0, False), ("memory", 3, False)]
+    assert set(rows["load_before"]) == {"loadavg", "cpu_count"} and len(rows["load_after"]["loadavg"]) == 3
+    assert json.loads((tmp_path / "runs" / "rows.json").read_text())["rows"][0]["ratio"] == 1.0
+
+    assert [(r["measure"], r["value"], r["target"], r["met"]) for r in result["old"]["rows"]] == [("fast", 1.25, None, None)]
+    assert result["crash"]["status"] == "failed" and result["crash"]["reason"] == "exit status 3"
+    assert result["crash"]["output_tail"] == ["something broke"]
+    assert result["nothing"]["status"] == "failed" and "no readable JSON" in result["nothing"]["reason"]
+    assert result["long"]["status"] == "skipped" and result["long"]["reason"] == "--quick: needs the real models"
+    assert result["absent"]["status"] == "skipped" and "is not in this tree" in result["absent"]["reason"]
+
+
+def test_without_quick_the_long_benchmark_runs_and_only_selects(registry, tmp_path):
+    result = suite.run_suite(registry, quick=False, only=["long"], run_dir=tmp_path, echo=lambda _: None)
+    assert [e["name"] for e in result["benchmarks"]] == ["long"]
+    assert result["benchmarks"][0]["status"] == "ran" and result["command"] == "python -m perf --only long"
+    with pytest.raises(suite.SuiteError, match="unknown benchmark.*nope.*known: rows, old"):
+        suite.run_suite(registry, quick=False, only=["nope"], run_dir=tmp_path)
+
+
+def test_quick_arguments_and_missing_requirements(registry, tmp_path):
+    rows = registry[0]
+    rows.quick_args = ["--scale", "1.0"]
+    rows.requires = ("json",)
+    absent_module = suite.Benchmark("needs", rows.script, requires=("no_such_module_here",))
+    result = by_name(suite.run_suite([rows, absent_module], quick=True, run_dir=tmp_path, echo=lambda _: None))
+    assert result["rows"]["command"].endswith("rows.py --scale 1.0") and result["rows"]["rows"][0]["met"] is True
+    assert result["needs"]["status"] == "skipped"
+    assert result["needs"]["reason"] == "needs no_such_module_here, not installed"
+    full = suite.run_suite([rows], quick=False, run_dir=tmp_path, echo=lambda _: None)["benchmarks"][0]
+    assert full["command"].endswith("rows.py --scale 0.5") and full["rows"][0]["met"] is False
+
+
+def test_a_timed_out_benchmark_is_killed_and_recorded(tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text("import time; time.sleep(30)\n")
+    record = suite.run_one(suite.Benchmark("slow", str(script)), tmp_path / "slow.json", timeout_s=1,
+                           echo=lambda _: None)
+    assert record["status"] == "failed" and record["reason"] == "killed after 1 s" and record["wall_s"] < 10
+
+
+def test_rows_with_a_target_are_found_at_any_depth():
+    data = {"machine": {"load": 1}, "sides": {"grpo": [{"metric": "tok/s", "side": "ours/trl", "ratio": 0.8,
+                                                        "target": 1.0, "met": False}]}}
+    assert suite.target_rows(data) == [{"measure": "tok/s (ours/trl)", "value": 0.8, "unit": "", "figures": "",
+                                        "target": "1.0", "met": False}]
+    trl_style = {"ratios": [{"case": "tiny", "metric": "grpo tokens/s", "ours": 10.0, "trl": 8.0,
+                             "ratio_ours_over_trl": 1.25, "target": 1.0, "met": True}]}
+    assert [(r["measure"], r["value"], r["met"]) for r in suite.target_rows(trl_style)] == [
+        ("grpo tokens/s (tiny)", 1.25, True)]
+
+
+def test_table_and_doc_section(registry, tmp_path):
+    result = suite.run_suite(registry, quick=True, run_dir=tmp_path / "runs", echo=lambda _: None)
+    lines = suite.table_rows(result)
+    speed = next(line for line in lines if line[1] == "speed")
+    assert speed[:6] == ["rows", "speed", "1", "-", ">= 1.5", "NO"] and "->" in speed[7]
+    assert next(line for line in lines if line[1] == "memory")[2] == "3 GiB"
+    assert next(line for line in lines if line[0] == "crash")[6] == "failed (exit status 3)"
+    assert "skipped (--quick: needs the real models)" in suite.text_table(result)
+
+    section = suite.markdown_section(result)
+    assert "targets met 0 of 2" in section and "| rows | speed | 1 | - | >= 1.5 | NO |" in section
+    assert f"`{result['command']}`" in section and result["date"] in section
+
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"# Performance\n\nhand-written intro\n\n{suite.BEGIN}\nold table\n{suite.END}\n\nhand-written end\n")
+    suite.write_doc(doc, section)
+    text = doc.read_text()
+    assert "old table" not in text and "| rows | speed |" in text
+    assert text.startswith("# Performance\n\nhand-written intro\n\n") and text.endswith(f"{suite.END}\n\nhand-written end\n")
+    suite.write_doc(doc, section)  # idempotent: a second write leaves the same page
+    assert doc.read_text() == text
+
+    doc.write_text("# Performance\n\nno markers\n")
+    with pytest.raises(suite.SuiteError, match="performance.md: the generated section needs"):
+        suite.write_doc(doc, section)
+
+
+def test_the_registry_names_each_perf_script_once_and_trl_by_name():
+    scripts = [b.script for b in suite.REGISTRY]
+    assert len(set(scripts)) == len(scripts) and len({b.name for b in suite.REGISTRY}) == len(scripts)
+    on_disk = {f"perf/{p.name}" for p in (ROOT / "perf").glob("*.py")} - {"perf/suite.py", "perf/__main__.py"}
+    assert on_disk <= set(scripts), f"perf scripts missing from the registry: {on_disk - set(scripts)}"
+    assert "perf/bench_trl.py" in scripts
+    assert all(b.quick_skip for b in suite.REGISTRY if b.needs_models)
+
+
+def test_bench_retrieval_small_corpus_writes_rows_against_the_targets(tmp_path):
+    out = tmp_path / "retrieval.json"
+    subprocess.run([sys.executable, str(ROOT / "perf" / "bench_retrieval.py"), "--paragraphs", "1000", "--queries",
+                    "10", "--repeats", "1", "--no-dense", "--out", str(out)], cwd=ROOT, check=True,
+                   capture_output=True, timeout=120)
+    report = json.loads(out.read_text())
+    assert report["corpus"]["paragraphs"] == 1000 and report["queries"] == 10 and report["pools"] == 10
+    rows = {r["key"]: r for r in report["rows"]}
+    assert set(rows) == {"mmr", "bm25", "dense"}
+    for key, target in [("mmr", 5.0), ("bm25", 20.0)]:
+        r = rows[key]
+        assert r["calls"] == 10 and 0 < r["p50_ms"] <= r["p95_ms"] == r["value"]
+        assert r["target"] == f"p95 < {target:g} ms" and r["met"] == (r["p95_ms"] < target)
+    assert rows["dense"]["met"] is None and rows["dense"]["skipped"] == "--no-dense"
+    assert len(report["machine"]["loadavg_before"]) == 3
+    # the suite reads these rows as they are
+    assert [r["measure"] for r in suite.target_rows(report)] == [rows[k]["measure"] for k in ("mmr", "bm25", "dense")]
+
+
+@pytest.mark.parametrize("bench", [b for b in suite.REGISTRY if b.recorded and (ROOT / b.recorded).exists()],
+                         ids=lambda b: b.name)
+def test_each_recorded_results_file_reads_as_rows(bench):
+    got = suite.recorded_rows(bench)
+    assert "recorded_error" not in got, got.get("recorded_error")
+    assert got["rows"] and all(r["measure"] and r["value"] is not None or r["figures"] for r in got["rows"])
