@@ -1,31 +1,32 @@
-"""Judge bench: how well the answer judge and ARBOR's pairwise judge agree with the embedded world's oracle, in
-text scoring and in probability scoring, on the real judge model.
+"""Judge bench: how well each judgment the methods make agrees with the embedded world's oracle, in text
+scoring, probability scoring and reference-guided judging, on the real judge model.
 
     .venv/bin/python scripts/judge_bench.py [--questions 8] [--world-seed 7] [--out outputs/judge_bench]
-                                            [--modes text probability] [--cache] [--set ...]
+        [--judgments arbor_pairwise coreact_council ...] [--modes text probability reference] [--cache] [--set ...]
 
 Builds the fixed trajectory set (:mod:`components.judges.bench.trajectories`: gold trajectories of N world
-questions and their perturbations, with oracle labels), writes it as JSONL with its digest, then asks:
+questions and their perturbations, with oracle labels), writes it as JSONL with its digest, then asks every
+selected bench judgment (:mod:`components.judges.bench.registry`; each method registers its own from
+``components/methods/<m>/bench.py``, the answer judge from :mod:`components.judges.bench.answer`) about each of
+its units, in each of the asked modes it has:
 
-- the answer judge (:func:`components.judges.answer.judge_answer`, role ``answer_judge``) about answers string
-  matching cannot decide: the gold answer in a sentence (right), and a wrong answer of the same kind and an
-  intermediate hop's answer (wrong);
-- ARBOR's pairwise judge (its prompt, parser and choice from ``components.methods.arbor.pairwise_judge``, role
-  ``arbor.judge_role``) about each pair (gold, perturbed) in both orders, on a rubric about finding each hop.
+- ``text``: the params as given;
+- ``probability``: the same params with ``llm.scoring`` set to ``probability`` for the judgment's role (set here
+  in code; params.yaml is not touched), for judgments whose answer is a label choice;
+- ``reference``: text scoring with the gold answer and facts shown, for judgments whose method's judge may see
+  them (each judgment's ``reference_note`` says why or why not; the results page lists them).
 
-Each judgment is asked once per mode: ``text`` is the params as given, ``probability`` the same params with
-``llm.scoring`` set to ``probability`` for the two roles (set here in code; params.yaml is not touched). Both
-modes share one backend (the probability pool gets the text pool's backend as an override), and the two modes
-of one prompt are asked back to back (the server's prompt cache serves the second), each mode first for every
-other prompt, so that neither mode's seconds gain more from that cache; ``s / judgment (cold)`` is over the
-judgments asked first. The response cache is off
-unless ``--cache`` (a replay would make the seconds meaningless).
+Both scorings share one backend (the probability pool gets the text pool's backends as overrides), and the
+modes of one unit are asked back to back (the server's prompt cache serves the shared prefix), the first mode
+alternating between units, so that no mode's seconds gain more from that cache; ``s / judgment (cold)`` is over
+the judgments asked first. The response cache is off unless ``--cache`` (a replay would make seconds meaningless).
 
 Writes under ``--out``: ``trajectories.jsonl`` (+ manifest), ``rows.jsonl`` (every judgment), ``summary.json``,
-``table.md``; and rewrites ``--results-page`` (default docs/results/judges_bench.md) from the summary.
+``table.md``; and rewrites ``--results-page`` (default docs/results/judges_bench.md) after each judgment, so a
+run stopped early leaves the judgments it finished (the page says which were not run).
 
-This is a script rather than a module of components.judges because it drives a method's judge, and shared code
-may not import a method package; it imports components only (never tasks or flows).
+This is a script rather than a module of components.judges because it loads the methods' judgments; it imports
+components only (never tasks or flows).
 """
 
 from __future__ import annotations
@@ -40,17 +41,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.evaluation.metrics import exact_match, normalize_answer
 from components.io import write_json, write_jsonl
-from components.judges.answer import judge_answer
 from components.judges.bench import metrics, report
+from components.judges.bench.registry import MODES, Context, load_judgments
 from components.judges.bench.trajectories import SET_VERSION, build_set, pairs, write_set
-from components.judges.call import JudgeCall, Tally, ask
-from components.judges.render import trajectory_text
-from components.llm.base import Sampling
+from components.judges.call import Tally
 from components.llm.factory import LLMPool
-from components.methods.arbor.memory import RubricText
-from components.methods.arbor.pairwise_judge import WINNER, WINNER_SCHEMA, judge_messages, parse_winner
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.bm25 import BM25Index
 from components.retrieval.scope import world_question_paragraphs
@@ -58,71 +54,15 @@ from components.retrieval.tools import make_toolbox
 from components.world import generate_world
 
 ROOT = Path(__file__).resolve().parents[1]
-RUBRIC = RubricText(
-    title="Finds each hop",
-    description="Looks up each entity of the question's chain in turn, reads every fact the answer depends on in "
-                "a retrieved paragraph, and answers with what those facts give.",
-    counter_description="Skips an entity of the chain, answers without having read a fact it depends on, or stops "
-                        "before reaching the answer.")
-
-
-def answer_items(items) -> list[dict]:
-    """Per question: the gold answer in two sentences (right), the wrong answer of the set and an intermediate
-    hop's answer (wrong); none of them an exact match, so each needs the judge."""
-    out, seen = [], set()
-    for it in items:
-        q = it.question
-        if it.variant == "gold":
-            gold = q.answers[0]
-            candidates = [(f"I believe it is {gold}", True), (f"{gold}, according to the search results", True)]
-            hops = [h.answer for h in q.gold_chain[:-1]
-                    if not exact_match(h.answer, q.answers) and normalize_answer(h.answer) not in ("yes", "no")]
-            if hops:
-                candidates.append((hops[-1], False))
-        elif it.variant == "wrong_answer":
-            candidates = [(it.trajectory.final_answer, False)]
-        else:
-            continue
-        for prediction, label in candidates:
-            if (exact_match(prediction, q.answers) and not label) or (q.id, prediction) in seen:
-                continue
-            seen.add((q.id, prediction))
-            out.append({"question": q, "prediction": prediction, "label": label,
-                        "kind": "paraphrase" if label else ("hop_answer" if it.variant == "gold" else "wrong_answer")})
-    return out
-
-
-async def ask_answer(model, item: dict) -> dict:
-    tally = Tally()
-    start = time.perf_counter()
-    verdict = await judge_answer(model, item["question"], item["prediction"], tally)
-    seconds = time.perf_counter() - start
-    return {"verdict": None if verdict is None else float(verdict), "calls": tally.calls, "seconds": seconds,
-            "prompt_tokens": tally.prompt_tokens, "completion_tokens": tally.completion_tokens,
-            "failed": tally.failed, "scored_from_probability": tally.scored_from_probability}
-
-
-async def ask_pair(model, question: str, text_a: str, text_b: str, max_tokens: int) -> dict:
-    tally = Tally()
-    call = JudgeCall(judge_messages(question, text_a, text_b, RUBRIC), parse_winner,
-                     Sampling(temperature=0.0, max_tokens=max_tokens), schema=WINNER_SCHEMA, choice=WINNER)
-    start = time.perf_counter()
-    result = await ask(model, call, tally)
-    seconds = time.perf_counter() - start
-    row = {"calls": tally.calls, "seconds": seconds, "prompt_tokens": tally.prompt_tokens,
-           "completion_tokens": tally.completion_tokens, "scored_from_probability": tally.scored_from_probability}
-    if result.ok:
-        row.update(winner=result.value, expected=result.expected, label_probs=dict(result.label_probs or {}) or None,
-                   failure=None)
-    else:
-        row.update(winner=None, expected=None, label_probs=None, failure=result.kind)
-    return row
+DEFAULT_JUDGMENTS = ("answer_judge", "arbor_pairwise")
 
 
 def alternate(modes: list[str], n: int) -> list[str]:
-    """The modes in which to ask the ``n``-th prompt: every other prompt reversed, so that each mode is asked
-    first (with a cold server prompt cache) half of the time."""
-    return list(modes) if n % 2 == 0 else list(reversed(modes))
+    """The modes in which to ask the ``n``-th unit: every other unit reversed, so that each mode is asked
+    first (with a cold server prompt cache) as often as the others."""
+    modes = list(modes)
+    shift = n % len(modes) if modes else 0
+    return modes[shift:] + modes[:shift] if len(modes) > 2 else (modes if n % 2 == 0 else list(reversed(modes)))
 
 
 def with_llm(params, **update):
@@ -136,70 +76,76 @@ def git(*args: str) -> str:
         return ""
 
 
-async def run_bench(params, items, modes, log) -> tuple[list[dict], list[dict], dict]:
-    answer_role, pair_role = "answer_judge", params.arbor.judge_role
+def model_for(pool: LLMPool, params, role: str):
+    """The model of ``role``: its one backend, or the first of a list role (one council judge)."""
+    bound = params.llm.roles[role]
+    return pool.roles(role)[0] if isinstance(bound, list) else pool.role(role)
+
+
+def backends_of(params, roles) -> set[str]:
+    out = set()
+    for role in roles:
+        bound = params.llm.roles[role]
+        out.update(bound if isinstance(bound, list) else [bound])
+    return out
+
+
+async def ask_unit(judgment, model, unit, mode: str, params, cache: dict) -> dict:
+    tally = Tally()
+    start = time.perf_counter()
+    fields = await judgment.ask(model, unit, Context(mode == "reference", tally, params, cache))
+    seconds = time.perf_counter() - start
+    return {**fields, "calls": tally.calls, "seconds": seconds, "prompt_tokens": tally.prompt_tokens,
+            "completion_tokens": tally.completion_tokens, "failed": tally.failed,
+            "scored_from_probability": tally.scored_from_probability}
+
+
+async def run_bench(params, items, judgments, modes, log, on_judgment) -> dict:
+    """Ask every judgment's units in its modes; ``on_judgment(rows)`` after each judgment (all rows so far)."""
+    roles = {j.name: j.role(params) for j in judgments}
     base = with_llm(params, middleware=params.llm.middleware.model_copy(update={"cache": log["cache"]}))
     text_pool = LLMPool(base)
-    backends = {params.llm.roles[answer_role], params.llm.roles[pair_role]}
-    prob_params = with_llm(base, scoring={**base.llm.scoring, answer_role: "probability", pair_role: "probability"})
-    prob_pool = LLMPool(prob_params, overrides={b: text_pool.backend(b) for b in backends},
+    prob_roles = {roles[j.name] for j in judgments if "probability" in j.modes(modes)}
+    prob_params = with_llm(base, scoring={**base.llm.scoring, **dict.fromkeys(prob_roles, "probability")})
+    prob_pool = LLMPool(prob_params, overrides={b: text_pool.backend(b) for b in backends_of(params, roles.values())},
                         cache_path=Path(params.run.cache_dir) / "llm_responses.sqlite")
-    pools = {"text": text_pool, "probability": prob_pool}
-    judges = {m: (pools[m].role(answer_role), pools[m].role(pair_role)) for m in modes}
-    answer_rows, pair_rows = [], []
+    rows: list[dict] = []
     try:
-        for n, item in enumerate(answer_items(items)):
-            for k, mode in enumerate(alternate(modes, n)):
-                row = await ask_answer(judges[mode][0], item)
-                answer_rows.append({"judgment": "answer_judge", "mode": mode, "question_id": item["question"].id,
-                                    "prediction": item["prediction"], "kind": item["kind"], "label": item["label"],
-                                    "asked_first": k == 0, **row})
-            print(f"answer {n + 1}: {answer_rows[-1]['seconds']:.1f}s", flush=True)
-        obs = params.arbor.observation_chars
-        for n, (gold, other, preferred) in enumerate(pairs(items)):
-            texts = {"gold": trajectory_text(gold.trajectory, obs), "other": trajectory_text(other.trajectory, obs)}
-            pair_id = f"{gold.question.id}:{other.variant}"
-            for o, order in enumerate(("AB", "BA")):
-                a, b = ("gold", "other") if order == "AB" else ("other", "gold")
-                shown = preferred if order == "AB" or preferred is None else {"A": "B", "B": "A"}[preferred]
-                for k, mode in enumerate(alternate(modes, n + o)):
-                    row = await ask_pair(judges[mode][1], gold.question.question, texts[a], texts[b],
-                                         params.arbor.judge_max_tokens)
-                    pair_rows.append({"judgment": "arbor_pairwise", "mode": mode, "pair": pair_id,
-                                      "variant": other.variant, "order": order, "preferred": shown,
-                                      "asked_first": k == 0, **row})
-            print(f"pair {n + 1}: {pair_rows[-1]['seconds']:.1f}s {pair_rows[-1]['prompt_tokens']} tok", flush=True)
-        accounting = {m: pools[m].accounting.metrics() for m in modes}
+        for j in judgments:
+            jmodes = j.modes(modes)
+            models = {m: model_for(prob_pool if m == "probability" else text_pool, params, roles[j.name])
+                      for m in jmodes}
+            caches: dict[str, dict] = {m: {} for m in jmodes}
+            started = time.perf_counter()
+            units = j.units(items, params)
+            for n, unit in enumerate(units):
+                for k, mode in enumerate(alternate(jmodes, n)):
+                    row = await ask_unit(j, models[mode], unit, mode, params, caches[mode])
+                    rows.append({"judgment": j.name, "mode": mode, "unit": unit.id, "slate": unit.slate,
+                                 **unit.label, "asked_first": k == 0, **row})
+                print(f"{j.name} {n + 1}/{len(units)}: {rows[-1]['seconds']:.1f}s {rows[-1]['prompt_tokens']} tok",
+                      flush=True)
+            log.setdefault("judgment_wall_s", {})[j.name] = time.perf_counter() - started
+            on_judgment(rows)
     finally:
         prob_pool.close()
         text_pool.close()
-    roles = {"answer_judge": answer_role, "arbor_pairwise": pair_role}
-    return answer_rows, pair_rows, {"accounting": accounting, "roles": roles}
+    return {"rows": rows, "roles": roles}
 
 
-def summarise(answer_rows, pair_rows, modes, seed, roles) -> tuple[list[dict], dict, list[str]]:
-    summaries = []
-    for judgment, rows, summary in (("answer_judge", answer_rows, metrics.answer_summary),
-                                    ("arbor_pairwise", pair_rows, metrics.pairwise_summary)):
-        for mode in modes:
-            mine = [r for r in rows if r["mode"] == mode]
-            s = {"judgment": judgment, "mode": mode, "role": roles[judgment], **summary(mine, seed),
-                 **metrics.cost_summary(mine),
-                 "scored_from_probability": sum(r["scored_from_probability"] for r in mine)}
-            summaries.append(s)
-    variants = list(dict.fromkeys(r["variant"] for r in pair_rows))
-    per_variant = {}
-    for mode in modes:
-        cells = {}
-        for v in variants:
-            rows = [r for r in pair_rows if r["mode"] == mode and r["variant"] == v and r["winner"] is not None]
-            decided = [r for r in rows if r["preferred"] is not None]
-            ties = sum(r["winner"] == "TIE" for r in rows)
-            acc = f"acc {sum(r['winner'] == r['preferred'] for r in decided) / len(decided):.2f}, " if decided \
-                else "no oracle preference, "
-            cells[v] = f"{acc}TIE {ties / len(rows):.2f} (n={len(rows)})" if rows else "-"
-        per_variant[mode] = cells
-    return summaries, per_variant, variants
+def summarise(rows, judgments, modes, seed, roles) -> tuple[list[dict], dict]:
+    summaries, per_variant = [], {}
+    for j in judgments:
+        for mode in j.modes(modes):
+            mine = [r for r in rows if r["judgment"] == j.name and r["mode"] == mode]
+            if not mine:
+                continue
+            summaries.append({"judgment": j.name, "mode": mode, "method": j.method, "role": roles[j.name],
+                              **j.summary(mine, seed), **metrics.cost_summary(mine),
+                              "scored_from_probability": sum(r["scored_from_probability"] for r in mine)})
+            if j.per_variant is not None:
+                per_variant.setdefault(j.name, {})[mode] = j.per_variant(mine)
+    return summaries, per_variant
 
 
 def main() -> None:
@@ -207,13 +153,21 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=8, help="world questions in the trajectory set")
     parser.add_argument("--world-seed", type=int, default=7, help="seed of the bench's world and perturbations")
     parser.add_argument("--out", default="outputs/judge_bench", help="folder of the bench's outputs")
-    parser.add_argument("--modes", nargs="+", default=["text", "probability"], choices=["text", "probability"])
+    parser.add_argument("--judgments", nargs="+", default=list(DEFAULT_JUDGMENTS),
+                        help="bench judgments to ask, in this order ('all': every registered one)")
+    parser.add_argument("--modes", nargs="+", default=["text", "probability"], choices=list(MODES))
     parser.add_argument("--cache", action="store_true", help="use the response cache (replays: seconds mean nothing)")
     parser.add_argument("--results-page", default="docs/results/judges_bench.md",
                         help="the results page to rewrite ('' for none)")
     parser.add_argument("--bootstrap-seed", type=int, default=0)
     args = parser.parse_args()
     params = params_from_args(args)
+    registered = {j.name: j for j in load_judgments()}
+    names = list(registered) if args.judgments == ["all"] else args.judgments
+    unknown = [n for n in names if n not in registered]
+    if unknown:
+        parser.error(f"unknown judgment {unknown[0]!r}; registered: {', '.join(registered)}")
+    judgments = [registered[n] for n in names]
     out = Path(args.out)
     started = time.perf_counter()
 
@@ -231,45 +185,57 @@ def main() -> None:
                         "agent": params.agent.model_dump(mode="json")})
     print(f"trajectory set {digest[:16]}: {len(items)} trajectories", flush=True)
 
-    answer_rows, pair_rows, extra = asyncio.run(run_bench(params, items, args.modes, {"cache": args.cache}))
-    summaries, per_variant, variants = summarise(answer_rows, pair_rows, args.modes, args.bootstrap_seed,
-                                                 extra["roles"])
+    roles = {j.name: j.role(params) for j in judgments}
+    first = roles[judgments[0].name]
+    bound = params.llm.roles[first]
+    backend = params.llm.backends[bound[0] if isinstance(bound, list) else bound]
     all_pairs = pairs(items)
-    backend = params.llm.backends[params.llm.roles["answer_judge"]]
+    log = {"cache": args.cache}
     meta = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "git_commit": git("rev-parse", "--short", "HEAD"), "git_dirty": bool(git("status", "--porcelain", "--",
-                                                                                 "components/judges", "scripts")),
+        "git_commit": git("rev-parse", "--short", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain", "--", "components/judges", "components/methods", "scripts")),
         "command": ".venv/bin/python " + " ".join(["scripts/judge_bench.py", *sys.argv[1:]]),
         "judge_model": f"{backend.model} ({backend.type}{', llama.cpp server' if backend.embedded else ''})",
         "device": "CPU, 2 cores shared with other work",
         "set_version": SET_VERSION, "set_sha256": digest, "world_seed": args.world_seed, "cache": args.cache,
-        "rubric": RUBRIC.model_dump(), "wall_s": time.perf_counter() - started,
+        "modes": args.modes, "judgments_asked": names,
         "sizes": {"questions": sum(i.variant == "gold" for i in items), "trajectories": len(items),
                   "variants": {v: sum(i.variant == v for i in items) for v in dict.fromkeys(i.variant for i in items)},
-                  "answer_items": len(answer_rows) // len(args.modes),
-                  "answer_positive": sum(r["label"] for r in answer_rows) // len(args.modes),
-                  "answer_negative": sum(not r["label"] for r in answer_rows) // len(args.modes),
-                  "pairs": len(all_pairs), "pairs_with_preference": sum(p is not None for *_, p in all_pairs)},
+                  "pairs": len(all_pairs), "pairs_with_preference": sum(p is not None for *_, p in all_pairs),
+                  "units": {j.name: len(j.units(items, params)) for j in judgments}},
+        "judgments": {j.name: {"method": j.method, "role": roles[j.name], "modes": j.modes(args.modes),
+                               "reference": j.reference, "reference_note": j.reference_note, "doc": j.doc}
+                      for j in judgments},
     }
-    recommended = report.recommend(summaries)
-    notes = []
-    for s in summaries:
-        if s["mode"] == "probability" and s["rows"] and s["scored_from_probability"] < s["rows"] - s["failure_rate"] * s["rows"]:
-            notes.append(f"{s['judgment']}, probability mode: {s['scored_from_probability']} of {s['rows']} verdicts "
-                         "were read from probabilities; the rest fell back to the sampled label.")
-    result = {"meta": meta, "summaries": summaries, "per_variant": per_variant, "per_variant_columns": variants,
-              "recommended": recommended, "recommended_setting": report.scoring_setting(recommended),
-              "accounting": extra["accounting"], "notes": notes}
-    write_jsonl(out / "rows.jsonl", [*answer_rows, *pair_rows])
-    write_json(out / "summary.json", result)
-    (out / "table.md").write_text(report.table(summaries) + "\n")
-    if args.results_page:
-        page = ROOT / args.results_page
-        page.parent.mkdir(parents=True, exist_ok=True)
-        page.write_text(report.results_page(result))
-    print(report.table(summaries))
-    print(json.dumps(recommended), report.scoring_setting(recommended))
+
+    def write(rows: list[dict]) -> dict:
+        done = list(dict.fromkeys(r["judgment"] for r in rows))
+        summaries, per_variant = summarise(rows, judgments, args.modes, args.bootstrap_seed, roles)
+        meta.update(date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                    wall_s=time.perf_counter() - started, judgments_done=done,
+                    judgment_wall_s=dict(log.get("judgment_wall_s", {})))
+        recommended = report.recommend(summaries)
+        notes = []
+        for s in summaries:
+            judged = s["rows"] - round((s["failure_rate"] or 0) * s["rows"])
+            if s["mode"] == "probability" and s["rows"] and s["scored_from_probability"] < judged:
+                notes.append(f"{s['judgment']}, probability mode: {s['scored_from_probability']} verdicts of "
+                             f"{judged} judged were read from probabilities; the rest fell back to the sampled label.")
+        result = {"meta": meta, "summaries": summaries, "per_variant": per_variant, "recommended": recommended,
+                  "recommended_setting": report.scoring_setting(recommended), "notes": notes}
+        write_jsonl(out / "rows.jsonl", rows)
+        write_json(out / "summary.json", result)
+        (out / "table.md").write_text(report.table(summaries) + "\n")
+        if args.results_page:
+            page = ROOT / args.results_page
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_text(report.results_page(result))
+        return result
+
+    outcome = asyncio.run(run_bench(params, items, judgments, args.modes, log, write))
+    result = write(outcome["rows"])
+    print(report.table(result["summaries"]))
+    print(json.dumps(result["recommended"]), result["recommended_setting"])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ verdict table, and a judge that always says "A" (through the bench's own call, o
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import math
 from pathlib import Path
 
@@ -122,25 +121,24 @@ def test_answer_metrics_and_interval_edges():
     assert cost["seconds_per_judgment_cold"] == 2.0
 
 
-def _bench_script():
-    spec = importlib.util.spec_from_file_location("judge_bench_script", ROOT / "scripts" / "judge_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_judge_that_always_says_A_has_position_effect_one(bench_set):
+    from components.judges.bench.registry import Context, load_judgments
+    from components.judges.call import Tally
+    from components.params import load_params
+
     items, _ = bench_set
-    bench = _bench_script()
+    pairwise = {j.name: j for j in load_judgments()}["arbor_pairwise"]
+    params = load_params()
     judge = ScriptedChatModel(lambda messages, sampling: '{"winner": "A"}')
     rows = []
-    for gold, other, preferred in pairs(items):
-        for order in ("AB", "BA"):
-            shown = preferred if order == "AB" or preferred is None else {"A": "B", "B": "A"}[preferred]
-            row = asyncio.run(bench.ask_pair(judge, gold.question.question, "first", "second", 32))
-            rows.append({"pair": other.question.id + other.variant, "order": order, "preferred": shown, **row})
+    for unit in pairwise.units(items, params):
+        tally = Tally()
+        row = asyncio.run(pairwise.ask(judge, unit, Context(False, tally, params)))
+        rows.append({**unit.label, **row, "calls": tally.calls})
+    assert len(rows) == 2 * len(pairs(items))
     s = metrics.pairwise_summary(rows)
-    assert s["position_effect"] == 1.0 and s["failure_rate"] == 0.0 and s["flat_rate"] == 0.0
+    assert s["position_effect"] == 1.0 and s["attempt_effect"] == 0.0
+    assert s["failure_rate"] == 0.0 and s["flat_rate"] == 0.0
     assert s["accuracy"] == pytest.approx(0.5) and s["auc"] == pytest.approx(0.5)
     assert all(r["calls"] == 1 and r["winner"] == "A" and r["expected"] == 1.0 for r in rows)
 

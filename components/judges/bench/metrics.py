@@ -12,7 +12,25 @@ as A: 1 / 0 / 0.5 from the text, or the probability-weighted value).
 - position effect: among pairs judged in both orders, the share whose two verdicts name the same position
   (A then A, or B then B), i.e. follow the position rather than the trajectory; a judge that always says A
   scores 1.0, a judge that tracks the trajectories 0.0;
+- attempt effect: among those pairs, the share whose two verdicts name the same trajectory (A then B, or B
+  then A), i.e. follow the trajectory; the target is a position effect smaller than this;
 - failure rate: failed rows over all rows.
+
+A slate row (:func:`slate_summary`: Co-ReAct's council and rubric evaluator, ARBOR's RaR rating) is one
+judgment over trajectories of one question: ``slate`` (the question), ``view`` (which judgment of the slate it
+belongs to: a shown order for the council, 0 for a judge that sees one trajectory at a time), ``scores``
+(trajectory variant -> the judge's score, higher better, None when that judgment failed), ``oracle`` (variant ->
+the oracle's key, :func:`oracle_key`) and, for a judge shown several at once, ``positions`` (variant -> shown
+position). The rows of one (slate, view) together give one scored view of the slate:
+
+- accuracy: over pairs of trajectories of one view that the oracle orders, the share the judge orders the same
+  way (strictly); flat rate: the share it scores equal; AUC: concordant 1, equal 0.5, discordant 0 (a
+  pairwise AUC, chance 0.5);
+- Kendall's tau-b and Spearman's rho between the judge's scores and the oracle's keys per view (a judge that
+  scores every trajectory alike counts 0), averaged over views; the interval is over views;
+- position effect and attempt effect (views with positions, balanced orders): per slate, the spread (max - min)
+  of the judge's mean score by shown position, and by trajectory, over the slate's score range, averaged over
+  slates. With balanced orders every trajectory is shown once at every position, so the two are separate.
 
 An answer row has ``label`` (the answer is right) and ``verdict`` (True / False, a probability of correct, or
 None when the judgment failed): accuracy reads a probability as correct at 0.5 or more, AUC uses it as it is.
@@ -98,7 +116,9 @@ def pairwise_summary(rows: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
         by_pair.setdefault(r["pair"], {})[r["order"]] = r["winner"]
     both = [w for w in by_pair.values() if len(w) == 2]
     follows = [float(w["AB"] == w["BA"] and w["AB"] != "TIE") for w in both]
+    tracks = [float({w["AB"], w["BA"]} == {"A", "B"}) for w in both]
     out["position_effect"] = float(np.mean(follows)) if follows else None
+    out["attempt_effect"] = float(np.mean(tracks)) if tracks else None
     out["position_effect_n"] = len(follows)
     ties = [r for r in judged if r["preferred"] is None]
     out["no_preference_rows"] = len(ties)
@@ -118,6 +138,125 @@ def answer_summary(rows: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, A
     out["auc_ci"] = auc_interval(scores, labels, seed)
     out["flat_rate"] = None
     out["position_effect"] = None
+    return out
+
+
+def oracle_key(labels: dict[str, Any]) -> float:
+    """The oracle's order of one question's trajectories as a number: more hops found first, then a correct
+    answer (the order of :func:`components.judges.bench.trajectories.preference`)."""
+    return 2.0 * labels["hops_found"] + float(labels["em"])
+
+
+def _views(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of each (slate, view) merged: scores, oracle keys and positions by variant."""
+    views: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        v = views.setdefault((r["slate"], r.get("view", 0)), {"slate": r["slate"], "scores": {}, "oracle": {},
+                                                             "positions": {}})
+        v["scores"].update(r["scores"])
+        v["oracle"].update(r["oracle"])
+        v["positions"].update(r.get("positions") or {})
+    return list(views.values())
+
+
+def _rank_corr(scores: dict[str, float], oracle: dict[str, float]) -> tuple[float, float] | None:
+    """(Kendall tau-b, Spearman rho) of one view, None when it has under 3 scored trajectories or the oracle
+    ties them all; a judge that scores all alike gets 0."""
+    names = [n for n, s in scores.items() if s is not None]
+    if len(names) < 3 or len({oracle[n] for n in names}) < 2:
+        return None
+    x, y = [scores[n] for n in names], [oracle[n] for n in names]
+    if len(set(x)) < 2:
+        return 0.0, 0.0
+    return float(stats.kendalltau(x, y).statistic), float(stats.spearmanr(x, y).statistic)
+
+
+def _spread(views: Sequence[dict[str, Any]], by: str) -> float | None:
+    """Mean over slates of the spread of the mean score by ``by`` ("positions" or "variant"), over the slate's
+    score range; None without positions."""
+    per_slate: dict[str, list[dict[str, Any]]] = {}
+    for v in views:
+        if v["positions"]:
+            per_slate.setdefault(v["slate"], []).append(v)
+    spreads = []
+    for vs in per_slate.values():
+        groups: dict[Any, list[float]] = {}
+        values = []
+        for v in vs:
+            for name, score in v["scores"].items():
+                if score is None:
+                    continue
+                key = v["positions"][name] if by == "positions" else name
+                groups.setdefault(key, []).append(score)
+                values.append(score)
+        if len(groups) < 2:
+            continue
+        span = max(values) - min(values)
+        means = [float(np.mean(g)) for g in groups.values()]
+        spreads.append((max(means) - min(means)) / span if span > 0 else 0.0)
+    return float(np.mean(spreads)) if spreads else None
+
+
+def slate_pairs(rows: Sequence[dict[str, Any]], variant: str | None = None) -> list[float]:
+    """1 / 0.5 / 0 for each pair of one view that the oracle orders: the judge orders it the same way / scores
+    it equal / the other way; with ``variant``, only the pairs of ``gold`` against that variant."""
+    out = []
+    for v in _views(rows):
+        names = sorted(n for n, s in v["scores"].items() if s is not None)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if variant is not None and {a, b} != {"gold", variant}:
+                    continue
+                oa, ob = v["oracle"][a], v["oracle"][b]
+                if oa == ob:
+                    continue
+                sa, sb = v["scores"][a], v["scores"][b]
+                out.append(0.5 if sa == sb else float((sa > sb) == (oa > ob)))
+    return out
+
+
+def slate_summary(rows: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """Accuracy, AUC, flat rate, rank correlations, position and attempt effects and failure rate of slate rows
+    (module doc)."""
+    failed = [r for r in rows if any(s is None for s in r["scores"].values())]
+    out: dict[str, Any] = {"rows": len(rows), "failure_rate": len(failed) / len(rows) if rows else None}
+    pairs = slate_pairs(rows)
+    out.update(_with_interval("accuracy", [float(p == 1.0) for p in pairs], seed))
+    out["auc"] = float(np.mean(pairs)) if pairs else None
+    out["auc_ci"] = bootstrap_interval(pairs, seed=seed)
+    out["flat_rate"] = (sum(p == 0.5 for p in pairs) / len(pairs)) if pairs else None
+    views = _views(rows)
+    corr = [c for c in (_rank_corr(v["scores"], v["oracle"]) for v in views) if c is not None]
+    taus = [c[0] for c in corr]
+    out.update(kendall=float(np.mean(taus)) if taus else None, kendall_ci=bootstrap_interval(taus, seed=seed),
+               kendall_n=len(taus), spearman=float(np.mean([c[1] for c in corr])) if corr else None)
+    out["position_effect"] = _spread(views, "positions")
+    out["attempt_effect"] = _spread(views, "variant") if out["position_effect"] is not None else None
+    return out
+
+
+def slate_per_variant(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Per perturbation: how often the judge puts gold above it (ties half), over the views."""
+    variants = sorted({n for r in rows for n in r["scores"] if n != "gold"})
+    out = {}
+    for v in variants:
+        pairs = slate_pairs(rows, v)
+        flat = sum(p == 0.5 for p in pairs)
+        out[v] = (f"gold above {np.mean(pairs):.2f}, equal {flat / len(pairs):.2f} (n={len(pairs)})" if pairs
+                  else "no oracle preference")
+    return out
+
+
+def pairwise_per_variant(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Per perturbation: accuracy over both orders and the TIE share."""
+    out = {}
+    for v in dict.fromkeys(r["variant"] for r in rows):
+        judged = [r for r in rows if r["variant"] == v and r["winner"] is not None]
+        decided = [r for r in judged if r["preferred"] is not None]
+        ties = sum(r["winner"] == "TIE" for r in judged)
+        acc = f"acc {sum(r['winner'] == r['preferred'] for r in decided) / len(decided):.2f}, " if decided \
+            else "no oracle preference, "
+        out[v] = f"{acc}TIE {ties / len(judged):.2f} (n={len(judged)})" if judged else "-"
     return out
 
 

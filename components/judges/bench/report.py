@@ -1,5 +1,6 @@
 """The judge bench's report: a markdown table of every (judgment, mode) summary, the mode the bench ranks
-better for each judgment, and the results page written from the bench's JSON.
+better for each judgment, whether each judgment is above chance, and the results page written from the bench's
+JSON.
 
 A mode ranks better when its AUC against the oracle is higher (AUC does not depend on where a threshold sits,
 and it is where probability scoring can differ from the sampled label); equal AUCs fall to accuracy, then to
@@ -23,16 +24,27 @@ def _ci(value: float | None, ci) -> str:
 
 def table(summaries: list[dict[str, Any]]) -> str:
     """One markdown row per (judgment, mode) summary."""
-    lines = [("| judgment | mode | judged n | accuracy [95% CI] | AUC [95% CI] | flat rate | position effect | "
-             "failure rate | calls / judgment | tokens / judgment | s / judgment | s / judgment (cold) |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| judgment | mode | judged n | accuracy [95% CI] | AUC [95% CI] | Kendall tau [95% CI] | Spearman | "
+              "flat rate | position effect | attempt effect | failure rate | calls / judgment | tokens / judgment | "
+              "s / judgment | s / judgment (cold) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         lines.append(
             f"| {s['judgment']} | {s['mode']} | {s['accuracy_n']} | {_ci(s['accuracy'], s['accuracy_ci'])} | "
-            f"{_ci(s['auc'], s['auc_ci'])} | {_num(s['flat_rate'])} | {_num(s['position_effect'])} | "
-            f"{_num(s['failure_rate'])} | {_num(s['calls_per_judgment'])} | {_num(s['tokens_per_judgment'], 0)} | "
-            f"{_num(s['seconds_per_judgment'], 1)} | {_num(s.get('seconds_per_judgment_cold'), 1)} |")
+            f"{_ci(s['auc'], s['auc_ci'])} | {_ci(s.get('kendall'), s.get('kendall_ci'))} | "
+            f"{_num(s.get('spearman'))} | {_num(s['flat_rate'])} | {_num(s['position_effect'])} | "
+            f"{_num(s.get('attempt_effect'))} | {_num(s['failure_rate'])} | {_num(s['calls_per_judgment'])} | "
+            f"{_num(s['tokens_per_judgment'], 0)} | {_num(s['seconds_per_judgment'], 1)} | "
+            f"{_num(s.get('seconds_per_judgment_cold'), 1)} |")
     return "\n".join(lines)
+
+
+def above_chance(s: dict[str, Any]) -> str:
+    """``above``, ``below`` or ``not shown``: where the AUC interval sits against chance (0.5)."""
+    ci = s.get("auc_ci")
+    if not ci:
+        return "not shown"
+    return "above" if ci[0] > 0.5 else ("below" if ci[1] < 0.5 else "not shown")
 
 
 def _key(s: dict[str, Any]) -> tuple:
@@ -51,7 +63,7 @@ def recommend(summaries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         mine = sorted((s for s in summaries if s["judgment"] == judgment), key=_key, reverse=True)
         best = mine[0]
         rest = mine[1:]
-        out[judgment] = {"mode": best["mode"], "role": best.get("role"),
+        out[judgment] = {"mode": best["mode"], "role": best.get("role"), "compared": bool(rest),
                          "separated": bool(rest) and not any(_overlap(best["auc_ci"], r["auc_ci"]) for r in rest)}
     return out
 
@@ -67,48 +79,65 @@ def results_page(result: dict[str, Any]) -> str:
     """docs/results/judges_bench.md from the bench's JSON."""
     meta, rec = result["meta"], result["recommended"]
     sizes = meta["sizes"]
+    undone = [n for n in meta["judgments_asked"] if n not in meta["judgments_done"]]
     lines = [
-        "# Judge bench: the answer judge and ARBOR's pairwise judge against the oracle",
+        "# Judge bench: the methods' judgments against the oracle",
         "",
         (f"Written by `scripts/judge_bench.py` on {meta['date']} at commit `{meta['git_commit']}`"
-        f"{' (with uncommitted changes)' if meta.get('git_dirty') else ''}; do not edit by hand."),
+         f"{' (with uncommitted changes)' if meta.get('git_dirty') else ''}; do not edit by hand."),
         "",
         f"    {meta['command']}",
         "",
         (f"Judge model: {meta['judge_model']} ({meta['device']}). Trajectory set `{meta['set_version']}`, "
-        f"sha256 `{meta['set_sha256'][:16]}`, world seed {meta['world_seed']}: {sizes['questions']} questions, "
-        f"{sizes['trajectories']} trajectories ({', '.join(f'{k} {v}' for k, v in sizes['variants'].items())}). "
-        f"Answer judge: {sizes['answer_items']} answers that string matching cannot decide "
-        f"({sizes['answer_positive']} right, {sizes['answer_negative']} wrong), each judged once per mode. "
-        f"Pairwise judge: {sizes['pairs']} pairs (gold against each perturbation; the oracle prefers one in "
-        f"{sizes['pairs_with_preference']}), each judged in both orders per mode, on the rubric "
-        f"\"{meta['rubric']['title']}\". Response cache {'on' if meta['cache'] else 'off'}; total wall time "
-        f"{meta['wall_s'] / 60:.1f} min."),
+         f"sha256 `{meta['set_sha256'][:16]}`, world seed {meta['world_seed']}: {sizes['questions']} questions, "
+         f"{sizes['trajectories']} trajectories ({', '.join(f'{k} {v}' for k, v in sizes['variants'].items())}); "
+         f"{sizes['pairs']} pairs (gold against each perturbation), the oracle prefers one in "
+         f"{sizes['pairs_with_preference']}. Units per judgment: "
+         f"{', '.join(f'{k} {v}' for k, v in sizes['units'].items())}, each asked once per mode. Response cache "
+         f"{'on' if meta['cache'] else 'off'}; total wall time {meta['wall_s'] / 60:.1f} min"
+         + (" (" + ", ".join(f"{k} {v / 60:.1f}" for k, v in meta.get("judgment_wall_s", {}).items()) + ")"
+            if meta.get("judgment_wall_s") else "") + "."),
         "",
+    ]
+    if undone:
+        lines += [f"**Not run** (the run was stopped first): {', '.join(undone)}.", ""]
+    lines += [
         table(result["summaries"]),
         "",
-        ("Accuracy: the verdict agrees with the oracle (answer judge: right/wrong, a probability read at 0.5; "
-        "pairwise: the oracle's preferred trajectory wins, over the pairs where the oracle prefers one, both orders). "
-        "AUC: the verdict's value (the sampled label's in text mode, the probability-weighted one in probability "
-        "mode) as a score for the oracle's label. Flat rate: TIE where the oracle prefers one. Position effect: "
-        "pairs whose two orders got the same position as winner. Calls, tokens and seconds are per judgment, "
-        "from the judges' tallies and the wall clock around each call (one call at a time on the shared CPU); the "
-        "two modes of one prompt are asked back to back, each first for every other prompt, and the cold column "
-        "counts only the judgments asked first (the other reuse the server's prompt cache)."),
+        ("How each column is read (`components/judges/bench/metrics.py`). Answer judge: accuracy of the verdict "
+         "read at 0.5, AUC of the verdict for 'right'. Pairwise (ARBOR): accuracy = the oracle's preferred "
+         "trajectory wins, over pairs where it prefers one, both orders; AUC = the verdict's value for A as a "
+         "score of 'A is preferred'; flat rate = TIE where the oracle prefers one; position effect = pairs whose "
+         "two orders name the same position, attempt effect = the same trajectory. Slate judgments (council, "
+         "rubric evaluator, RaR): over pairs of one question's trajectories that the oracle orders (more hops "
+         "found, then a right answer), accuracy = the judge orders them the same way, AUC = that with equal "
+         "scores counted half (chance 0.5), flat rate = equal scores; Kendall tau-b and Spearman per view of a "
+         "slate, averaged; position and attempt effects (council, balanced orders) = the spread of the mean "
+         "Borda points by shown position and by trajectory over the slate's range. Calls, tokens and seconds "
+         "are per judgment (one call at a time on the shared CPU); the modes of one unit are asked back to back "
+         "and the cold column counts only the judgments asked first."),
         "",
-        "## Per perturbation (pairwise, accuracy over both orders)",
-        "",
-        "| mode | " + " | ".join(result["per_variant_columns"]) + " |",
-        "|---|" + "---|" * len(result["per_variant_columns"]),
     ]
-    for mode, row in result["per_variant"].items():
-        lines.append(f"| {mode} | " + " | ".join(row[c] for c in result["per_variant_columns"]) + " |")
-    lines += ["", "## Which mode the bench ranks better", ""]
+    for judgment, cells_by_mode in result.get("per_variant", {}).items():
+        columns = list(dict.fromkeys(c for cells in cells_by_mode.values() for c in cells))
+        lines += [f"## {judgment}, per perturbation", "", "| mode | " + " | ".join(columns) + " |",
+                  "|---|" + "---|" * len(columns)]
+        for mode, cells in cells_by_mode.items():
+            lines.append(f"| {mode} | " + " | ".join(cells.get(c, "-") for c in columns) + " |")
+        lines.append("")
+    lines += ["## Above chance, and the mode the bench ranks better", ""]
     for judgment, r in rec.items():
-        lines.append(f"- {judgment} (role `{r['role']}`): **{r['mode']}**"
-                     + ("" if r["separated"] else " (AUC intervals overlap: a lean at this size, not a settled result)"))
+        verdicts = ", ".join(f"{s['mode']} {above_chance(s)}" for s in result["summaries"]
+                             if s["judgment"] == judgment)
+        lines.append(f"- {judgment} (role `{r['role']}`): AUC interval against chance: {verdicts}; better mode "
+                     f"**{r['mode']}**"
+                     + ("" if r["separated"] or not r.get("compared", True)
+                        else " (intervals overlap: a lean at this size, not a settled result)"))
     lines += ["", "Recommended setting (params.yaml's defaults are left as they are):", "",
-              f"    {scoring_setting(rec)}", ""]
+              f"    {scoring_setting(rec)}", "", "## Who may see the reference", ""]
+    for name, j in meta["judgments"].items():
+        lines.append(f"- {name} ({j['method']}): {j['reference']}: {j['reference_note']}.")
+    lines.append("")
     if result.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
     return "\n".join(lines)

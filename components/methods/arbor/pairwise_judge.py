@@ -29,8 +29,9 @@ from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_graph import Edge, edge_scores
+from components.schemas import Question
 
-__all__ = ["WINNER", "GroupScores", "judge_messages", "parse_winner", "score_group"]
+__all__ = ["WINNER", "GroupScores", "judge_messages", "parse_winner", "reference_facts", "score_group"]
 
 JUDGE_SYSTEM = (
     "You compare two attempts by a search agent at the same question. Each attempt lists its turns: what "
@@ -65,13 +66,25 @@ class GroupScores:
         return sum(v is None for v in self.outcomes.values())
 
 
-def judge_messages(question: str, text_a: str, text_b: str, rubric: RubricText) -> list[Message]:
+def reference_facts(question: Question) -> str:
+    """The question's gold answer and the facts of its chain, one per line, as a reference-guided judge is shown
+    them (the policy never is)."""
+    lines = [f"Correct answer: {' / '.join(question.answers)}"]
+    lines += [f"Fact {n}: {hop.question} {hop.answer}" for n, hop in enumerate(question.gold_chain, 1)]
+    return "\n".join(lines)
+
+
+def judge_messages(question: str, text_a: str, text_b: str, rubric: RubricText,
+                   reference: str | None = None) -> list[Message]:
     """The pair (each a :func:`~components.judges.render.trajectory_text`) and the rubric, its text
-    :func:`~components.judges.render.untrusted` (an inducer wrote it from trajectories)."""
+    :func:`~components.judges.render.untrusted` (an inducer wrote it from trajectories). ``reference``
+    (:func:`reference_facts`) adds the gold answer and facts, for a judge of training rollouts only."""
+    notes = (f"Reference notes, for you only (the attempts never saw them):\n{reference.strip()}\n\n"
+             if reference else "")  # after the attempts: a server's prompt cache keeps them when only notes differ
     return [system(JUDGE_SYSTEM), user(
         f"Question:\n{question}\n\n"
         f"Attempt A:\n{text_a}\n\n"
-        f"Attempt B:\n{text_b}\n\n"
+        f"Attempt B:\n{text_b}\n\n{notes}"
         f"Criterion: {untrusted(rubric.title)}\n"
         f"A strong attempt: {untrusted(rubric.description)}\n"
         f"A weak attempt: {untrusted(rubric.counter_description)}"

@@ -3,7 +3,7 @@ with the rubric plug-in) and its params sections. Co-ReAct trains a rubric gener
 registers no ``train_policy`` variant."""
 
 from components.method_registry import MethodSpec
-from components.methods.coreact import agent, baselines  # noqa: F401  (their @AGENTS.register run on import)
+from components.methods.coreact import agent, baselines, bench  # noqa: F401  (their @AGENTS / bench registrations run on import)
 
 SPEC = MethodSpec(name="coreact", sections=("coreact", "rubric_generator", "collect"),
                   agents=("coreact", "self_refine", "step_back", "critic", "best_of_n"),
