@@ -123,8 +123,9 @@ async def run_bench(params, items, judgments, modes, log, on_judgment) -> dict:
                     row = await ask_unit(j, models[mode], unit, mode, params, caches[mode])
                     rows.append({"judgment": j.name, "mode": mode, "unit": unit.id, "slate": unit.slate,
                                  **unit.label, "asked_first": k == 0, **row})
-                print(f"{j.name} {n + 1}/{len(units)}: {rows[-1]['seconds']:.1f}s {rows[-1]['prompt_tokens']} tok",
-                      flush=True)
+                said = {k: rows[-1][k] for k in ("winner", "meets", "scores", "verdict") if k in rows[-1]}
+                print(f"{j.name} {n + 1}/{len(units)} {unit.id}: {rows[-1]['seconds']:.1f}s "
+                      f"{rows[-1]['prompt_tokens']} tok {json.dumps(said, default=str)}", flush=True)
             log.setdefault("judgment_wall_s", {})[j.name] = time.perf_counter() - started
             on_judgment(rows)
     finally:

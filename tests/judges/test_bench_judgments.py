@@ -53,8 +53,8 @@ def run(judgment, model, units, params, mode="text"):
 
 
 def test_each_method_registers_its_judgments_with_its_modes(judgments):
-    assert set(judgments) >= {"answer_judge", "arbor_pairwise", "arbor_rar", "coreact_council",
-                              "coreact_rubric_evaluator"}
+    assert set(judgments) >= {"answer_judge", "arbor_pairwise", "arbor_pairwise_verdicts", "arbor_rar",
+                              "coreact_council", "coreact_rubric_evaluator"}
     asked = ["text", "probability", "reference"]
     assert judgments["arbor_pairwise"].modes(asked) == asked
     assert judgments["coreact_council"].modes(asked) == ["text", "reference"]
@@ -259,10 +259,13 @@ def test_the_runner_asks_every_judgment_in_its_modes_and_writes_the_page(tmp_pat
     asked = {(s["judgment"], s["mode"]) for s in summary["summaries"]}
     assert asked == {("answer_judge", "text"), ("answer_judge", "probability"), ("arbor_pairwise", "text"),
                      ("arbor_pairwise", "probability"), ("arbor_pairwise", "reference"), ("arbor_rar", "text"),
+                     ("arbor_pairwise_verdicts", "text"), ("arbor_pairwise_verdicts", "probability"),
+                     ("arbor_pairwise_verdicts", "reference"),
                      ("coreact_council", "text"), ("coreact_council", "reference"),
                      ("coreact_rubric_evaluator", "text"), ("coreact_rubric_evaluator", "probability")}
     by = {(s["judgment"], s["mode"]): s for s in summary["summaries"]}
     assert by[("arbor_pairwise", "text")]["position_effect"] == 1.0       # "A" every time
+    assert by[("arbor_pairwise_verdicts", "text")]["flat_rate"] == 1.0    # yes to both attempts: a tie
     assert by[("coreact_council", "text")]["position_effect"] == 1.0      # the first label every time
     assert by[("coreact_rubric_evaluator", "text")]["flat_rate"] == 1.0   # yes to everything
     text = page.read_text()

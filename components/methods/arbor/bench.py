@@ -1,8 +1,9 @@
 """ARBOR's judgments on the judge bench (:mod:`components.judges.bench.registry`), registered on import (by
 ``plugin.py``):
 
-- ``arbor_pairwise``: the pairwise process judge (:mod:`.pairwise_judge`, role ``arbor.judge_role``) on each pair
-  (gold, perturbed) of one question, both orders, on a fixed rubric about finding each hop (:data:`RUBRIC`).
+- ``arbor_pairwise`` and ``arbor_pairwise_verdicts``: the pairwise process judge (:mod:`.pairwise_judge`, role
+  ``arbor.judge_role``) in its two forms (the paper's winner-or-TIE call; a yes/no verdict per attempt) on each
+  pair (gold, perturbed) of one question, both orders, on a fixed rubric about finding each hop (:data:`RUBRIC`).
   Modes: text, probability (the winner is a label choice) and reference. ARBOR's judge scores training
   rollouts, never an answer at test time, so it may be shown the gold answer and the question's gold facts as
   RaR's writer and ARCO's oracle diagnostics are (issue 46.3): the reference mode is that setting, and the
@@ -22,20 +23,13 @@ from typing import Any
 from components.judges.bench import metrics
 from components.judges.bench.registry import BenchJudgment, Context, Unit
 from components.judges.bench.trajectories import pairs
-from components.judges.call import JudgeCall, ask
 from components.judges.render import trajectory_text
 from components.llm.base import ChatModel, Sampling
 from components.methods.arbor import rar
 from components.methods.arbor.memory import RubricText
-from components.methods.arbor.pairwise_judge import (
-    WINNER,
-    WINNER_SCHEMA,
-    judge_messages,
-    parse_winner,
-    reference_facts,
-)
+from components.methods.arbor.pairwise_judge import ask_edge, reference_facts
 
-__all__ = ["PAIRWISE", "RAR", "RUBRIC"]
+__all__ = ["PAIRWISE", "PAIRWISE_VERDICTS", "RAR", "RUBRIC"]
 
 RUBRIC = RubricText(
     title="Finds each hop",
@@ -63,18 +57,18 @@ def pair_units(items: Sequence[Any], params: Any) -> list[Unit]:
     return out
 
 
-async def ask_pair(model: ChatModel, unit: Unit, context: Context) -> dict[str, Any]:
-    q = unit.data["question"]
-    reference = reference_facts(q) if context.reference else None
-    call = JudgeCall(judge_messages(q.question, unit.data["a"], unit.data["b"], RUBRIC, reference), parse_winner,
-                     Sampling(temperature=0.0, max_tokens=context.params.arbor.judge_max_tokens),
-                     schema=WINNER_SCHEMA, choice=WINNER)
-    result = await ask(model, call, context.tally)
-    if result.ok:
-        return {"winner": result.value, "expected": result.expected, "reply": result.text,
-                "label_probs": dict(result.label_probs or {}) or None, "failure": None}
-    return {"winner": None, "expected": None, "label_probs": None, "failure": result.kind,
-            "reply": getattr(result, "reply", None)}
+def pair_asker(form: str):
+    """The ask of one pair unit in ``form`` (:func:`.pairwise_judge.ask_edge`)."""
+    async def ask_pair(model: ChatModel, unit: Unit, context: Context) -> dict[str, Any]:
+        q = unit.data["question"]
+        verdict = await ask_edge(model, q.question, unit.data["a"], unit.data["b"], RUBRIC,
+                                 Sampling(temperature=0.0, max_tokens=context.params.arbor.judge_max_tokens),
+                                 context.tally, form, reference_facts(q) if context.reference else None)
+        return {"winner": verdict.winner, "expected": verdict.expected, "failure": verdict.failure,
+                "meets": list(verdict.meets) if verdict.meets else None, "label_probs": verdict.label_probs,
+                "replies": list(verdict.replies)}
+
+    return ask_pair
 
 
 def rar_units(items: Sequence[Any], params: Any) -> list[Unit]:
@@ -96,12 +90,21 @@ async def ask_rar(model: ChatModel, unit: Unit, context: Context) -> dict[str, A
             ("no checklist" if items is None else "rating failed")}
 
 
+_PAIR_REFERENCE = ("ARBOR's pairwise judge scores training rollouts only; shown the gold answer and facts in the "
+                   "reference mode (issue 46.3), not in the paper's setting (text)")
+
 PAIRWISE = BenchJudgment(
     name="arbor_pairwise", method="arbor", role=lambda params: params.arbor.judge_role, units=pair_units,
-    ask=ask_pair, summary=metrics.pairwise_summary, choice=True, reference="mode",
-    reference_note=("ARBOR's pairwise judge scores training rollouts only; shown the gold answer and facts in the "
-                    "reference mode (issue 46.3), not in the paper's setting (text)"),
-    doc="pairs (gold, perturbed) in both orders on the rubric 'Finds each hop'",
+    ask=pair_asker("winner"), summary=metrics.pairwise_summary, choice=True, reference="mode",
+    reference_note=_PAIR_REFERENCE,
+    doc="the paper's form: one call names the winner or TIE; pairs (gold, perturbed) in both orders",
+    per_variant=metrics.pairwise_per_variant).register()
+
+PAIRWISE_VERDICTS = BenchJudgment(
+    name="arbor_pairwise_verdicts", method="arbor", role=lambda params: params.arbor.judge_role, units=pair_units,
+    ask=pair_asker("verdicts"), summary=metrics.pairwise_summary, choice=True, reference="mode",
+    reference_note=_PAIR_REFERENCE,
+    doc="the verdicts form: a yes/no per attempt with both in view, the winner the one that alone meets it",
     per_variant=metrics.pairwise_per_variant).register()
 
 RAR = BenchJudgment(

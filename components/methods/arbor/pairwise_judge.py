@@ -11,6 +11,19 @@ only (:func:`components.methods.arbor.pairwise_graph.edge_scores`). The winner i
 expectation over A / B / TIE (1, 0, 0.5) read from the label token's probabilities instead of the sampled
 label's value, so a hesitant A counts less than a sure one.
 
+**Two forms of one edge.** ``form="winner"`` (the paper's): one call, the judge names the winner or TIE. The
+embedded 1.5B answered TIE to every one of 124 bench pairs in both scorings (docs/results/judges_bench.md): even
+for pairs whose attempts differ in a missing hop or a wrong answer, its label probabilities were near-equal for
+A and B with TIE above half. ``form="verdicts"``: the same prompt (both attempts in view, the same criterion),
+then one yes/no question per attempt, "does attempt A meet the criterion?" and the same for B (:data:`MEETS`, two
+calls that share the prompt up to the last line, so a server's prompt cache serves the second); the edge is won
+by the attempt that meets it when the other does not, and tied when both or neither do (win / tie / loss, as the
+paper's). Scored from probabilities, its outcome is ``(1 + P(A meets) - P(B meets)) / 2``. A failed or unreadable
+verdict removes the edge, as in the winner form.
+
+``reference`` (:func:`reference_facts`: the gold answer and the facts of the question's chain) may be shown to
+the judge in either form: ARBOR's process judge scores training rollouts only, never a test-time answer.
+
     result = await score_group(judge, question, texts, edges, rubric, key="1234:3:0:c7")
     result.scores         # per trajectory: mean over judged edges, or None
     result.tally.calls    # judge calls, failures, unparsed replies, tokens
@@ -23,7 +36,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from components.judges.call import Choice, JudgeCall, Tally, ask
+from components.judges.call import Choice, JudgeCall, Tally, Unparsed, ask
 from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
@@ -31,7 +44,10 @@ from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_graph import Edge, edge_scores
 from components.schemas import Question
 
-__all__ = ["WINNER", "GroupScores", "judge_messages", "parse_winner", "reference_facts", "score_group"]
+__all__ = ["FORMS", "MEETS", "WINNER", "EdgeVerdict", "GroupScores", "ask_edge", "judge_messages", "parse_meets",
+           "parse_winner", "reference_facts", "score_group", "verdict_messages"]
+
+FORMS = ("winner", "verdicts")
 
 JUDGE_SYSTEM = (
     "You compare two attempts by a search agent at the same question. Each attempt lists its turns: what "
@@ -53,6 +69,18 @@ WINNER_SCHEMA = {
 _OUTCOME = {"A": 1.0, "B": 0.0, "TIE": 0.5}
 WINNER = Choice(_OUTCOME, field="winner")
 """The verdict's label (the ``winner`` field, or a bare label) and the result it means for attempt A."""
+
+VERDICT_SYSTEM = (
+    "You check attempts by a search agent at the same question against one criterion. Each attempt lists its "
+    "turns: what it thought, the search or browse action it took, what came back, and how it ended. Two "
+    "attempts are shown so that you can see how they differ; you will be asked about one of them. Read that "
+    "attempt turn by turn and decide whether it meets the criterion as the strong attempt does, or falls into "
+    "the weak attempt's description. An attempt that stopped without an answer, or that answered something its "
+    "turns do not support, does not meet a criterion about reaching the answer.\n"
+    "Reply with the single word yes or no."
+)
+MEETS = Choice({"yes": 1.0, "no": 0.0}, label=lambda meets: "yes" if meets else "no")
+"""The verdicts form's answer: the reply's first word, yes (the attempt meets the criterion) or no."""
 
 
 @dataclass
@@ -91,6 +119,26 @@ def judge_messages(question: str, text_a: str, text_b: str, rubric: RubricText,
     )]
 
 
+def verdict_messages(question: str, text_a: str, text_b: str, rubric: RubricText, about: str,
+                     reference: str | None = None) -> list[Message]:
+    """The verdicts form's prompt: :func:`judge_messages`' content under :data:`VERDICT_SYSTEM`, ending with the
+    question about attempt ``about`` ("A" or "B"), so the two calls of an edge differ in their last line only."""
+    if about not in ("A", "B"):
+        raise ValueError(f"a verdict is about attempt A or B, not {about!r}")
+    content = judge_messages(question, text_a, text_b, rubric, reference)[1].content
+    return [system(VERDICT_SYSTEM), user(f"{content}\n\nDoes attempt {about} meet the criterion? Answer yes or no.")]
+
+
+def parse_meets(text: str) -> bool:
+    """The reply's first word as a verdict, yes or no (case, quotes and punctuation ignored); :class:`Unparsed`
+    with the reply's start otherwise."""
+    words = (text or "").split()
+    first = words[0].strip("\"'`*.,:;!()[]{}").casefold() if words else ""
+    if first not in ("yes", "no"):
+        raise Unparsed(f"reply does not start with yes or no: {(text or '').strip()[:40]!r}")
+    return first == "yes"
+
+
 def parse_winner(text: str) -> str | None:
     """'A', 'B' or 'TIE' from a JSON reply (or a reply that is only the label); None otherwise."""
     try:
@@ -104,26 +152,76 @@ def parse_winner(text: str) -> str | None:
     return winner.strip().upper() if isinstance(winner, str) and winner.strip().upper() in _OUTCOME else None
 
 
+@dataclass(frozen=True)
+class EdgeVerdict:
+    """One edge's judgment, in the shown order: ``winner`` ("A", "B", "TIE"), ``expected`` (the result for the
+    attempt shown as A), and in the verdicts form whether each attempt meets the criterion; or, when a call
+    failed or its reply did not parse, ``failure`` (its kind) and the rest None. ``replies``: the judge's texts."""
+
+    winner: str | None
+    expected: float | None
+    meets: tuple[bool, bool] | None = None
+    failure: str | None = None
+    replies: tuple[str, ...] = ()
+    label_probs: dict[str, float] | None = None
+
+
+def _winner_of(meets_a: bool, meets_b: bool) -> str:
+    return "A" if meets_a and not meets_b else ("B" if meets_b and not meets_a else "TIE")
+
+
+async def ask_edge(judge: ChatModel, question: str, text_a: str, text_b: str, rubric: RubricText,
+                   sampling: Sampling, tally: Tally, form: str = "winner",
+                   reference: str | None = None) -> EdgeVerdict:
+    """One edge in the shown order, in ``form`` (module doc); calls are counted in ``tally``."""
+    if form == "winner":
+        call = JudgeCall(judge_messages(question, text_a, text_b, rubric, reference), parse_winner, sampling,
+                         schema=WINNER_SCHEMA, choice=WINNER)
+        result = await ask(judge, call, tally)
+        if not result.ok:
+            return EdgeVerdict(None, None, failure=result.kind, replies=tuple(filter(None, [result.reply])))
+        return EdgeVerdict(result.value, result.expected, replies=(result.text,),
+                           label_probs=dict(result.label_probs) if result.label_probs else None)
+    if form != "verdicts":
+        raise ValueError(f"unknown pairwise judge form {form!r}; known: {', '.join(FORMS)}")
+    results = []
+    for about in ("A", "B"):  # one after the other: the second reuses the first's prompt in the server's cache
+        call = JudgeCall(verdict_messages(question, text_a, text_b, rubric, about, reference), parse_meets,
+                         sampling, choice=MEETS)
+        result = await ask(judge, call, tally)
+        if not result.ok:
+            return EdgeVerdict(None, None, failure=result.kind,
+                               replies=tuple(r.text for r in results) + tuple(filter(None, [result.reply])))
+        results.append(result)
+    a, b = results
+    return EdgeVerdict(_winner_of(a.value, b.value), (1.0 + a.expected - b.expected) / 2, (a.value, b.value),
+                       replies=(a.text, b.text))
+
+
 async def _judge_edge(judge: ChatModel, question: str, texts: Sequence[str], edge: Edge, rubric: RubricText,
-                      swap: bool, sampling: Sampling, tally: Tally) -> float | None:
+                      swap: bool, sampling: Sampling, tally: Tally, form: str,
+                      reference: str | None) -> float | None:
     i, j = edge
     first, second = (j, i) if swap else (i, j)
-    call = JudgeCall(judge_messages(question, texts[first], texts[second], rubric), parse_winner, sampling,
-                     schema=WINNER_SCHEMA, choice=WINNER)
-    result = await ask(judge, call, tally)
-    if not result.ok:
+    verdict = await ask_edge(judge, question, texts[first], texts[second], rubric, sampling, tally, form, reference)
+    if verdict.expected is None:
         return None
-    value = result.expected  # result of the trajectory shown as A (the sampled label's value, scored from text)
+    value = verdict.expected  # result of the trajectory shown as A
     return 1.0 - value if swap else value
 
 
 async def score_group(judge: ChatModel, question: str, texts: Sequence[str], edges: Sequence[Edge],
-                      rubric: RubricText, key: str, max_tokens: int = 32) -> GroupScores:
-    """Judge every edge concurrently; A/B order per edge from ``random.Random(f"{key}:{i}:{j}")``."""
+                      rubric: RubricText, key: str, max_tokens: int = 32, form: str = "winner",
+                      reference: str | None = None) -> GroupScores:
+    """Judge every edge concurrently, in ``form`` (``winner``: the paper's; ``verdicts``: one yes/no per
+    attempt), with ``reference`` shown when given; A/B order per edge from ``random.Random(f"{key}:{i}:{j}")``."""
+    if form not in FORMS:
+        raise ValueError(f"unknown pairwise judge form {form!r}; known: {', '.join(FORMS)}")
     sampling = Sampling(temperature=0.0, max_tokens=max_tokens)
     tally = Tally()
     swaps = [random.Random(f"{key}:{i}:{j}").random() < 0.5 for i, j in edges]
-    values = await asyncio.gather(*(_judge_edge(judge, question, texts, e, rubric, s, sampling, tally)
+    values = await asyncio.gather(*(_judge_edge(judge, question, texts, e, rubric, s, sampling, tally, form,
+                                                reference)
                                     for e, s in zip(edges, swaps, strict=True)))
     outcomes = dict(zip(edges, values, strict=True))
     return GroupScores(edge_scores(len(texts), outcomes), outcomes, tally)
