@@ -32,6 +32,7 @@ components only (never tasks or flows).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
 import subprocess
@@ -155,7 +156,8 @@ def main() -> None:
     parser.add_argument("--world-seed", type=int, default=7, help="seed of the bench's world and perturbations")
     parser.add_argument("--out", default="outputs/judge_bench", help="folder of the bench's outputs")
     parser.add_argument("--judgments", nargs="+", default=list(DEFAULT_JUDGMENTS),
-                        help="bench judgments to ask, in this order ('all': every registered one)")
+                        help="bench judgments to ask, in this order ('all': every registered one); NAME:MODE+MODE "
+                             "asks that one in those of --modes only")
     parser.add_argument("--modes", nargs="+", default=["text", "probability"], choices=list(MODES))
     parser.add_argument("--cache", action="store_true", help="use the response cache (replays: seconds mean nothing)")
     parser.add_argument("--results-page", default="docs/results/judges_bench.md",
@@ -164,11 +166,20 @@ def main() -> None:
     args = parser.parse_args()
     params = params_from_args(args)
     registered = {j.name: j for j in load_judgments()}
-    names = list(registered) if args.judgments == ["all"] else args.judgments
+    asked = list(registered) if args.judgments == ["all"] else args.judgments
+    names = [a.split(":", 1)[0] for a in asked]
     unknown = [n for n in names if n not in registered]
     if unknown:
         parser.error(f"unknown judgment {unknown[0]!r}; registered: {', '.join(registered)}")
-    judgments = [registered[n] for n in names]
+    judgments = []
+    for a, name in zip(asked, names, strict=True):
+        only = a.split(":", 1)[1].split("+") if ":" in a else None
+        if only is not None and not set(only) <= set(args.modes):
+            parser.error(f"{a}: its modes must be among --modes ({' '.join(args.modes)})")
+        j = registered[name]
+        if only is not None:  # the same judgment, asked in fewer modes
+            j = dataclasses.replace(j, only_modes=tuple(only))
+        judgments.append(j)
     out = Path(args.out)
     started = time.perf_counter()
 

@@ -5,6 +5,7 @@ with scripted judges (no real model)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 
 import pytest
@@ -61,6 +62,8 @@ def test_each_method_registers_its_judgments_with_its_modes(judgments):
     assert judgments["coreact_rubric_evaluator"].modes(asked) == ["text", "probability"]
     assert judgments["arbor_rar"].modes(asked) == ["text"]
     assert judgments["answer_judge"].modes(["probability"]) == ["probability"]
+    narrowed = dataclasses.replace(judgments["arbor_pairwise"], only_modes=("reference",))
+    assert narrowed.modes(asked) == ["reference"] and narrowed.modes(["text"]) == []
     with pytest.raises(ValueError, match="unknown bench mode 'logits'"):
         judgments["answer_judge"].modes(["logits"])
     other = BenchJudgment(name="arbor_pairwise", method="x", role=str, units=list, ask=None, summary=dict)

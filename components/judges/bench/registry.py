@@ -77,6 +77,7 @@ class BenchJudgment:
     reference_note: str = ""
     doc: str = ""
     per_variant: Callable[[Sequence[dict[str, Any]]], dict[str, str]] | None = None
+    only_modes: tuple[str, ...] | None = None  # a run's narrowing of the modes (None: every mode it has)
 
     def modes(self, asked: Sequence[str]) -> list[str]:
         """The modes of ``asked`` this judgment has (text always; probability with a choice; reference when its
@@ -84,8 +85,9 @@ class BenchJudgment:
         unknown = [m for m in asked if m not in MODES]
         if unknown:
             raise ValueError(f"unknown bench mode {unknown[0]!r}; known: {', '.join(MODES)}")
-        return [m for m in asked if m == "text" or (m == "probability" and self.choice)
-                or (m == "reference" and self.reference == "mode")]
+        return [m for m in asked if (m == "text" or (m == "probability" and self.choice)
+                                     or (m == "reference" and self.reference == "mode"))
+                and (self.only_modes is None or m in self.only_modes)]
 
     def register(self) -> BenchJudgment:
         return BENCH.register(self.name)(self)
