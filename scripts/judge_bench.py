@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.io import write_json, write_jsonl
 from components.judges.bench import metrics, report
-from components.judges.bench.registry import MODES, Context, load_judgments
+from components.judges.bench.registry import MODES, Context, load_gaps, load_judgments
 from components.judges.bench.trajectories import SET_VERSION, build_set, pairs, write_set
 from components.judges.call import Tally
 from components.llm.factory import LLMPool
@@ -163,7 +163,14 @@ def main() -> None:
     parser.add_argument("--results-page", default="docs/results/judges_bench.md",
                         help="the results page to rewrite ('' for none)")
     parser.add_argument("--bootstrap-seed", type=int, default=0)
+    parser.add_argument("--rewrite-page", action="store_true",
+                        help="only rewrite --results-page from --out's summary.json (no model is asked)")
     args = parser.parse_args()
+    if args.rewrite_page:
+        result = json.loads((Path(args.out) / "summary.json").read_text())
+        result["gaps"] = [dataclasses.asdict(g) for g in load_gaps()]
+        (ROOT / args.results_page).write_text(report.results_page(result))
+        return
     params = params_from_args(args)
     registered = {j.name: j for j in load_judgments()}
     asked = list(registered) if args.judgments == ["all"] else args.judgments
@@ -234,7 +241,8 @@ def main() -> None:
                 notes.append(f"{s['judgment']}, probability mode: {s['scored_from_probability']} verdicts of "
                              f"{judged} judged were read from probabilities; the rest fell back to the sampled label.")
         result = {"meta": meta, "summaries": summaries, "per_variant": per_variant, "recommended": recommended,
-                  "recommended_setting": report.scoring_setting(recommended), "notes": notes}
+                  "recommended_setting": report.scoring_setting(recommended), "notes": notes,
+                  "gaps": [dataclasses.asdict(g) for g in load_gaps()]}
         write_jsonl(out / "rows.jsonl", rows)
         write_json(out / "summary.json", result)
         (out / "table.md").write_text(report.table(summaries) + "\n")

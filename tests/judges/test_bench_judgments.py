@@ -11,7 +11,7 @@ import re
 import pytest
 
 from components.judges.bench import metrics
-from components.judges.bench.registry import BENCH, BenchJudgment, Context, load_judgments
+from components.judges.bench.registry import BENCH, BenchJudgment, Context, load_gaps, load_judgments
 from components.judges.bench.trajectories import build_set
 from components.judges.call import Tally
 from components.llm.backends.scripted import ScriptedChatModel
@@ -71,6 +71,14 @@ def test_each_method_registers_its_judgments_with_its_modes(judgments):
         other.register()
     assert all(j.reference_note for j in judgments.values())
     assert BENCH.get("arbor_pairwise").method == "arbor"
+
+
+def test_the_judgments_not_on_the_bench_say_why():
+    gaps = {g.name: g for g in load_gaps()}
+    assert set(gaps) >= {"rubricem_stage_scores", "rubricem_reflection", "arco_criteria", "coreact_verifier",
+                         "arbor_induction"}
+    assert {gaps["rubricem_stage_scores"].method, gaps["arco_criteria"].method} == {"rubricem", "arco"}
+    assert "scaffold" in gaps["rubricem_stage_scores"].reason and "mu" in gaps["arco_criteria"].reason
 
 
 def test_pairwise_units_and_reference_only_in_reference_mode(items, params, judgments):
@@ -273,4 +281,5 @@ def test_the_runner_asks_every_judgment_in_its_modes_and_writes_the_page(tmp_pat
     assert by[("coreact_rubric_evaluator", "text")]["flat_rate"] == 1.0   # yes to everything
     text = page.read_text()
     assert "## Who may see the reference" in text and "coreact_rubric_evaluator (coreact): never" in text
+    assert "## Judgments not on the bench" in text and "- arco_criteria (arco):" in text
     assert "Not run" not in text and summary["meta"]["judgments_done"] == summary["meta"]["judgments_asked"]

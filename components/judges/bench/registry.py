@@ -14,6 +14,7 @@ summarise the rows against the oracle. It also says which modes it has:
 
 Each method registers its own from ``components/methods/<m>/bench.py``, imported by its ``plugin.py``; the
 shared answer judge registers from :mod:`components.judges.bench.answer`. :func:`load_judgments` imports both.
+A judgment a method makes that the bench cannot ask registers a :class:`BenchGap` with the reason instead.
 
     from components.judges.bench.registry import BENCH, load_judgments
     load_judgments()
@@ -31,7 +32,7 @@ from components.judges.call import Tally
 from components.llm.base import ChatModel
 from components.registry import Registry
 
-__all__ = ["BENCH", "MODES", "BenchJudgment", "Context", "Unit", "load_judgments"]
+__all__ = ["BENCH", "GAPS", "MODES", "BenchGap", "BenchJudgment", "Context", "Unit", "load_gaps", "load_judgments"]
 
 MODES = ("text", "probability", "reference")
 Reference = Literal["mode", "always", "never"]
@@ -96,6 +97,21 @@ class BenchJudgment:
 BENCH: Registry[BenchJudgment] = Registry("bench judgment")
 
 
+@dataclass(frozen=True)
+class BenchGap:
+    """A judgment a method makes that the bench does not ask, and why (the results page lists them)."""
+
+    name: str
+    method: str
+    reason: str
+
+    def register(self) -> BenchGap:
+        return GAPS.register(self.name)(self)
+
+
+GAPS: Registry[BenchGap] = Registry("bench gap")
+
+
 def load_judgments() -> list[BenchJudgment]:
     """Register every bench judgment: the shared answer judge's and each shipped method's (their plugins import
     their ``bench`` modules); returns them in registration-name order."""
@@ -104,3 +120,9 @@ def load_judgments() -> list[BenchJudgment]:
     importlib.import_module("components.judges.bench.answer")
     load_methods()
     return [BENCH.get(name) for name in BENCH.names()]
+
+
+def load_gaps() -> list[BenchGap]:
+    """The judgments the methods declare the bench does not ask (after :func:`load_judgments`' imports)."""
+    load_judgments()
+    return [GAPS.get(name) for name in GAPS.names()]

@@ -138,6 +138,9 @@ def results_page(result: dict[str, Any]) -> str:
     for name, j in meta["judgments"].items():
         lines.append(f"- {name} ({j['method']}): {j['reference']}: {j['reference_note']}.")
     lines.append("")
+    if result.get("gaps"):
+        lines += ["## Judgments not on the bench", ""]
+        lines += [f"- {g['name']} ({g['method']}): {g['reason']}." for g in result["gaps"]] + [""]
     if result.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from components.judges.bench import metrics
-from components.judges.bench.registry import BenchJudgment, Context, Unit
+from components.judges.bench.registry import BenchGap, BenchJudgment, Context, Unit
 from components.judges.bench.trajectories import pairs
 from components.judges.render import trajectory_text
 from components.llm.base import ChatModel, Sampling
@@ -113,3 +113,9 @@ RAR = BenchJudgment(
     reference_note="RaR's checklist is written from the question and its reference answer in every mode",
     doc="a checklist per question (with the reference answer), each trajectory rated 1-10 against it",
     per_variant=metrics.slate_per_variant).register()
+
+INDUCTION = BenchGap(
+    name="arbor_induction", method="arbor",
+    reason=("induction writes rubrics from contrasting trajectories; the oracle labels trajectories, not "
+            "rubrics, so a written rubric has no label to agree with. Its effect reaches the bench through the "
+            "pairwise judge that scores with it")).register()

@@ -2,7 +2,7 @@
 no decomposition loss) and its params section."""
 
 from components.method_registry import MethodSpec
-from components.methods.arco import variants  # noqa: F401  (their @VARIANTS.register run on import)
+from components.methods.arco import bench, variants  # noqa: F401  (their @VARIANTS / bench registrations run on import)
 
 SPEC = MethodSpec(name="arco", sections=("arco",), variants=("arco", "arco_frozen", "arco_no_decomp"),
                   doc="docs/methods/arco.md").register()

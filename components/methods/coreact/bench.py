@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from components.judges.bench import metrics
-from components.judges.bench.registry import BenchJudgment, Context, Unit
+from components.judges.bench.registry import BenchGap, BenchJudgment, Context, Unit
 from components.judges.call import ask
 from components.judges.orders import balanced_orders
 from components.judges.render import render_prefix
@@ -128,3 +128,9 @@ RUBRIC_EVALUATOR = BenchJudgment(
                     "and its scores are compared with the council's ranking"),
     doc="each trajectory's last action after its history, one yes/no call per criterion of a fixed checklist",
     per_variant=metrics.slate_per_variant).register()
+
+VERIFIER = BenchGap(
+    name="coreact_verifier", method="coreact",
+    reason=("the verifier checks a proposed action against a checklist at inference time, as the rubric "
+            "evaluator's criterion mode does; it fits the set the same way (last action after its history) but "
+            "is not registered in this slice")).register()

@@ -5,7 +5,7 @@ ablations) and its params section."""
 import random
 
 from components.method_registry import MethodSpec
-from components.methods.rubricem import scaffold_agent, variants  # noqa: F401  (registrations run on import)
+from components.methods.rubricem import bench, scaffold_agent, variants  # noqa: F401  (registrations run on import)
 from components.methods.rubricem.scaffold_format import scaffold_rejections
 from components.methods.rubricem.scaffold_oracle import scaffold_replies
 from components.warmstart.formats import FORMATS, WarmStartFormat
