@@ -65,7 +65,9 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     params = with_method_settings(params, method_section(agent_method(params.methods[method].agent)))
     import torch
 
-    torch.manual_seed(params.seed)
+    from components.training.checkpoint import seed_rngs
+
+    seed_rngs(params.seed)  # python, numpy and torch: what a checkpoint saves and a resumed run restores
     if params.run.torch_threads:
         torch.set_num_threads(params.run.torch_threads)
     folder = warm_start_folder(params, "sft", method)

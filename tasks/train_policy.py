@@ -51,9 +51,9 @@ class TrainResult(BaseModel):
 def train_policy(params: Params | None = None, variant: str = "grpo", parent_run_id: str | None = None,
                  pool: LLMPool | None = None) -> TrainResult:
     params = with_method_settings(resolve(params), method_section(variant_method(variant)))  # its paper's blocks
-    import torch
+    from components.training.checkpoint import seed_rngs
 
-    torch.manual_seed(params.seed)
+    seed_rngs(params.seed)  # python, numpy and torch: what a checkpoint saves and a resumed run restores
     get_variant(variant)  # an unknown variant fails here, before any input is read
     questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.train_policy.n_questions]
     toolbox = load_toolbox(params)

@@ -47,9 +47,9 @@ from tasks.runtime import resolve, tracking
 def train_rubric_generator(params: Params | None = None, reward: RewardKind = "listwise",
                            parent_run_id: str | None = None, pool: LLMPool | None = None) -> RubricTrainResult:
     params = resolve(params)
-    import torch
+    from components.training.checkpoint import seed_rngs
 
-    torch.manual_seed(params.seed)
+    seed_rngs(params.seed)  # python, numpy and torch: what a checkpoint saves and a resumed run restores
     points = read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint)
     folder = out_path(params, "train_rubric_generator", reward, "metrics.json").parent
     own_pool = pool is None

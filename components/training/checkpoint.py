@@ -49,6 +49,7 @@ __all__ = [
     "load_checkpoint",
     "rng_state",
     "save_checkpoint",
+    "seed_rngs",
     "set_rng_state",
 ]
 
@@ -111,6 +112,15 @@ def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return py, tensors
 
 
+def seed_rngs(seed: int) -> None:
+    """Seed every generator a checkpoint saves (python, numpy, torch CPU and CUDA): two runs with one seed then
+    hold the same states, and a run resumed from a checkpoint continues with the state an uninterrupted run has
+    (unseeded, python's generator starts from the OS's entropy and differs between processes)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def set_rng_state(py: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
     version, internal, gauss = py["python"]
     random.setstate((version, tuple(internal), gauss))
@@ -127,7 +137,7 @@ def _save_weights(model: nn.Module, folder: Path) -> None:
     if _is_peft(model):
         model.save_pretrained(str(folder), safe_serialization=True)
     else:
-        save_model(model, str(folder / "model.safetensors"))
+        save_file(_full_weights(model), str(folder / "model.safetensors"))
 
 
 def _load_weights(model: nn.Module, folder: Path) -> None:
@@ -148,7 +158,46 @@ def _load_weights(model: nn.Module, folder: Path) -> None:
             )
         set_peft_model_state_dict(model, weights)
     else:
-        load_model(model, str(folder / "model.safetensors"))
+        _load_full_weights(model, folder / "model.safetensors")
+
+
+def _tied_groups(model: nn.Module) -> list[list[str]]:
+    """The model's tensors by identity: a tied weight (the input embedding and the LM head) is one group of
+    several names."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in [*model.named_parameters(remove_duplicate=False),
+                         *model.named_buffers(remove_duplicate=False)]:
+        groups.setdefault(id(tensor), []).append(name)
+    return list(groups.values())
+
+
+def _full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every persistent tensor of a fully trained model once, under its first name, each in storage of its own
+    (DeepSpeed ZeRO keeps parameters as views of one flat buffer, which safetensors will not write)."""
+    state = model.state_dict()
+    return {names[0]: state[names[0]].detach().clone().contiguous()
+            for names in _tied_groups(model) if names[0] in state}
+
+
+def _load_full_weights(model: nn.Module, file: Path) -> None:
+    """Copy ``file``'s tensors into the model in place (so DeepSpeed's views stay views); a tied group may be
+    stored under any of its names. A missing or unexpected tensor is an error naming it."""
+    weights = load_file(str(file))
+    state = model.state_dict()
+    params = {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers(remove_duplicate=False))}
+    used: set[str] = set()
+    for names in _tied_groups(model):
+        if names[0] not in state:
+            continue  # a non-persistent buffer
+        found = [n for n in names if n in weights]
+        if not found:
+            raise ValueError(f"{file} holds no weights for {names[0]}: the checkpoint is of another model")
+        with torch.no_grad():
+            params[names[0]].copy_(weights[found[0]])
+        used.update(found)
+    unexpected = sorted(set(weights) - used)
+    if unexpected:
+        raise ValueError(f"{file} holds tensors the model does not have: {unexpected[:3]}")
 
 
 def save_checkpoint(
