@@ -8,7 +8,8 @@ the same corpus, each timed per call over a fixed query set and reported as p50 
   search tool's path; target p95 under 20 ms a query.
 - dense: :class:`components.retrieval.dense.DenseIndex` ``search`` with the embedded MiniLM loaded offline
   (:func:`components.embedded.models.load_embedder`), the query's embedding included; target p95 under 10 ms a
-  query. Skipped, with the reason in the JSON, when the model cannot be loaded or with ``--no-dense``.
+  query; a row per torch thread count (``--dense-threads``, 1 and 2 by default), with passive OpenMP waits. Skipped,
+  with the reason in the JSON, when the model cannot be loaded or with ``--no-dense``.
 
 The corpus is the embedded world (``params.yaml``'s ``world`` sizes) enlarged deterministically: every entity count
 is multiplied by the smallest factor that gives at least ``--paragraphs`` paragraphs, and the first
@@ -18,10 +19,14 @@ for). A slate pool per question: twelve actions built from its hop titles, other
 guesses and spelling variants of the same search (which dedupe must merge), with the question plus its first
 gold paragraph as the relevance context.
 
-Run (about a minute at full size on 2 cores, most of it embedding the corpus)::
+Run (seconds once the dense index is cached; embedding the 10k paragraphs the first time took over 10 minutes
+on 2 busy cores)::
 
     python perf/bench_retrieval.py [--paragraphs 10000] [--queries 200] [--repeats 3] [--no-dense] \\
-        [--out perf/results/retrieval.json]
+        [--index-cache .cache/bench_retrieval | --no-index-cache] [--out perf/results/retrieval.json]
+
+The dense index is built with :func:`components.retrieval.store.build_index` into ``--index-cache`` and loaded
+from there next time (``load_index`` refuses an index of any other corpus, so a changed world is re-embedded).
 
 Prints a table and writes JSON: ``rows`` (measure, figures, value = p95 in ms, target, met, p50_ms, p95_ms),
 the corpus and query sizes, index build times and the machine's load average before and after.
@@ -29,10 +34,15 @@ the corpus and query sizes, index build times and the machine's load average bef
 
 from __future__ import annotations
 
+import os
+
+# MiniLM runs on torch's OpenMP threads; with the default spinning waits a 2-thread query took ~6x longer than with
+# passive ones on this shared 2-core machine (461 vs 79 ms p50 at load 8). Set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import json
 import math
-import os
 import platform
 import random
 import time
@@ -126,7 +136,29 @@ def load_dense_embedder():
         return None, f"MiniLM could not be loaded offline: {type(exc).__name__}: {exc}"
 
 
-def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path: str = "params.yaml") -> dict:
+def dense_index(docs: list[Document], embedder, snippet_chars: int, cache: Path | None):
+    """The dense index of ``docs``: loaded from ``cache`` when an index of this very corpus is there (embedding
+    10k paragraphs takes minutes on 2 busy cores, and only the query path is timed), else built (and saved there)."""
+    from components.retrieval.dense import DenseIndex
+    from components.retrieval.store import IndexLoadError, build_index, load_index
+    from components.retrieval.text import corpus_sha256
+
+    folder = cache / f"dense-{corpus_sha256(docs)[:16]}" if cache is not None else None
+    started = time.perf_counter()
+    if folder is not None:
+        try:
+            index = load_index(folder, docs=docs, embedder=embedder)
+            return index, {"source": f"loaded from {folder}", "seconds": round(time.perf_counter() - started, 2)}
+        except IndexLoadError:
+            index = build_index("dense", docs, folder, embedder=embedder, snippet_chars=snippet_chars)
+    else:
+        index = DenseIndex(docs, embedder, snippet_chars=snippet_chars)
+    return index, {"source": "built" + (f", saved to {folder}" if folder else ""),
+                   "seconds": round(time.perf_counter() - started, 2)}
+
+
+def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path: str = "params.yaml",
+        index_cache: Path | None = None, dense_threads: Sequence[int] = ()) -> dict:
     params = load_params(params_path)
     world_sizes = params.world.model_dump()
     started = time.perf_counter()
@@ -160,14 +192,19 @@ def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path:
         if embedder is None:
             rows.append(skipped_row("dense", measure, why))
         else:
-            from components.retrieval.dense import DenseIndex, embed
+            import torch
 
-            started = time.perf_counter()
-            index = DenseIndex(docs, embedder, snippet_chars=snippet_chars)
-            build["dense_s"] = time.perf_counter() - started
-            rows.append(latency_row("dense", measure, time_calls(lambda q: index.search(q, top_k), queries, repeats)))
-            encode_ms = time_calls(lambda q: embed(embedder, [q]), queries, repeats)
-            build["dense_query_encode_p50_ms"] = float(np.percentile(encode_ms, 50))
+            from components.retrieval.dense import embed
+
+            index, build["dense"] = dense_index(docs, embedder, snippet_chars, index_cache)
+            default_threads = torch.get_num_threads()
+            for threads in dense_threads or [default_threads]:
+                torch.set_num_threads(threads)
+                row = latency_row("dense", f"{measure}, {threads} torch thread{'s' if threads > 1 else ''}",
+                                  time_calls(lambda q: index.search(q, top_k), queries, repeats))
+                encode_ms = time_calls(lambda q: embed(embedder, [q]), queries, 1)
+                rows.append({**row, "torch_threads": threads, "encode_p50_ms": float(np.percentile(encode_ms, 50))})
+            torch.set_num_threads(default_threads)
     return {"corpus": {"paragraphs": len(docs), "world_scale": factor, "world_sizes": world_sizes,
                        "seed": params.seed, "generate_s": round(world_s, 3)},
             "queries": len(queries), "pools": len(pools), "repeats": repeats, "build": build, "rows": rows}
@@ -179,7 +216,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="queries, and slate pools (one per question)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the queries")
     parser.add_argument("--no-dense", action="store_true", help="skip the dense row (no MiniLM)")
+    parser.add_argument("--dense-threads", default="1,2",
+                        help="comma-separated torch thread counts, a dense row each ('' for torch's default)")
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--index-cache", type=Path, default=Path(".cache") / "bench_retrieval",
+                        help="where the dense index of the corpus is kept between runs")
+    parser.add_argument("--no-index-cache", action="store_true", help="build the dense index afresh, save nothing")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     for name in ("paragraphs", "queries", "repeats"):
@@ -187,16 +229,19 @@ def main() -> None:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
 
     load_before = os.getloadavg()
-    report = run(args.paragraphs, args.queries, args.repeats, dense=not args.no_dense, params_path=args.params)
+    report = run(args.paragraphs, args.queries, args.repeats, dense=not args.no_dense, params_path=args.params,
+                 index_cache=None if args.no_index_cache else args.index_cache,
+                 dense_threads=[int(t) for t in args.dense_threads.split(",") if t.strip()])
     report["machine"] = {"cpu_count": os.cpu_count(), "python": platform.python_version(),
+                         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                          "loadavg_before": [round(x, 2) for x in load_before],
                          "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
-    print(f"{'measure':58s} {'p50 ms':>8s} {'p95 ms':>8s} {'target':>14s}  met")
+    print(f"{'measure':72s} {'p50 ms':>8s} {'p95 ms':>8s} {'target':>14s}  met")
     for r in report["rows"]:
         if r["met"] is None:
-            print(f"{r['measure']:58s} {r['figures']}")
+            print(f"{r['measure']:72s} {r['figures']}")
         else:
-            print(f"{r['measure']:58s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['target']:>14s}  "
+            print(f"{r['measure']:72s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['target']:>14s}  "
                   f"{'yes' if r['met'] else 'NO'}")
     print(f"load average before {report['machine']['loadavg_before']}, after {report['machine']['loadavg_after']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
