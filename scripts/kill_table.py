@@ -1,0 +1,150 @@
+"""The kill table (issue 48): every stage of tests/reliability/kill_cases.py killed with SIGKILL at each of its
+kill points and resumed, against an uninterrupted run with the same seeds; writes the table as
+docs/results/reliability_kill.md and the full outcomes (every difference found) as JSON.
+
+    .venv/bin/python scripts/kill_table.py                        # every case (about an hour on 2 shared cores)
+    .venv/bin/python scripts/kill_table.py --cases collect sft    # these cases again; the others' rows are kept
+
+Each case runs under ``--profile paper --overlay smoke`` (tiny random Qwen2 served in process by transformers,
+``RUBRICFLOW_MLFLOW=0``) in a work folder (default: a temporary one, removed at the end unless ``--keep``) over
+inputs built once by the smoke DAG (sft, sft_scaffold, index). A case that cannot run (an upstream failure, a
+run that exits with an error) is a row with its error, not a missing row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.reliability.kill import DATA, build_inputs, kill_matrix
+from tests.reliability.kill_cases import CASES, STEPS, UPSTREAM, kill_points
+
+
+def commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    return head.stdout.strip() or "unknown"
+
+
+def run_cases(names: list[str], work: Path) -> list[dict]:
+    started = time.perf_counter()
+    base = build_inputs(work / "base", UPSTREAM)
+    print(f"inputs ({' '.join(UPSTREAM)}) built in {time.perf_counter() - started:.0f} s", flush=True)
+    rows = []
+    for name in names:
+        case, t0 = CASES[name], time.perf_counter()
+        try:
+            outcomes = kill_matrix(case, base, work / name.replace("@", "_"), kill_points(case))
+            new = [{**o.row(case.unit), "error": None} for o in outcomes]
+        except Exception as exc:  # noqa: BLE001 - a case that cannot run is a row saying why
+            traceback.print_exc()
+            new = [{"stage": name, "unit": case.unit, "kill_points": [], "killed": [], "records_at_kill": [],
+                    "records_after_resume": None, "records_uninterrupted": None, "identical": False,
+                    "differences": [], "orphans": [], "error": " ".join(str(exc).split())[:400]}]
+        seconds = time.perf_counter() - t0
+        for row in new:
+            row["case_wall_s"] = round(seconds, 1)
+            print(json.dumps(row), flush=True)
+        rows += new
+    return rows
+
+
+def cell(values: list) -> str:
+    return ", ".join(map(str, values)) if values else "-"
+
+
+def page(rows: list[dict], wall_s: float) -> str:
+    cases = list(dict.fromkeys(r["stage"] for r in rows))
+    ok = sum(r["identical"] and not r["orphans"] and not r["error"] for r in rows)
+    runs = {}  # command -> (commit, stages), in the order they appear
+    for r in rows:
+        runs.setdefault(r["command"], (r["commit"], []))[1].append(r["stage"])
+    lines = [
+        "# Kill -9 anywhere: stages killed mid-run and resumed",
+        "",
+        (f"Written by `scripts/kill_table.py` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; do not edit by "
+         "hand. Commands (a partial run replaces its stages' rows), each with the commit it ran at:"),
+        "",
+        *(f"    {command}    # commit {sha}: {', '.join(dict.fromkeys(stages))}"
+          for command, (sha, stages) in runs.items()),
+        "",
+        (f"Size: {len(cases)} stages, {len(rows)} killed-and-resumed runs, each against one uninterrupted run of the "
+        f"same command and seeds; `--profile paper --overlay smoke` (tiny random Qwen2, transformers in process, "
+        f"fixed seeds) with `{' '.join('--set ' + d for d in DATA)}`, {STEPS} GRPO/SFT steps with a checkpoint "
+        f"after each, 3 questions for collect and evaluate. Machine: {platform.machine()} CPU, 2 cores shared "
+        f"with other work; total wall time {wall_s / 60:.1f} min."),
+        "",
+        ("Each row is one run, killed with SIGKILL (its own process only, as the OOM killer would) at each kill point "
+        "in turn, restarted after each kill with the same command, and compared with the uninterrupted run: every "
+        "file of the stage's folder, JSONL records by id (lost, duplicated, changed), JSON and CSV metrics, "
+        "parquet, checkpoint and adapter tensors, optimizer and RNG state, method state (ARBOR memory, RubricEM "
+        "bank, ARCO mu: inside each checkpoint and the snapshots beside it). Wall-clock fields (`wall_s`, "
+        "`time/*`, `memory/*`, timings.json) are left out; peft's `target_modules` list is compared as a set. "
+        "Event points fire when the k-th record exists (the kill lands a poll later, so the count at the kill can "
+        "be higher); timed points are a seeded share of the uninterrupted run's wall time. Orphans: processes "
+        "the killed runs or the resume started that were still alive 10 s after the resume ended."),
+        "",
+        f"**{ok} of {len(rows)} runs identical to the uninterrupted run with no orphan.**",
+        "",
+        ("| stage | kill points | records at each kill | after resume | uninterrupted | identical | orphans | "
+         "differences / error |"),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        points = cell([f"{p} ({'killed' if k else 'ended first'})" for p, k in zip(r["kill_points"], r["killed"])])
+        notes = r["error"] or "; ".join(r["differences"][:3]) + (" ..." if len(r["differences"]) > 3 else "")
+        lines.append(f"| {r['stage']} | {points} | {cell(r['records_at_kill'])} {r['unit']}s | "
+                     f"{r['records_after_resume']} | {r['records_uninterrupted']} | "
+                     f"{'yes' if r['identical'] and not r['error'] else 'no'} | {len(r['orphans'])} | "
+                     f"{notes or '-'} |")
+    lines += ["", ("Records: collect counts finished questions (done.jsonl), evaluate finished episodes "
+              "(trajectories.jsonl), sft and train_policy the step of the latest complete checkpoint, the sweep "
+              "both of its runs' (its train_policy@grpo checkpoint step plus its evaluate@sft episodes)."), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--work", type=Path, default=None, help="work folder (default: a temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--json", type=Path, default=ROOT / "outputs" / "reliability" / "kill_table.json")
+    parser.add_argument("--page", type=Path, default=ROOT / "docs" / "results" / "reliability_kill.md")
+    args = parser.parse_args()
+    command = ".venv/bin/python scripts/kill_table.py" + \
+        ("" if args.cases == list(CASES) else " --cases " + " ".join(args.cases))
+    work = args.work or Path(tempfile.mkdtemp(prefix="kill_table-"))
+    started = time.perf_counter()
+    try:
+        rows = run_cases(args.cases, work)
+    finally:
+        if not args.keep and args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    wall = time.perf_counter() - started
+    for row in rows:
+        row.update(commit=commit(), command=command)
+    # a partial run replaces its cases' rows in the existing table and keeps the others (with their commits)
+    earlier = json.loads(args.json.read_text())["rows"] if args.json.exists() and args.cases != list(CASES) else []
+    rows = [r for r in earlier if r["stage"] not in args.cases] + rows
+    rows.sort(key=lambda r: list(CASES).index(r["stage"]) if r["stage"] in CASES else len(CASES))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    wall = sum({r["stage"]: r["case_wall_s"] for r in rows}.values())
+    args.json.write_text(json.dumps({"rows": rows}, indent=1))
+    args.page.write_text(page(rows, wall))
+    print(f"wrote {args.page} and {args.json}")
+
+
+if __name__ == "__main__":
+    main()
