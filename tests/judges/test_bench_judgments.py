@@ -271,7 +271,8 @@ def test_the_runner_asks_every_judgment_in_its_modes_and_writes_the_page(tmp_pat
     assert asked == {("answer_judge", "text"), ("answer_judge", "probability"), ("arbor_pairwise", "text"),
                      ("arbor_pairwise", "probability"), ("arbor_pairwise", "reference"), ("arbor_rar", "text"),
                      ("arbor_pairwise_verdicts", "text"), ("arbor_pairwise_verdicts", "probability"),
-                     ("arbor_pairwise_verdicts", "reference"),
+                     ("arbor_pairwise_verdicts", "reference"), ("arbor_pairwise_single", "text"),
+                     ("arbor_pairwise_single", "probability"), ("arbor_pairwise_single", "reference"),
                      ("coreact_council", "text"), ("coreact_council", "reference"),
                      ("coreact_rubric_evaluator", "text"), ("coreact_rubric_evaluator", "probability")}
     by = {(s["judgment"], s["mode"]): s for s in summary["summaries"]}

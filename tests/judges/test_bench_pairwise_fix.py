@@ -18,6 +18,7 @@ from components.methods.arbor.pairwise_judge import (
     parse_meets,
     reference_facts,
     score_group,
+    single_messages,
     verdict_messages,
 )
 from components.schemas import Question, SubQuestion
@@ -109,3 +110,22 @@ def test_probability_scoring_gives_the_difference_of_the_yes_probabilities():
     judge.scoring = "probability"
     v = asyncio.run(ask_edge(judge, "Q?", "x", "y", RUBRIC, SAMPLING, Tally(), form="verdicts"))
     assert v.winner == "TIE" and v.expected == pytest.approx((1 + 0.9 - 0.6) / 2)
+
+
+def test_the_single_form_shows_one_attempt_and_asks_each_once():
+    def reply(messages, sampling):
+        assert "Attempt A" not in messages[1].content and "Attempt:\n" in messages[1].content
+        return "yes" if "Attempt:\ngood\n" in messages[1].content else "no"
+
+    judge = ScriptedChatModel(reply)
+    result = asyncio.run(score_group(judge, "Q?", ["good", "bad", "bad2"], [(0, 1), (0, 2), (1, 2)], RUBRIC,
+                                     key="k", form="single"))
+    assert result.scores == [1.0, 0.25, 0.25] and result.tally.calls == 3    # one call per attempt, not per edge
+    memo: dict = {}
+    tally = Tally()
+    for a, b in (("good", "bad"), ("bad", "good")):
+        v = asyncio.run(ask_edge(judge, "Q?", a, b, RUBRIC, SAMPLING, tally, form="single", memo=memo))
+        assert v.winner == ("A" if a == "good" else "B")
+    assert tally.calls == 2                                                   # the second edge reads the memo
+    shown = single_messages("Q?", "good", RUBRIC, "Correct answer: X")[1].content
+    assert shown.index("Attempt:") < shown.index("Reference notes") < shown.index("Criterion:")

@@ -2,7 +2,8 @@
 ``plugin.py``):
 
 - ``arbor_pairwise`` and ``arbor_pairwise_verdicts``: the pairwise process judge (:mod:`.pairwise_judge`, role
-  ``arbor.judge_role``) in its two forms (the paper's winner-or-TIE call; a yes/no verdict per attempt) on each
+  ``arbor.judge_role``) in its forms (the paper's winner-or-TIE call; a yes/no verdict per attempt with both in
+  view; ``arbor_pairwise_single``: a yes/no per attempt seen alone) on each
   pair (gold, perturbed) of one question, both orders, on a fixed rubric about finding each hop (:data:`RUBRIC`).
   Modes: text, probability (the winner is a label choice) and reference. ARBOR's judge scores training
   rollouts, never an answer at test time, so it may be shown the gold answer and the question's gold facts as
@@ -29,7 +30,7 @@ from components.methods.arbor import rar
 from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_judge import ask_edge, reference_facts
 
-__all__ = ["PAIRWISE", "PAIRWISE_VERDICTS", "RAR", "RUBRIC"]
+__all__ = ["PAIRWISE", "PAIRWISE_SINGLE", "PAIRWISE_VERDICTS", "RAR", "RUBRIC"]
 
 RUBRIC = RubricText(
     title="Finds each hop",
@@ -63,7 +64,8 @@ def pair_asker(form: str):
         q = unit.data["question"]
         verdict = await ask_edge(model, q.question, unit.data["a"], unit.data["b"], RUBRIC,
                                  Sampling(temperature=0.0, max_tokens=context.params.arbor.judge_max_tokens),
-                                 context.tally, form, reference_facts(q) if context.reference else None)
+                                 context.tally, form, reference_facts(q) if context.reference else None,
+                                 context.cache if form == "single" else None)
         return {"winner": verdict.winner, "expected": verdict.expected, "failure": verdict.failure,
                 "meets": list(verdict.meets) if verdict.meets else None, "label_probs": verdict.label_probs,
                 "replies": list(verdict.replies)}
@@ -105,6 +107,14 @@ PAIRWISE_VERDICTS = BenchJudgment(
     ask=pair_asker("verdicts"), summary=metrics.pairwise_summary, choice=True, reference="mode",
     reference_note=_PAIR_REFERENCE,
     doc="the verdicts form: a yes/no per attempt with both in view, the winner the one that alone meets it",
+    per_variant=metrics.pairwise_per_variant).register()
+
+PAIRWISE_SINGLE = BenchJudgment(
+    name="arbor_pairwise_single", method="arbor", role=lambda params: params.arbor.judge_role, units=pair_units,
+    ask=pair_asker("single"), summary=metrics.pairwise_summary, choice=True, reference="mode",
+    reference_note=_PAIR_REFERENCE,
+    doc=("the single form: a yes/no per attempt seen alone (asked once per attempt and mode, its call counted in "
+         "the first pair that needs it), the winner the one that alone meets it"),
     per_variant=metrics.pairwise_per_variant).register()
 
 RAR = BenchJudgment(

@@ -19,7 +19,11 @@ then one yes/no question per attempt, "does attempt A meet the criterion?" and t
 calls that share the prompt up to the last line, so a server's prompt cache serves the second); the edge is won
 by the attempt that meets it when the other does not, and tied when both or neither do (win / tie / loss, as the
 paper's). Scored from probabilities, its outcome is ``(1 + P(A meets) - P(B meets)) / 2``. A failed or unreadable
-verdict removes the edge, as in the winner form.
+verdict removes the edge, as in the winner form. On the bench's first pairs the 1.5B answered this form by
+position (yes for A, no for B, in both orders). ``form="single"``: the same yes/no, but each call shows one
+attempt alone (:func:`single_messages`), asked once per attempt and read by every edge that holds it (K calls
+for a group instead of the graph's edges); with no second attempt in view there is no position to follow, and
+the edge is still won, tied or lost as above.
 
 ``reference`` (:func:`reference_facts`: the gold answer and the facts of the question's chain) may be shown to
 the judge in either form: ARBOR's process judge scores training rollouts only, never a test-time answer.
@@ -44,10 +48,10 @@ from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_graph import Edge, edge_scores
 from components.schemas import Question
 
-__all__ = ["FORMS", "MEETS", "WINNER", "EdgeVerdict", "GroupScores", "ask_edge", "judge_messages", "parse_meets",
-           "parse_winner", "reference_facts", "score_group", "verdict_messages"]
+__all__ = ["FORMS", "MEETS", "WINNER", "EdgeVerdict", "GroupScores", "ask_edge", "ask_single", "judge_messages",
+           "parse_meets", "parse_winner", "reference_facts", "score_group", "single_messages", "verdict_messages"]
 
-FORMS = ("winner", "verdicts")
+FORMS = ("winner", "verdicts", "single")
 
 JUDGE_SYSTEM = (
     "You compare two attempts by a search agent at the same question. Each attempt lists its turns: what "
@@ -77,6 +81,14 @@ VERDICT_SYSTEM = (
     "attempt turn by turn and decide whether it meets the criterion as the strong attempt does, or falls into "
     "the weak attempt's description. An attempt that stopped without an answer, or that answered something its "
     "turns do not support, does not meet a criterion about reaching the answer.\n"
+    "Reply with the single word yes or no."
+)
+SINGLE_SYSTEM = (
+    "You check one attempt by a search agent at a question against one criterion. The attempt lists its turns: "
+    "what it thought, the search or browse action it took, what came back, and how it ended. Read it turn by "
+    "turn and decide whether it meets the criterion as the strong attempt does, or falls into the weak "
+    "attempt's description. An attempt that stopped without an answer, or that answered something its turns "
+    "do not support, does not meet a criterion about reaching the answer.\n"
     "Reply with the single word yes or no."
 )
 MEETS = Choice({"yes": 1.0, "no": 0.0}, label=lambda meets: "yes" if meets else "no")
@@ -129,6 +141,18 @@ def verdict_messages(question: str, text_a: str, text_b: str, rubric: RubricText
     return [system(VERDICT_SYSTEM), user(f"{content}\n\nDoes attempt {about} meet the criterion? Answer yes or no.")]
 
 
+def single_messages(question: str, text: str, rubric: RubricText, reference: str | None = None) -> list[Message]:
+    """The single form's prompt: one attempt, the criterion (and ``reference`` when given), then the question."""
+    notes = (f"Reference notes, for you only (the attempt never saw them):\n{reference.strip()}\n\n"
+             if reference else "")
+    return [system(SINGLE_SYSTEM), user(
+        f"Question:\n{question}\n\nAttempt:\n{text}\n\n{notes}"
+        f"Criterion: {untrusted(rubric.title)}\n"
+        f"A strong attempt: {untrusted(rubric.description)}\n"
+        f"A weak attempt: {untrusted(rubric.counter_description)}\n\n"
+        "Does the attempt meet the criterion? Answer yes or no.")]
+
+
 def parse_meets(text: str) -> bool:
     """The reply's first word as a verdict, yes or no (case, quotes and punctuation ignored); :class:`Unparsed`
     with the reply's start otherwise."""
@@ -170,10 +194,26 @@ def _winner_of(meets_a: bool, meets_b: bool) -> str:
     return "A" if meets_a and not meets_b else ("B" if meets_b and not meets_a else "TIE")
 
 
+async def ask_single(judge: ChatModel, question: str, text: str, rubric: RubricText, sampling: Sampling,
+                     tally: Tally, reference: str | None = None, memo: dict | None = None):
+    """The single form's verdict on one attempt (a :class:`~components.judges.call.Verdict` of a bool, or a
+    :class:`~components.judges.call.Failure`); ``memo``, when given, keeps each attempt's judgment (keyed on
+    its text and the reference), so an attempt in several edges is asked once."""
+    key = (text, reference)
+    if memo is not None and key in memo:
+        return memo[key]
+    call = JudgeCall(single_messages(question, text, rubric, reference), parse_meets, sampling, choice=MEETS)
+    result = await ask(judge, call, tally)
+    if memo is not None:
+        memo[key] = result
+    return result
+
+
 async def ask_edge(judge: ChatModel, question: str, text_a: str, text_b: str, rubric: RubricText,
                    sampling: Sampling, tally: Tally, form: str = "winner",
-                   reference: str | None = None) -> EdgeVerdict:
-    """One edge in the shown order, in ``form`` (module doc); calls are counted in ``tally``."""
+                   reference: str | None = None, memo: dict | None = None) -> EdgeVerdict:
+    """One edge in the shown order, in ``form`` (module doc); calls are counted in ``tally``; ``memo`` keeps
+    the single form's per-attempt judgments across edges."""
     if form == "winner":
         call = JudgeCall(judge_messages(question, text_a, text_b, rubric, reference), parse_winner, sampling,
                          schema=WINNER_SCHEMA, choice=WINNER)
@@ -182,13 +222,16 @@ async def ask_edge(judge: ChatModel, question: str, text_a: str, text_b: str, ru
             return EdgeVerdict(None, None, failure=result.kind, replies=tuple(filter(None, [result.reply])))
         return EdgeVerdict(result.value, result.expected, replies=(result.text,),
                            label_probs=dict(result.label_probs) if result.label_probs else None)
-    if form != "verdicts":
+    if form not in FORMS:
         raise ValueError(f"unknown pairwise judge form {form!r}; known: {', '.join(FORMS)}")
     results = []
-    for about in ("A", "B"):  # one after the other: the second reuses the first's prompt in the server's cache
-        call = JudgeCall(verdict_messages(question, text_a, text_b, rubric, about, reference), parse_meets,
-                         sampling, choice=MEETS)
-        result = await ask(judge, call, tally)
+    for about, text in (("A", text_a), ("B", text_b)):  # in turn: the second reuses the first's prompt cache
+        if form == "single":
+            result = await ask_single(judge, question, text, rubric, sampling, tally, reference, memo)
+        else:
+            call = JudgeCall(verdict_messages(question, text_a, text_b, rubric, about, reference), parse_meets,
+                             sampling, choice=MEETS)
+            result = await ask(judge, call, tally)
         if not result.ok:
             return EdgeVerdict(None, None, failure=result.kind,
                                replies=tuple(r.text for r in results) + tuple(filter(None, [result.reply])))
@@ -200,10 +243,11 @@ async def ask_edge(judge: ChatModel, question: str, text_a: str, text_b: str, ru
 
 async def _judge_edge(judge: ChatModel, question: str, texts: Sequence[str], edge: Edge, rubric: RubricText,
                       swap: bool, sampling: Sampling, tally: Tally, form: str,
-                      reference: str | None) -> float | None:
+                      reference: str | None, memo: dict | None) -> float | None:
     i, j = edge
     first, second = (j, i) if swap else (i, j)
-    verdict = await ask_edge(judge, question, texts[first], texts[second], rubric, sampling, tally, form, reference)
+    verdict = await ask_edge(judge, question, texts[first], texts[second], rubric, sampling, tally, form, reference,
+                             memo)
     if verdict.expected is None:
         return None
     value = verdict.expected  # result of the trajectory shown as A
@@ -214,14 +258,21 @@ async def score_group(judge: ChatModel, question: str, texts: Sequence[str], edg
                       rubric: RubricText, key: str, max_tokens: int = 32, form: str = "winner",
                       reference: str | None = None) -> GroupScores:
     """Judge every edge concurrently, in ``form`` (``winner``: the paper's; ``verdicts``: one yes/no per
-    attempt), with ``reference`` shown when given; A/B order per edge from ``random.Random(f"{key}:{i}:{j}")``."""
+    attempt with both in view; ``single``: one yes/no per attempt seen alone, asked once per attempt), with
+    ``reference`` shown when given; A/B order per edge from ``random.Random(f"{key}:{i}:{j}")``."""
     if form not in FORMS:
         raise ValueError(f"unknown pairwise judge form {form!r}; known: {', '.join(FORMS)}")
     sampling = Sampling(temperature=0.0, max_tokens=max_tokens)
     tally = Tally()
+    memo: dict | None = None
+    if form == "single":  # one verdict per attempt, asked up front, then read by every edge that holds it
+        memo = {}
+        used = sorted({n for e in edges for n in e})
+        await asyncio.gather(*(ask_single(judge, question, texts[n], rubric, sampling, tally, reference, memo)
+                               for n in used))
     swaps = [random.Random(f"{key}:{i}:{j}").random() < 0.5 for i, j in edges]
     values = await asyncio.gather(*(_judge_edge(judge, question, texts, e, rubric, s, sampling, tally, form,
-                                                reference)
+                                                reference, memo)
                                     for e, s in zip(edges, swaps, strict=True)))
     outcomes = dict(zip(edges, values, strict=True))
     return GroupScores(edge_scores(len(texts), outcomes), outcomes, tally)
