@@ -48,6 +48,8 @@ def run_cases(names: list[str], work: Path) -> list[dict]:
         try:
             outcomes = kill_matrix(case, base, work / name.replace("@", "_"), kill_points(case))
             new = [{**o.row(case.unit), "error": None} for o in outcomes]
+            for row in new:
+                row["unchecked"] = [f"{file}: {key}" for file, key in case.unchecked]
         except Exception as exc:  # noqa: BLE001 - a case that cannot run is a row saying why
             traceback.print_exc()
             new = [{"stage": name, "unit": case.unit, "kill_points": [], "killed": [], "records_at_kill": [],
@@ -84,7 +86,7 @@ def page(rows: list[dict], wall_s: float) -> str:
         f"same command and seeds; `--profile paper --overlay smoke` (tiny random Qwen2, transformers in process, "
         f"fixed seeds) with `{' '.join('--set ' + d for d in DATA)}`, {STEPS} GRPO/SFT steps with a checkpoint "
         f"after each, 3 questions for collect and evaluate. Machine: {platform.machine()} CPU, 2 cores shared "
-        f"with other work; total wall time {wall_s / 60:.1f} min."),
+        f"with other work; {wall_s / 60:.0f} min of kill runs, inputs built once per command aside."),
         "",
         ("Each row is one run, killed with SIGKILL (its own process only, as the OOM killer would) at each kill point "
         "in turn, restarted after each kill with the same command, and compared with the uninterrupted run: every "
@@ -109,6 +111,11 @@ def page(rows: list[dict], wall_s: float) -> str:
                      f"{r['records_after_resume']} | {r['records_uninterrupted']} | "
                      f"{'yes' if r['identical'] and not r['error'] else 'no'} | {len(r['orphans'])} | "
                      f"{notes or '-'} |")
+    for stage in cases:
+        unchecked = next((r.get("unchecked") for r in rows if r["stage"] == stage and r.get("unchecked")), None)
+        if unchecked:
+            lines += ["", (f"Left out of the {stage} comparison: {', '.join(unchecked)}; the reason is with the "
+                           "case in tests/reliability/kill_cases.py.")]
     lines += ["", ("Records: collect counts finished questions (done.jsonl), evaluate finished episodes "
               "(trajectories.jsonl), sft and train_policy the step of the latest complete checkpoint, the sweep "
               "both of its runs' (its train_policy@grpo checkpoint step plus its evaluate@sft episodes)."), ""]
@@ -122,7 +129,14 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--json", type=Path, default=ROOT / "outputs" / "reliability" / "kill_table.json")
     parser.add_argument("--page", type=Path, default=ROOT / "docs" / "results" / "reliability_kill.md")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="run nothing: put these JSON files' rows into --json (replacing their stages') and "
+                             "write the page")
     args = parser.parse_args()
+    if args.merge:
+        merged = [r for f in args.merge for r in json.loads(f.read_text())["rows"]]
+        write(args, merged, {r["stage"] for r in merged})
+        return
     command = ".venv/bin/python scripts/kill_table.py" + \
         ("" if args.cases == list(CASES) else " --cases " + " ".join(args.cases))
     work = args.work or Path(tempfile.mkdtemp(prefix="kill_table-"))
@@ -134,10 +148,16 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     wall = time.perf_counter() - started
     for row in rows:
-        row.update(commit=commit(), command=command)
-    # a partial run replaces its cases' rows in the existing table and keeps the others (with their commits)
-    earlier = json.loads(args.json.read_text())["rows"] if args.json.exists() and args.cases != list(CASES) else []
-    rows = [r for r in earlier if r["stage"] not in args.cases] + rows
+        row.update(commit=commit(), command=command, inputs_s=round(wall - sum(
+            {r["stage"]: r["case_wall_s"] for r in rows}.values()), 1))
+    write(args, rows, set(args.cases) if args.cases != list(CASES) else None)
+
+
+def write(args: argparse.Namespace, rows: list[dict], partial: set[str] | None) -> None:
+    """``rows`` into --json and the page; a partial run (``partial``: its stages) replaces those stages' rows in
+    the existing table and keeps the others, with their commits."""
+    earlier = json.loads(args.json.read_text())["rows"] if args.json.exists() and partial else []
+    rows = [r for r in earlier if r["stage"] not in partial] + rows if partial else rows
     rows.sort(key=lambda r: list(CASES).index(r["stage"]) if r["stage"] in CASES else len(CASES))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     wall = sum({r["stage"]: r["case_wall_s"] for r in rows}.values())

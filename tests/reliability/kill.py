@@ -14,8 +14,8 @@ Only the stage's own process gets SIGKILL, as the OOM killer or ``kill -9 <pid>`
     assert outcome.identical, outcome.differences
 
 :func:`compare_trees` compares every file of the two runs' folders by type: JSONL records (count, duplicate ids,
-content), JSON, CSV and parquet tables, safetensors and torch files tensor by tensor, anything else byte for
-byte. Wall-clock fields (:func:`wall_clock`) are left out; they are the only thing allowed to differ.
+content), JSON, CSV, parquet and markdown tables, safetensors and torch files tensor by tensor, anything else
+byte for byte. Wall-clock fields (:func:`wall_clock`) are left out; they are the only thing allowed to differ.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ class Case:
     progress: Callable[[Path], int]
     unit: str
     timeout_s: float = 600
+    unchecked: tuple[tuple[str, str], ...] = ()
+    """(file name, top-level JSON key) pairs left out of the comparison, each with its reason in the case's
+    definition: only state that a resumed run cannot be expected to reproduce and that no result reads."""
 
     def command(self, ws: Workspace) -> list[str]:
         sets = [*DATA, *self.sets, f"run.out_dir={ws.out_dir}", f"run.cache_dir={ws.cache_dir}"]
@@ -346,7 +349,7 @@ def resume_and_compare(case: Case, got: Workspace, ref: Workspace, kills: list[K
             pass
     differences = []
     for folder in case.folders:
-        differences += compare_trees(ref.out_dir / folder, got.out_dir / folder, folder)
+        differences += compare_trees(ref.out_dir / folder, got.out_dir / folder, folder, case.unchecked)
     return Outcome(case.name, kills, case.progress(got.out_dir), case.progress(ref.out_dir), differences, orphans)
 
 
@@ -491,8 +494,28 @@ def _torch_objects_same(a: Any, b: Any) -> bool:
     return _same(a, b)
 
 
-def compare_file(ref: Path, got: Path, name: str) -> list[str]:
+def markdown_without_wall_clock(text: str) -> list[Any]:
+    """A markdown page as its lines, each pipe table as rows of {header: cell} without wall-clock columns."""
+    out: list[Any] = []
+    header: list[str] | None = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+            out.append(line)
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not all(set(c) <= set(":-") for c in cells):  # not the separator row
+            out.append({h: c for h, c in zip(header, cells) if not wall_clock(h)})
+    return out
+
+
+def compare_file(ref: Path, got: Path, name: str, unchecked: tuple[tuple[str, str], ...] = ()) -> list[str]:
     suffix = ref.suffix
+    if suffix == ".md":
+        a, b = markdown_without_wall_clock(ref.read_text()), markdown_without_wall_clock(got.read_text())
+        return [] if a == b else [f"{name}: {_first_difference(a, b)}"]
     if suffix == ".jsonl":
         return compare_jsonl(ref, got, name)
     if suffix == ".json":
@@ -500,6 +523,9 @@ def compare_file(ref: Path, got: Path, name: str) -> list[str]:
             a, b = json.loads(ref.read_text()), json.loads(got.read_text())
             return [] if sorted(a["files"]) == sorted(b["files"]) else [f"{name}: different file lists"]
         a, b = _strip(json.loads(ref.read_text())), _strip(json.loads(got.read_text()))
+        for config in (a, b):
+            for key in (key for file, key in unchecked if file == ref.name and isinstance(config, dict)):
+                config.pop(key, None)
         if ref.name == "adapter_config.json":  # peft writes this set in the process's string-hash order
             for config in (a, b):
                 if isinstance(config.get("target_modules"), list):
@@ -533,14 +559,15 @@ def _files(root: Path) -> dict[str, Path]:
             if p.is_file() and not p.is_symlink() and p.name not in WALL_CLOCK_FILES}
 
 
-def compare_trees(ref: Path, got: Path, label: str = "") -> list[str]:
-    """Every difference between the files under ``ref`` and ``got`` (see the module docstring); [] if none."""
+def compare_trees(ref: Path, got: Path, label: str = "", unchecked: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """Every difference between the files under ``ref`` and ``got`` (see the module docstring); [] if none.
+    ``unchecked``: :attr:`Case.unchecked`."""
     a, b = _files(ref), _files(got)
     label = f"{label}/" if label else ""
     out = [f"{label}{p}: missing after resume" for p in sorted(set(a) - set(b))]
     out += [f"{label}{p}: not in the uninterrupted run" for p in sorted(set(b) - set(a))]
     for rel in sorted(set(a) & set(b)):
-        out += compare_file(a[rel], b[rel], f"{label}{rel}")
+        out += compare_file(a[rel], b[rel], f"{label}{rel}", unchecked)
     return out
 
 

@@ -48,7 +48,11 @@ CASES: dict[str, Case] = {c.name: c for c in [
          folders=("sweep",),
          progress=total(checkpoint_step(*SWEEP_DIR, "train", "grpo", "ckpt"),
                         count_lines(*SWEEP_DIR, "eval", "sft", "trajectories.jsonl")),
-         unit="record"),
+         unit="record",
+         # the flow's Prefect threads draw from python's global generator while the training runs (one draw a
+         # step, more or fewer before the first by thread timing), so its position in a checkpoint is not a
+         # function of the seed even uninterrupted; training never reads it (tensors and metrics are compared)
+         unchecked=(("rng.json", "python"),)),
 ]}
 
 

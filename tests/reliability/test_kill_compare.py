@@ -125,3 +125,15 @@ def test_seeded_processes_checkpoint_the_same_generator_states():
     unseeded = [subprocess.run([sys.executable, "-c", "import random; print(random.getstate()[1][:4])"],
                                capture_output=True, text=True, check=True).stdout for _ in range(2)]
     assert unseeded[0] != unseeded[1]  # what the stages' checkpoints held before they seeded python's generator
+
+
+def test_markdown_tables_and_unchecked_keys(tmp_path):
+    page = "# runs\n\n| variant | reward | wall_s |\n|:--|--:|--:|\n| grpo | {reward} | {wall} |\n"
+    for name, reward, wall in [("ref", 0.5, 75), ("wall", 0.5, 20), ("reward", 0.25, 75)]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "comparison.md").write_text(page.format(reward=reward, wall=wall))
+        (tmp_path / name / "rng.json").write_text(json.dumps({"python": [wall], "numpy": [1]}))
+    assert compare_trees(tmp_path / "ref", tmp_path / "wall", unchecked=(("rng.json", "python"),)) == []
+    assert compare_trees(tmp_path / "ref", tmp_path / "wall") == ["rng.json: .python[0]: '75' != '20'"]
+    assert compare_trees(tmp_path / "ref", tmp_path / "reward", unchecked=(("rng.json", "python"),)) == \
+        ["comparison.md: [2].reward: '0.5' != '0.25'"]
