@@ -107,6 +107,10 @@ def page(rows: list[dict], wall_s: float) -> str:
     for r in rows:
         points = cell([f"{p} ({'killed' if k else 'ended first'})" for p, k in zip(r["kill_points"], r["killed"])])
         notes = r["error"] or "; ".join(r["differences"][:3]) + (" ..." if len(r["differences"]) > 3 else "")
+        if any(r.get("survivors_after_kill") or []):
+            notes = f"{notes}; " if notes else ""
+            notes += (f"processes its kills left alive: {cell(r['survivors_after_kill'])}, "
+                      f"{'all gone' if not r['orphans'] else 'not all gone'} after the resume")
         lines.append(f"| {r['stage']} | {points} | {cell(r['records_at_kill'])} {r['unit']}s | "
                      f"{r['records_after_resume']} | {r['records_uninterrupted']} | "
                      f"{'yes' if r['identical'] and not r['error'] else 'no'} | {len(r['orphans'])} | "

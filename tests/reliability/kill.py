@@ -206,7 +206,9 @@ class Outcome:
         return {"stage": self.case, "unit": unit,
                 "kill_points": [k.point.describe(unit) for k in self.kills],
                 "killed": [k.killed for k in self.kills], "killed_at_s": [round(k.at_s, 1) for k in self.kills],
-                "records_at_kill": [k.records for k in self.kills], "records_after_resume": self.records_resumed,
+                "records_at_kill": [k.records for k in self.kills],
+                "survivors_after_kill": [len(k.survivors) for k in self.kills],
+                "records_after_resume": self.records_resumed,
                 "records_uninterrupted": self.records_reference, "identical": self.identical,
                 "differences": self.differences, "orphans": self.orphans}
 
