@@ -247,9 +247,6 @@ def run_to_end(case: Case, ws: Workspace) -> None:
     _run(case.command(ws), ws.root / "run.log", case.timeout_s)
 
 
-Identity = tuple[int, float]  # pid and start time: a pid reused by another process is not the same process
-
-
 def _descendants(proc: psutil.Process, seen: dict[int, float]) -> None:
     try:
         for child in proc.children(recursive=True):
@@ -262,7 +259,7 @@ def _descendants(proc: psutil.Process, seen: dict[int, float]) -> None:
 
 
 def alive(identities: dict[int, float]) -> list[int]:
-    """The pids of ``identities`` still running as the same process (not zombies)."""
+    """The pids of ``identities`` (pid -> start time: a reused pid is another process) still running, not zombies."""
     out = []
     for pid, created in identities.items():
         try:
