@@ -56,6 +56,9 @@ class SamplingParams:
 
     ``stop_strings`` end a continuation at the token that completes one of them; that token (and the
     ones before it) stay in ``Generation.token_ids``, the stop string is cut from ``Generation.text``.
+    ``logprobs`` False lets an engine skip scoring the sampled tokens (``Generation.logprobs`` None): the
+    HF engine then keeps no per-step logits (TRL's transformers path does the same), which saves a
+    vocabulary-wide log-softmax per token and ``new tokens x rows x vocab`` floats of memory.
     """
 
     max_new_tokens: int = 128
@@ -64,6 +67,7 @@ class SamplingParams:
     top_k: int = 0
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
+    logprobs: bool = True
 
 
 @dataclass
@@ -379,18 +383,20 @@ class HFRolloutEngine:
             eos_token_id=stops or None,
             pad_token_id=self.pad_token_id,
             return_dict_in_generate=True,
-            output_logits=True,
+            output_logits=sampling.logprobs,
             stopping_criteria=criteria,
         )
         new = result.sequences[:, width:].cpu()
         scale = 1.0 if greedy else sampling.temperature
-        lps = torch.stack(
-            [
-                selective_log_softmax(step_logits, new[:, k].to(device), scale)
-                for k, step_logits in enumerate(result.logits)
-            ],
-            dim=1,
-        ).cpu()
+        lps = None
+        if sampling.logprobs:
+            lps = torch.stack(
+                [
+                    selective_log_softmax(step_logits, new[:, k].to(device), scale)
+                    for k, step_logits in enumerate(result.logits)
+                ],
+                dim=1,
+            ).cpu()
         gens = []
         for i, p in enumerate(prompts):
             toks = new[i].tolist()
@@ -400,7 +406,7 @@ class HFRolloutEngine:
                 if decode is None
                 else _cut_text(decode(toks[:n], skip_special_tokens=True), stop_strings)
             )
-            gens.append(Generation(list(p), toks[:n], lps[i, :n].tolist(), reason, text))
+            gens.append(Generation(list(p), toks[:n], None if lps is None else lps[i, :n].tolist(), reason, text))
         return gens
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ from components.training.model import Policy
 from components.training.prompt_order import PromptSampler
 from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
 
-__all__ = ["GRPOTrainer", "LossInputs", "rollout_sampling", "single_turn_rollout"]
+__all__ = ["GRPOTrainer", "LossInputs", "reads_engine_logprobs", "rollout_sampling", "single_turn_rollout"]
 
 RolloutFn = Callable[[RolloutEngine, list[Any], int, SamplingParams], list[Episode]]
 AdvantageFn = Callable[[list[Episode], torch.Tensor, StepContext], torch.Tensor]
@@ -95,10 +95,17 @@ class LossInputs:
 LossFn = Callable[[LossInputs], "tuple[torch.Tensor, dict[str, float]]"]
 
 
+def reads_engine_logprobs(config: GRPOParams) -> bool:
+    """Whether the update reads the rollout engine's log-probs (``old_logprobs: engine``, TIS); otherwise the
+    trainer scores the tokens itself and the engine need not (TRL's transformers path never does)."""
+    return config.old_logprobs == "engine" or config.tis_cap is not None
+
+
 def rollout_sampling(config: GRPOParams, stop_token_ids: Sequence[int] = ()) -> SamplingParams:
     """The engine sampling of a GRPO run, from its configuration."""
     return SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                          top_p=config.top_p, top_k=config.top_k, stop_token_ids=tuple(stop_token_ids))
+                          top_p=config.top_p, top_k=config.top_k, stop_token_ids=tuple(stop_token_ids),
+                          logprobs=reads_engine_logprobs(config))
 
 
 def _prompt_input(item: Any) -> Any:
@@ -177,7 +184,8 @@ class GRPOTrainer:
         self.extra_modules = dict(extra_modules or {})
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.method = method
-        self.sampling = sampling or rollout_sampling(config)
+        # the engine scores its tokens only when the update reads those scores
+        self.sampling = replace(sampling or rollout_sampling(config), logprobs=reads_engine_logprobs(config))
         self.max_length = max_length
         self.pad_token_id = pad_token_id if pad_token_id is not None else getattr(engine, "pad_token_id", 0)
         self.sampler = PromptSampler(len(self.prompts), seed, config.shuffle)

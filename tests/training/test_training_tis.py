@@ -89,7 +89,9 @@ class ShiftedEngine(HFRolloutEngine):
         gens = super().generate(prompts, sampling)
         if self.scale is None:
             return [dataclasses.replace(g, logprobs=None) for g in gens]
-        return [dataclasses.replace(g, logprobs=[lp + math.log(self.scale) for lp in g.logprobs]) for g in gens]
+        # no log-probs when the trainer does not read them (tis_cap None): nothing to shift
+        return [dataclasses.replace(g, logprobs=None if g.logprobs is None else
+                                    [lp + math.log(self.scale) for lp in g.logprobs]) for g in gens]
 
 
 def step_metrics(tis_cap, scale=0.5):
