@@ -28,7 +28,10 @@ on 2 busy cores)::
 The dense index is built with :func:`components.retrieval.store.build_index` into ``--index-cache`` and loaded
 from there next time (``load_index`` refuses an index of any other corpus, so a changed world is re-embedded).
 
-Prints a table and writes JSON: ``rows`` (measure, figures, value = p95 in ms, target, met, p50_ms, p95_ms),
+Each row is judged on the wall-clock p95 and also gives the CPU-time percentiles (this process's CPU time over the
+call), which leave out waiting for a core: on the shared 2-core machine, at a load average of 8, they are what a
+quiet machine would come nearer to. Prints a table and writes JSON: ``rows`` (measure, figures, value = p95 in ms,
+target, met, p50_ms, p95_ms, cpu_p50_ms, cpu_p95_ms),
 the corpus and query sizes, index build times and the machine's load average before and after.
 """
 
@@ -100,25 +103,33 @@ def slate_pool(question: Question, titles: Sequence[str], rng: random.Random) ->
     return pool[:POOL_SIZE]
 
 
-def time_calls(fn: Callable[[object], object], inputs: Sequence[object], repeats: int, warmup: int = 3) -> np.ndarray:
-    """Milliseconds of each call of ``fn`` on each input, ``repeats`` passes after ``warmup`` untimed calls."""
+def time_calls(fn: Callable[[object], object], inputs: Sequence[object], repeats: int,
+               warmup: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Wall and CPU milliseconds of each call of ``fn`` on each input, ``repeats`` passes after ``warmup`` untimed
+    calls. CPU time (this process's, all threads) leaves out the time spent waiting for a core on a busy machine."""
     for x in inputs[:warmup]:
         fn(x)
-    times = []
+    wall, cpu = [], []
     for _ in range(repeats):
         for x in inputs:
-            start = time.perf_counter_ns()
+            start, start_cpu = time.perf_counter_ns(), time.process_time_ns()
             fn(x)
-            times.append((time.perf_counter_ns() - start) / 1e6)
-    return np.asarray(times)
+            wall.append((time.perf_counter_ns() - start) / 1e6)
+            cpu.append((time.process_time_ns() - start_cpu) / 1e6)
+    return np.asarray(wall), np.asarray(cpu)
 
 
-def latency_row(key: str, measure: str, times_ms: np.ndarray) -> dict:
-    p50, p95 = (float(np.percentile(times_ms, q)) for q in (50, 95))
+def latency_row(key: str, measure: str, times: tuple[np.ndarray, np.ndarray]) -> dict:
+    """A row judged on the wall-clock p95; the CPU-time percentiles beside it for a busy machine."""
+    wall, cpu = times
+    p50, p95 = (float(np.percentile(wall, q)) for q in (50, 95))
+    cpu50, cpu95 = (float(np.percentile(cpu, q)) for q in (50, 95))
     target = TARGETS_MS[key]
-    return {"key": key, "measure": measure, "figures": f"p50 {p50:.2f} ms, p95 {p95:.2f} ms over {len(times_ms)} calls",
+    return {"key": key, "measure": measure,
+            "figures": f"p50 {p50:.2f} ms, p95 {p95:.2f} ms wall; CPU p50 {cpu50:.2f}, p95 {cpu95:.2f} ms; {len(wall)} calls",
             "value": p95, "unit": "ms (p95)", "target": f"p95 < {target:g} ms", "met": p95 < target,
-            "p50_ms": p50, "p95_ms": p95, "mean_ms": float(times_ms.mean()), "calls": len(times_ms)}
+            "p50_ms": p50, "p95_ms": p95, "mean_ms": float(wall.mean()), "cpu_p50_ms": cpu50, "cpu_p95_ms": cpu95,
+            "calls": len(wall)}
 
 
 def skipped_row(key: str, measure: str, reason: str) -> dict:
@@ -202,7 +213,7 @@ def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path:
                 torch.set_num_threads(threads)
                 row = latency_row("dense", f"{measure}, {threads} torch thread{'s' if threads > 1 else ''}",
                                   time_calls(lambda q: index.search(q, top_k), queries, repeats))
-                encode_ms = time_calls(lambda q: embed(embedder, [q]), queries, 1)
+                encode_ms, _ = time_calls(lambda q: embed(embedder, [q]), queries, 1)
                 rows.append({**row, "torch_threads": threads, "encode_p50_ms": float(np.percentile(encode_ms, 50))})
             torch.set_num_threads(default_threads)
     return {"corpus": {"paragraphs": len(docs), "world_scale": factor, "world_sizes": world_sizes,
@@ -236,12 +247,13 @@ def main() -> None:
                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                          "loadavg_before": [round(x, 2) for x in load_before],
                          "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
-    print(f"{'measure':72s} {'p50 ms':>8s} {'p95 ms':>8s} {'target':>14s}  met")
+    print(f"{'measure':72s} {'p50 ms':>8s} {'p95 ms':>8s} {'CPU p50':>8s} {'CPU p95':>8s} {'target':>14s}  met")
     for r in report["rows"]:
         if r["met"] is None:
             print(f"{r['measure']:72s} {r['figures']}")
         else:
-            print(f"{r['measure']:72s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['target']:>14s}  "
+            print(f"{r['measure']:72s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['cpu_p50_ms']:8.2f} {r['cpu_p95_ms']:8.2f} "
+                  f"{r['target']:>14s}  "
                   f"{'yes' if r['met'] else 'NO'}")
     print(f"load average before {report['machine']['loadavg_before']}, after {report['machine']['loadavg_after']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -174,6 +174,7 @@ def test_bench_retrieval_small_corpus_writes_rows_against_the_targets(tmp_path):
     for key, target in [("mmr", 5.0), ("bm25", 20.0)]:
         r = rows[key]
         assert r["calls"] == 10 and 0 < r["p50_ms"] <= r["p95_ms"] == r["value"]
+        assert 0 < r["cpu_p50_ms"] <= r["cpu_p95_ms"]
         assert r["target"] == f"p95 < {target:g} ms" and r["met"] == (r["p95_ms"] < target)
     assert rows["dense"]["met"] is None and rows["dense"]["skipped"] == "--no-dense"
     assert len(report["machine"]["loadavg_before"]) == 3
