@@ -24,19 +24,35 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
+from pydantic import Field, ValidationError, model_serializer, model_validator
 
 OUT_DIR = "{out_dir}"  # in a backend's lora path: run.out_dir
 
 
 from components.methods.arbor.params import ArborParams
 from components.methods.arco.params import ArcoParams, ArcoSetup
-from components.methods.coreact.params import CollectParams, CoReActParams, RubricGeneratorParams, VerifierMode
+from components.methods.coreact.params import (
+    CollectParams,
+    CoReActParams,
+    RubricGeneratorParams,
+    VerifierMode,
+)
 from components.methods.rubricem.params import RubricEMParams
 from components.params_section import Section, SharedOverrides
 
-__all__ = ["ArborParams", "ArcoParams", "ArcoSetup", "CollectParams", "CoReActParams", "RubricEMParams",
-           "RubricGeneratorParams", "Section", "SharedOverrides", "VerifierMode", "with_method_settings"]  # and every shared section defined below
+__all__ = [
+    "ArborParams",
+    "ArcoParams",
+    "ArcoSetup",
+    "CoReActParams",
+    "CollectParams",
+    "RubricEMParams",
+    "RubricGeneratorParams",
+    "Section",
+    "SharedOverrides",
+    "VerifierMode",
+    "with_method_settings",
+]  # and every shared section defined below
 
 
 class RunParams(Section):
@@ -313,6 +329,24 @@ class GRPOParams(Section):
         return self
 
 
+class DeepSpeedParams(Section):
+    """DeepSpeed ZeRO for the trainers' updates, by way of accelerate (components/training/stepper.py)."""
+
+    zero_stage: Literal[2, 3] | None = Field(
+        default=None, description="null: plain torch updates (the embedded path). 2: ZeRO-2, optimizer state and "
+        "gradients sharded across processes; 3: parameters too. For full fine-tuning (lora.r: 0) of a policy whose "
+        "optimizer state does not fit one GPU; launch with `accelerate launch --num_processes N -m tasks.<stage>`. "
+        "Needs the [gpu] extra. Keyed once set (its checkpoints hold ZeRO's optimizer state).")
+    offload_optimizer: bool = Field(default=False, description="ZeRO-Offload: optimizer state in host memory.")
+    offload_params: bool = Field(default=False, description="ZeRO-3 only: parameters in host memory between uses.")
+
+    @model_validator(mode="after")
+    def _offload_params_needs_stage_3(self) -> DeepSpeedParams:
+        if self.offload_params and self.zero_stage != 3:
+            raise ValueError("offload_params needs zero_stage: 3 (only ZeRO-3 shards the parameters)")
+        return self
+
+
 class TrainPolicyParams(Section):
     """The `train_policy@<variant>` stage: which policy it starts from and how rollouts are served."""
 
@@ -356,6 +390,8 @@ class TrainPolicyParams(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto", description="Precision the trainable models' weights are loaded in: auto (bfloat16 on CUDA, "
         "float32 on the CPU) or a named dtype. The run key holds the resolved dtype when it is not float32.")
+    deepspeed: DeepSpeedParams = Field(
+        default_factory=DeepSpeedParams, description="DeepSpeed ZeRO for the updates of train_policy and sft.")
 
 
 class SFTParams(Section):

@@ -225,7 +225,7 @@ class PolicyRun:
             self.policy, self.engine, parts.reward_fn, questions, config, rollout_fn=self.rollout_fn,
             advantage_fn=parts.advantage_fn, loss_fn=parts.loss_fn, extra_modules=parts.extra_modules,
             method=parts.method, on_metrics=log, checkpoint_dir=folder / "ckpt", seed=params.seed,
-            pad_token_id=self.tokenizer.pad_token_id or 0)
+            pad_token_id=self.tokenizer.pad_token_id or 0, zero=params.train_policy.deepspeed)
         branch = params.train_policy.branch_from
         started_from = trainer.resume_or_branch(branch)
         # a branch's first steps are the source run's (.../<run>/ckpt/step_N): their timings are in its csv

@@ -89,9 +89,10 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tracking(params, folder.name, parent_run_id) as tracker:
-        tracker.log_params({"method": method, "sft": params.sft.model_dump(), "lora": lora.model_dump(), "agent": params.agent.model_dump()})
+        tracker.log_params({"method": method, "sft": params.sft.model_dump(), "lora": lora.model_dump(), "agent": params.agent.model_dump(),
+                           "deepspeed": params.train_policy.deepspeed.model_dump()})
         trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tokenizer.pad_token_id or 0,
-                             seed=params.seed, checkpoint_dir=folder / "ckpt",
+                             seed=params.seed, checkpoint_dir=folder / "ckpt", zero=params.train_policy.deepspeed,
                              on_metrics=lambda step, m: tracker.log_metrics(m, step=step))
         trainer.resume()
         history = trainer.train()

@@ -13,7 +13,8 @@ stays cheap and never touches vLLM or DeepSpeed):
 - ``model``: load a causal LM (folder, GGUF, or object), LoRA via peft or full fine-tuning, frozen reference.
 - ``checkpoint``: weights, optimizer, scheduler, RNG, data position, metrics and method state, atomically.
 - ``trainer``: ``GRPOTrainer``;  ``prompts``: resumable seeded prompt order.
-- ``distributed``: DeepSpeed ZeRO-2/3 config dicts (also as ``deepspeed/zero2.json``, ``zero3.json``).
+- ``distributed``: DeepSpeed ZeRO-2/3 config dicts (also as ``deepspeed/zero2.json``, ``zero3.json``);
+  ``stepper``: the optimizer step of both trainers, plain torch or ZeRO through accelerate.
 - ``tiny``: character tokenizer and a tiny random Qwen2 for tests and benchmarks.
 
 Decision: own the loop rather than build on TRL's ``GRPOTrainer``.
@@ -28,5 +29,5 @@ exactly; TRL defers to ``transformers.Trainer`` checkpointing, which knows nothi
 whose data-loader position is approximate. Owning the loop costs ~300 lines (``trainer.py``), removes a
 fast-moving dependency (TRL is not installed here), and keeps every line of the objective testable against
 hand-computed numbers. What we give up: TRL's vLLM server mode, liger kernels and its multi-GPU plumbing;
-``VLLMRolloutEngine`` and ``distributed.deepspeed_config`` cover the GPU path instead.
+``VLLMRolloutEngine`` and ``stepper.DeepSpeedStepper`` (ZeRO-2/3 through accelerate) cover the GPU path instead.
 """

@@ -33,7 +33,8 @@ import os
 import random
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,12 +172,24 @@ def _tied_groups(model: nn.Module) -> list[list[str]]:
     return list(groups.values())
 
 
+def _gathered(model: nn.Module, modifier_rank: int | None):
+    """ZeRO-3 holds each parameter in shards (DeepSpeed marks them with ``ds_id``): gather them for the span
+    (and, with ``modifier_rank``, re-shard what that rank wrote). Nothing to do for any other model."""
+    sharded = [p for p in model.parameters() if hasattr(p, "ds_id")]
+    if not sharded:
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(sharded, modifier_rank=modifier_rank)
+
+
 def _full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every persistent tensor of a fully trained model once, under its first name, each in storage of its own
     (DeepSpeed ZeRO keeps parameters as views of one flat buffer, which safetensors will not write)."""
-    state = model.state_dict()
-    return {names[0]: state[names[0]].detach().clone().contiguous()
-            for names in _tied_groups(model) if names[0] in state}
+    with _gathered(model, None):
+        state = model.state_dict()
+        return {names[0]: state[names[0]].detach().clone().contiguous()
+                for names in _tied_groups(model) if names[0] in state}
 
 
 def _load_full_weights(model: nn.Module, file: Path) -> None:
@@ -186,15 +199,15 @@ def _load_full_weights(model: nn.Module, file: Path) -> None:
     state = model.state_dict()
     params = {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers(remove_duplicate=False))}
     used: set[str] = set()
-    for names in _tied_groups(model):
-        if names[0] not in state:
-            continue  # a non-persistent buffer
-        found = [n for n in names if n in weights]
-        if not found:
-            raise ValueError(f"{file} holds no weights for {names[0]}: the checkpoint is of another model")
-        with torch.no_grad():
+    with _gathered(model, 0), torch.no_grad():
+        for names in _tied_groups(model):
+            if names[0] not in state:
+                continue  # a non-persistent buffer
+            found = [n for n in names if n in weights]
+            if not found:
+                raise ValueError(f"{file} holds no weights for {names[0]}: the checkpoint is of another model")
             params[names[0]].copy_(weights[found[0]])
-        used.update(found)
+            used.update(found)
     unexpected = sorted(set(weights) - used)
     if unexpected:
         raise ValueError(f"{file} holds tensors the model does not have: {unexpected[:3]}")
@@ -331,6 +344,7 @@ def load_checkpoint(
     restore_rng: bool = True,
     verify: bool = True,
     extra_modules: Mapping[str, nn.Module] | None = None,
+    optimizer_globals: Sequence[Any] = (),
 ) -> LoadedCheckpoint:
     """Restore weights, optimizer, scheduler and RNG states in place from a checkpoint folder, or from
     the one ``latest`` names when ``path`` is a root. ``verify`` checks every file against the manifest."""
@@ -350,7 +364,10 @@ def load_checkpoint(
     # Tensors are read onto the CPU: a checkpoint written on a GPU machine must resume on a CPU-only one, and
     # the optimizer's load_state_dict moves each state tensor to its parameter's device either way.
     if optimizer is not None:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
+        # optimizer_globals: the classes an optimizer's state may hold besides tensors (DeepSpeed's ZeRO state)
+        with torch.serialization.safe_globals(list(optimizer_globals)):
+            state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+        optimizer.load_state_dict(state)
     if scheduler is not None:
         scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
     if restore_rng:

@@ -1,9 +1,10 @@
-"""DeepSpeed ZeRO configurations for multi-GPU policy training.
+"""DeepSpeed ZeRO configurations for policy training.
 
 DeepSpeed lives in the optional ``[gpu]`` extra and is never imported here: this module only builds the
-config dicts that a GPU launcher passes to ``deepspeed.initialize(model=..., config=...)``. The JSON files in
-``components/training/deepspeed/`` are the same dicts with their default arguments (a test keeps them in
-sync) for tools that want a file, e.g. ``accelerate launch --deepspeed_config_file``.
+config dicts. :class:`components.training.stepper.DeepSpeedStepper` hands one to accelerate's ``DeepSpeedPlugin``
+when ``train_policy.deepspeed.zero_stage`` is set. The JSON files in ``components/training/deepspeed/`` are the
+same dicts with their default arguments (a test keeps them in sync) for tools that want a file, e.g.
+``accelerate launch --deepspeed_config_file``.
 
 Usage::
 

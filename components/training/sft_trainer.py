@@ -25,12 +25,13 @@ from pathlib import Path
 
 import torch
 
-from components.params import SFTParams
+from components.params import DeepSpeedParams, SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.losses import aggregate, trainable_span
 from components.training.model import Policy, activations_kept
 from components.training.prompt_order import PromptSampler
 from components.training.sft import SFTExample, collate_sft
+from components.training.stepper import make_stepper
 
 __all__ = ["SFTTrainer", "lr_scheduler", "warmup_steps"]
 
@@ -73,6 +74,7 @@ class SFTTrainer:
         seed: int = 0,
         checkpoint_dir: str | Path | None = None,
         on_metrics: Callable[[int, dict[str, float]], None] | None = None,
+        zero: DeepSpeedParams | None = None,
     ):
         if not examples:
             raise ValueError("SFT needs at least one example")
@@ -86,6 +88,8 @@ class SFTTrainer:
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay)
         self.scheduler = lr_scheduler(self.optimizer, config, self.total_steps)
+        self.stepper = make_stepper(policy.model, self.optimizer, zero, max_grad_norm=config.max_grad_norm)
+        self.optimizer = self.stepper.optimizer  # DeepSpeed's ZeRO optimizer when zero names a stage
         self.step_count = 0
         self.history: list[dict[str, float]] = []
 
@@ -101,11 +105,13 @@ class SFTTrainer:
         num_tokens = float(sum(mask_all))
         num_seqs = float(sum(1 for e in rows if any(e.loss_mask)))
         self.policy.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.stepper.zero_grad()
         total = 0.0
         device = self.policy.device
-        for start in range(0, len(rows), c.micro_batch_size or c.batch_size):
-            chunk = rows[start : start + (c.micro_batch_size or c.batch_size)]
+        size = c.micro_batch_size or c.batch_size
+        starts = range(0, len(rows), size)
+        for start in starts:
+            chunk = rows[start : start + size]
             batch = collate_sft(chunk, pad_token_id=self.pad_token_id)
             short = batch["input_ids"].numel() < c.checkpoint_min_tokens
             with activations_kept(self.policy.model) if short else nullcontext():
@@ -113,11 +119,10 @@ class SFTTrainer:
                                                   span=trainable_span(batch["loss_mask"]))
             loss = aggregate(-logp, batch["loss_mask"].to(device), c.loss_agg,
                              num_tokens=num_tokens, num_seqs=num_seqs)
-            loss.backward()
+            lr = self.optimizer.param_groups[0]["lr"]  # before DeepSpeed's step on the last backward
+            self.stepper.backward(loss, boundary=start == starts[-1])
             total += float(loss.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), c.max_grad_norm))
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
+        grad_norm = self.stepper.step(self.policy.trainable_parameters(), c.max_grad_norm)
         self.scheduler.step()
         self.step_count += 1
         metrics = {"step": float(self.step_count), "loss": total, "tokens": num_tokens, "rows": float(len(rows)),
@@ -140,7 +145,7 @@ class SFTTrainer:
         root = Path(root) if root is not None else self.checkpoint_dir
         if root is None:
             raise ValueError("no checkpoint directory: pass one to save() or to SFTTrainer(checkpoint_dir=)")
-        return save_checkpoint(root, self.step_count, model=self.policy.model, optimizer=self.optimizer,
+        return save_checkpoint(root, self.step_count, model=self.policy.model, optimizer=self.stepper.checkpointable,
                                scheduler=self.scheduler, keep_last=2,
                                trainer_state={"data": self.sampler.state_dict(), "history": self.history,
                                               "config": self.config.model_dump(mode="json")})
@@ -149,7 +154,8 @@ class SFTTrainer:
         path = Path(path) if path is not None else self.checkpoint_dir
         if path is None or (not (path / "manifest.json").exists() and latest_checkpoint(path) is None):
             return False
-        ckpt = load_checkpoint(path, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        ckpt = load_checkpoint(path, model=self.policy.model, optimizer=self.stepper.checkpointable, scheduler=self.scheduler,
+                               optimizer_globals=self.stepper.checkpoint_globals)
         self.step_count = ckpt.step
         self.history = list(ckpt.trainer_state["history"])
         self.sampler.load_state_dict(ckpt.trainer_state["data"])

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from components.params import GRPOParams
+from components.params import DeepSpeedParams, GRPOParams
 from components.training import process_memory as memory
 from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -66,6 +66,7 @@ from components.training.losses import policy_loss, trainable_span
 from components.training.model import Policy
 from components.training.prompt_order import PromptSampler
 from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
+from components.training.stepper import make_stepper
 
 __all__ = ["GRPOTrainer", "LossInputs", "reads_engine_logprobs", "rollout_sampling", "single_turn_rollout"]
 
@@ -174,6 +175,7 @@ class GRPOTrainer:
         sampling: SamplingParams | None = None,
         seed: int = 0,
         max_length: int | None = None,
+        zero: DeepSpeedParams | None = None,
     ):
         if not isinstance(config, GRPOParams):
             raise TypeError(f"config must be components.params.GRPOParams (params.grpo), got {type(config).__name__}")
@@ -196,6 +198,10 @@ class GRPOTrainer:
             params, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        # DeepSpeed's stepper replaces the optimizer with its ZeRO optimizer (over the same parameter groups the
+        # scheduler holds), so checkpoints save its state
+        self.stepper = make_stepper(policy.model, self.optimizer, zero, max_grad_norm=config.max_grad_norm)
+        self.optimizer = self.stepper.optimizer
         self.step_count = 0
         self.history: list[dict[str, float]] = []
         attach = getattr(method, "attach", None)
@@ -320,8 +326,9 @@ class GRPOTrainer:
                 mask = batch.loss_mask[mini]
                 num_tokens = float(mask.sum())
                 num_seqs = float((mask.sum(dim=1) > 0).sum())
-                self.optimizer.zero_grad(set_to_none=True)
-                for micro in self._micro_batches(mini, batch):
+                self.stepper.zero_grad()
+                micros = self._micro_batches(mini, batch)
+                for k, micro in enumerate(micros):
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
                     logp, hidden = self._forward(sub, hidden=loss_fn is not None)
@@ -348,7 +355,7 @@ class GRPOTrainer:
                         loss = loss + extra
                         for k, v in extra_metrics.items():
                             extra_sums[k] = extra_sums.get(k, 0.0) + float(v)
-                    loss.backward()
+                    self.stepper.backward(loss, boundary=k == len(micros) - 1)
                     sums["loss"] += float(loss.detach())
                     sums["pg_loss"] += m.pg_loss
                     for k in weighted:
@@ -356,8 +363,7 @@ class GRPOTrainer:
                     if m.num_tokens:
                         ratio_min, ratio_max = min(ratio_min, m.ratio_min), max(ratio_max, m.ratio_max)
                     tokens += m.num_tokens
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)))
-                self.optimizer.step()
+                grad_norms.append(self.stepper.step(params, c.max_grad_norm))
         n_updates = len(grad_norms)
         metrics = {k: v / n_updates for k, v in sums.items()}
         metrics.update({k: v / max(tokens, 1) for k, v in weighted.items()})
@@ -534,7 +540,7 @@ class GRPOTrainer:
             root,
             self.step_count,
             model=self.policy.model,
-            optimizer=self.optimizer,
+            optimizer=self.stepper.checkpointable,
             scheduler=self.scheduler,
             trainer_state={
                 "data": self.sampler.state_dict(),
@@ -566,8 +572,8 @@ class GRPOTrainer:
         if path is None or (not (path / "manifest.json").exists() and latest_checkpoint(path) is None):
             return False
         ckpt = load_checkpoint(
-            path, model=self.policy.model, optimizer=self.optimizer, scheduler=self.scheduler,
-            extra_modules=self.extra_modules,
+            path, model=self.policy.model, optimizer=self.stepper.checkpointable, scheduler=self.scheduler,
+            extra_modules=self.extra_modules, optimizer_globals=self.stepper.checkpoint_globals,
         )
         self.step_count = ckpt.step
         self.history = list(ckpt.trainer_state["history"])

@@ -121,6 +121,21 @@ def test_the_run_key_holds_the_dtype_only_when_it_is_not_float32():
     assert bf16["train_policy"] == {**default["train_policy"], "dtype": "bfloat16"}
 
 
+def test_the_run_key_holds_deepspeed_only_once_a_zero_stage_is_set():
+    from components.training.policy_run_key import run_settings
+
+    default = run_settings(load_params(ROOT / "params.yaml"), "grpo")
+    assert "deepspeed" not in default["train_policy"]
+    offload_only = run_settings(load_params(ROOT / "params.yaml", overrides=[
+        "train_policy.deepspeed.offload_optimizer=true"]), "grpo")
+    assert offload_only == default  # no ZeRO stage: the plain loop, whatever the offload flag says
+    zero3 = run_settings(load_params(ROOT / "params.yaml", overrides=["train_policy.deepspeed.zero_stage=3"]), "grpo")
+    assert zero3["train_policy"]["deepspeed"]["zero_stage"] == 3
+    with pytest.raises(Exception, match="offload_params needs zero_stage: 3"):
+        load_params(ROOT / "params.yaml", overrides=["train_policy.deepspeed.zero_stage=2",
+                                                     "train_policy.deepspeed.offload_params=true"])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(NO_CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("device", ["auto", "cuda", "cuda:0"])

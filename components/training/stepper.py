@@ -1,0 +1,180 @@
+"""How a trainer turns micro-batch losses into one optimizer step: plain torch, or DeepSpeed ZeRO by way of
+accelerate. Both trainers (:class:`~components.training.trainer.GRPOTrainer`,
+:class:`~components.training.sft_trainer.SFTTrainer`) run every update through one of these, so full
+fine-tuning of a policy too large for one device's optimizer state changes a setting, not the loop.
+
+- :class:`TorchStepper` is what the trainers always did: ``loss.backward()`` per micro-batch, then
+  ``clip_grad_norm_`` and ``optimizer.step()``. The embedded CPU path uses it (``train_policy.deepspeed.zero_stage:
+  null``).
+- :class:`DeepSpeedStepper` hands the model and optimizer to ``accelerate.Accelerator`` with a
+  ``DeepSpeedPlugin`` built from :func:`components.training.distributed.deepspeed_config` (ZeRO-2: optimizer
+  state and gradients sharded; ZeRO-3: parameters too). Each micro-batch goes through accelerate's DeepSpeed
+  wrapper with the accumulation boundary set on the last one; DeepSpeed clips to ``max_grad_norm`` and steps.
+  The loss the trainers compute is already divided by the mini-batch's token or sequence count, so DeepSpeed is
+  told not to divide it again by its accumulation steps. The trainers' learning-rate schedulers keep driving
+  the learning rate: ZeRO's optimizer steps the same parameter groups the scheduler holds.
+
+Launch a multi-GPU run with ``accelerate launch --num_processes N -m tasks.train_policy ...`` (accelerate and
+DeepSpeed read the rank from its environment); a single process needs no launcher. DeepSpeed is in the ``[gpu]``
+extra; on a CPU (tests) it runs with ``DS_ACCELERATOR=cpu``, set here when the model is on the CPU.
+
+    stepper = make_stepper(model, optimizer, zero, max_grad_norm=1.0)   # zero: DeepSpeedParams or None
+    stepper.zero_grad()
+    for i, loss in enumerate(losses):
+        stepper.backward(loss, boundary=i == len(losses) - 1)
+    grad_norm = stepper.step(params)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import nn
+
+from components.training.distributed import deepspeed_config
+
+if TYPE_CHECKING:
+    from components.params import DeepSpeedParams
+
+__all__ = ["DeepSpeedStepper", "Stepper", "TorchStepper", "make_stepper"]
+
+
+class Stepper(Protocol):
+    """One optimizer step from micro-batch losses."""
+
+    optimizer: torch.optim.Optimizer
+    checkpoint_globals: tuple[type, ...]
+
+    @property
+    def checkpointable(self) -> Any:
+        """What a checkpoint saves and restores as the optimizer (``state_dict`` / ``load_state_dict``)."""
+        ...
+
+    def zero_grad(self) -> None: ...
+
+    def backward(self, loss: torch.Tensor, *, boundary: bool) -> None: ...
+
+    def step(self, params: Sequence[nn.Parameter], max_norm: float) -> float:
+        """Clip, step, and return the gradient norm before clipping."""
+        ...
+
+
+class TorchStepper:
+    """``loss.backward()`` per micro-batch, then ``clip_grad_norm_`` and ``optimizer.step()``."""
+
+    checkpoint_globals: tuple[type, ...] = ()  # what a checkpoint of its optimizer holds besides tensors
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+
+    @property
+    def checkpointable(self) -> torch.optim.Optimizer:
+        return self.optimizer
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor, *, boundary: bool) -> None:
+        loss.backward()
+
+    def step(self, params: Sequence[nn.Parameter], max_norm: float) -> float:
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        self.optimizer.step()
+        return norm
+
+
+class DeepSpeedStepper:
+    """A model and optimizer prepared by accelerate under a DeepSpeed ZeRO plugin.
+
+    ``optimizer`` is DeepSpeed's ZeRO optimizer (its ``state_dict`` holds the fp32 master partitions, so a
+    checkpoint of it resumes a bf16 run exactly); ``engine`` the DeepSpeed engine around the model, whose
+    ``module`` is the model the trainer keeps calling."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, zero: DeepSpeedParams, *,
+                 max_grad_norm: float):
+        on_cpu = next(model.parameters()).device.type == "cpu"
+        if on_cpu:
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29511"), ("RANK", "0"),
+                           ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+            os.environ.setdefault(key, value)  # a single process without a launcher is rank 0 of 1
+        try:
+            import deepspeed  # noqa: F401  (accelerate imports it lazily; fail here with the extra's name)
+            from accelerate import Accelerator, DeepSpeedPlugin
+        except ImportError as exc:
+            raise RuntimeError("train_policy.deepspeed.zero_stage is set but DeepSpeed is not installed: "
+                               "pip install -e '.[gpu]' (or pip install deepspeed)") from exc
+        dtype = next(model.parameters()).dtype
+        config = deepspeed_config(zero.zero_stage, micro_batch_size=1, grad_accum=1, grad_clip=max_grad_norm,
+                                  bf16=dtype == torch.bfloat16, offload_optimizer=zero.offload_optimizer,
+                                  offload_params=zero.offload_params)
+        if on_cpu:  # communication overlap needs a device stream
+            config["zero_optimization"]["overlap_comm"] = False
+        self.accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config))
+        self.engine, _ = self.accelerator.prepare(model, optimizer)
+        self.optimizer = self.engine.optimizer
+        from deepspeed.runtime.fp16.loss_scaler import LossScaler
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+        from deepspeed.utils.tensor_fragment import fragment_address
+
+        # the non-tensor objects ZeRO's optimizer state holds, allowed when a checkpoint of it is read back
+        self.checkpoint_globals = (LossScaler, ZeroStageEnum, fragment_address)
+        self.max_grad_norm = max_grad_norm
+
+    def zero_grad(self) -> None:
+        self.engine.zero_grad()
+
+    def backward(self, loss: torch.Tensor, *, boundary: bool) -> None:
+        # accelerate's wrapper sets DeepSpeed's accumulation boundary and, on it, lets the engine clip and step
+        self.accelerator.deepspeed_engine_wrapped.backward(loss, sync_gradients=boundary, scale_wrt_gas=False)
+        # The trainers call the model itself, not the engine, whose forward would first tell ZeRO that the
+        # previous backward ended; without it ZeRO-3 overwrites the accumulated gradient with the next one's
+        clear = getattr(self.optimizer, "clear_backward_seen_flag", None)
+        if clear is not None and not boundary:
+            clear()
+
+    @property
+    def checkpointable(self) -> _ZeroState:
+        return _ZeroState(self.optimizer)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights on this process (ZeRO-3 gathers its shards; DeepSpeed's 16-bit copies when
+        the model trains in bf16)."""
+        return self.accelerator.get_state_dict(self.engine)
+
+    def step(self, params: Sequence[nn.Parameter], max_norm: float) -> float:
+        if max_norm != self.max_grad_norm:
+            raise ValueError(f"DeepSpeed clips to the max_grad_norm it was built with ({self.max_grad_norm}), "
+                             f"not {max_norm}")
+        norm = self.engine.get_global_grad_norm()
+        return float("nan") if norm is None else float(norm)
+
+
+class _ZeroState:
+    """ZeRO's optimizer state as a checkpoint reads and writes an optimizer's: one process's partition (with its
+    fp32 master weights). DeepSpeed restores a list of partitions, one per data-parallel rank."""
+
+    def __init__(self, optimizer: Any):
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            raise NotImplementedError("checkpoints of a ZeRO run over several processes need one optimizer file "
+                                      "per rank, which components/training/checkpoint.py does not write yet")
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict([state], load_from_fp32_weights=True)
+
+
+def make_stepper(model: nn.Module, optimizer: torch.optim.Optimizer, zero: DeepSpeedParams | None, *,
+                 max_grad_norm: float) -> Stepper:
+    """The plain stepper, or DeepSpeed's when ``zero`` names a ZeRO stage."""
+    if zero is None or zero.zero_stage is None:
+        return TorchStepper(optimizer)
+    return DeepSpeedStepper(model, optimizer, zero, max_grad_norm=max_grad_norm)
