@@ -83,8 +83,14 @@ class SuiteError(ValueError):
 # --- reading a script's JSON -------------------------------------------------------------------------------------
 
 
+SIDES = ("ours", "trl", "baseline", "new", "old")
+
+
 def target_rows(data: Any) -> list[Row]:
-    """Every dict in ``data`` (at any depth) with a ``target`` and a ``met``, normalised to the suite's row."""
+    """Every dict in ``data`` (at any depth) with a ``target`` and a ``met``, normalised to the suite's row. Its name
+    is the first of measure / metric / name / case / config (with case and side after it); its value is ``value``
+    or the first ``ratio*`` key; a bare number as target is a floor (``ratio >= target``, as bench_trl.py reports);
+    without ``figures``, the two sides' numbers it holds (``ours``, ``trl``, ...) are its figures."""
     found: list[Row] = []
 
     def walk(node: Any, context: str) -> None:
@@ -97,8 +103,12 @@ def target_rows(data: Any) -> list[Row]:
                         name += f" ({node[k]})"
                 value = next((node[k] for k in ("value", "ratio", *sorted(node)) if k in node and k.startswith(("value", "ratio"))),
                              None)
-                found.append({"measure": name, "value": value, "unit": node.get("unit", ""),
-                              "figures": node.get("figures", ""), "target": str(node["target"]), "met": node["met"]})
+                figures = node.get("figures") or ", ".join(
+                    f"{k} {fmt_value(node[k])}" for k in SIDES if isinstance(node.get(k), (int, float)))
+                target = node["target"]
+                target = f">= {target:g}" if isinstance(target, (int, float)) and not isinstance(target, bool) else str(target)
+                found.append({"measure": name, "value": value, "unit": node.get("unit", ""), "figures": figures,
+                              "target": target, "met": node["met"]})
                 return
             for key, child in node.items():
                 walk(child, key)
@@ -318,49 +328,74 @@ def fmt_load(entry: dict) -> str:
 
 
 def table_rows(suite: dict) -> list[list[str]]:
-    """One line per row of every benchmark: benchmark, measure, value, figures, target, met, status, load (1 min)."""
+    """A line per row of every benchmark that ran (benchmark, measure, value, figures, target, met, 1-minute load
+    before -> after); a failed benchmark has one line saying why."""
     lines = []
     for e in suite["benchmarks"]:
-        status = e["status"] if e["status"] != "skipped" else f"skipped ({e['reason']})"
         if e["status"] == "failed":
-            status = f"failed ({e['reason']})"
-        if e["status"] == "skipped" and e.get("rows"):
-            status += f"; figures recorded earlier in {e['recorded_file']} ({e['recorded_commit']})"
-        if not e.get("rows"):
-            lines.append([e["name"], "-", "-", "-", e["targets"], "-", status, fmt_load(e)])
-        for r in e.get("rows", []):
+            lines.append([e["name"], f"FAILED: {e['reason']}", "-", "-", e["targets"], "-", fmt_load(e)])
+        if e["status"] != "ran":
+            continue
+        if not e["rows"]:
+            lines.append([e["name"], "(no rows in its JSON)", "-", "-", e["targets"], "-", fmt_load(e)])
+        for r in e["rows"]:
             value = fmt_value(r["value"]) + (f" {r['unit']}" if r.get("unit") and r["value"] is not None else "")
             lines.append([e["name"], r["measure"], value, r.get("figures") or "-", r["target"] or "-", fmt_met(r["met"]),
-                          status, fmt_load(e)])
+                          fmt_load(e)])
     return lines
 
 
-HEADER = ["benchmark", "measure", "value", "figures", "target", "met", "status", "load 1 min before -> after"]
+def skipped_rows(suite: dict) -> list[list[str]]:
+    """A line per skipped benchmark: benchmark, why, and the figures of its earlier file where there is one."""
+    lines = []
+    for e in suite["benchmarks"]:
+        if e["status"] != "skipped":
+            continue
+        earlier = "-"
+        if e.get("rows"):
+            figures = "; ".join(f"{r['measure']} {fmt_value(r['value'])}{' ' + r['unit'] if r.get('unit') else ''}"
+                                for r in e["rows"])
+            earlier = f"{figures} ({e['recorded_file']}, {e['recorded_commit']})"
+        lines.append([e["name"], e["reason"], earlier])
+    return lines
+
+
+HEADER = ["benchmark", "measure", "value", "figures", "target", "met", "load 1 min before -> after"]
+SKIPPED_HEADER = ["benchmark", "skipped because", "figures recorded earlier (file, commit)"]
 
 
 def text_table(suite: dict) -> str:
-    lines = [HEADER, *table_rows(suite)]
-    widths = [min(60, max(len(line[i]) for line in lines)) for i in range(len(HEADER))]
-    return "\n".join("  ".join(c[:60].ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+    def render(header: list[str], rows: list[list[str]], cap: int = 60) -> list[str]:
+        lines = [header, *rows]
+        widths = [min(cap, max(len(line[i]) for line in lines)) for i in range(len(header))]
+        return ["  ".join(c[:cap].ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+
+    out = render(HEADER, table_rows(suite))
+    if skipped := skipped_rows(suite):
+        out += ["", *render(SKIPPED_HEADER[:2], [line[:2] for line in skipped], cap=100)]
+    return "\n".join(out)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in rows)]
 
 
 def markdown_section(suite: dict) -> str:
     """The generated part of docs/performance.md."""
     met = [r["met"] for e in suite["benchmarks"] if e["status"] == "ran" for r in e["rows"] if r["met"] is not None]
-    ran = [e for e in suite["benchmarks"] if e["status"] == "ran"]
+    ran = [e for e in suite["benchmarks"] if e["status"] != "skipped"]
     head = (f"- Recorded: {suite['date']}, commit `{suite['commit']}`. Command: `{suite['command']}` "
             f"({len(ran)} of {len(suite['benchmarks'])} benchmarks run, {suite['cpu_count']} CPUs; "
             f"targets met {sum(met)} of {len(met)}). From `perf/results/suite.json`; each run's own JSON is in "
             "`perf/results/suite/`.")
-    out = [head, "",
-           "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in table_rows(suite)]
-    out += ["", "| benchmark | command | wall (s) | load average 1/5/15 min before | after |", "|---|---|---|---|---|"]
-    for e in suite["benchmarks"]:
-        if e["status"] == "skipped":
-            continue
-        before, after = (" / ".join(f"{x:.2f}" for x in e[k]["loadavg"]) for k in ("load_before", "load_after"))
-        out.append(f"| {e['name']} | `{e['command']}` | {e['wall_s']} | {before} | {after} |")
+    out = [head, "", *markdown_table(HEADER, table_rows(suite)), ""]
+    if skipped := skipped_rows(suite):
+        out += ["Not run:", "", *markdown_table(SKIPPED_HEADER, skipped), ""]
+    out += markdown_table(["benchmark", "command", "wall (s)", "load average 1 / 5 / 15 min before", "after"], [
+        [e["name"], f"`{e['command']}`", str(e["wall_s"]),
+         *(" / ".join(f"{x:.2f}" for x in e[k]["loadavg"]) for k in ("load_before", "load_after"))]
+        for e in ran])
     return "\n".join(out) + "\n"
 
 

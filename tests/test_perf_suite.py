@@ -119,24 +119,27 @@ def test_rows_with_a_target_are_found_at_any_depth():
     data = {"machine": {"load": 1}, "sides": {"grpo": [{"metric": "tok/s", "side": "ours/trl", "ratio": 0.8,
                                                         "target": 1.0, "met": False}]}}
     assert suite.target_rows(data) == [{"measure": "tok/s (ours/trl)", "value": 0.8, "unit": "", "figures": "",
-                                        "target": "1.0", "met": False}]
+                                        "target": ">= 1", "met": False}]
     trl_style = {"ratios": [{"case": "tiny", "metric": "grpo tokens/s", "ours": 10.0, "trl": 8.0,
                              "ratio_ours_over_trl": 1.25, "target": 1.0, "met": True}]}
-    assert [(r["measure"], r["value"], r["met"]) for r in suite.target_rows(trl_style)] == [
-        ("grpo tokens/s (tiny)", 1.25, True)]
+    assert [(r["measure"], r["value"], r["figures"], r["target"], r["met"]) for r in suite.target_rows(trl_style)] == [
+        ("grpo tokens/s (tiny)", 1.25, "ours 10, trl 8", ">= 1", True)]
 
 
 def test_table_and_doc_section(registry, tmp_path):
     result = suite.run_suite(registry, quick=True, run_dir=tmp_path / "runs", echo=lambda _: None)
     lines = suite.table_rows(result)
     speed = next(line for line in lines if line[1] == "speed")
-    assert speed[:6] == ["rows", "speed", "1", "-", ">= 1.5", "NO"] and "->" in speed[7]
+    assert speed[:6] == ["rows", "speed", "1", "-", ">= 1.5", "NO"] and "->" in speed[6]
     assert next(line for line in lines if line[1] == "memory")[2] == "3 GiB"
-    assert next(line for line in lines if line[0] == "crash")[6] == "failed (exit status 3)"
-    assert "skipped (--quick: needs the real models)" in suite.text_table(result)
+    assert next(line for line in lines if line[0] == "crash")[1] == "FAILED: exit status 3"
+    assert not any(line[0] in ("long", "absent") for line in lines)
+    assert ["long", "--quick: needs the real models", "-"] in suite.skipped_rows(result)
+    assert "--quick: needs the real models" in suite.text_table(result)
 
     section = suite.markdown_section(result)
     assert "targets met 0 of 2" in section and "| rows | speed | 1 | - | >= 1.5 | NO |" in section
+    assert "| long | --quick: needs the real models | - |" in section
     assert f"`{result['command']}`" in section and result["date"] in section
 
     doc = tmp_path / "performance.md"
