@@ -187,9 +187,9 @@ class BackendParams(Section):
 
     @model_validator(mode="after")
     def _lora_needs_native_server(self) -> BackendParams:
-        if self.lora and self.server != "native" and self.type != "hf":
-            raise ValueError("lora is served by the native server (set server: native) or merged in process by an hf "
-                             "backend")
+        if self.lora and self.server != "native" and self.type not in ("hf", "vllm"):
+            raise ValueError("lora is served by the native server (set server: native), merged in process by an hf "
+                             "backend, or applied by an in-process vllm backend (one adapter)")
         if self.merge_lora and not self.lora:
             raise ValueError("merge_lora needs an adapter to merge: set lora")
         return self

@@ -112,6 +112,17 @@ class LLMPool:
             model = cls(model_path=str(path), n_ctx=cfg.n_ctx, threads=cfg.threads, name=cfg.model or None)
         else:
             model = cls(model=cfg.model, **cfg.options)
+            if cfg.type == "vllm" and cfg.adapters:  # vLLM applies one LoRA per request over its base
+                from components.embedded.lora_gguf import adapter_digest
+
+                if len(cfg.adapters) > 1:
+                    raise PermanentLLMError(f"backend {name!r}: vLLM serves one LoRA over its base; merge the others "
+                                            f"into the base folder (components/training/vllm_base.py)")
+                digest = adapter_digest(cfg.adapters[0])
+                if digest is None:
+                    raise PermanentLLMError(f"backend {name!r}: adapter {cfg.adapters[0]} does not exist")
+                model.set_adapter(str(cfg.adapters[0]))
+                sha = hashlib.sha256(f"{cfg.model}+{digest}".encode()).hexdigest()
         if sha:
             model.identity = f"{model.name}@{sha[:16]}"
         return model

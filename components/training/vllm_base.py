@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["base_state_dict", "export_base"]
+__all__ = ["base_folder", "base_state_dict", "export_base", "warm_started_base_identity"]
 
 
 def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
@@ -33,10 +33,21 @@ def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
     return out
 
 
+def warm_started_base_identity(model: str, adapter_digests: list[str | None]) -> str:
+    """What names a merged base: the base model (its id, folder or embedded name) and the digests of the adapters
+    merged into it, in order."""
+    return "|".join([model, *(str(d) for d in adapter_digests)])
+
+
+def base_folder(root: Path, identity: str) -> Path:
+    """Where :func:`export_base` writes (or has written) the base named by ``identity``."""
+    return Path(root) / hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
 def export_base(peft_model: Any, tokenizer: Any, root: Path, identity: str) -> Path:
     """``root/<digest of identity>``, holding the base weights, config and tokenizer (written on first use,
     atomically, so a crash never leaves a half-written folder that a later run would load)."""
-    folder = Path(root) / hashlib.sha256(identity.encode()).hexdigest()[:16]
+    folder = base_folder(root, identity)
     if (folder / "config.json").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -97,3 +97,42 @@ def test_full_fine_tuning_is_refused_by_the_vllm_engine(repo_root, fake_vllm):
     with pytest.raises(ValueError, match="LoRA policies only"):
         make_engine(params, full, tokenizer=None)
     assert fake_vllm == {}  # refused before any engine was built
+
+
+def test_under_the_paper_profile_a_trained_policy_is_evaluated_by_vllm_over_the_base_it_was_rolled_out_from(
+        repo_root, tmp_path, policy, fake_vllm):
+    """evaluate@<variant> with train_policy.engine: vllm: the exported warm-started base (what the rollouts ran on)
+    with the RL adapter as vLLM's one LoRA, not the warm start's served LoRA module with a second one stacked."""
+    from components.llm.factory import LLMPool
+    from components.trained_policy import with_trained_policy
+    from components.training.warm_started import warm_start_adapter
+
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    params = load_params(repo_root / "params.yaml", profile="paper",
+                         overrides=[f"run.out_dir={out}", f"run.cache_dir={cache}", "lora.r=4"])
+    warm = warm_start_adapter(params, "react")
+    policy.model.save_pretrained(str(warm))  # stands in for the sft stage's adapter
+    make_engine(params, policy, tokenizer=None, base_adapters=[str(warm)])  # train_policy exports the base
+    exported = fake_vllm["model"]
+    rl = out / "train" / "arbor" / "adapter"
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.25)  # another adapter than the warm start's
+    policy.model.save_pretrained(str(rl))
+    fake_vllm.clear()
+    with pytest.raises(FileNotFoundError, match="no adapter"):
+        with_trained_policy(params, "dapo")  # not trained under this out_dir
+    evaluated = with_trained_policy(params, "arbor")
+    backend_name = evaluated.methods["arbor"].roles["policy"]
+    backend = evaluated.llm.backends[backend_name]
+    assert (backend.type, backend.model, backend.adapters) == ("vllm", exported, [str(rl)])
+    assert evaluated.methods["arbor"].agent == evaluated.methods["sft"].agent == "react"
+    pool = LLMPool(evaluated)
+    model = pool.backend(backend_name)
+    assert fake_vllm["model"] == exported and fake_vllm["max_lora_rank"] == 4
+    assert model.adapter.request.path == str(rl)
+    other = load_params(repo_root / "params.yaml", profile="paper",
+                        overrides=[f"run.out_dir={out}", f"run.cache_dir={tmp_path / 'other_cache'}", "lora.r=4"])
+    with pytest.raises(FileNotFoundError, match="holds no warm-started base"):
+        with_trained_policy(other, "arbor")
