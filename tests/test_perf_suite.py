@@ -69,6 +69,8 @@ def by_name(result: dict) -> dict:
 
 
 def test_quick_runs_each_script_and_records_failures_and_skips_as_values(registry, tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "nothing.json").write_text('{"rows": []}')  # a stale file from an earlier run is not read
     result = by_name(suite.run_suite(registry, quick=True, run_dir=tmp_path / "runs", echo=lambda _: None))
 
     rows = result["rows"]
@@ -191,3 +193,13 @@ def test_each_recorded_results_file_reads_as_rows(bench):
     got = suite.recorded_rows(bench)
     assert "recorded_error" not in got, got.get("recorded_error")
     assert got["rows"] and all(r["measure"] and r["value"] is not None or r["figures"] for r in got["rows"])
+
+
+def test_eval_determinism_json_as_the_script_writes_it():
+    data = {"summary": {"batched": {"distinct_answer_lists": 2, "questions_changed": 1, "em": [0.0, 0.2]},
+                        "invariant": {"distinct_answer_lists": 1, "questions_changed": 0, "em": [0.2, 0.2]}},
+            "invariant_over_batched_wall": 1.4}
+    bench = next(b for b in suite.REGISTRY if b.name == "eval_determinism")
+    assert [(r["measure"], r["value"]) for r in suite.read_rows(bench, data)] == [
+        ("invariant / batched evaluation wall time", 1.4), ("questions whose answer changed, batched", 1),
+        ("questions whose answer changed, invariant", 0)]
