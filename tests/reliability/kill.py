@@ -39,8 +39,12 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["--profile", "paper", "--overlay", "smoke"]
-DATA = ["data.n_train=3", "data.n_dev=1", "data.n_test=3"]
-"""Three training and test questions (the smoke overlay has one or two): something to kill in between."""
+DATA = ["data.source=world", "data.n_train=3", "data.n_dev=1", "data.n_test=3"]
+"""The generated world (no benchmark files needed) with three training and test questions (the smoke overlay has
+one or two): something to kill in between."""
+PARAMS = "params.yaml"
+"""Each workspace's copy of params.yaml, taken when its inputs were built: every run of a comparison reads the
+same settings while the checkout's file changes under it."""
 
 WALL_CLOCK_KEYS = {"wall_s", "agent_s", "s_per_question", "s_per_point", "sessions_s", "resumed", "elapsed_s",
                    "latency_s"}
@@ -77,7 +81,8 @@ class Case:
 
     def command(self, ws: Workspace) -> list[str]:
         sets = [*DATA, *self.sets, f"run.out_dir={ws.out_dir}", f"run.cache_dir={ws.cache_dir}"]
-        return [sys.executable, *self.args, *SMOKE, *(x for s in sets for x in ("--set", s))]
+        return [sys.executable, *self.args, "--params", str(ws.root / PARAMS), *SMOKE,
+                *(x for s in sets for x in ("--set", s))]
 
 
 @dataclass
@@ -119,6 +124,11 @@ class Workspace:
         models.mkdir(parents=True, exist_ok=True)
         (ws.cache_dir / "models").symlink_to(models, target_is_directory=True)
         if base is not None:
+            shutil.copyfile(Path(base) / PARAMS, ws.root / PARAMS)
+        else:  # the committed file: another session's unfinished edit of the checkout's is not a setting of ours
+            head = subprocess.run(["git", "show", f"HEAD:{PARAMS}"], cwd=ROOT, capture_output=True, check=False)
+            (ws.root / PARAMS).write_bytes(head.stdout if head.returncode == 0 else (ROOT / PARAMS).read_bytes())
+        if base is not None:
             shutil.copytree(Path(base) / "out", ws.out_dir, symlinks=True)
             for folder in drop:
                 shutil.rmtree(ws.out_dir / folder, ignore_errors=True)
@@ -140,7 +150,7 @@ def build_inputs(root: Path, targets: list[str], sets: list[str] = ()) -> Worksp
     only ``prepare`` and ``index``, they run as their modules, without the flow's temporary Prefect server."""
     ws = Workspace.fresh(root)
     items = [*DATA, *sets, f"run.out_dir={ws.out_dir}", f"run.cache_dir={ws.cache_dir}"]
-    overrides = [x for s in items for x in ("--set", s)]
+    overrides = ["--params", str(ws.root / PARAMS), *(x for s in items for x in ("--set", s))]
     if set(targets) <= {"prepare", "index"}:
         for stage in ("prepare", "index"):
             _run([sys.executable, "-m", f"tasks.{stage}", *SMOKE, *overrides], ws.root / "inputs.log", 600)
