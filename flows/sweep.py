@@ -128,10 +128,15 @@ def _settings(params: Params, variants: list[str] | None, seeds: list[int] | Non
             get_variant(variant)
         except RegistryError as exc:
             raise ParamsError(f"sweep.variants: {exc}") from None
-    unknown = [m for m in settings.methods if m not in params.methods]
-    if unknown:
+    from components.method_registry import load_methods
+    from components.variants import VARIANTS
+
+    load_methods()
+    unknown = [m for m in settings.methods if m not in params.methods and m not in VARIANTS.names()]
+    if unknown:  # a variant's name evaluates its trained policy (evaluate@<variant>)
         raise ParamsError(f"sweep.methods: unknown method {unknown[0]!r}; params.methods has "
-                          f"{', '.join(sorted(params.methods))}")
+                          f"{', '.join(sorted(params.methods))}; training variants (their trained policies): "
+                          f"{', '.join(sorted(VARIANTS.names()))}")
     return settings
 
 
@@ -166,9 +171,12 @@ def sweep(params: Params | None = None, variants: list[str] | None = None, seeds
             futures = {}
             for stage, name, seed in jobs:
                 key = "variant" if stage == "train" else "method"
+                # a variant's trained policy is evaluated once this sweep has trained it (same seed)
+                upstream = [futures[("train", name, seed)]] if ("train", name, seed) in futures else []
                 with ray_placement(STAGES[stage], settings, settings.runner):  # a GPU slot for training on Ray
                     futures[(stage, name, seed)] = pool.submit(
-                        STAGES[stage], parameters={"params": runs[seed], key: name, "parent_run_id": parent.run_id})
+                        STAGES[stage], parameters={"params": runs[seed], key: name, "parent_run_id": parent.run_id},
+                        wait_for=upstream)
             failed: list[str] = []
             for (stage, name, seed), future in futures.items():
                 try:

@@ -49,7 +49,8 @@ def stub_evaluate(params, method: str = "react", parent_run_id: str | None = Non
     rng = random.Random(f"{method}-{params.seed}")
     make_evaluation(out / "eval" / method, {"n": 5.0, "em": round(rng.random(), 6), "f1": 0.5})
     with open(os.environ["STUB_CALLS"], "a") as fh:
-        fh.write(json.dumps({"method": method, "seed": params.seed, "out_dir": str(out)}) + "\n")
+        fh.write(json.dumps({"method": method, "seed": params.seed, "out_dir": str(out),
+                             "trained_first": (out / "train" / method).is_dir()}) + "\n")
     return {}
 
 
@@ -143,6 +144,17 @@ def test_variants_and_methods_together_give_both_comparisons(prefect_api, base, 
     sweep_dir = tmp_path / "out" / "sweep"
     assert (sweep_dir / "comparison.csv").exists() and (sweep_dir / "methods.csv").exists()
     assert (sweep_dir / "seed_3" / "eval" / "sft" / "metrics.json").exists()
+
+
+def test_a_variant_named_among_the_methods_is_evaluated_after_this_sweep_trains_it(prefect_api, base, tmp_path):
+    """evaluate@<variant> in a sweep: its trained policy, the one this sweep trained for that seed."""
+    metrics = sweep_module.sweep(base(), variants=["grpo", "dapo"], methods=["sft", "grpo", "dapo"], seeds=[1, 2],
+                                 runner="thread")
+    evaluated = [c for c in calls(tmp_path / "calls.jsonl") if c.get("method") in ("grpo", "dapo")]
+    assert len(evaluated) == 4 and all(c["trained_first"] for c in evaluated)
+    assert {"sft", "grpo", "dapo"} <= set(metrics)
+    table = pd.read_csv(tmp_path / "out" / "sweep" / "methods.csv", index_col=0)
+    assert set(table.index) == {"sft", "grpo", "dapo"}
 
 
 def test_bad_settings_fail_before_any_run(base, tmp_path):
