@@ -77,7 +77,8 @@ def page(rows: list[dict], wall_s: float) -> str:
         "# Kill -9 anywhere: stages killed mid-run and resumed",
         "",
         (f"Written by `scripts/kill_table.py` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; do not edit by "
-         "hand. Commands (a partial run replaces its stages' rows), each with the commit it ran at:"),
+         "hand. Commands (a partial run replaces its stages' rows), each with the commit HEAD was at when its rows "
+         "were written (other sessions commit while a run goes on) and the stages whose rows it wrote:"),
         "",
         *(f"    {command}    # commit {sha}: {', '.join(dict.fromkeys(stages))}"
           for command, (sha, stages) in runs.items()),
@@ -100,9 +101,9 @@ def page(rows: list[dict], wall_s: float) -> str:
         "",
         f"**{ok} of {len(rows)} runs identical to the uninterrupted run with no orphan.**",
         "",
-        ("| stage | kill points | records at each kill | after resume | uninterrupted | identical | orphans | "
-         "differences / error |"),
-        "|---|---|---|---|---|---|---|---|",
+        ("| stage | record | kill points | records at each kill | after resume | uninterrupted | identical | orphans | "
+         "differences, error, notes |"),
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         points = cell([f"{p} ({'killed' if k else 'ended first'})" for p, k in zip(r["kill_points"], r["killed"])])
@@ -111,7 +112,9 @@ def page(rows: list[dict], wall_s: float) -> str:
             notes = f"{notes}; " if notes else ""
             notes += (f"processes its kills left alive: {cell(r['survivors_after_kill'])}, "
                       f"{'all gone' if not r['orphans'] else 'not all gone'} after the resume")
-        lines.append(f"| {r['stage']} | {points} | {cell(r['records_at_kill'])} {r['unit']}s | "
+        if r.get("note"):
+            notes = f"{notes}; {r['note']}" if notes else r["note"]
+        lines.append(f"| {r['stage']} | {r['unit']} | {points} | {cell(r['records_at_kill'])} | "
                      f"{r['records_after_resume']} | {r['records_uninterrupted']} | "
                      f"{'yes' if r['identical'] and not r['error'] else 'no'} | {len(r['orphans'])} | "
                      f"{notes or '-'} |")
