@@ -18,4 +18,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
   torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU', '| transformers', transformers.__version__,
   '| peft', peft.__version__)"
 # addopts is cleared: the project's deselects gpu tests and may name plugins this machine lacks.
-exec "$PY" -m pytest -m gpu tests/training/test_engine_gpu.py tests/training/test_device.py -p no:cacheprovider -o addopts="" -q -ra "$@"
+# DeepSpeed ZeRO-2/3 through accelerate on the GPU, where DeepSpeed is installed (e.g. its wheel in .gpu_wheels/)
+if "$PY" -c "import deepspeed, accelerate" 2>/dev/null; then
+  RUBRICFLOW_DS_DEVICE=cuda "$PY" -m pytest -m slow tests/training/test_deepspeed_stepper.py -p no:cacheprovider \
+    -o addopts="" -q -ra "$@" || status=$?
+else
+  echo "deepspeed not installed: the ZeRO tests are skipped"
+fi
+"$PY" -m pytest -m gpu tests/training/test_engine_gpu.py tests/training/test_device.py -p no:cacheprovider -o addopts="" -q -ra "$@" || status=$?
+exit "${status:-0}"

@@ -3,7 +3,7 @@ accelerate keep process-wide state: one ZeRO configuration per process).
 
     python -m tests.training.deepspeed_case OUT {sft,grpo} ZERO_STAGE STEPS [CKPT_DIR]
 
-ZERO_STAGE 0 is the plain torch stepper. Trains a tiny random Qwen2 with every weight trainable (full
+ZERO_STAGE 0 is the plain torch stepper. RUBRICFLOW_DS_DEVICE=cuda trains on the GPU (default: the CPU). Trains a tiny random Qwen2 with every weight trainable (full
 fine-tuning) until STEPS optimizer steps, two micro-batches each. With CKPT_DIR, first resumes from the
 checkpoint there if there is one, and saves one at the end (so a second process continues the first, as a
 resumed run does). Writes the final weights to OUT (safetensors) and the metrics of the steps this process ran
@@ -13,6 +13,7 @@ beside it (OUT.json).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -46,7 +47,8 @@ class _NoEngine:
 
 def _trainer(kind: str, zero: DeepSpeedParams | None, ckpt: Path):
     torch.manual_seed(0)
-    policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0), lora=None)
+    device = os.environ.get("RUBRICFLOW_DS_DEVICE", "cpu")  # scripts/gpu_tests.sh sets cuda
+    policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0).to(device), lora=None)
     if kind == "sft":
         config = SFTParams(lr=1e-2, batch_size=2, micro_batch_size=1, max_grad_norm=0.5)
         return SFTTrainer(policy, EXAMPLES, config, pad_token_id=0, seed=0, checkpoint_dir=ckpt, zero=zero)

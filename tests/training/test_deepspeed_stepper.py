@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO-2/3 through accelerate (components/training/stepper.py) trains what the plain torch loop trains,
 and a ZeRO checkpoint resumes to the same weights as an uninterrupted run.
 
-Runs on the CPU (``DS_ACCELERATOR=cpu``), each case in its own process (tests/training/deepspeed_case.py: DeepSpeed
+Runs on the CPU (``DS_ACCELERATOR=cpu``; ``RUBRICFLOW_DS_DEVICE=cuda`` on a GPU, as scripts/gpu_tests.sh does), each case in its own process (tests/training/deepspeed_case.py: DeepSpeed
 and accelerate hold process-wide state). Needs DeepSpeed (the ``[gpu]`` extra) and takes a few minutes, so it is
 behind ``-m slow``; skipped where DeepSpeed is not installed.
 """
@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_case(out: Path, kind: str, stage: int, steps: int, ckpt: Path | None = None) -> tuple[dict, dict]:
-    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+    on_cpu = os.environ.get("RUBRICFLOW_DS_DEVICE", "cpu") == "cpu"
+    env = {**os.environ, **({"DS_ACCELERATOR": "cpu"} if on_cpu else {})}
     args = [sys.executable, "-m", "tests.training.deepspeed_case", str(out), kind, str(stage), str(steps)]
     done = subprocess.run(args + ([str(ckpt)] if ckpt else []), cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
