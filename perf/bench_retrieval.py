@@ -5,7 +5,9 @@ the same corpus, each timed per call over a fixed query set and reported as p50 
 - MMR: :func:`components.methods.coreact.slates.select_slate` (dedupe, pool BM25, MMR) with the embedded
   ``collect.slate_size`` and ``collect.mmr_lambda``; target p95 under 5 ms a slate.
 - BM25: :class:`components.retrieval.bm25.BM25Index` ``search`` (scores, top ``retrieval.top_k``, snippets), the
-  search tool's path; target p95 under 20 ms a query.
+  search tool's path; target p95 under 20 ms a query. Beside it, not judged, the index it replaced (issue 49.6):
+  the same search through ``rank_bm25.BM25Okapi`` (``RankBM25Before``; skipped when rank-bm25, a dev dependency,
+  is absent or with ``--no-before``), after checking that both return the same hits and scores for every query.
 - dense: :class:`components.retrieval.dense.DenseIndex` ``search`` with the embedded MiniLM loaded offline
   (:func:`components.embedded.models.load_embedder`), the query's embedding included; target p95 under 10 ms a
   query; a row per torch thread count (``--dense-threads``, 1 and 2 by default), with passive OpenMP waits. Skipped,
@@ -22,7 +24,7 @@ gold paragraph as the relevance context.
 Run (seconds once the dense index is cached; embedding the 10k paragraphs the first time took over 10 minutes
 on 2 busy cores)::
 
-    python perf/bench_retrieval.py [--paragraphs 10000] [--queries 200] [--repeats 3] [--no-dense] \\
+    python perf/bench_retrieval.py [--paragraphs 10000] [--queries 200] [--repeats 3] [--no-dense] [--no-before] \\
         [--index-cache .cache/bench_retrieval | --no-index-cache] [--out perf/results/retrieval.json]
 
 The dense index is built with :func:`components.retrieval.store.build_index` into ``--index-cache`` and loaded
@@ -31,7 +33,7 @@ from there next time (``load_index`` refuses an index of any other corpus, so a 
 Each row is judged on the wall-clock p95 and also gives the CPU-time percentiles (this process's CPU time over the
 call), which leave out waiting for a core: on the shared 2-core machine, at a load average of 8, they are what a
 quiet machine would come nearer to. Prints a table and writes JSON: ``rows`` (measure, figures, value = p95 in ms,
-target, met, p50_ms, p95_ms, cpu_p50_ms, cpu_p95_ms),
+target, met, p50_ms, p95_ms, cpu_p50_ms, cpu_p95_ms), ``before`` (the rank-bm25 row: the same timings, no target),
 the corpus and query sizes, index build times and the machine's load average before and after.
 """
 
@@ -56,13 +58,31 @@ import numpy as np
 
 from components.methods.coreact.slates import select_slate, slate_context
 from components.params import load_params
-from components.retrieval.bm25 import BM25Index
+from components.retrieval.bm25 import BM25Index, hit, top_indices
+from components.retrieval.text import tokenize
 from components.schemas import Document, Question
 from components.world import generate_world
 
 RESULTS = Path(__file__).parent / "results" / "retrieval.json"
 POOL_SIZE = 12
 TARGETS_MS = {"mmr": 5.0, "bm25": 20.0, "dense": 10.0}
+
+
+class RankBM25Before:
+    """BM25 search as ``BM25Index`` did it before issue 49.6: rank-bm25's ``get_scores`` (a Python loop over every
+    document for each query token), a full sort, then the positive top ``k``."""
+
+    def __init__(self, docs: Sequence[Document], snippet_chars: int, title_weight: int = 2):
+        from rank_bm25 import BM25Okapi
+
+        self.docs, self.snippet_chars = list(docs), snippet_chars
+        corpus = [tokenize(d.title) * title_weight + tokenize(d.text) for d in self.docs]
+        self.bm25 = BM25Okapi([toks or ["\x00"] for toks in corpus])
+
+    def search(self, query: str, k: int):
+        tokens = tokenize(query)
+        scores = np.asarray(self.bm25.get_scores(tokens), dtype=np.float64) if tokens else np.zeros(len(self.docs))
+        return [hit(self.docs[i], float(scores[i]), self.snippet_chars) for i in top_indices(scores, k) if scores[i] > 0]
 
 
 def corpus_world(n_paragraphs: int, n_questions: int, world: dict, seed: int):
@@ -169,7 +189,7 @@ def dense_index(docs: list[Document], embedder, snippet_chars: int, cache: Path 
 
 
 def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path: str = "params.yaml",
-        index_cache: Path | None = None, dense_threads: Sequence[int] = ()) -> dict:
+        index_cache: Path | None = None, dense_threads: Sequence[int] = (), before: bool = True) -> dict:
     params = load_params(params_path)
     world_sizes = params.world.model_dump()
     started = time.perf_counter()
@@ -185,7 +205,7 @@ def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path:
     pools = [(slate_pool(q, titles, rng), slate_context(q.question, by_id[q.gold_chain[0].doc_id].text))
              for q in world.questions[:n_queries]]
 
-    rows, build = [], {}
+    rows, build, before_rows = [], {}, []
     mmr_ms = time_calls(lambda pc: select_slate(pc[0], k=k, lam=lam, context=pc[1]), pools, repeats)
     rows.append(latency_row("mmr", f"MMR slate, {POOL_SIZE}-action pool, k={k}", mmr_ms))
 
@@ -193,7 +213,32 @@ def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path:
     bm25 = BM25Index(docs, snippet_chars=snippet_chars)
     build["bm25_s"] = time.perf_counter() - started
     bm25_ms = time_calls(lambda q: bm25.search(q, top_k), queries, repeats)
-    rows.append(latency_row("bm25", f"BM25 search, {len(docs)} paragraphs, top {top_k}", bm25_ms))
+    bm25_row = latency_row("bm25", f"BM25 search, {len(docs)} paragraphs, top {top_k}", bm25_ms)
+    rows.append(bm25_row)
+    measure = f"BM25 search before issue 49.6 (rank-bm25), {len(docs)} paragraphs, top {top_k}"
+    try:
+        started = time.perf_counter()
+        old = RankBM25Before(docs, snippet_chars) if before else None
+        build["bm25_rank_bm25_s"] = time.perf_counter() - started
+    except ImportError as exc:
+        old, why = None, f"rank-bm25 not installed ({exc}); it is in the dev extra"
+    if old is None:
+        before_rows.append({"key": "bm25_rank_bm25", "measure": measure,
+                            "skipped": why if before else "--no-before"})
+    else:
+        different = [q for q in queries if old.search(q, top_k) != bm25.search(q, top_k)]
+        if different:
+            raise SystemExit(f"BM25Index and rank-bm25 disagree on {len(different)} queries, first {different[0]!r}")
+        old_row = latency_row("bm25", measure, time_calls(lambda q: old.search(q, top_k), queries, repeats))
+        speedup = {"p50": old_row["p50_ms"] / bm25_row["p50_ms"], "p95": old_row["p95_ms"] / bm25_row["p95_ms"],
+                   "cpu_p50": old_row["cpu_p50_ms"] / bm25_row["cpu_p50_ms"]}
+        bm25_row["figures"] += (f"; {speedup['p50']:.0f}x faster than rank-bm25 at p50, {speedup['p95']:.0f}x at p95, "
+                                f"{speedup['cpu_p50']:.0f}x in CPU p50; same hits and scores for all "
+                                f"{len(queries)} queries")
+        bm25_row.update(speedup_vs_rank_bm25=speedup, same_results_as_rank_bm25=True)
+        # the baseline, not judged: no target or met, so the suite's table shows only the judged rows
+        before_rows.append({k: v for k, v in old_row.items() if k not in ("target", "met", "value", "unit")}
+                           | {"key": "bm25_rank_bm25"})
 
     measure = f"dense search (MiniLM + faiss), {len(docs)} paragraphs, top {top_k}"
     if not dense:
@@ -218,7 +263,8 @@ def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path:
             torch.set_num_threads(default_threads)
     return {"corpus": {"paragraphs": len(docs), "world_scale": factor, "world_sizes": world_sizes,
                        "seed": params.seed, "generate_s": round(world_s, 3)},
-            "queries": len(queries), "pools": len(pools), "repeats": repeats, "build": build, "rows": rows}
+            "queries": len(queries), "pools": len(pools), "repeats": repeats, "build": build, "rows": rows,
+            "before": before_rows}
 
 
 def main() -> None:
@@ -227,6 +273,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="queries, and slate pools (one per question)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the queries")
     parser.add_argument("--no-dense", action="store_true", help="skip the dense row (no MiniLM)")
+    parser.add_argument("--no-before", action="store_true", help="skip the rank-bm25 (before) BM25 row")
     parser.add_argument("--dense-threads", default="1,2",
                         help="comma-separated torch thread counts, a dense row each ('' for torch's default)")
     parser.add_argument("--params", default="params.yaml")
@@ -242,19 +289,19 @@ def main() -> None:
     load_before = os.getloadavg()
     report = run(args.paragraphs, args.queries, args.repeats, dense=not args.no_dense, params_path=args.params,
                  index_cache=None if args.no_index_cache else args.index_cache,
-                 dense_threads=[int(t) for t in args.dense_threads.split(",") if t.strip()])
+                 dense_threads=[int(t) for t in args.dense_threads.split(",") if t.strip()], before=not args.no_before)
     report["machine"] = {"cpu_count": os.cpu_count(), "python": platform.python_version(),
                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                          "loadavg_before": [round(x, 2) for x in load_before],
                          "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     print(f"{'measure':72s} {'p50 ms':>8s} {'p95 ms':>8s} {'CPU p50':>8s} {'CPU p95':>8s} {'target':>14s}  met")
-    for r in report["rows"]:
-        if r["met"] is None:
-            print(f"{r['measure']:72s} {r['figures']}")
+    for r in report["rows"] + report["before"]:
+        if r.get("skipped"):
+            print(f"{r['measure']:72s} skipped: {r['skipped']}")
         else:
             print(f"{r['measure']:72s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['cpu_p50_ms']:8.2f} {r['cpu_p95_ms']:8.2f} "
-                  f"{r['target']:>14s}  "
-                  f"{'yes' if r['met'] else 'NO'}")
+                  f"{r.get('target', 'not judged'):>14s}  "
+                  f"{'-' if r.get('met') is None else 'yes' if r['met'] else 'NO'}")
     print(f"load average before {report['machine']['loadavg_before']}, after {report['machine']['loadavg_after']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
