@@ -13,6 +13,7 @@ Writes outputs/data/{train,dev,test}.jsonl, outputs/data/corpus.jsonl and output
 
 from __future__ import annotations
 
+import logging
 import random
 
 from prefect import task
@@ -24,6 +25,8 @@ from components.params_cli import params_from_args, stage_argparser
 from components.run_files import out_path
 from components.schemas import Document, Question
 from tasks.runtime import resolve, tracking
+
+logger = logging.getLogger(__name__)
 
 
 class PrepareResult(BaseModel):
@@ -72,10 +75,15 @@ def prepare(params: Params | None = None, parent_run_id: str | None = None) -> P
     corpus_path = out_path(params, "data", "corpus.jsonl")
     write_jsonl(corpus_path, corpus)
     counts = {**{f"questions_{k}": len(v) for k, v in splits.items()}, "documents": len(corpus)}
+    requested = {"test": params.data.n_test, "dev": params.data.n_dev, "train": params.data.n_train}
+    short = {name: f"{len(splits[name])} of {n}" for name, n in requested.items() if len(splits[name]) < n}
+    if short:  # a benchmark file holds fewer questions than the sizes ask for: the later splits come out short
+        logger.warning("prepare: %s holds fewer questions than data.n_* ask for; splits cut in the order test, dev, "
+                       "train got %s", params.data.source, ", ".join(f"{k} {v}" for k, v in short.items()))
     types: dict[str, int] = {}
     for q in splits["test"]:
         types[q.type] = types.get(q.type, 0) + 1
-    write_json(out_path(params, "data", "summary.json"), {"source": params.data.source, **counts,
+    write_json(out_path(params, "data", "summary.json"), {"source": params.data.source, **counts, "short": short,
                                                           "test_types": types})
     with tracking(params, "prepare", parent_run_id) as tracker:
         tracker.log_params({"data": params.data.model_dump(), "world": params.world.model_dump(), "seed": params.seed})
