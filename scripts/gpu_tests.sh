@@ -25,5 +25,5 @@ if "$PY" -c "import deepspeed, accelerate" 2>/dev/null; then
 else
   echo "deepspeed not installed: the ZeRO tests are skipped"
 fi
-"$PY" -m pytest -m gpu tests/training/test_engine_gpu.py tests/training/test_device.py -p no:cacheprovider -o addopts="" -q -ra "$@" || status=$?
+"$PY" -m pytest -m gpu tests/training/test_engine_gpu.py tests/training/test_device.py tests/training/test_vllm_engine_gpu.py -p no:cacheprovider -o addopts="" -q -ra "$@" || status=$?
 exit "${status:-0}"

@@ -418,7 +418,8 @@ class VLLMRolloutEngine:
     (vLLM caches adapters by integer id, so each update gets a fresh id). Full fine-tuning is not
     supported here (it needs in-place weight loading into the engine). vLLM's returned log-probs come
     from its own kernels; the trainer recomputes old log-probs by default, so they are informational.
-    Not tested in this repository (no GPU/vLLM on the CI machines).
+    Checked against a real vLLM only by the ``gpu`` test tests/training/test_vllm_engine_gpu.py, on a machine
+    that has both (none of this repository's CI machines does).
     """
 
     def __init__(
@@ -437,6 +438,7 @@ class VLLMRolloutEngine:
             model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, seed=seed, **llm_kwargs
         )
         self.tokenizer = tokenizer or self.llm.get_tokenizer()
+        self._detokenize = not llm_kwargs.get("skip_tokenizer_init", False)  # vLLM without a tokenizer of its own
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="rubricflow-lora-"))
         from components.llm.backends.vllm_lora import AdapterSlot
 
@@ -468,6 +470,7 @@ class VLLMRolloutEngine:
             stop_token_ids=list(sampling.stop_token_ids),
             stop=list(sampling.stop_strings),
             logprobs=0,
+            detokenize=self._detokenize,
         )
         encoded = [
             self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p)
@@ -484,5 +487,6 @@ class VLLMRolloutEngine:
             toks = list(c.token_ids)
             lps = [float(d[t].logprob) for t, d in zip(toks, c.logprobs or [], strict=False)]
             reason = "stop" if c.finish_reason == "stop" else "length"
-            gens.append(Generation(list(ids), toks, lps if len(lps) == len(toks) else None, reason, c.text))
+            text = c.text if self._detokenize else self.tokenizer.decode(toks)
+            gens.append(Generation(list(ids), toks, lps if len(lps) == len(toks) else None, reason, text))
         return gens

@@ -1,0 +1,60 @@
+"""The vLLM rollout engine against a real ``vllm`` on a GPU (``-m gpu``; skipped without CUDA or vLLM, which is
+every machine this repository's CI has: scripts/gpu_tests.sh runs it where both exist).
+
+A tiny random Qwen2 (head size 64, which vLLM's attention kernels take) is written to a folder and loaded by
+:class:`components.training.rollout.VLLMRolloutEngine` without a tokenizer (prompts are token ids). Checked: greedy
+rollouts have the requested length and come with vLLM's log-probs, which agree with the transformers model's for
+the same tokens; a published LoRA changes what is sampled, and publishing the zero adapter gives the base's tokens
+back (each update gets a fresh adapter id, so vLLM loads the new weights).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from components.training.model import LoRASettings, build_policy
+from components.training.rollout import SamplingParams
+from components.training.tiny import CharTokenizer, tiny_qwen2
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+TOK = CharTokenizer("abcdefghijklmnopqrstuvwxyz0123456789")
+PROMPTS = [[2, 3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13]]
+
+
+def test_the_real_vllm_engine_rolls_out_and_takes_each_update_as_a_lora(tmp_path):
+    pytest.importorskip("vllm")
+    from components.training.rollout import VLLMRolloutEngine
+
+    model = tiny_qwen2(TOK.vocab_size, hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, seed=0)
+    model.save_pretrained(str(tmp_path / "base"))
+    engine = VLLMRolloutEngine(str(tmp_path / "base"), tokenizer=TOK, max_lora_rank=8, adapter_dir=tmp_path / "lora",
+                               dtype="float32", gpu_memory_utilization=0.2, enforce_eager=True,
+                               skip_tokenizer_init=True)
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0, stop_token_ids=())
+    base = engine.generate(PROMPTS, greedy)
+    assert [len(g.token_ids) for g in base] == [6, 6, 6]
+    assert all(g.logprobs is not None and len(g.logprobs) == 6 for g in base)
+    with torch.no_grad():  # vLLM's log-probs are the model's, to kernel precision
+        for prompt, g in zip(PROMPTS, base, strict=True):
+            ids = torch.tensor([prompt + g.token_ids])
+            logp = torch.log_softmax(model(ids).logits[0, len(prompt) - 1:-1].float(), dim=-1)
+            hf = logp[torch.arange(len(g.token_ids)), torch.tensor(g.token_ids)]
+            assert torch.allclose(hf, torch.tensor(g.logprobs), atol=1e-2)
+
+    policy = build_policy(model, lora=LoRASettings(r=8, alpha=16))
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 2.0)
+    engine.update_weights(policy, step=1)
+    adapted = engine.generate(PROMPTS, greedy)
+    assert [g.token_ids for g in adapted] != [g.token_ids for g in base]
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.zero_()
+    engine.update_weights(policy, step=2)
+    assert engine.adapter.request.lora_id == 2
+    assert [g.token_ids for g in engine.generate(PROMPTS, greedy)] == [g.token_ids for g in base]
