@@ -238,7 +238,7 @@ class PolicyRun:
             fresh = started_from == "fresh" and invariant
             shared = shared_dev_before(params, self.settings, parts.agent, self.options, dev) if fresh else None
             measure_dev_before(self.rollout_fn, self.engine, dev, config.max_new_tokens, folder, invariant, shared)
-        history = trainer.train(params.grpo.steps)
+        history = trainer.train(params.grpo.steps, progress=f"train_policy@{self.variant}")
         trainer.save()
         self.policy.model.save_pretrained(str(folder / "adapter"))
         last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}

@@ -95,7 +95,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
                              seed=params.seed, checkpoint_dir=folder / "ckpt", zero=params.train_policy.deepspeed,
                              on_metrics=lambda step, m: tracker.log_metrics(m, step=step))
         trainer.resume()
-        history = trainer.train()
+        history = trainer.train(progress=f"sft ({method})")
         trainer.save()
         policy.model.save_pretrained(str(folder / "adapter"))
         curve = pd.DataFrame(history)[["step", "loss", "tokens", "lr"]]

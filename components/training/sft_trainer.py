@@ -24,6 +24,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from components.params import DeepSpeedParams, SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -134,11 +135,15 @@ class SFTTrainer:
             self.save()
         return metrics
 
-    def train(self, num_steps: int | None = None) -> list[dict[str, float]]:
-        """Run optimizer steps until ``step_count`` reaches ``num_steps`` (default: ``epochs`` passes)."""
+    def train(self, num_steps: int | None = None, *, progress: str | None = None) -> list[dict[str, float]]:
+        """Run optimizer steps until ``step_count`` reaches ``num_steps`` (default: ``epochs`` passes).
+        ``progress`` names a progress bar (steps done, loss, time left) on stderr; None shows none."""
         target = self.total_steps if num_steps is None else num_steps
-        while self.step_count < target:
-            self.step()
+        with tqdm(total=target, initial=self.step_count, desc=progress, unit="step", disable=progress is None) as bar:
+            while self.step_count < target:
+                metrics = self.step()
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}")
         return self.history
 
     def save(self, root: str | Path | None = None) -> Path:

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from components.params import DeepSpeedParams, GRPOParams
 from components.training import process_memory as memory
@@ -505,10 +506,16 @@ class GRPOTrainer:
             self.save()
         return metrics
 
-    def train(self, num_steps: int) -> list[dict[str, float]]:
-        """Run steps until ``step_count`` reaches ``num_steps`` (so a resumed run stops at the same step)."""
-        while self.step_count < num_steps:
-            self.step()
+    def train(self, num_steps: int, *, progress: str | None = None) -> list[dict[str, float]]:
+        """Run steps until ``step_count`` reaches ``num_steps`` (so a resumed run stops at the same step).
+        ``progress`` names a progress bar (steps done, mean reward, time left) on stderr; None shows none."""
+        with tqdm(total=num_steps, initial=self.step_count, desc=progress, unit="step",
+                  disable=progress is None) as bar:
+            while self.step_count < num_steps:
+                metrics = self.step()
+                bar.update(1)
+                if "reward/mean" in metrics:
+                    bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
         self.finish()
         return self.history
 

@@ -42,11 +42,11 @@ from components.methods.coreact.rubric_training import (
     usable_points,
 )
 from components.params import Params
+from components.policy_run import make_engine
 from components.run_files import SFT_METHOD, out_path, warm_start_folder
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.agent_rollout import chat_template_renderer
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
-from components.policy_run import make_engine
 from components.training.rollout import RolloutEngine
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
@@ -100,7 +100,7 @@ def oracle_warm_start(params: Params, policy, points: list[BranchingPoint], inpu
     trainer = SFTTrainer(policy, examples, config, pad_token_id=pad_token_id, seed=params.seed,
                          checkpoint_dir=folder / "ckpt")
     trainer.resume()
-    history = trainer.train()
+    history = trainer.train(progress="train_rubric_generator (SFT warm-up)")
     trainer.save()
     losses = [h["loss"] for h in trainer.history or history]
     tenth = max(1, len(losses) // 10)
@@ -212,7 +212,7 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     if trainer.resume():  # the resumed steps' rows: a run resumed after its last step still writes metrics.csv
         rows.extend(dict(h) for h in trainer.history)
         save_rows()
-    history = trainer.train(config.steps)
+    history = trainer.train(config.steps, progress="train_rubric_generator (GRPO)")
     trainer.save()
     if warm_adapter is not None:
         policy.model.save_pretrained(str(folder / "warm_start" / "grpo_adapter"))
