@@ -70,9 +70,10 @@ def cell(values: list) -> str:
 def page(rows: list[dict], wall_s: float) -> str:
     cases = list(dict.fromkeys(r["stage"] for r in rows))
     ok = sum(r["identical"] and not r["orphans"] and not r["error"] for r in rows)
-    runs = {}  # command -> (commit, stages), in the order they appear
+    runs: dict[tuple[str, str], list[str]] = {}  # (command, commit) -> its stages, in the order they appear
     for r in rows:
-        runs.setdefault(r["command"], (r["commit"], []))[1].append(r["stage"])
+        runs.setdefault((r["command"], r["commit"]), []).append(r["stage"])
+    missed = sum(not all(r["killed"]) for r in rows if not r["error"])
     lines = [
         "# Kill -9 anywhere: stages killed mid-run and resumed",
         "",
@@ -81,7 +82,7 @@ def page(rows: list[dict], wall_s: float) -> str:
          "were written (other sessions commit while a run goes on) and the stages whose rows it wrote:"),
         "",
         *(f"    {command}    # commit {sha}: {', '.join(dict.fromkeys(stages))}"
-          for command, (sha, stages) in runs.items()),
+          for (command, sha), stages in runs.items()),
         "",
         (f"Size: {len(cases)} stages, {len(rows)} killed-and-resumed runs, each against one uninterrupted run of the "
         f"same command and seeds; `--profile paper --overlay smoke` (tiny random Qwen2, transformers in process, "
@@ -99,7 +100,8 @@ def page(rows: list[dict], wall_s: float) -> str:
         "be higher); timed points are a seeded share of the uninterrupted run's wall time. Orphans: processes "
         "the killed runs or the resume started that were still alive 10 s after the resume ended."),
         "",
-        f"**{ok} of {len(rows)} runs identical to the uninterrupted run with no orphan.**",
+        (f"**{ok} of {len(rows)} runs identical to the uninterrupted run with no orphan**" +
+         (f" ({missed} of them ended before a kill point: not killed there)." if missed else ".")),
         "",
         ("| stage | record | kill points | records at each kill | after resume | uninterrupted | identical | orphans | "
          "differences, error, notes |"),
