@@ -260,8 +260,14 @@ def recompute_activations(model: nn.Module) -> None:
     """Make ``model``'s decoder layers recompute their activations in backward (the same gradients, less
     memory); its input embeddings require grad, so adapters inside recomputed layers get gradients under
     reentrant checkpointing too. Call before wrapping it with peft."""
-    model.gradient_checkpointing_enable()
+    _checkpointing_on(model)
     model.enable_input_require_grads()
+
+
+def _checkpointing_on(model: nn.Module) -> None:
+    # transformers 5 renamed gradient_checkpointing_enable (which now warns on every call) to this
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
 
 
 def build_policy(
@@ -281,7 +287,7 @@ def build_policy(
         model.config.use_cache = False
     if lora is None:
         if gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            _checkpointing_on(model)
         reference = copy.deepcopy(model).eval()
         for p in reference.parameters():
             p.requires_grad_(False)
