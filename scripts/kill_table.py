@@ -67,7 +67,7 @@ def cell(values: list) -> str:
     return ", ".join(map(str, values)) if values else "-"
 
 
-def page(rows: list[dict], wall_s: float) -> str:
+def page(rows: list[dict], wall_s: float, note: str | None = None) -> str:
     cases = list(dict.fromkeys(r["stage"] for r in rows))
     ok = sum(r["identical"] and not r["orphans"] and not r["error"] for r in rows)
     runs: dict[tuple[str, str], list[str]] = {}  # (command, commit) -> its stages, in the order they appear
@@ -125,6 +125,8 @@ def page(rows: list[dict], wall_s: float) -> str:
         if unchecked:
             lines += ["", (f"Left out of the {stage} comparison: {', '.join(unchecked)}; the reason is with the "
                            "case in tests/reliability/kill_cases.py.")]
+    if note:
+        lines += ["", note]
     lines += ["", ("Records: collect counts finished questions (done.jsonl), evaluate finished episodes "
               "(trajectories.jsonl), sft and train_policy the step of the latest complete checkpoint, the sweep "
               "both of its runs' (its train_policy@grpo checkpoint step plus its evaluate@sft episodes)."), ""]
@@ -138,6 +140,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--json", type=Path, default=ROOT / "outputs" / "reliability" / "kill_table.json")
     parser.add_argument("--page", type=Path, default=ROOT / "docs" / "results" / "reliability_kill.md")
+    parser.add_argument("--note", default=None, help="a paragraph for the page, under the table (what was looked "
+                        "at by hand in the runs' folders, e.g. how much method state they held)")
     parser.add_argument("--merge", type=Path, nargs="+", default=None,
                         help="run nothing: put these JSON files' rows into --json (replacing their stages') and "
                              "write the page")
@@ -171,7 +175,7 @@ def write(args: argparse.Namespace, rows: list[dict], partial: set[str] | None) 
     args.json.parent.mkdir(parents=True, exist_ok=True)
     wall = sum({r["stage"]: r["case_wall_s"] for r in rows}.values())
     args.json.write_text(json.dumps({"rows": rows}, indent=1))
-    args.page.write_text(page(rows, wall))
+    args.page.write_text(page(rows, wall, args.note))
     print(f"wrote {args.page} and {args.json}")
 
 
