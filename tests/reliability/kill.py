@@ -446,24 +446,24 @@ def _jsonl(path: Path) -> list[Any]:
 
 
 def compare_jsonl(ref: Path, got: Path, name: str) -> list[str]:
+    """Records by id: lost, duplicated (more copies than the uninterrupted run holds: some logs hold an id once per
+    group), extra, then content in file order."""
     a, b = _jsonl(ref), _jsonl(got)
+    count_a, count_b = Counter(record_id(r) for r in a), Counter(record_id(r) for r in b)
     out = []
-    dup = [k for k, n in Counter(record_id(r) for r in b).items() if n > 1]
+    dup = [k for k in count_b if count_b[k] > count_a[k] > 0]
     if dup:
         out.append(f"{name}: {len(dup)} duplicated record(s), e.g. {dup[0]}")
-    ids_a, ids_b = {record_id(r) for r in a}, {record_id(r) for r in b}
-    if ids_a - ids_b:
-        out.append(f"{name}: {len(ids_a - ids_b)} record(s) lost, e.g. {min(map(str, ids_a - ids_b))}")
-    if ids_b - ids_a:
-        out.append(f"{name}: {len(ids_b - ids_a)} record(s) not in the uninterrupted run")
-    if len(a) != len(b) and not out:
-        out.append(f"{name}: {len(b)} records, the uninterrupted run has {len(a)}")
+    lost = [k for k in count_a if count_b[k] < count_a[k]]
+    if lost:
+        out.append(f"{name}: {len(lost)} record(s) lost, e.g. {min(map(str, lost))}")
+    extra = [k for k in count_b if count_a[k] == 0]
+    if extra:
+        out.append(f"{name}: {len(extra)} record(s) not in the uninterrupted run")
     if not out:
-        by_id = {record_id(r): _strip(r) for r in b}
-        for r in a:
-            mine = by_id[record_id(r)]
-            if not _same(_strip(r), mine):
-                out.append(f"{name}: record {record_id(r)} differs at {_first_difference(_strip(r), mine)}")
+        for r, mine in zip(a, b):
+            if not _same(_strip(r), _strip(mine)):
+                out.append(f"{name}: record {record_id(r)} differs at {_first_difference(_strip(r), _strip(mine))}")
                 break
     return out
 
