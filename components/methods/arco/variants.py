@@ -318,8 +318,11 @@ class ArcoState:
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        # the last step's criteria too: a run resumed after its last checkpoint rewrites that step's rubrics/ log
+        # from them
         return {"warm": self.warm, "updates": self.updates, "mu_built": self._mu is not None,
-                "annotations": [a.to_json() for a in self.annotations]}
+                "annotations": [a.to_json() for a in self.annotations],
+                "last_rubrics": [r.model_dump(mode="json") for r in self.last_rubrics]}
 
     def write_files(self, folder: Path) -> None:
         if self._mu is None:
@@ -334,6 +337,7 @@ class ArcoState:
         self.warm = bool(state.get("warm", self.settings.warmup_steps == 0))
         self.updates = int(state.get("updates", 0))
         self.annotations = [Annotation.from_json(a) for a in state.get("annotations", [])]
+        self.last_rubrics = [Rubric.model_validate(r) for r in state.get("last_rubrics", [])]
         if not state.get("mu_built"):
             return
         path = None if files_dir is None else Path(files_dir) / MU_FILE
