@@ -87,7 +87,7 @@ def smoke_run(repo_root, tmp_path, monkeypatch):
     threads = torch.get_num_threads()  # run.torch_threads is set for the process by the training stages
     started = time.perf_counter()
     try:
-        with prefect_test_harness():
+        with prefect_test_harness(server_startup_timeout=600):  # the default 30 s: short on a busy machine
             flow_started = time.perf_counter()
             pipeline(params, targets=list(STAGES))
     finally:
