@@ -7,8 +7,8 @@ points: tests/reliability/kill_cases.py).
     .venv/bin/python -m pytest -q tests/reliability/test_kill_stages.py -m slow    # every case, every point
 
 Every test here is slow: the cheapest, evaluate@react killed once after its first episode over inputs from
-prepare and index alone, is five stage processes, 2 minutes wall (42 s CPU) on the shared 2-core machine, past
-the default suite's budget; the harness itself is tested in the default suite on a toy stage
+prepare and index alone, is five stage processes: 2 minutes wall (42 s CPU) at load 8 on the shared 2-core
+machine, 37 s when it was quieter, too close to the default suite's budget; the harness itself is tested in the default suite on a toy stage
 (test_kill_compare.py). The matrix runs every case of kill_cases.CASES at every point of kill_points over the
 smoke DAG's sft, sft_scaffold and index, built once per session; scripts/kill_table.py runs the same matrix and
 writes the kill table.
