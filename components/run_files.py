@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +22,8 @@ from components.params import Params, ParamsError
 from components.schemas import Trajectory
 
 SFT_METHOD = "sft"  # the default warm start: params.methods.sft (ReAct, compact prompt; evaluates the sft stage)
+
+logger = logging.getLogger(__name__)
 
 
 def out_path(params: Params, *parts: str) -> Path:
@@ -48,13 +51,20 @@ def settings_digest(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def keyed_folder(folder: Path, settings: dict) -> bool:
+def keyed_folder(folder: Path, settings: dict, *, adopt_unkeyed: bool = False) -> bool:
     """Whether ``folder`` holds a run of exactly these ``settings`` (then the stage resumes it). Otherwise
     the folder is emptied and the new key written, so a run with other settings starts afresh instead of
-    resuming (or returning) a checkpoint trained under different ones."""
+    resuming (or returning) a checkpoint trained under different ones. ``adopt_unkeyed``: a non-empty folder
+    with no key at all (written before its stage keyed its runs) is taken as this run's, with a warning, rather
+    than emptied."""
     key = settings_digest(settings)
     key_file = folder / "run_key.json"
     if key_file.exists() and json.loads(key_file.read_text()) == {"run_key": key}:
+        return True
+    if adopt_unkeyed and not key_file.exists() and folder.is_dir() and any(folder.iterdir()):
+        logger.warning("%s holds a run from before its stage keyed its runs: taken as this run's (delete the "
+                       "folder to start afresh)", folder)
+        key_file.write_text(json.dumps({"run_key": key}))
         return True
     if folder.exists():
         for child in folder.iterdir():

@@ -23,16 +23,17 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.agents.react import agent_class
+from components.embedded.models import sha256_file
 from components.io import read_jsonl, write_json
+from components.method_registry import agent_method, method_section
 from components.methods.rubricem.warmstart_reflections import (
     REFLECTIONS_FILE,
     ReflectionRow,
     reflection_sft_row,
 )
-from components.method_registry import agent_method, method_section
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
-from components.run_files import SFT_METHOD, warm_start_folder
+from components.run_files import SFT_METHOD, keyed_folder, warm_start_folder
 from components.schemas import Trajectory
 from components.training.agent_rollout import chat_template_renderer
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
@@ -71,7 +72,20 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     if params.run.torch_threads:
         torch.set_num_threads(params.run.torch_threads)
     folder = warm_start_folder(params, "sft", method)
-    trajectories = read_jsonl(warm_start_folder(params, "sft_data", method) / "trajectories.jsonl", Trajectory)
+    data = warm_start_folder(params, "sft_data", method)
+    trajectories = read_jsonl(data / "trajectories.jsonl", Trajectory)
+    # a checkpoint is resumed only by a run of the same settings and data (a max_steps=3 run once resumed a
+    # max_steps=1 run's checkpoint); how rows are batched and recomputed may change
+    execution = {"micro_batch_size", "gradient_checkpointing", "checkpoint_min_tokens", "checkpoint_every"}
+    keyed_folder(folder, {
+        "method": method, "seed": params.seed, "sft": params.sft.model_dump(exclude=execution),
+        "lora": params.lora.model_dump(), "agent": params.agent.model_dump(),
+        "spec": params.methods[method].model_dump(), "rubricem": params.rubricem.reflection_observation_chars,
+        "policy": params.llm.backends[params.llm.roles["trainable_policy"]].model_dump(),
+        "zero": params.train_policy.deepspeed.model_dump() if params.train_policy.deepspeed.zero_stage else None,
+        "data": {name: sha256_file(data / name) for name in ("trajectories.jsonl", REFLECTIONS_FILE)
+                 if (data / name).exists()},
+    }, adopt_unkeyed=True)
     model, tokenizer = load_trainable_policy(params)
     render = chat_template_renderer(tokenizer)
     # the prompts of the method that evaluates the warm start (its options may pick a compact system prompt)

@@ -278,3 +278,21 @@ def test_a_shared_dev_evaluation_is_measured_once_and_copied_whole(tmp_path):
     (shared / "dev_before.json").unlink()  # a measurement cut off before its summary is not reused
     measure_dev_before(rollout_fn, engine, dev, 8, alone, True, shared)
     assert calls == ["d0", "d0", "d0"] and (shared / "dev_before.json").exists()
+
+
+def test_a_folder_from_before_its_stage_keyed_runs_is_adopted_only_when_asked(tmp_path):
+    from components.run_files import keyed_folder
+
+    legacy = tmp_path / "sft"
+    (legacy / "ckpt").mkdir(parents=True)
+    (legacy / "adapter.safetensors").write_text("weights")
+    assert keyed_folder(legacy, {"lr": 1}, adopt_unkeyed=True) is True  # taken as this run's, not emptied
+    assert (legacy / "adapter.safetensors").exists()
+    assert keyed_folder(legacy, {"lr": 2}, adopt_unkeyed=True) is False  # keyed now: other settings start afresh
+    assert not (legacy / "adapter.safetensors").exists()
+    unkeyed = tmp_path / "other"
+    unkeyed.mkdir()
+    (unkeyed / "file").write_text("x")
+    assert keyed_folder(unkeyed, {"lr": 1}) is False and not (unkeyed / "file").exists()
+    empty = tmp_path / "empty"
+    assert keyed_folder(empty, {"lr": 1}, adopt_unkeyed=True) is False
