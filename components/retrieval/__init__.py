@@ -8,7 +8,7 @@ loaded with a manifest that detects stale indexes, and the agent's ``search`` / 
     tools.for_question(question)   # retrieval.scope=question: only the question's paragraphs (``scope``)
 
 Names are imported lazily, so ``components.retrieval.text`` (used by ``components.methods.coreact.slates``) does not
-pull in faiss or rank-bm25.
+pull in faiss or scipy.
 """
 
 from __future__ import annotations
