@@ -144,7 +144,8 @@ def summarise(rows, judgments, modes, seed, roles) -> tuple[list[dict], dict]:
                 continue
             summaries.append({"judgment": j.name, "mode": mode, "method": j.method, "role": roles[j.name],
                               **j.summary(mine, seed), **metrics.cost_summary(mine),
-                              "scored_from_probability": sum(r["scored_from_probability"] for r in mine)})
+                              "scored_from_probability": sum(r["scored_from_probability"] for r in mine),
+                              "failed_calls": sum(r["failed"] for r in mine)})
             if j.per_variant is not None:
                 per_variant.setdefault(j.name, {})[mode] = j.per_variant(mine)
     return summaries, per_variant
@@ -169,6 +170,7 @@ def main() -> None:
     if args.rewrite_page:
         result = json.loads((Path(args.out) / "summary.json").read_text())
         result["gaps"] = [dataclasses.asdict(g) for g in load_gaps()]
+        result["notes"] = report.probability_notes(result["summaries"])
         (ROOT / args.results_page).write_text(report.results_page(result))
         return
     params = params_from_args(args)
@@ -234,12 +236,7 @@ def main() -> None:
                     wall_s=time.perf_counter() - started, judgments_done=done,
                     judgment_wall_s=dict(log.get("judgment_wall_s", {})))
         recommended = report.recommend(summaries)
-        notes = []
-        for s in summaries:
-            judged = s["rows"] - round((s["failure_rate"] or 0) * s["rows"])
-            if s["mode"] == "probability" and s["rows"] and s["scored_from_probability"] < judged:
-                notes.append(f"{s['judgment']}, probability mode: {s['scored_from_probability']} verdicts of "
-                             f"{judged} judged were read from probabilities; the rest fell back to the sampled label.")
+        notes = report.probability_notes(summaries)
         result = {"meta": meta, "summaries": summaries, "per_variant": per_variant, "recommended": recommended,
                   "recommended_setting": report.scoring_setting(recommended), "notes": notes,
                   "gaps": [dataclasses.asdict(g) for g in load_gaps()]}

@@ -284,3 +284,11 @@ def test_the_runner_asks_every_judgment_in_its_modes_and_writes_the_page(tmp_pat
     assert "## Who may see the reference" in text and "coreact_rubric_evaluator (coreact): never" in text
     assert "## Judgments not on the bench" in text and "- arco_criteria (arco):" in text
     assert "Not run" not in text and summary["meta"]["judgments_done"] == summary["meta"]["judgments_asked"]
+
+
+def test_the_probability_note_counts_calls_not_units():
+    from components.judges.bench import report
+    s = {"judgment": "arbor_pairwise_single", "mode": "probability", "rows": 28, "calls_per_judgment": 18 / 28,
+         "scored_from_probability": 18, "failed_calls": 0}
+    assert report.probability_notes([s]) == []          # 28 units, 18 calls (the rest reused a verdict)
+    assert "17 of 18 judged calls" in report.probability_notes([{**s, "scored_from_probability": 17}])[0]

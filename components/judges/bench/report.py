@@ -75,6 +75,19 @@ def scoring_setting(recommended: dict[str, dict[str, Any]]) -> str:
         "llm.scoring: {}   # text for every role (the default)"
 
 
+def probability_notes(summaries: list[dict[str, Any]]) -> list[str]:
+    """A note for each probability-mode summary some of whose judged calls fell back to the sampled label
+    (calls, not units: a unit may make several calls, or none when it reuses an earlier verdict)."""
+    notes = []
+    for s in summaries:
+        calls = round((s.get("calls_per_judgment") or 0) * s["rows"])
+        judged = calls - round(s.get("failed_calls", 0))
+        if s["mode"] == "probability" and calls and s["scored_from_probability"] < judged:
+            notes.append(f"{s['judgment']}, probability mode: {s['scored_from_probability']} of {judged} judged "
+                         "calls were read from probabilities; the rest fell back to the sampled label.")
+    return notes
+
+
 def results_page(result: dict[str, Any]) -> str:
     """docs/results/judges_bench.md from the bench's JSON."""
     meta, rec = result["meta"], result["recommended"]
@@ -100,7 +113,8 @@ def results_page(result: dict[str, Any]) -> str:
         "",
     ]
     if undone:
-        lines += [f"**Not run** (the run was stopped first): {', '.join(undone)}.", ""]
+        lines += [(f"**Not run** (asked, but the run had not reached them when this page was written): "
+                   f"{', '.join(undone)}."), ""]
     lines += [
         table(result["summaries"]),
         "",
