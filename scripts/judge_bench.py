@@ -104,7 +104,10 @@ async def ask_unit(judgment, model, unit, mode: str, params, cache: dict) -> dic
 async def run_bench(params, items, judgments, modes, log, on_judgment) -> dict:
     """Ask every judgment's units in its modes; ``on_judgment(rows)`` after each judgment (all rows so far)."""
     roles = {j.name: j.role(params) for j in judgments}
-    base = with_llm(params, middleware=params.llm.middleware.model_copy(update={"cache": log["cache"]}))
+    # text mode is the sampled word for every benched role, whatever params.yaml's llm.scoring chose for it
+    text_scoring = {r: m for r, m in params.llm.scoring.items() if r not in set(roles.values())}
+    base = with_llm(params, middleware=params.llm.middleware.model_copy(update={"cache": log["cache"]}),
+                    scoring=text_scoring)
     text_pool = LLMPool(base)
     prob_roles = {roles[j.name] for j in judgments if "probability" in j.modes(modes)}
     prob_params = with_llm(base, scoring={**base.llm.scoring, **dict.fromkeys(prob_roles, "probability")})

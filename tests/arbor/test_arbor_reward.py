@@ -176,12 +176,13 @@ def test_rar_writes_one_checklist_per_question_and_adds_the_centred_rating():
 
 def test_variants_build_from_params_with_an_injected_embedder(repo_root, tmp_path):
     params = load_params(repo_root / "params.yaml")
-    roles = {"rubric_evaluator": QualityJudge(), "consolidator": writer(COMMON)}
+    roles = {"arbor_judge": QualityJudge(), "rubric_evaluator": writer(COMMON), "consolidator": writer(COMMON)}
     encoder = FakeEncoder()
     vctx = VariantContext(params=params, roles=roles.__getitem__, toolbox=None, out_dir=tmp_path, embedder=encoder)
     parts = get_variant("arbor")(vctx)
     assert isinstance(parts.method, ArborState) and parts.method.snapshot_dir == tmp_path / "memory"
-    assert parts.reward_fn.judge is roles["rubric_evaluator"] and parts.method.consolidator is roles["consolidator"]
+    assert parts.reward_fn.judge is roles["arbor_judge"] and parts.method.consolidator is roles["consolidator"]
+    assert parts.reward_fn.settings.judge_form == "single"  # the judge bench's choice for the embedded 1.5B
     assert parts.method.memory.settings.k_consol == params.arbor.k_consol
     vectors = parts.method.memory.embed(["a", "b", "a"])
     assert vectors.shape == (3, 16) and encoder.axes == {"a": 0, "b": 1}
@@ -194,3 +195,24 @@ def test_variants_build_from_params_with_an_injected_embedder(repo_root, tmp_pat
     embed = lazy_embedder(bad, "nope")  # nothing is resolved or loaded until the first de-duplication
     with pytest.raises(ValueError, match="unknown embedder 'nope'"):
         embed(["x"])
+
+
+def test_the_reward_asks_its_judge_in_the_configured_form(monkeypatch):
+    import asyncio
+
+    from components.methods.arbor import variants
+    from components.judges.call import Tally
+    from components.methods.arbor.pairwise_judge import GroupScores
+
+    seen = {}
+
+    async def fake_score_group(judge, question, texts, edges, rubric, key, max_tokens=32, form="winner",
+                               reference=None):
+        seen["form"] = form
+        return GroupScores(scores=[None] * len(texts), outcomes={}, tally=Tally())
+
+    monkeypatch.setattr(variants, "score_group", fake_score_group)
+    for form in ("single", "winner"):
+        reward = variants.ArborReward(ArborParams(judge_form=form), judge=None, inducer=None, seed=0)
+        asyncio.run(reward._score("q", ["a", "b"], [(0, 1)], None, "k", Tally()))
+        assert seen["form"] == form

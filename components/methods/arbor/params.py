@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from components.params_section import Section, SharedOverrides, shared_overrides_field
@@ -36,6 +38,12 @@ class ArborParams(Section):
     rar_min_items: int = Field(default=5, ge=1, description="rar: fewest checklist items per question.")
     rar_max_items: int = Field(default=10, ge=1, description="rar: most checklist items per question.")
     judge_role: str = Field(default="rubric_evaluator", description="Role of the pairwise judge and rar's rater.")
+    judge_form: Literal["winner", "verdicts", "single"] = Field(
+        default="winner", description="How the pairwise judge decides an edge (components/methods/arbor/"
+        "pairwise_judge.py): winner, the paper's one call naming A, B or TIE (3.4); verdicts, a yes/no per attempt "
+        "with both in view; single, a yes/no per attempt seen alone, asked once per attempt. The judge bench "
+        "(docs/results/judges_bench.md) ranks single best for the embedded 1.5B, which says TIE to almost every pair "
+        "in the paper's form.")
     inducer_role: str = Field(default="rubric_evaluator", description="Role that induces drafts and writes rar's "
                               "per-question rubrics.")
     consolidator_role: str = Field(default="consolidator", description="Role that abstracts drafts into common rubrics.")

@@ -175,7 +175,8 @@ class ArborReward:
 
     async def _score(self, question: str, texts: list[str], edges: list, rubric: RubricText, key: str,
                      tally: Tally) -> GroupScores:
-        result = await score_group(self.judge, question, texts, edges, rubric, key, self.settings.judge_max_tokens)
+        result = await score_group(self.judge, question, texts, edges, rubric, key, self.settings.judge_max_tokens,
+                                   form=self.settings.judge_form)
         tally.merge(result.tally)
         return result
 
