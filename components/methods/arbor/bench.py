@@ -95,27 +95,23 @@ async def ask_rar(model: ChatModel, unit: Unit, context: Context) -> dict[str, A
 _PAIR_REFERENCE = ("ARBOR's pairwise judge scores training rollouts only; shown the gold answer and facts in the "
                    "reference mode (issue 46.3), not in the paper's setting (text)")
 
-PAIRWISE = BenchJudgment(
-    name="arbor_pairwise", method="arbor", role=lambda params: params.arbor.judge_role, units=pair_units,
-    ask=pair_asker("winner"), summary=metrics.pairwise_summary, choice=True, reference="mode",
-    reference_note=_PAIR_REFERENCE,
-    doc="the paper's form: one call names the winner or TIE; pairs (gold, perturbed) in both orders",
-    per_variant=metrics.pairwise_per_variant).register()
+_FORMS = {
+    "winner": "the paper's form: one call names the winner or TIE; pairs (gold, perturbed) in both orders",
+    "verdicts": "the verdicts form: a yes/no per attempt with both in view, the winner the one that alone meets it",
+    "single": ("the single form: a yes/no per attempt seen alone (asked once per attempt and mode, its call counted "
+               "in the first pair that needs it), the winner the one that alone meets it"),
+}
 
-PAIRWISE_VERDICTS = BenchJudgment(
-    name="arbor_pairwise_verdicts", method="arbor", role=lambda params: params.arbor.judge_role, units=pair_units,
-    ask=pair_asker("verdicts"), summary=metrics.pairwise_summary, choice=True, reference="mode",
-    reference_note=_PAIR_REFERENCE,
-    doc="the verdicts form: a yes/no per attempt with both in view, the winner the one that alone meets it",
-    per_variant=metrics.pairwise_per_variant).register()
 
-PAIRWISE_SINGLE = BenchJudgment(
-    name="arbor_pairwise_single", method="arbor", role=lambda params: params.arbor.judge_role, units=pair_units,
-    ask=pair_asker("single"), summary=metrics.pairwise_summary, choice=True, reference="mode",
-    reference_note=_PAIR_REFERENCE,
-    doc=("the single form: a yes/no per attempt seen alone (asked once per attempt and mode, its call counted in "
-         "the first pair that needs it), the winner the one that alone meets it"),
-    per_variant=metrics.pairwise_per_variant).register()
+def _pairwise(form: str) -> BenchJudgment:
+    return BenchJudgment(
+        name="arbor_pairwise" if form == "winner" else f"arbor_pairwise_{form}", method="arbor",
+        role=lambda params: params.arbor.judge_role, units=pair_units, ask=pair_asker(form),
+        summary=metrics.pairwise_summary, choice=True, reference="mode", reference_note=_PAIR_REFERENCE,
+        doc=_FORMS[form], per_variant=metrics.pairwise_per_variant).register()
+
+
+PAIRWISE, PAIRWISE_VERDICTS, PAIRWISE_SINGLE = (_pairwise(form) for form in _FORMS)
 
 RAR = BenchJudgment(
     name="arbor_rar", method="arbor", role=lambda params: params.arbor.judge_role, units=rar_units, ask=ask_rar,
