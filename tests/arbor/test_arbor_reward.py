@@ -176,13 +176,15 @@ def test_rar_writes_one_checklist_per_question_and_adds_the_centred_rating():
 
 def test_variants_build_from_params_with_an_injected_embedder(repo_root, tmp_path):
     params = load_params(repo_root / "params.yaml")
-    roles = {"arbor_judge": QualityJudge(), "rubric_evaluator": writer(COMMON), "consolidator": writer(COMMON)}
+    roles = {"rubric_evaluator": QualityJudge(), "consolidator": writer(COMMON)}
     encoder = FakeEncoder()
     vctx = VariantContext(params=params, roles=roles.__getitem__, toolbox=None, out_dir=tmp_path, embedder=encoder)
     parts = get_variant("arbor")(vctx)
     assert isinstance(parts.method, ArborState) and parts.method.snapshot_dir == tmp_path / "memory"
-    assert parts.reward_fn.judge is roles["arbor_judge"] and parts.method.consolidator is roles["consolidator"]
-    assert parts.reward_fn.settings.judge_form == "single"  # the judge bench's choice for the embedded 1.5B
+    assert parts.reward_fn.judge is roles["rubric_evaluator"] and parts.method.consolidator is roles["consolidator"]
+    # the judge bench's choice for the embedded 1.5B, set on ARBOR's judge alone (llm.scoring, every role's, unset)
+    assert parts.reward_fn.settings.judge_form == "single" and parts.reward_fn.judge.scoring == "probability"
+    assert "scoring" not in params.model_dump()["llm"]
     assert parts.method.memory.settings.k_consol == params.arbor.k_consol
     vectors = parts.method.memory.embed(["a", "b", "a"])
     assert vectors.shape == (3, 16) and encoder.axes == {"a": 0, "b": 1}

@@ -36,7 +36,7 @@ def test_sparse_phase_cannot_end_before_mu_is_warm(repo_root, tmp_path):
 def test_paper_profile_requires_arco_released_setup(repo_root, tmp_path):
     params = load_params(repo_root / "params.yaml", "paper")
     assert check_setup(params) == ["retrieval.scope=corpus", "retrieval.top_k=3", "agent.max_turns=12",
-                                   "data.n_train=11406"]
+                                   "data.n_train=11406", "data.n_dev=50"]
     with pytest.raises(ParamsError, match="--set retrieval.scope=question --set retrieval.top_k=1"):
         get_variant("arco")(context(params, tmp_path))
     fixed = load_params(repo_root / "params.yaml", "paper", overrides=setup_overrides(params.arco.setup))

@@ -44,6 +44,10 @@ class ArborParams(Section):
         "with both in view; single, a yes/no per attempt seen alone, asked once per attempt. The judge bench "
         "(docs/results/judges_bench.md) ranks single best for the embedded 1.5B, which says TIE to almost every pair "
         "in the paper's form.")
+    judge_scoring: Literal["text", "probability"] | None = Field(
+        default=None, description="How the pairwise judge's labels are scored (components/judges/call.py): the "
+        "sampled label (text) or the expectation over the label tokens' probabilities; None: as llm.scoring says "
+        "for judge_role. Set here, it changes ARBOR's judge alone, not the other users of its role.")
     inducer_role: str = Field(default="rubric_evaluator", description="Role that induces drafts and writes rar's "
                               "per-question rubrics.")
     consolidator_role: str = Field(default="consolidator", description="Role that abstracts drafts into common rubrics.")

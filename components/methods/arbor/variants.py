@@ -330,12 +330,21 @@ def _settings(ctx: VariantContext) -> ArborParams:
     return s
 
 
+def _pairwise_judge(ctx: VariantContext, s: ArborParams) -> ChatModel:
+    """The judge role's model, scored as ``arbor.judge_scoring`` says when it is set (a role's model is built
+    afresh for each caller, so the inducer on the same role keeps the role's own scoring)."""
+    judge = ctx.roles(s.judge_role)
+    if s.judge_scoring is not None:
+        judge.scoring = s.judge_scoring
+    return judge
+
+
 @VARIANTS.register("arbor")
 def build_arbor(ctx: VariantContext) -> VariantParts:
     s = _settings(ctx)
     memory = RubricMemory(s, embed=lazy_embedder(ctx, s.embedder))
     state = ArborState(memory, ctx.roles(s.consolidator_role), s, snapshot_dir=Path(ctx.out_dir) / "memory")
-    reward = ArborReward(s, judge=ctx.roles(s.judge_role), inducer=ctx.roles(s.inducer_role), seed=ctx.params.seed,
+    reward = ArborReward(s, judge=_pairwise_judge(ctx, s), inducer=ctx.roles(s.inducer_role), seed=ctx.params.seed,
                          state=state)
     return VariantParts(reward_fn=reward, method=state)
 
@@ -343,7 +352,7 @@ def build_arbor(ctx: VariantContext) -> VariantParts:
 @VARIANTS.register("arbor_no_memory")
 def build_arbor_no_memory(ctx: VariantContext) -> VariantParts:
     s = _settings(ctx)
-    return VariantParts(reward_fn=ArborReward(s, judge=ctx.roles(s.judge_role), inducer=ctx.roles(s.inducer_role),
+    return VariantParts(reward_fn=ArborReward(s, judge=_pairwise_judge(ctx, s), inducer=ctx.roles(s.inducer_role),
                                               seed=ctx.params.seed))
 
 
