@@ -70,6 +70,11 @@ class Benchmark:
         return self.quick_args if quick and self.quick_args is not None else self.args
 
     def command(self, out: Path, quick: bool = False) -> list[str]:
+        """The script's command line; it runs from the repository root, so an ``out`` inside the repository is
+        passed relative to it (a script that records its own command then names no path of this machine)."""
+        out = Path(out)
+        if out.is_absolute() and out.is_relative_to(REPO):
+            out = out.relative_to(REPO)
         return [sys.executable, str(self.path()), *self.arguments(quick), "--out", str(out)]
 
     def shown_command(self, quick: bool = False) -> str:

@@ -203,3 +203,10 @@ def test_eval_determinism_json_as_the_script_writes_it():
     assert [(r["measure"], r["value"]) for r in suite.read_rows(bench, data)] == [
         ("invariant / batched evaluation wall time", 1.4), ("questions whose answer changed, batched", 1),
         ("questions whose answer changed, invariant", 0)]
+
+
+def test_an_out_path_inside_the_repository_is_passed_relative_so_no_machine_path_is_recorded(tmp_path):
+    bench = suite.Benchmark("trl", "perf/bench_trl.py", ["--cases", "tiny"])
+    inside = bench.command(suite.REPO / "perf" / "results" / "suite" / "trl.json")
+    assert inside[-2:] == ["--out", str(Path("perf") / "results" / "suite" / "trl.json")]
+    assert bench.command(tmp_path / "trl.json")[-1] == str(tmp_path / "trl.json")  # elsewhere: as given
