@@ -99,30 +99,21 @@ class LLMPool:
             if cfg.adapters:  # merged in process, in order (an RL adapter over its warm start's)
                 from peft import PeftModel
 
-                from components.embedded.lora_gguf import adapter_digest
+                sha = _with_adapters(name, sha or cfg.model, cfg.adapters)
                 for adapter in cfg.adapters:
-                    if adapter_digest(adapter) is None:
-                        raise PermanentLLMError(f"backend {name!r}: adapter {adapter} does not exist")
                     model.model = PeftModel.from_pretrained(model.model, adapter).merge_and_unload()
                 model.model.eval()
-                sha = hashlib.sha256("+".join([sha or cfg.model, *(adapter_digest(a) for a in cfg.adapters)])
-                                     .encode()).hexdigest()
         elif cfg.type == "llamacpp":
             path = ensure_gguf(cfg.embedded, cache_dir) if cfg.embedded else cfg.options["model_path"]
             model = cls(model_path=str(path), n_ctx=cfg.n_ctx, threads=cfg.threads, name=cfg.model or None)
         else:
             model = cls(model=cfg.model, **cfg.options)
             if cfg.type == "vllm" and cfg.adapters:  # vLLM applies one LoRA per request over its base
-                from components.embedded.lora_gguf import adapter_digest
-
                 if len(cfg.adapters) > 1:
                     raise PermanentLLMError(f"backend {name!r}: vLLM serves one LoRA over its base; merge the others "
                                             f"into the base folder (components/training/vllm_base.py)")
-                digest = adapter_digest(cfg.adapters[0])
-                if digest is None:
-                    raise PermanentLLMError(f"backend {name!r}: adapter {cfg.adapters[0]} does not exist")
+                sha = _with_adapters(name, sha or cfg.model, cfg.adapters)
                 model.set_adapter(str(cfg.adapters[0]))
-                sha = hashlib.sha256(f"{cfg.model}+{digest}".encode()).hexdigest()
         if sha:
             model.identity = f"{model.name}@{sha[:16]}"
         return model
@@ -207,3 +198,15 @@ class LLMPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _with_adapters(name: str, base: str, adapters: list[str]) -> str:
+    """The identity (response-cache key part) of ``base`` with ``adapters`` applied in order; a missing adapter is
+    a permanent error naming the backend."""
+    from components.embedded.lora_gguf import adapter_digest
+
+    digests = [adapter_digest(a) for a in adapters]
+    for adapter, digest in zip(adapters, digests, strict=True):
+        if digest is None:
+            raise PermanentLLMError(f"backend {name!r}: adapter {adapter} does not exist")
+    return hashlib.sha256("+".join([base, *digests]).encode()).hexdigest()

@@ -107,6 +107,7 @@ class SFTTrainer:
         num_seqs = float(sum(1 for e in rows if any(e.loss_mask)))
         self.policy.model.train()
         self.stepper.zero_grad()
+        lr = self.optimizer.param_groups[0]["lr"]  # this step's (the scheduler steps after it)
         total = 0.0
         device = self.policy.device
         size = c.micro_batch_size or c.batch_size
@@ -120,7 +121,6 @@ class SFTTrainer:
                                                   span=trainable_span(batch["loss_mask"]))
             loss = aggregate(-logp, batch["loss_mask"].to(device), c.loss_agg,
                              num_tokens=num_tokens, num_seqs=num_seqs)
-            lr = self.optimizer.param_groups[0]["lr"]  # before DeepSpeed's step on the last backward
             self.stepper.backward(loss, boundary=start == starts[-1])
             total += float(loss.detach())
         grad_norm = self.stepper.step(self.policy.trainable_parameters(), c.max_grad_norm)
