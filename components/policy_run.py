@@ -63,9 +63,8 @@ def vllm_engine_for_policy(params: Params, policy, tokenizer, base_adapters: lis
     """A vLLM rollout engine for ``policy`` (a LoRA policy): vLLM serves one LoRA per request, so a base that
     holds merged adapters (the warm start) is written once as a transformers folder under ``run.cache_dir``
     (keyed by the base model and the adapters' digests) and vLLM loads that; each update publishes the RL LoRA."""
-    from components.embedded.lora_gguf import adapter_digest
     from components.training.rollout import VLLMRolloutEngine
-    from components.training.vllm_base import export_base, warm_started_base_identity
+    from components.training.vllm_base import export_base, warm_started_base
 
     if not policy.is_lora:
         raise ValueError("train_policy.engine: vllm serves LoRA policies only (lora.r > 0): full fine-tuning "
@@ -73,9 +72,7 @@ def vllm_engine_for_policy(params: Params, policy, tokenizer, base_adapters: lis
     backend = params.llm.backends[params.llm.roles["trainable_policy"]]
     model_path = backend.model
     if base_adapters:
-        identity = warm_started_base_identity(backend.embedded or backend.model,
-                                              [adapter_digest(a) for a in base_adapters])
-        model_path = str(export_base(policy.model, tokenizer, Path(params.run.cache_dir) / "vllm_base", identity))
+        model_path = str(export_base(policy.model, tokenizer, *warm_started_base(params, base_adapters)))
     return VLLMRolloutEngine(model_path, tokenizer=tokenizer, max_lora_rank=max(params.lora.r, 1),
                              seed=params.seed, **params.train_policy.vllm_options)
 

@@ -92,19 +92,15 @@ def _vllm_trained_policy(params: Params, variant: str, warm: str, entry: MethodP
     the warm-started base that train_policy exported (the base with the warm start merged in), with the RL adapter
     as its one LoRA. vLLM applies one LoRA per request, so the warm start's own served entry (a LoRA module of
     the base model's server) cannot take a second one."""
-    from components.embedded.lora_gguf import adapter_digest
-    from components.training.vllm_base import base_folder, warm_started_base_identity
+    from components.training.vllm_base import base_folder, warm_started_base
     from components.training.warm_started import warm_start_adapter
 
-    trainable = params.llm.backends[params.llm.roles["trainable_policy"]]
-    warm_adapter = warm_start_adapter(params, variant_agent(params, variant))
-    identity = warm_started_base_identity(trainable.embedded or trainable.model, [adapter_digest(warm_adapter)])
-    folder = base_folder(Path(params.run.cache_dir) / "vllm_base", identity)
+    folder = base_folder(*warm_started_base(params, [warm_start_adapter(params, variant_agent(params, variant))]))
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"evaluate@{variant}: {folder} holds no warm-started base; train_policy@{variant} "
                                 f"exports it there (train_policy.engine: vllm) under this run.cache_dir")
     name = f"{params.llm.roles['trainable_policy']}-{variant}"
-    options = {k: v for k, v in params.train_policy.vllm_options.items()}
+    options = dict(params.train_policy.vllm_options)
     options.update(max_lora_rank=max(params.lora.r, 1), seed=params.seed)
     trained = BackendParams(type="vllm", model=str(folder), lora=str(trained_adapter(params, variant)),
                             options=options)

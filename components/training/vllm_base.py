@@ -14,12 +14,16 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-__all__ = ["base_folder", "base_state_dict", "export_base", "warm_started_base_identity"]
+if TYPE_CHECKING:
+    from components.params import Params
+
+__all__ = ["base_folder", "base_state_dict", "export_base", "warm_started_base"]
 
 
 def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
@@ -33,10 +37,15 @@ def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
     return out
 
 
-def warm_started_base_identity(model: str, adapter_digests: list[str | None]) -> str:
-    """What names a merged base: the base model (its id, folder or embedded name) and the digests of the adapters
-    merged into it, in order."""
-    return "|".join([model, *(str(d) for d in adapter_digests)])
+def warm_started_base(params: Params, base_adapters: Sequence[str | Path]) -> tuple[Path, str]:
+    """(root, identity) of the exported base of the trainable policy with ``base_adapters`` merged into it: the
+    cache folder that holds exported bases, and what names this one (the ``trainable_policy`` backend's model and
+    the digests of the adapters, in order). :func:`export_base` writes it; :func:`base_folder` finds it."""
+    from components.embedded.lora_gguf import adapter_digest
+
+    backend = params.llm.backends[params.llm.roles["trainable_policy"]]
+    identity = "|".join([backend.embedded or backend.model, *(str(adapter_digest(a)) for a in base_adapters)])
+    return Path(params.run.cache_dir) / "vllm_base", identity
 
 
 def base_folder(root: Path, identity: str) -> Path:
