@@ -9,6 +9,7 @@ import json
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +36,7 @@ def stub_train(params, variant: str = "grpo", parent_run_id: str | None = None, 
     inputs = (out / "data" / "train.jsonl").read_text()  # the main job's data, seen through the seed folder
     if variant == os.environ.get("STUB_FAIL_VARIANT") and params.seed == int(os.environ.get("STUB_FAIL_SEED", "-1")):
         raise RuntimeError("stub run crashed")
+    time.sleep(float(os.environ.get("STUB_TRAIN_SLEEP", "0")))  # long enough for a parallel evaluation to overtake
     want = expected(variant, params.seed, params.grpo.steps)
     make_run(out / "train" / variant, want["rewards"], final=want["dev"], wall_s=10.0)
     record = {"variant": variant, "seed": params.seed, "out_dir": str(out), "inputs": inputs, "pid": os.getpid()}
@@ -146,10 +148,13 @@ def test_variants_and_methods_together_give_both_comparisons(prefect_api, base, 
     assert (sweep_dir / "seed_3" / "eval" / "sft" / "metrics.json").exists()
 
 
-def test_a_variant_named_among_the_methods_is_evaluated_after_this_sweep_trains_it(prefect_api, base, tmp_path):
-    """evaluate@<variant> in a sweep: its trained policy, the one this sweep trained for that seed."""
-    metrics = sweep_module.sweep(base(), variants=["grpo", "dapo"], methods=["sft", "grpo", "dapo"], seeds=[1, 2],
-                                 runner="thread")
+def test_a_variant_named_among_the_methods_is_evaluated_after_this_sweep_trains_it(prefect_api, base, tmp_path,
+                                                                                     monkeypatch):
+    """evaluate@<variant> in a sweep: its trained policy, the one this sweep trained for that seed. Training is
+    slowed and 8 workers run side by side, so an evaluation not made to wait would overtake its training."""
+    monkeypatch.setenv("STUB_TRAIN_SLEEP", "1.0")
+    metrics = sweep_module.sweep(base("out", "sweep.workers=8"), variants=["grpo", "dapo"],
+                                 methods=["sft", "grpo", "dapo"], seeds=[1, 2], runner="thread")
     evaluated = [c for c in calls(tmp_path / "calls.jsonl") if c.get("method") in ("grpo", "dapo")]
     assert len(evaluated) == 4 and all(c["trained_first"] for c in evaluated)
     assert {"sft", "grpo", "dapo"} <= set(metrics)
