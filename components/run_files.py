@@ -33,6 +33,13 @@ def out_path(params: Params, *parts: str) -> Path:
     return path
 
 
+def record_path(params: Params, stage: str) -> Path:
+    """Where stage ``stage`` (its DVC name: ``collect``, ``evaluate@sft``) keeps its response record
+    (components/llm/response_record.py): ``run.out_dir``/responses/<stage, '@' as a folder>.jsonl, outside the
+    stage's own folder, which a run under other settings empties."""
+    return out_path(params, "responses", *stage.split("@")[:-1], f"{stage.split('@')[-1]}.jsonl")
+
+
 def warm_start_folder(params: Params, stage: str, method: str) -> Path:
     """The folder the warm-start stage ``stage`` (sft_data or sft) writes for the warm-start method ``method``
     (a params.methods entry whose name starts with ``sft``): ``sft`` -> outputs/sft_data, outputs/sft;

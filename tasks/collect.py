@@ -40,7 +40,7 @@ from components.methods.coreact.collect_metrics import summarize
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
-from components.run_files import out_path
+from components.run_files import out_path, record_path
 from components.schemas import BranchingPoint, Question
 from tasks.runtime import resolve, tracking
 
@@ -180,7 +180,8 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
     folder = shard_dir(params, shard, num_shards)
     done = _resume(folder)
     own_pool = pool is None
-    pool = pool or LLMPool(params)
+    stage = "collect" if num_shards == 1 else f"collect@shard_{shard}_of_{num_shards}"
+    pool = pool or LLMPool(params, record_path=record_path(params, stage))
     try:
         agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
         collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),

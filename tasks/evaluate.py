@@ -39,7 +39,7 @@ from components.methods.coreact.guided_metrics import accounting_per_question, g
 from components.params import Params, for_method
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
-from components.run_files import keyed_folder, out_path, write_trajectories
+from components.run_files import keyed_folder, out_path, record_path, write_trajectories
 from components.schemas import Question, Trajectory
 from components.trained_policy import with_trained_policy
 from tasks.runtime import resolve, tracking
@@ -120,7 +120,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     settings = run_settings(params, method)
 
     own_pool = pool is None
-    pool = pool or LLMPool(params)
+    pool = pool or LLMPool(params, record_path=record_path(params, f"evaluate@{method}"))
     started = time.perf_counter()
     try:
         agent = build_agent(spec.agent, pool.role, toolbox, params.agent, agent_options(params, spec))

@@ -50,7 +50,7 @@ from components.method_registry import agent_method, method_section
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import build_from_params, load_toolbox, make_embedder
-from components.run_files import SFT_METHOD, out_path, warm_start_folder, write_trajectories
+from components.run_files import SFT_METHOD, out_path, record_path, warm_start_folder, write_trajectories
 from components.schemas import Document, Question, Trajectory
 from components.warmstart import (
     REASONS,
@@ -150,7 +150,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     llm_metrics: dict = {}
     if items or n_reflections:
         own_pool = pool is None
-        pool = pool or LLMPool(params)
+        pool = pool or LLMPool(params, record_path=record_path(params, warm_start_folder(params, "sft_data", method).name))
         try:
             if items:
                 with tqdm(total=len(items) * s.samples_per_question, desc="sft_data teacher") as bar:

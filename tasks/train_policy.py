@@ -34,7 +34,7 @@ from components.method_registry import method_section, variant_method
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
-from components.run_files import out_path
+from components.run_files import out_path, record_path
 from components.schemas import Question
 from components.policy_run import PolicyRun, accumulated_timings
 from components.variants import VARIANTS, get_variant
@@ -59,7 +59,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     toolbox = load_toolbox(params)
     folder = out_path(params, "train", variant, "metrics.json").parent
     own_pool = pool is None
-    pool = pool or LLMPool(params)
+    pool = pool or LLMPool(params, record_path=record_path(params, f"train_policy@{variant}"))
     started = time.perf_counter()
     try:
         with PolicyRun(params, variant, pool.role, toolbox, folder) as run, \

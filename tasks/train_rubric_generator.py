@@ -38,7 +38,7 @@ from components.llm.factory import LLMPool
 from components.methods.coreact.generator_training import GeneratorRun, RewardKind, RubricTrainResult
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
-from components.run_files import out_path
+from components.run_files import out_path, record_path
 from components.schemas import BranchingPoint
 from tasks.runtime import resolve, tracking
 
@@ -53,7 +53,7 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
     points = read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint)
     folder = out_path(params, "train_rubric_generator", reward, "metrics.json").parent
     own_pool = pool is None
-    pool = pool or LLMPool(params)
+    pool = pool or LLMPool(params, record_path=record_path(params, f"train_rubric_generator@{reward}"))
     started = time.perf_counter()
     try:
         with GeneratorRun(params) as run, \

@@ -12,6 +12,9 @@ every backend's connections and stops the servers.
         council = pool.roles("council_judges")         # list, one per bound backend
         print(pool.slots("policy", "council_judges"))  # requests these roles' backends serve at once
         print(pool.accounting.metrics())
+
+``record_path`` puts a stage's response record (components/llm/response_record.py, tracked by DVC) in front of
+the machine-wide response cache: what `dvc repro` replays.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from pathlib import Path
 from components.llm import backends  # noqa: F401  (registers the backends)
 from components.llm.base import BACKENDS, ChatModel, PermanentLLMError
 from components.llm.middleware import Accounting, ConcurrencyLimit, ReliableChatModel, ResponseCache
+from components.llm.response_record import RecordedCache, ResponseRecord
 from components.params import BackendParams, Params
 
 
 class LLMPool:
     def __init__(self, params: Params, *, accounting: Accounting | None = None,
-                 overrides: dict[str, ChatModel] | None = None, cache_path: str | Path | None = None):
+                 overrides: dict[str, ChatModel] | None = None, cache_path: str | Path | None = None,
+                 record_path: str | Path | None = None):
         self.params = params
         self.accounting = accounting or Accounting()
         self._overrides = dict(overrides or {})
@@ -39,6 +44,8 @@ class LLMPool:
         mw = params.llm.middleware
         path = cache_path or Path(params.run.cache_dir) / "llm_responses.sqlite"
         self.cache = ResponseCache(path) if mw.cache else None
+        if self.cache is not None and record_path is not None:  # the stage's DVC-tracked answers in front
+            self.cache = RecordedCache(ResponseRecord(record_path), self.cache)
 
     # -- backends -------------------------------------------------------------------------------------
     def backend(self, name: str) -> ChatModel:

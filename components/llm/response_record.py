@@ -1,0 +1,100 @@
+"""A stage's response record: every deterministic model answer the stage used, in a JSONL file that DVC tracks,
+so `dvc repro` of a sampled stage replays the same answers and writes the same bytes.
+
+Why a record and not deterministic sampling: batched serving (llama.cpp's native server with several slots, vLLM)
+is not batch-invariant, so which requests shared a batch moves greedy near-ties (perf/eval_determinism.py), and
+an API judge (Gemini) promises no repeatability at all. Forcing one request at a time would cost the embedded
+evaluation its batching and still say nothing about another machine's kernels. A content-addressed record of
+the answers a run used reproduces on any machine and any backend, and is readable: one line per request,
+``{"key": <ResponseCache.key>, "completion": {...}}``.
+
+The record layers over the machine-wide response cache (``.cache/llm_responses.sqlite``): a lookup reads the
+record, then the cache; an answer found in the cache, or newly made, is appended to the record (one flushed line,
+so a killed stage keeps what it had). Keys hash the request (model identity, messages, sampling), so an entry of
+an earlier run can only ever answer the identical request: stale entries are never wrong, only unused (delete
+the file to prune them). ``llm.middleware.cache: false`` turns both layers off.
+
+    pool = LLMPool(params, record_path=stage_record_path(params, "evaluate@sft"))
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from components.io import iter_json_objects, RecordError
+from components.llm.base import Completion
+
+
+class ResponseRecord:
+    """The JSONL record of one stage (module doc); loaded on first use, appended line by line."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._entries: dict[str, Completion] | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> dict[str, Completion]:
+        if self._entries is None:
+            entries: dict[str, Completion] = {}
+            if self.path.exists():
+                for number, data in iter_json_objects(self.path, skip_torn_tail=True):
+                    if not isinstance(data.get("key"), str) or not isinstance(data.get("completion"), dict):
+                        raise RecordError(self.path, number, "key" if not isinstance(data.get("key"), str)
+                                          else "completion", "expected a 'key' string and a 'completion' object")
+                    entries[data["key"]] = Completion.model_validate(data["completion"])
+                self._repair_torn_tail()
+            self._entries = entries
+        return self._entries
+
+    def _repair_torn_tail(self) -> None:
+        """Cut an unterminated last line (a crash mid-write), so the next append starts a line of its own."""
+        raw = self.path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            with self.path.open("r+b") as fh:
+                fh.truncate(raw.rfind(b"\n") + 1)
+
+    def get(self, key: str) -> Completion | None:
+        with self._lock:
+            return self._load().get(key)
+
+    def put(self, key: str, completion: Completion) -> None:
+        with self._lock:
+            entries = self._load()
+            if key in entries:
+                return
+            entries[key] = completion
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            line = json.dumps({"key": key, "completion": completion.model_dump(mode="json")}, sort_keys=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._load())
+
+
+class RecordedCache:
+    """The response cache as the middleware sees it (``get``/``put``), with a stage's record in front."""
+
+    def __init__(self, record: ResponseRecord, cache=None):
+        self.record = record
+        self.cache = cache
+
+    def get(self, key: str) -> Completion | None:
+        hit = self.record.get(key)
+        if hit is None and self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.record.put(key, hit)
+        return hit
+
+    def put(self, key: str, completion: Completion) -> None:
+        self.record.put(key, completion)
+        if self.cache is not None:
+            self.cache.put(key, completion)
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()

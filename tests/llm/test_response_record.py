@@ -1,0 +1,94 @@
+"""A stage's response record (components/llm/response_record.py): what `dvc repro` replays of a sampled stage."""
+
+import asyncio
+import json
+
+import pytest
+
+from components.io import RecordError
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import Sampling, user
+from components.llm.factory import LLMPool
+from components.llm.response_record import ResponseRecord
+from components.params import load_params
+from components.run_files import record_path
+
+
+@pytest.fixture
+def params(repo_root, tmp_path):
+    params = load_params(repo_root / "params.yaml")
+    params.run.out_dir = str(tmp_path / "out")
+    return params
+
+
+def ask(pool, text, sampling):
+    return asyncio.run(pool.role("answer_judge").chat([user(text)], sampling))
+
+
+def counting(reply):
+    calls = []
+
+    def answer(messages, sampling):
+        calls.append(messages[-1].content)
+        return f"{reply} to {messages[-1].content}"
+    return ScriptedChatModel(answer, name="judge-model"), calls
+
+
+def test_a_fresh_machine_replays_the_recorded_answers_and_leaves_the_record_unchanged(params, tmp_path):
+    record = record_path(params, "evaluate@sft")
+    assert record == tmp_path / "out" / "responses" / "evaluate" / "sft.jsonl"
+    seeded, greedy = Sampling(temperature=0.7, seed=3), Sampling(temperature=0)
+
+    params.run.cache_dir = str(tmp_path / "machine_a")
+    first, first_calls = counting("first")
+    with LLMPool(params, overrides={"embedded-1_5b": first}, record_path=record) as pool:
+        assert ask(pool, "q1", seeded).text == "first to q1"
+        assert ask(pool, "q2", greedy).text == "first to q2"
+    assert first_calls == ["q1", "q2"]
+    written = record.read_bytes()
+    assert [json.loads(line)["completion"]["texts"] for line in written.splitlines()] == [["first to q1"], ["first to q2"]]
+
+    # another machine: an empty response cache and a backend that would answer otherwise (batching, kernels)
+    params.run.cache_dir = str(tmp_path / "machine_b")
+    second, second_calls = counting("second")
+    with LLMPool(params, overrides={"embedded-1_5b": second}, record_path=record) as pool:
+        assert ask(pool, "q1", seeded).text == "first to q1"
+        assert ask(pool, "q2", greedy).text == "first to q2"
+        assert ask(pool, "q3", greedy).text == "second to q3"  # a request the run never made is asked
+        assert pool.accounting.metrics()["llm.answer_judge.cache_hits"] == 2
+    assert second_calls == ["q3"]
+    assert record.read_bytes().startswith(written) and len(ResponseRecord(record)) == 3
+
+
+def test_an_answer_from_the_machine_cache_is_copied_into_the_record(params, tmp_path):
+    params.run.cache_dir = str(tmp_path / "machine")
+    model, calls = counting("cached")
+    with LLMPool(params, overrides={"embedded-1_5b": model}) as pool:  # no record: an earlier run, or another stage
+        ask(pool, "q", Sampling(temperature=0))
+    record = record_path(params, "collect")
+    with LLMPool(params, overrides={"embedded-1_5b": model}, record_path=record) as pool:
+        assert ask(pool, "q", Sampling(temperature=0)).cached
+    assert calls == ["q"]
+    assert ResponseRecord(record).get(next(iter(json.loads(line)["key"] for line in record.read_text().splitlines())))
+
+
+def test_a_sampled_call_without_a_seed_is_never_recorded(params, tmp_path):
+    params.run.cache_dir = str(tmp_path / "machine")
+    model, calls = counting("free")
+    record = record_path(params, "collect")
+    with LLMPool(params, overrides={"embedded-1_5b": model}, record_path=record) as pool:
+        ask(pool, "q", Sampling(temperature=1.0))
+        ask(pool, "q", Sampling(temperature=1.0))
+    assert calls == ["q", "q"] and not record.exists()
+
+
+def test_a_torn_last_line_is_cut_and_a_bad_line_is_named(tmp_path):
+    path = tmp_path / "r.jsonl"
+    good = json.dumps({"key": "a", "completion": {"texts": ["x"], "model": "m"}})
+    path.write_text(good + "\n" + '{"key": "b", "compl')
+    record = ResponseRecord(path)
+    assert record.get("a").texts == ["x"] and record.get("b") is None
+    assert path.read_text() == good + "\n"  # the next append starts its own line
+    path.write_text(good + "\n" + json.dumps({"key": "b", "completion": "not an object"}) + "\n")
+    with pytest.raises(RecordError, match=r"r\.jsonl:2: field 'completion'"):
+        ResponseRecord(path).get("a")
