@@ -135,15 +135,19 @@ class Verification:
 
 async def verify_action(verifier: ChatModel, question: str, prefix_text: str, thought: str, action: str,
                         rubric: Rubric, *, tau: float, max_tokens: int = 256,
-                        mode: VerifierMode = "checklist") -> Verification:
+                        mode: VerifierMode = "checklist", tally_out: Tally | None = None) -> Verification:
+    """``tally_out``, when given, also counts the verification's calls (the judge bench's per-judgment count)."""
     if mode == "criterion":
-        return await _verify_by_criterion(verifier, question, prefix_text, action, rubric, tau=tau)
+        return await _verify_by_criterion(verifier, question, prefix_text, action, rubric, tau=tau,
+                                          tally_out=tally_out)
     n = len(rubric.criteria)
     call = JudgeCall(verifier_messages(question, prefix_text, thought, action, rubric),
                      reasons(lambda text: parse_verdicts(text, n)), Sampling(temperature=0.0, max_tokens=max_tokens),
                      schema=verdicts_schema(n))
     tally = Tally()
     result = await ask(verifier, call, tally)
+    if tally_out is not None:
+        tally_out.merge(tally)
     if not result.ok:
         error = f"verifier call failed: {result.describe()}" if result.kind == "call_failed" else result.reason
         return Verification(rubric, error=error, **_counts(tally))
@@ -158,10 +162,12 @@ def _counts(tally: Tally) -> dict[str, int]:
 
 
 async def _verify_by_criterion(verifier: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
-                               *, tau: float) -> Verification:
+                               *, tau: float, tally_out: Tally | None = None) -> Verification:
     """One yes/no call per criterion; the reasoning is not shown (the evaluator judges the action itself)."""
     tally = Tally()
     [score] = await evaluate_criteria(verifier, question, prefix_text, [action], rubric, tally=tally)
+    if tally_out is not None:
+        tally_out.merge(tally)
     counts = _counts(tally)
     if score.score is None:
         return Verification(rubric, error=score.error, **counts)
