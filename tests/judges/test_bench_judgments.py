@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 
 import pytest
@@ -55,7 +56,8 @@ def run(judgment, model, units, params, mode="text"):
 
 def test_each_method_registers_its_judgments_with_its_modes(judgments):
     assert set(judgments) >= {"answer_judge", "arbor_pairwise", "arbor_pairwise_verdicts", "arbor_rar",
-                              "coreact_council", "coreact_rubric_evaluator"}
+                              "coreact_council", "coreact_rubric_evaluator", "coreact_verifier",
+                              "coreact_verifier_checklist", "rubricem_stage_scores"}
     asked = ["text", "probability", "reference"]
     assert judgments["arbor_pairwise"].modes(asked) == asked
     assert judgments["coreact_council"].modes(asked) == ["text", "reference"]
@@ -75,10 +77,10 @@ def test_each_method_registers_its_judgments_with_its_modes(judgments):
 
 def test_the_judgments_not_on_the_bench_say_why():
     gaps = {g.name: g for g in load_gaps()}
-    assert set(gaps) >= {"rubricem_stage_scores", "rubricem_reflection", "arco_criteria", "coreact_verifier",
-                         "arbor_induction"}
-    assert {gaps["rubricem_stage_scores"].method, gaps["arco_criteria"].method} == {"rubricem", "arco"}
-    assert "scaffold" in gaps["rubricem_stage_scores"].reason and "mu" in gaps["arco_criteria"].reason
+    assert set(gaps) >= {"rubricem_reflection", "arco_criteria", "arbor_induction"}
+    assert not {"rubricem_stage_scores", "coreact_verifier"} & set(gaps)   # both are on the bench now
+    assert {gaps["rubricem_reflection"].method, gaps["arco_criteria"].method} == {"rubricem", "arco"}
+    assert "reflection" in gaps["rubricem_reflection"].reason and "mu" in gaps["arco_criteria"].reason
 
 
 def test_pairwise_units_and_reference_only_in_reference_mode(items, params, judgments):
@@ -217,6 +219,15 @@ def test_pairwise_attempt_effect():
 def _any_judge(messages, sampling):
     """One scripted reply for every bench prompt: A wins, the first label ranks first, yes, 7/10, right."""
     system, text = messages[0].content, messages[-1].content
+    if '"verdicts"' in system:
+        n = int(re.search(r"Checklist \((\d+) criteria\)", text).group(1))
+        return json.dumps({"verdicts": [{"satisfied": True, "reason": "r"}] * n})
+    if "You write grading rubrics" in system:
+        return json.dumps({f"stage_{k}": {"positive_rubrics": [{"title": "t", "description": "d", "weight": 2}],
+                                          "negative_rubrics": []} for k in range(1, 5)})
+    if "You grade several attempts" in system:
+        rubrics = re.findall(r"^\d+\. \[", text, re.MULTILINE)
+        return json.dumps({"scores": [[2] * text.count("=== Attempt ")] * len(rubrics)})
     if '"winner"' in system:
         return '{"winner": "A"}'
     if "rank all" in text.lower():
@@ -274,12 +285,18 @@ def test_the_runner_asks_every_judgment_in_its_modes_and_writes_the_page(tmp_pat
                      ("arbor_pairwise_verdicts", "reference"), ("arbor_pairwise_single", "text"),
                      ("arbor_pairwise_single", "probability"), ("arbor_pairwise_single", "reference"),
                      ("coreact_council", "text"), ("coreact_council", "reference"),
-                     ("coreact_rubric_evaluator", "text"), ("coreact_rubric_evaluator", "probability")}
+                     ("coreact_rubric_evaluator", "text"), ("coreact_rubric_evaluator", "probability"),
+                     ("coreact_verifier", "text"), ("coreact_verifier", "probability"),
+                     ("coreact_verifier_checklist", "text"), ("rubricem_stage_scores", "text")}
     by = {(s["judgment"], s["mode"]): s for s in summary["summaries"]}
     assert by[("arbor_pairwise", "text")]["position_effect"] == 1.0       # "A" every time
     assert by[("arbor_pairwise_verdicts", "text")]["flat_rate"] == 1.0    # yes to both attempts: a tie
     assert by[("coreact_council", "text")]["position_effect"] == 1.0      # the first label every time
     assert by[("coreact_rubric_evaluator", "text")]["flat_rate"] == 1.0   # yes to everything
+    for form in ("coreact_verifier", "coreact_verifier_checklist"):      # accepts every action
+        assert by[(form, "text")]["accept_rate"] == 1.0 and by[(form, "text")]["failure_rate"] == 0
+    stages = by[("rubricem_stage_scores", "text")]                       # 2 for every stage of every attempt
+    assert stages["failure_rate"] == 0 and stages["flat_rate"] == 1.0 and stages["position_effect"] == 0.0
     text = page.read_text()
     assert "## Who may see the reference" in text and "coreact_rubric_evaluator (coreact): never" in text
     assert "## Judgments not on the bench" in text and "- arco_criteria (arco):" in text
