@@ -240,7 +240,8 @@ class ReliableChatModel(ChatModel):
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
         async with self.limit:
             try:
-                return await asyncio.wait_for(self.inner._complete(messages, sampling), self.settings.timeout_s)
+                async with asyncio.timeout(self.settings.timeout_s):  # unlike wait_for, no task of its own a call
+                    return await self.inner._complete(messages, sampling)
             except TimeoutError:
                 raise TransientLLMError(f"timed out after {self.settings.timeout_s}s") from None
 
@@ -278,14 +279,20 @@ class ReliableChatModel(ChatModel):
 
         requests = self._requests(sampling)
         tries = [0] * len(requests)
-        tasks = [asyncio.ensure_future(self._with_retries(messages, r, tries, i)) for i, r in enumerate(requests)]
-        try:
-            parts = await asyncio.gather(*tasks)
-        except Exception as exc:  # a backend bug must not take the run down either: it is reported as a failure
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            return self._failed(exc, tries, loop.time() - start)
+        if len(requests) == 1:  # the usual case, awaited in place: a task per call costs the event loop time
+            try:
+                parts = [await self._with_retries(messages, requests[0], tries, 0)]
+            except Exception as exc:  # a backend bug must not take the run down either: it is reported as a failure
+                return self._failed(exc, tries, loop.time() - start)
+        else:
+            tasks = [asyncio.ensure_future(self._with_retries(messages, r, tries, i)) for i, r in enumerate(requests)]
+            try:
+                parts = await asyncio.gather(*tasks)
+            except Exception as exc:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                return self._failed(exc, tries, loop.time() - start)
         completion = self._join(parts)
         self._count_logprobs(sampling, completion)
 

@@ -102,7 +102,7 @@ def test_queue_time_does_not_count_against_the_timeout(repo_root, tmp_path, serv
 
 
 def clients_of(pool, name):
-    """Record every httpx client backend ``name`` opens."""
+    """Record every aiohttp session backend ``name`` opens."""
     opened = []
     per_loop = pool.backend(name)._clients
     make = per_loop._make
@@ -122,15 +122,15 @@ def test_clients_close_at_loop_end_and_on_pool_close_inside_a_loop(repo_root, tm
     judge = pool.role("answer_judge")
     asyncio.run(flood([judge], 2))
     asyncio.run(flood([judge], 2))
-    assert len(opened) == 2 and all(c.is_closed for c in opened)  # each loop closed its own client
+    assert len(opened) == 2 and all(c.closed for c in opened)  # each loop closed its own client
 
     async def use_then_close():
         await flood([judge], 1)
-        assert not opened[-1].is_closed
+        assert not opened[-1].closed
         pool.close()  # synchronous code inside a running loop
         for _ in range(5):
             await asyncio.sleep(0)
-        return opened[-1].is_closed
+        return opened[-1].closed
 
     assert asyncio.run(use_then_close())
 
@@ -144,9 +144,9 @@ def test_pool_close_outside_any_loop_closes_a_client_of_a_loop_in_another_thread
     runner.start()
     try:
         asyncio.run_coroutine_threadsafe(flood([pool.role("policy")], 2), loop).result(timeout=10)
-        assert len(opened) == 1 and not opened[0].is_closed
+        assert len(opened) == 1 and not opened[0].closed
         pool.close()
-        assert opened[0].is_closed
+        assert opened[0].closed
     finally:
         loop.call_soon_threadsafe(loop.stop)
         runner.join()

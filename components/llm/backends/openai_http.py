@@ -1,9 +1,15 @@
 """``openai`` backend: any OpenAI-compatible chat-completions server over HTTP (vLLM in production,
-llama.cpp's server for the embedded default). Uses httpx directly so that every failure maps onto the
+llama.cpp's server for the embedded default). Uses aiohttp directly so that every failure maps onto the
 middleware's transient/permanent split; the middleware owns retries, so none happen here. A server that
 ignores ``n`` (llama.cpp) gets ``n`` single requests with derived seeds (``split``, then ``join``; through
-the middleware each takes its own concurrency slot). The client is one per event loop, closed inside that loop
+the middleware each takes its own concurrency slot). The session is one per event loop, closed inside that loop
 (``per_loop.PerLoop``), unless the caller passes its own.
+
+aiohttp rather than httpx (issue 49.5): a call through httpx cost about 1.1-1.5 ms of client CPU against a
+loopback server, through aiohttp about 0.3-0.6 ms (``perf/bench_judge_client.py`` times both side by side); at 32
+calls in flight that overhead is paid by one event loop and was most of the judge client's missed target. A proxy
+named in the environment (``HTTP_PROXY``, ``NO_PROXY``, ...) is read once, when the backend is made, and is used
+as httpx used it; ``~/.netrc`` is not read (requests carry their own ``Authorization``).
 
 A request with ``Sampling.logprobs`` sends ``logprobs: true, top_logprobs: k`` and reads each choice's
 ``logprobs.content`` (``[{"token", "logprob", "top_logprobs": [{"token", "logprob"}, ...]}, ...]``), the shape
@@ -19,7 +25,9 @@ import asyncio
 import json
 import os
 
-import httpx
+import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from components.llm.backends.per_loop import PerLoop
 from components.llm.base import (
@@ -54,7 +62,7 @@ class OpenAIChatModel(ChatModel):
         api_key_env: str | None = None,
         supports_n: bool = False,
         json_format: str = "json_schema",
-        client: httpx.AsyncClient | None = None,
+        client: aiohttp.ClientSession | None = None,
     ):
         if not base_url:
             raise PermanentLLMError("openai backend needs a base_url")
@@ -70,11 +78,13 @@ class OpenAIChatModel(ChatModel):
         # "json_schema": OpenAI / vLLM style; "json_object": llama.cpp's {"type": "json_object", "schema": ...}
         self.json_format = json_format
         self._client = client
-        # the middleware enforces the per-call timeout; the client's only stops a stuck connect
-        self._clients = PerLoop(lambda: httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0)),
-                                lambda c: c.aclose())
+        self.url = f"{self.base_url}/chat/completions"
+        self.proxy, self.proxy_auth = env_proxy(self.url)
+        # the middleware enforces the per-call timeout; the session's only stops a stuck connect
+        self._clients = PerLoop(lambda: aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0)),
+                                lambda c: c.close())
 
-    async def _http(self) -> httpx.AsyncClient:
+    async def _http(self) -> aiohttp.ClientSession:
         return self._client if self._client is not None else await self._clients.get()
 
     def split(self, sampling: Sampling) -> list[Sampling]:
@@ -114,23 +124,24 @@ class OpenAIChatModel(ChatModel):
     async def _request(self, body: dict) -> Completion:
         try:
             client = await self._http()
-            resp = await client.post(f"{self.base_url}/chat/completions", json=body, headers=self.headers)
-        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            async with client.post(self.url, json=body, headers=self.headers, proxy=self.proxy,
+                                   proxy_auth=self.proxy_auth) as resp:
+                status, raw = resp.status, await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:  # refused, reset, cut short, a stuck connect
             raise TransientLLMError(f"{type(exc).__name__}: {exc}") from None
-        if resp.status_code != 200:
-            raise classify_status(resp.status_code)(
-                f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:300]}", status_code=resp.status_code
-            )
+        text = raw.decode("utf-8", errors="replace")
+        if status != 200:
+            raise classify_status(status)(f"HTTP {status} from {self.base_url}: {text[:300]}", status_code=status)
         try:
-            data = resp.json()
+            data = json.loads(raw)
             choices = data["choices"]
             texts = [c["message"]["content"] or "" for c in choices]
             finish = [c.get("finish_reason") or "" for c in choices]
             usage = data.get("usage") or {}
             logprobs = read_logprobs(choices) if body.get("logprobs") else None
-        except (json.JSONDecodeError, KeyError, TypeError, IndexError) as exc:
+        except (ValueError, KeyError, TypeError, IndexError) as exc:  # ValueError: not JSON, or not UTF-8
             # a truncated or garbled body usually comes from an overloaded proxy or server: retry it
-            raise TransientLLMError(f"malformed response body ({type(exc).__name__}): {resp.text[:200]!r}") from None
+            raise TransientLLMError(f"malformed response body ({type(exc).__name__}): {text[:200]!r}") from None
         if not texts:
             raise TransientLLMError("response had no choices")
         return Completion(
@@ -152,8 +163,19 @@ class OpenAIChatModel(ChatModel):
         )
 
     async def _complete(self, messages: list[Message], sampling: Sampling) -> Completion:
-        return self.join(await asyncio.gather(*(self._request(self._body(messages, r)) for r in self.split(sampling))))
+        requests = self.split(sampling)
+        if len(requests) == 1:  # the usual case: no task to gather
+            return await self._request(self._body(messages, requests[0]))
+        return self.join(await asyncio.gather(*(self._request(self._body(messages, r)) for r in requests)))
 
     async def aclose(self) -> None:
-        """Close the clients this backend opened (a client passed in belongs to the caller)."""
+        """Close the sessions this backend opened (a session passed in belongs to the caller)."""
         await self._clients.aclose()
+
+
+def env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The proxy the environment names for ``url`` (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``, ...), or None."""
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None, None
