@@ -4,7 +4,6 @@ with scripted judges (no real model)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import re
@@ -12,46 +11,10 @@ import re
 import pytest
 
 from components.judges.bench import metrics
-from components.judges.bench.registry import BENCH, BenchJudgment, Context, load_gaps, load_judgments
-from components.judges.bench.trajectories import build_set
-from components.judges.call import Tally
+from components.judges.bench.registry import BENCH, BenchJudgment, load_gaps
 from components.llm.backends.scripted import ScriptedChatModel
-from components.params import AgentParams, load_params
 from components.registry import RegistryError
-from components.retrieval.bm25 import BM25Index
-from components.retrieval.scope import world_question_paragraphs
-from components.retrieval.tools import make_toolbox
-from components.world import generate_world
-
-SETTINGS = AgentParams(max_turns=6, max_search_calls=5, observation_max_chars=1200)
-
-
-@pytest.fixture(scope="module")
-def items():
-    world = generate_world(seed=3, n_people=40, n_films=15, n_cities=10, n_companies=8, distractors_per_entity=1,
-                           question_mix=None, n_questions=16)
-    questions = world_question_paragraphs(world)
-    toolbox = make_toolbox(BM25Index(world.documents), world.documents, snippet_chars=300, scope="corpus")
-    return build_set(questions, toolbox, SETTINGS, sorted({d.title for d in world.documents}), n_questions=3, seed=5)
-
-
-@pytest.fixture(scope="module")
-def params():
-    return load_params()
-
-
-@pytest.fixture(scope="module")
-def judgments():
-    return {j.name: j for j in load_judgments()}
-
-
-def run(judgment, model, units, params, mode="text"):
-    cache: dict = {}
-    rows = []
-    for u in units:
-        fields = asyncio.run(judgment.ask(model, u, Context(mode == "reference", Tally(), params, cache)))
-        rows.append({"slate": u.slate, **u.label, **fields})
-    return rows
+from tests.judges.conftest import run
 
 
 def test_each_method_registers_its_judgments_with_its_modes(judgments):
