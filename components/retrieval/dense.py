@@ -8,11 +8,23 @@ all-MiniLM-L6-v2 (``components.embedded.models.load_embedder``); tests pass a sm
     from components.embedded.models import load_embedder
     index = DenseIndex(docs, load_embedder(), snippet_chars=300)
     hits = index.search("who directed the harbour film", k=3)
+
+A query is embedded one at a time, where sentence-transformers' ``encode`` spends about a third of the time in
+Python (its own bookkeeping, transformers' module calls) around a forward pass of a dozen tokens (issue 49.6). For a
+SentenceTransformer of the plain shape (tokenizer, transformer, mean pooling, optional normalisation, no prompt)
+the index traces that pipeline once, on its first query, into a frozen TorchScript graph of the same weights
+(:class:`TracedQueryEncoder`), checks that it gives the very embeddings ``encode`` gives on probe texts, and embeds
+queries with it; anything else, or a trace that fails or differs, keeps ``encode`` (``query_path`` says which and
+why). Documents are always embedded by ``encode``, so an index built before reads the same.
+``perf/bench_retrieval.py`` times both paths in one process and checks that every query's hits are identical.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import faiss
@@ -39,11 +51,87 @@ def resolve_embedder(name: str) -> Embedder:
 
 def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
     """Embeddings as a C-contiguous float32 matrix with unit rows (zero rows stay zero)."""
-    vecs = np.asarray(embedder.encode(list(texts)), dtype=np.float32)
-    if vecs.ndim != 2 or vecs.shape[0] != len(texts):
-        raise ValueError(f"embedder returned shape {vecs.shape} for {len(texts)} texts; expected (n, dim)")
+    return unit_rows(embedder.encode(list(texts)), len(texts))
+
+
+def unit_rows(vecs: Any, n: int) -> np.ndarray:
+    vecs = np.asarray(vecs, dtype=np.float32)
+    if vecs.ndim != 2 or vecs.shape[0] != n:
+        raise ValueError(f"embedder returned shape {vecs.shape} for {n} texts; expected (n, dim)")
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     return np.ascontiguousarray(vecs / np.where(norms > 0, norms, 1.0))
+
+
+PROBES = ("a", "Who directed the film set in the harbour city, and where were they born?",
+          "Ünïcode, digits 1987 and punctuation: (left) [right]!", "token " * 400)
+"""Texts the traced graph must embed exactly as ``encode`` does: one token, a question, odd characters, and one
+longer than the model's ``max_seq_length`` (truncated)."""
+
+
+class TracedQueryEncoder:
+    """A SentenceTransformer's single-text path (``preprocess``, then its modules) traced into a frozen TorchScript
+    graph over the same weights, without ``encode``'s Python around it. Refuses (``TypeError`` or ``ValueError``,
+    with the reason) a model of another shape, and one whose graph does not give exactly ``encode``'s embeddings
+    on :data:`PROBES`.
+
+        encoder = TracedQueryEncoder(load_embedder())
+        vec = encoder("who directed the harbour film")     # (1, 384) float32, as embed(embedder, [text])
+    """
+
+    INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+    def __init__(self, embedder: Any):
+        st = sys.modules.get("sentence_transformers")  # not imported: the embedder cannot be one of its models
+        if st is None or not isinstance(embedder, st.SentenceTransformer):
+            raise TypeError(f"not a SentenceTransformer ({type(embedder).__name__})")
+        import torch
+
+        kinds = [type(m).__name__ for m in embedder]
+        if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+            raise ValueError(f"modules {kinds}, not Transformer, Pooling[, Normalize]")
+        if getattr(embedder[1], "pooling_mode", None) != "mean":
+            raise ValueError(f"pooling {getattr(embedder[1], 'pooling_mode', None)!r}, not mean")
+        prompt = embedder.prompts.get(embedder.default_prompt_name, "") if embedder.default_prompt_name else ""
+        if prompt or getattr(embedder, "truncate_dim", None) or embedder.device.type != "cpu":
+            raise ValueError("a default prompt, a truncated dimension or a device other than the CPU")
+        features = embedder.preprocess([PROBES[1]])
+        if set(features) - {"modality"} != set(self.INPUTS):
+            raise ValueError(f"preprocess gives {sorted(features)}, not {list(self.INPUTS)}")
+        self.embedder = embedder
+        self._torch = torch
+        # eval(), as encode() sets it; the tracer's warnings name the Python branches it fixes, which the probes check
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit's: the day it goes, encode() is kept
+            self.graph = torch.jit.freeze(torch.jit.trace(
+                _pipeline(embedder).eval(), tuple(features[k] for k in self.INPUTS), check_trace=False))
+        for text in PROBES:
+            got, want = self(text), embed(embedder, [text])
+            if not np.array_equal(got, want):
+                raise ValueError(f"traced embedding of {text[:30]!r} differs from encode's by "
+                                 f"{float(np.abs(got - want).max()):.2e}")
+
+    def __call__(self, text: str) -> np.ndarray:
+        features = self.embedder.preprocess([text])
+        with self._torch.no_grad():
+            vecs = self.graph(*(features[k] for k in self.INPUTS))
+        return unit_rows(vecs.numpy(), 1)
+
+
+def _pipeline(embedder: Any):
+    import torch
+
+    class Pipeline(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.st = embedder
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            features = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                        "modality": "text"}
+            return self.st(features)["sentence_embedding"]
+
+    return Pipeline()
 
 
 def doc_text(doc: Document) -> str:
@@ -57,7 +145,7 @@ class DenseIndex:
 
     def __init__(
         self, docs: Sequence[Document], embedder: Embedder, *, snippet_chars: int = 300,
-        embedder_name: str = EMBEDDED_MINILM, faiss_index: faiss.Index | None = None,
+        embedder_name: str = EMBEDDED_MINILM, faiss_index: faiss.Index | None = None, traced_queries: bool = True,
     ):
         if not docs:
             raise ValueError("DenseIndex needs at least one document")
@@ -73,15 +161,37 @@ class DenseIndex:
             raise ValueError(f"faiss index holds {faiss_index.ntotal} vectors for {len(self.docs)} documents")
         self.index = faiss_index
         self.options = {"embedder": embedder_name, "dim": int(faiss_index.d)}
+        # how queries are embedded: decided on the first one ("traced", or "encode: <why not traced>")
+        self.query_path = None if traced_queries else "encode: traced_queries=False"
+        self._encode_query: Callable[[str], np.ndarray] | None = None
+        self._query_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.docs)
+
+    def embed_query(self, query: str) -> np.ndarray:
+        """The query's (1, dim) unit embedding, through the traced graph where the embedder allows one."""
+        if self._encode_query is None:
+            with self._query_lock:
+                if self._encode_query is None:
+                    self._encode_query = self._query_encoder()
+        return self._encode_query(query)
+
+    def _query_encoder(self) -> Callable[[str], np.ndarray]:
+        if self.query_path is None:
+            try:
+                encoder = TracedQueryEncoder(self.embedder)
+                self.query_path = "traced"
+                return encoder
+            except (AttributeError, ImportError, RuntimeError, TypeError, ValueError) as exc:  # another model, no trace
+                self.query_path = f"encode: {type(exc).__name__}: {exc}"
+        return lambda query: embed(self.embedder, [query])
 
     def ranked(self, query: str, k: int) -> list[tuple[int, float]]:
         """(document position, cosine) of the ``k`` nearest documents, best first."""
         if not query.strip():
             return []
-        q = embed(self.embedder, [query])
+        q = self.embed_query(query)
         if q.shape[1] != self.index.d:
             raise ValueError(
                 f"embedder gives {q.shape[1]}-d vectors but the index holds {self.index.d}-d ones "
@@ -95,7 +205,7 @@ class DenseIndex:
         equal scores keep the order of ``positions``."""
         if not query.strip() or not positions:
             return []
-        q = embed(self.embedder, [query])[0]
+        q = self.embed_query(query)[0]
         vecs = np.vstack([self.index.reconstruct(int(i)) for i in positions])
         if vecs.shape[1] != q.shape[0]:
             raise ValueError(f"embedder gives {q.shape[0]}-d vectors but the index holds {vecs.shape[1]}-d ones")
