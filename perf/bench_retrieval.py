@@ -10,8 +10,14 @@ the same corpus, each timed per call over a fixed query set and reported as p50 
   is absent or with ``--no-before``), after checking that both return the same hits and scores for every query.
 - dense: :class:`components.retrieval.dense.DenseIndex` ``search`` with the embedded MiniLM loaded offline
   (:func:`components.embedded.models.load_embedder`), the query's embedding included; target p95 under 10 ms a
-  query; a row per torch thread count (``--dense-threads``, 1 and 2 by default), with passive OpenMP waits. Skipped,
-  with the reason in the JSON, when the model cannot be loaded or with ``--no-dense``.
+  query; a row per torch thread count (``--dense-threads``, 1 and 2 by default), with passive OpenMP waits. Beside
+  each, not judged, the same search with the query embedded by sentence-transformers' ``encode`` as before issue
+  49.6 (``traced_queries=False``; ``--no-before`` skips it), timed in the same passes, alternating query by query,
+  after checking that both give the same hits and scores for every query. Also not judged (``--no-probes`` skips
+  them): query encoders of lower precision that were measured and not adopted, a bf16 copy of the model and int8
+  dynamic quantisation of its linear layers, each with its CPU time a query and the overlap of its top ``k`` with
+  the fp32 encoder's over the same queries. Skipped, with the reason in the JSON, when the model cannot be loaded
+  or with ``--no-dense``.
 
 The corpus is the embedded world (``params.yaml``'s ``world`` sizes) enlarged deterministically: every entity count
 is multiplied by the smallest factor that gives at least ``--paragraphs`` paragraphs, and the first
@@ -25,7 +31,7 @@ Run (seconds once the dense index is cached; embedding the 10k paragraphs the fi
 on 2 busy cores)::
 
     python perf/bench_retrieval.py [--paragraphs 10000] [--queries 200] [--repeats 3] [--no-dense] [--no-before] \\
-        [--index-cache .cache/bench_retrieval | --no-index-cache] [--out perf/results/retrieval.json]
+        [--no-probes] [--index-cache .cache/bench_retrieval | --no-index-cache] [--out perf/results/retrieval.json]
 
 The dense index is built with :func:`components.retrieval.store.build_index` into ``--index-cache`` and loaded
 from there next time (``load_index`` refuses an index of any other corpus, so a changed world is re-embedded).
@@ -33,8 +39,9 @@ from there next time (``load_index`` refuses an index of any other corpus, so a 
 Each row is judged on the wall-clock p95 and also gives the CPU-time percentiles (this process's CPU time over the
 call), which leave out waiting for a core: on the shared 2-core machine, at a load average of 8, they are what a
 quiet machine would come nearer to. Prints a table and writes JSON: ``rows`` (measure, figures, value = p95 in ms,
-target, met, p50_ms, p95_ms, cpu_p50_ms, cpu_p95_ms), ``before`` (the rank-bm25 row: the same timings, no target),
-the corpus and query sizes, index build times and the machine's load average before and after.
+target, met, p50_ms, p95_ms, cpu_p50_ms, cpu_p95_ms), ``before`` (the rank-bm25 row and the ``encode`` dense rows:
+the same timings, no target), ``probes`` (the lower-precision encoders: timings and top-k overlap), the corpus and
+query sizes, index build times and the machine's load average before and after.
 """
 
 from __future__ import annotations
@@ -139,6 +146,28 @@ def time_calls(fn: Callable[[object], object], inputs: Sequence[object], repeats
     return np.asarray(wall), np.asarray(cpu)
 
 
+def time_alternating(fns: dict[str, Callable[[object], object]], inputs: Sequence[object], repeats: int,
+                     warmup: int = 3) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``time_calls`` for several functions at once, each input timed through every function in turn (the order
+    rotating), so that a change in the machine's load falls on all of them alike."""
+    names = list(fns)
+    for x in inputs[:warmup]:
+        for name in names:
+            fns[name](x)
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    turn = 0
+    for _ in range(repeats):
+        for x in inputs:
+            turn += 1
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                start, start_cpu = time.perf_counter_ns(), time.process_time_ns()
+                fns[name](x)
+                wall[name].append((time.perf_counter_ns() - start) / 1e6)
+                cpu[name].append((time.process_time_ns() - start_cpu) / 1e6)
+    return {n: (np.asarray(wall[n]), np.asarray(cpu[n])) for n in names}
+
+
 def latency_row(key: str, measure: str, times: tuple[np.ndarray, np.ndarray]) -> dict:
     """A row judged on the wall-clock p95; the CPU-time percentiles beside it for a busy machine."""
     wall, cpu = times
@@ -188,8 +217,54 @@ def dense_index(docs: list[Document], embedder, snippet_chars: int, cache: Path 
                    "seconds": round(time.perf_counter() - started, 2)}
 
 
+def precision_probes(index, embedder, queries: Sequence[str], k: int) -> list[dict]:
+    """Lower-precision query encoders over the same index, not adopted: each one's CPU time a query (one pass,
+    traced as the adopted encoder is) and how much of the fp32 encoder's top ``k`` it retrieves."""
+    import copy
+
+    import torch
+
+    from components.retrieval.dense import TracedQueryEncoder, _pipeline, unit_rows
+
+    want = [index.index.search(index.embed_query(q), k)[1][0].tolist() for q in queries]  # the adopted fp32 path
+
+    def traced(model, cast_back: bool):
+        features = embedder.preprocess([queries[0]])
+        inputs = TracedQueryEncoder.INPUTS
+        with torch.no_grad():
+            graph = torch.jit.freeze(torch.jit.trace(_pipeline(model).eval(), tuple(features[n] for n in inputs),
+                                                     check_trace=False))
+
+        def encode(q: str) -> np.ndarray:
+            f = embedder.preprocess([q])
+            with torch.no_grad():
+                out = graph(*(f[n] for n in inputs))
+            return unit_rows((out.float() if cast_back else out).numpy(), 1)
+
+        return encode
+
+    bf16 = copy.deepcopy(embedder).to(torch.bfloat16)
+    int8 = torch.ao.quantization.quantize_dynamic(copy.deepcopy(embedder), {torch.nn.Linear}, dtype=torch.qint8)
+    if not any("quantized" in type(m).__module__ for m in int8.modules()):
+        raise SystemExit("int8 probe: quantize_dynamic replaced no linear layer")
+    out = []
+    for name, encode in [("bf16 copy of the model", traced(bf16, True)),
+                         ("int8 dynamic quantisation of the linear layers", traced(int8, False))]:
+        got = [index.index.search(encode(q), k)[1][0].tolist() for q in queries]
+        overlap = float(np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got, want, strict=True)]))
+        identical = float(np.mean([g == w for g, w in zip(got, want, strict=True)]))
+        wall, cpu = time_calls(encode, queries, 1)
+        out.append({"measure": f"query encoder: {name}", "overlap_at_k": overlap, "identical_top_k": identical,
+                    "k": k, "encode_p50_ms": float(np.percentile(wall, 50)),
+                    "encode_cpu_p50_ms": float(np.percentile(cpu, 50)),
+                    "figures": f"top-{k} overlap with fp32 {overlap:.4f}, identical lists {identical:.3f}; encode "
+                               f"p50 {np.percentile(wall, 50):.2f} ms wall, CPU {np.percentile(cpu, 50):.2f} ms"})
+    return out
+
+
 def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path: str = "params.yaml",
-        index_cache: Path | None = None, dense_threads: Sequence[int] = (), before: bool = True) -> dict:
+        index_cache: Path | None = None, dense_threads: Sequence[int] = (), before: bool = True,
+        probes: bool = True) -> dict:
     params = load_params(params_path)
     world_sizes = params.world.model_dump()
     started = time.perf_counter()
@@ -205,7 +280,7 @@ def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path:
     pools = [(slate_pool(q, titles, rng), slate_context(q.question, by_id[q.gold_chain[0].doc_id].text))
              for q in world.questions[:n_queries]]
 
-    rows, build, before_rows = [], {}, []
+    rows, build, before_rows, probe_rows = [], {}, [], []
     mmr_ms = time_calls(lambda pc: select_slate(pc[0], k=k, lam=lam, context=pc[1]), pools, repeats)
     rows.append(latency_row("mmr", f"MMR slate, {POOL_SIZE}-action pool, k={k}", mmr_ms))
 
@@ -250,21 +325,54 @@ def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path:
         else:
             import torch
 
-            from components.retrieval.dense import embed
+            from components.retrieval.dense import DenseIndex
 
             index, build["dense"] = dense_index(docs, embedder, snippet_chars, index_cache)
+            started = time.perf_counter()
+            index.embed_query(queries[0])  # the traced graph is built on the first query
+            build["dense_query_path"] = index.query_path
+            build["dense_query_trace_s"] = round(time.perf_counter() - started, 2)
+            plain = DenseIndex(index.docs, embedder, snippet_chars=snippet_chars, faiss_index=index.index,
+                               traced_queries=False)
+            if before:
+                different = [q for q in queries if plain.search(q, top_k) != index.search(q, top_k)]
+                if different:
+                    raise SystemExit(f"traced and encode() query embeddings give different hits for "
+                                     f"{len(different)} queries, first {different[0]!r}")
             default_threads = torch.get_num_threads()
             for threads in dense_threads or [default_threads]:
                 torch.set_num_threads(threads)
-                row = latency_row("dense", f"{measure}, {threads} torch thread{'s' if threads > 1 else ''}",
-                                  time_calls(lambda q: index.search(q, top_k), queries, repeats))
-                encode_ms, _ = time_calls(lambda q: embed(embedder, [q]), queries, 1)
-                rows.append({**row, "torch_threads": threads, "encode_p50_ms": float(np.percentile(encode_ms, 50))})
+                fns = {"after": lambda q: index.search(q, top_k)}
+                if before:
+                    fns["before"] = lambda q: plain.search(q, top_k)
+                times = time_alternating(fns, queries, repeats)
+                name = f"{measure}, {threads} torch thread{'s' if threads > 1 else ''}"
+                row = latency_row("dense", name, times["after"])
+                encode_ms, encode_cpu = time_calls(index.embed_query, queries, 1)
+                row.update(torch_threads=threads, query_path=index.query_path,
+                           encode_p50_ms=float(np.percentile(encode_ms, 50)),
+                           encode_cpu_p50_ms=float(np.percentile(encode_cpu, 50)))
+                if before:
+                    old_row = latency_row("dense", f"{name}, query embedded by encode() (before issue 49.6)",
+                                          times["before"])
+                    speedup = {"p50": old_row["p50_ms"] / row["p50_ms"], "p95": old_row["p95_ms"] / row["p95_ms"],
+                               "cpu_p50": old_row["cpu_p50_ms"] / row["cpu_p50_ms"]}
+                    row["figures"] += (f"; encode() before: p50 {old_row['p50_ms']:.2f}, p95 {old_row['p95_ms']:.2f} ms"
+                                       f", CPU p50 {old_row['cpu_p50_ms']:.2f} ms ({speedup['cpu_p50']:.2f}x the CPU)"
+                                       f"; same hits and scores for all {len(queries)} queries")
+                    row.update(speedup_vs_encode=speedup, same_results_as_encode=True)
+                    before_rows.append({k: v for k, v in old_row.items() if k not in ("target", "met", "value", "unit")}
+                                       | {"key": "dense_encode", "torch_threads": threads})
+                rows.append(row)
             torch.set_num_threads(default_threads)
+            if probes:
+                torch.set_num_threads(1)
+                probe_rows = precision_probes(index, embedder, queries, top_k)
+                torch.set_num_threads(default_threads)
     return {"corpus": {"paragraphs": len(docs), "world_scale": factor, "world_sizes": world_sizes,
                        "seed": params.seed, "generate_s": round(world_s, 3)},
             "queries": len(queries), "pools": len(pools), "repeats": repeats, "build": build, "rows": rows,
-            "before": before_rows}
+            "before": before_rows, "probes": probe_rows}
 
 
 def main() -> None:
@@ -273,7 +381,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="queries, and slate pools (one per question)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the queries")
     parser.add_argument("--no-dense", action="store_true", help="skip the dense row (no MiniLM)")
-    parser.add_argument("--no-before", action="store_true", help="skip the rank-bm25 (before) BM25 row")
+    parser.add_argument("--no-before", action="store_true",
+                        help="skip the rows before issue 49.6 (rank-bm25 BM25, dense queries through encode())")
+    parser.add_argument("--no-probes", action="store_true", help="skip the bf16 / int8 query encoder probes")
     parser.add_argument("--dense-threads", default="1,2",
                         help="comma-separated torch thread counts, a dense row each ('' for torch's default)")
     parser.add_argument("--params", default="params.yaml")
@@ -289,7 +399,8 @@ def main() -> None:
     load_before = os.getloadavg()
     report = run(args.paragraphs, args.queries, args.repeats, dense=not args.no_dense, params_path=args.params,
                  index_cache=None if args.no_index_cache else args.index_cache,
-                 dense_threads=[int(t) for t in args.dense_threads.split(",") if t.strip()], before=not args.no_before)
+                 dense_threads=[int(t) for t in args.dense_threads.split(",") if t.strip()], before=not args.no_before,
+                 probes=not args.no_probes)
     report["machine"] = {"cpu_count": os.cpu_count(), "python": platform.python_version(),
                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                          "loadavg_before": [round(x, 2) for x in load_before],
@@ -302,6 +413,8 @@ def main() -> None:
             print(f"{r['measure']:72s} {r['p50_ms']:8.2f} {r['p95_ms']:8.2f} {r['cpu_p50_ms']:8.2f} {r['cpu_p95_ms']:8.2f} "
                   f"{r.get('target', 'not judged'):>14s}  "
                   f"{'-' if r.get('met') is None else 'yes' if r['met'] else 'NO'}")
+    for r in report["probes"]:
+        print(f"{r['measure']:72s} {r['figures']}  (not adopted)")
     print(f"load average before {report['machine']['loadavg_before']}, after {report['machine']['loadavg_after']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
