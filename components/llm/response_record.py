@@ -34,6 +34,8 @@ class ResponseRecord:
         self.path = Path(path)
         self._entries: dict[str, Completion] | None = None
         self._lock = threading.Lock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch()  # a DVC output even when the stage makes no deterministic call (an empty record)
 
     def _load(self) -> dict[str, Completion]:
         if self._entries is None:
@@ -65,7 +67,6 @@ class ResponseRecord:
             if key in entries:
                 return
             entries[key] = completion
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             line = json.dumps({"key": key, "completion": completion.model_dump(mode="json")}, sort_keys=True)
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
