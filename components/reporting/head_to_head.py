@@ -56,6 +56,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from scipy import stats
 
+from components.evaluation import intervals
 from components.io import atomic_path, read_json
 from components.reporting.compare import SEED_PREFIX, discover_runs
 
@@ -86,14 +87,8 @@ _CALLS = re.compile(r"(^|[/_])calls$")
 def bootstrap_interval(values: Sequence[float], confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES,
                        seed: int = STATS_SEED) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values`` (NaN for fewer than two values)."""
-    x = np.asarray(values, dtype=float)
-    if len(x) < 2:
-        return math.nan, math.nan
-    if np.all(x == x[0]):
-        return float(x[0]), float(x[0])
-    ci = stats.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="percentile",
-                         random_state=np.random.default_rng(seed)).confidence_interval
-    return float(ci.low), float(ci.high)
+    ci = intervals.bootstrap_interval(values, np.mean, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    return ci if ci is not None else (math.nan, math.nan)
 
 
 def paired_permutation_p(differences: Sequence[float], n_resamples: int = RESAMPLES, seed: int = STATS_SEED) -> float:

@@ -47,6 +47,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from components.evaluation import intervals
+
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 
@@ -55,16 +57,7 @@ def bootstrap_interval(values: Sequence[float], statistic: Callable[[np.ndarray]
                        seed: int = 0, n_resamples: int = RESAMPLES) -> tuple[float, float] | None:
     """The 95% percentile bootstrap interval of ``statistic`` over ``values`` (None for fewer than 2 values);
     a constant sample gives its value at both ends."""
-    data = np.asarray(values, dtype=float)
-    if len(data) < 2:
-        return None
-    if np.all(data == data[0]):
-        value = float(statistic(data))
-        return value, value
-    res = stats.bootstrap((data,), statistic, confidence_level=CONFIDENCE, n_resamples=n_resamples,
-                          method="percentile", vectorized=False, random_state=np.random.default_rng(seed))
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return (None if np.isnan(low) or np.isnan(high) else (low, high))
+    return intervals.bootstrap_interval(values, statistic, confidence=CONFIDENCE, n_resamples=n_resamples, seed=seed)
 
 
 def auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
