@@ -25,6 +25,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import faiss
@@ -134,6 +135,20 @@ def _pipeline(embedder: Any):
     return Pipeline()
 
 
+@contextmanager
+def one_faiss_thread():
+    """faiss on one OpenMP thread inside the block: a single query's scan of 10k vectors took 2.9 ms of CPU split
+    over 2 threads and 0.35 ms on one (``docs/performance.md``). OpenMP keeps the count per calling thread, so
+    other threads' faiss calls keep theirs. The same documents come back; a score can differ in its last bit,
+    the two paths summing a dot product in another order."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def doc_text(doc: Document) -> str:
     return f"{doc.title}: {doc.text}"
 
@@ -197,7 +212,8 @@ class DenseIndex:
                 f"embedder gives {q.shape[1]}-d vectors but the index holds {self.index.d}-d ones "
                 f"(built with {self.embedder_name!r})"
             )
-        scores, ids = self.index.search(q, min(k, len(self.docs)))
+        with one_faiss_thread():
+            scores, ids = self.index.search(q, min(k, len(self.docs)))
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
     def ranked_among(self, query: str, k: int, positions: Sequence[int]) -> list[tuple[int, float]]:

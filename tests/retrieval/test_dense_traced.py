@@ -63,3 +63,28 @@ def test_a_model_of_another_shape_is_refused_with_the_reason(minilm):
     index = DenseIndex(DOCS, cls_pooled)
     index.ranked("Vantor", 1)
     assert index.query_path == "encode: ValueError: pooling 'cls', not mean"
+
+
+def test_a_query_runs_faiss_on_one_thread_and_leaves_the_count_as_it_was(fake_embedder):
+    import faiss
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.threads = inner, []
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def search(self, q, k):
+            self.threads.append(faiss.omp_get_max_threads())
+            return self.inner.search(q, k)
+
+    spy = Spy(DenseIndex(DOCS, fake_embedder).index)
+    index = DenseIndex(DOCS, fake_embedder, faiss_index=spy)
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(2)
+    try:
+        assert index.ranked("qplace", 1) == [(2, pytest.approx(1.0))]
+        assert spy.threads[0] == 1 and faiss.omp_get_max_threads() == 2
+    finally:
+        faiss.omp_set_num_threads(before)
