@@ -190,6 +190,10 @@ REGISTRY: list[Benchmark] = [
               recorded="perf/results/server_threads.json"),
     Benchmark("sft_step", "perf/bench_sft_step.py", quick_skip="needs the real 0.5B and the sft_data stage's rows; "
               "a few minutes", needs_models=True, minutes=5, extract=sft_rows, recorded="perf/results/sft_step.json"),
+    Benchmark("serving", "perf/bench_serving.py", ["--questions", "8", "--n", "4", "8"],
+              quick_skip="needs the real 0.5B and the sft stage's adapter; about 10 min", needs_models=True,
+              minutes=10, targets="ours / native llama-server generated tokens/s >= 0.8 at N=4 and N=8",
+              recorded="perf/results/serving.json"),
     Benchmark("eval_determinism", "perf/eval_determinism.py", quick_skip="needs a warm start (sft_scaffold) and the "
               "real models; about 35 min", needs_models=True, minutes=35, extract=determinism_rows,
               recorded="perf/results/eval_determinism.json"),
