@@ -1,10 +1,10 @@
 """One async client per event loop, closed inside the loop that used it.
 
 An async HTTP client (the ``openai`` backend's ``aiohttp.ClientSession``, gemini's client) keeps connections
-bound to the event loop that opened them, and a stage may run
-several loops in a row (one ``asyncio.run`` per phase). ``PerLoop`` gives each loop its own client and closes
-it in that loop: when the loop shuts down (``asyncio.run`` finalises the async generator that owns the
-client) or when ``aclose()`` is awaited, whichever comes first.
+bound to the event loop that opened them, and a stage may run several loops in a row (one ``asyncio.run`` per
+phase). ``PerLoop`` gives each loop its own client and closes it in that loop: when the loop shuts down
+(``asyncio.run`` finalises the async generator that owns the client) or when ``aclose()`` is awaited, whichever
+comes first.
 
     clients = PerLoop(lambda: aiohttp.ClientSession(), lambda c: c.close())
     client = await clients.get()      # inside a running loop
