@@ -15,9 +15,9 @@ Per N the server is started once (``parallel`` = N, ``evaluation.episode_concurr
 in turns, limit then ours, ``--rounds`` times, so load from other work falls on both alike; figures are medians
 over rounds. Where the gap goes is measured, not guessed: llama-server's ``/metrics`` (turned on through
 ``LLAMA_ARG_ENDPOINT_METRICS``) gives, per side, prompt tokens processed and taken from the prompt cache per
-generated token and busy slots per decode step; a sampler (every 20 ms) splits ours' slot-time into slots with a
-request in flight, slots whose episode is between turns (tool calls, retrieval, Python) and slots with no episode
-left to run (episodes finishing at different times).
+generated token and busy slots per decode step; the start and end of every policy call and episode split ours'
+slot-time into slots with a call in flight, slots whose episode is between turns (tool calls, retrieval, Python)
+and slots with no episode left to run (episodes finishing at different times).
 
 Run (needs the real 0.5B; the adapter from ``outputs/sft/adapter``, i.e. after the ``sft`` stage)::
 
@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -54,7 +53,6 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
 
 RESULTS = REPO / "perf" / "results" / "serving.json"
 TARGET = 0.8
-SAMPLE_S = 0.02
 
 
 # --- pure logic (tested without a model: tests/test_perf_serving.py) ---------------------------------------------
@@ -96,18 +94,25 @@ def share(part: float, whole: float) -> float | None:
     return round(part / whole, 3) if whole else None
 
 
-def slot_breakdown(samples: Sequence[tuple[int, int]], n: int) -> dict[str, float | None]:
-    """Where ours' N slots went, from ``(requests in flight, episodes running)`` samples taken at a fixed interval:
-    the share of slot-time with a request at the server, with its episode between turns (tools, retrieval,
-    Python: running but not waiting on the model), and with no episode to run (the queue has run dry while others
-    finish). The three add up to 1."""
-    if not samples:
-        return {"in_flight": None, "between_turns": None, "no_episode": None, "samples": 0}
-    total = len(samples) * n
-    in_flight = sum(min(r, n) for r, _ in samples)
-    between = sum(max(min(e, n) - min(r, n), 0) for r, e in samples)
+def slot_breakdown(events: Sequence[tuple[float, int, int]], n: int, t0: float, t1: float) -> dict[str, float | None]:
+    """Where ours' N slots went over ``[t0, t1]``, from ``(time, change in policy calls in flight, change in episodes
+    running)`` events: the share of slot-time with a policy call in flight, with its episode between turns (tools,
+    retrieval, Python: running but not waiting on the model), and with no episode to run (the queue has run dry
+    while others finish). Integrated exactly between events; the three add up to 1."""
+    if t1 <= t0:
+        return {"in_flight": None, "between_turns": None, "no_episode": None}
+    calls = episodes = 0
+    t, in_flight, between = t0, 0.0, 0.0
+    for when, d_calls, d_episodes in sorted(events):
+        when = min(max(when, t0), t1)
+        in_flight += (when - t) * min(calls, n)
+        between += (when - t) * max(min(episodes, n) - min(calls, n), 0)
+        t, calls, episodes = when, calls + d_calls, episodes + d_episodes
+    in_flight += (t1 - t) * min(calls, n)
+    between += (t1 - t) * max(min(episodes, n) - min(calls, n), 0)
+    total = (t1 - t0) * n
     return {"in_flight": share(in_flight, total), "between_turns": share(between, total),
-            "no_episode": share(total - in_flight - between, total), "samples": len(samples)}
+            "no_episode": share(total - in_flight - between, total), "slot_s_between_turns": round(between, 3)}
 
 
 def limit_run(wall_s: float, replies: Sequence[dict], server: dict | None = None) -> dict:
@@ -173,12 +178,14 @@ def gap(limit_runs: Sequence[dict], ours: Sequence[dict]) -> dict:
         out[side] = {k: med(runs, "server", k) for k in (
             "prompt_processed_per_generated", "prompt_cached_share", "busy_slots_per_decode")}
     out["ours"].update({f"slot_share_{k}": med(ours, "slots", k) for k in ("in_flight", "between_turns", "no_episode")})
+    out["ours"]["generated_per_call"] = med(ours, "generated_per_call")
+    out["limit"]["generated_per_call"] = med([{"g": r["generated_tokens"] / r["requests"]} for r in limit_runs], "g")
     return out
 
 
 def report(per_n: dict[int, dict], workload: dict, machine: dict, meta: dict) -> dict:
     rows = [compare(n, d["limit"], d["ours"]) for n, d in sorted(per_n.items())]
-    for n, d in per_n.items():
+    for d in per_n.values():
         d["gap"] = gap(d["limit"], d["ours"])
     return {**meta, "workload": workload, "machine": machine, "rows": rows,
             "per_n": {str(n): d for n, d in sorted(per_n.items())}}
@@ -194,13 +201,13 @@ def table(rep: dict) -> str:
     lines = [head] + [[str(r["n"]), fmt(r["limit_gen_tok_per_s"]), fmt(r["ours_gen_tok_per_s"]),
                        fmt(r["ours_questions_per_min"]), fmt(r["ratio"]), "yes" if r["met"] else "NO",
                        str(r["failed_calls"])] for r in rep["rows"]]
-    gap_head = ["N", "side", "prompt proc./gen.", "prompt cached", "busy slots/step", "slots: in flight",
+    gap_head = ["N", "side", "gen./call", "prompt proc./gen.", "prompt cached", "busy slots/step", "slots: in flight",
                 "between turns", "no episode"]
     gaps = [gap_head]
     for n, d in rep["per_n"].items():
         for side in ("limit", "ours"):
             g = d["gap"][side]
-            gaps.append([n, side, fmt(g["prompt_processed_per_generated"]), fmt(g["prompt_cached_share"]),
+            gaps.append([n, side, fmt(g["generated_per_call"]), fmt(g["prompt_processed_per_generated"]), fmt(g["prompt_cached_share"]),
                          fmt(g["busy_slots_per_decode"]), *(fmt(g.get(f"slot_share_{k}")) for k in (
                              "in_flight", "between_turns", "no_episode"))])
 
@@ -224,14 +231,17 @@ def median_completion_tokens(record: Path, model_prefix: str) -> int | None:
         return None
     counts = []
     for line in record.read_text().splitlines():
-        c = json.loads(line).get("completion", {})
+        try:
+            c = json.loads(line).get("completion", {})
+        except json.JSONDecodeError:  # a line the running stage is still writing
+            continue
         if str(c.get("model", "")).startswith(model_prefix):
             counts.append(c["completion_tokens"])
     return int(statistics.median(counts)) if counts else None
 
 
 def bench_params(args, n: int, cache_dir: Path):
-    from components.params import load_params, for_method
+    from components.params import for_method, load_params
 
     sets = [f"evaluation.n_questions={args.questions}", f"evaluation.episode_concurrency={n}",
             "llm.middleware.cache=false", f"run.cache_dir={cache_dir}", "evaluation.llm_judge=false"]
@@ -308,22 +318,32 @@ def run_limit(root_url: str, model: str, turns, n: int, requests: int, gen_token
     return limit_run(wall, replies, server_delta(before, after))
 
 
-def run_ours(params, spec, pool, toolbox, questions, backend: str, root_url: str, n: int) -> dict:
+class Timed:
+    """A role's model that logs when each of its calls starts and ends (``(time, +1 or -1, 0)``)."""
+
+    def __init__(self, inner, log: list):
+        self.inner, self.log = inner, log
+
+    async def chat(self, *args, **kwargs):
+        self.log.append((time.perf_counter(), 1, 0))
+        try:
+            return await self.inner.chat(*args, **kwargs)
+        finally:
+            self.log.append((time.perf_counter(), -1, 0))
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def run_ours(params, spec, pool, toolbox, questions, root_url: str, n: int) -> dict:
     import httpx
 
     from components.agents.react import agent_options, build_agent
 
-    agent = build_agent(spec.agent, pool.role, toolbox, params.agent, agent_options(params, spec))
-    limit = pool.limit(backend)
+    events: list[tuple[float, int, int]] = []
+    agent = build_agent(spec.agent, lambda role: Timed(pool.role(role), events) if role == "policy" else pool.role(role),
+                        toolbox, params.agent, agent_options(params, spec))
     before_acc = pool.accounting.metrics()
-    running = [0]
-    samples: list[tuple[int, int]] = []
-    stop = threading.Event()
-
-    def sample():
-        while not stop.wait(SAMPLE_S):
-            samples.append((limit.in_use, running[0]))
-
     finish: Counter = Counter()
 
     async def run_all():
@@ -331,11 +351,11 @@ def run_ours(params, spec, pool, toolbox, questions, backend: str, root_url: str
 
         async def one(i, q):
             async with episodes:
-                running[0] += 1
+                events.append((time.perf_counter(), 0, 1))
                 try:
                     t = await agent.run(q, seed=params.seed + i)
                 finally:
-                    running[0] -= 1
+                    events.append((time.perf_counter(), 0, -1))
             finish[t.finish_reason] += 1
         try:
             await asyncio.gather(*(one(i, q) for i, q in enumerate(questions)))
@@ -344,19 +364,13 @@ def run_ours(params, spec, pool, toolbox, questions, backend: str, root_url: str
 
     with httpx.Client() as client:
         before = scrape(root_url, client)
-        sampler = threading.Thread(target=sample, daemon=True)
         t0 = time.perf_counter()
-        sampler.start()
-        try:
-            asyncio.run(run_all())
-        finally:
-            stop.set()
-            sampler.join()
-        wall = time.perf_counter() - t0
+        asyncio.run(run_all())
+        t1 = time.perf_counter()
         after = scrape(root_url, client)
     after_acc = pool.accounting.metrics()
     delta = {k: v - before_acc.get(k, 0.0) for k, v in after_acc.items()}
-    return ours_run(wall, len(questions), delta, "policy", slot_breakdown(samples, n), dict(finish),
+    return ours_run(t1 - t0, len(questions), delta, "policy", slot_breakdown(events, n, t0, t1), dict(finish),
                     server_delta(before, after))
 
 
@@ -442,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     d["limit"].append(run_limit(root_url, model.model, turns, n, requests, gen_tokens))
                     print(f"  N={n} round {r + 1}: limit {d['limit'][-1]['gen_tok_per_s']} tok/s "
                           f"({d['limit'][-1]['wall_s']} s)", flush=True)
-                    d["ours"].append(run_ours(params, spec, pool, toolbox, questions, backend, root_url, n))
+                    d["ours"].append(run_ours(params, spec, pool, toolbox, questions, root_url, n))
                     print(f"  N={n} round {r + 1}: ours {d['ours'][-1]['gen_tok_per_s']} tok/s, "
                           f"{d['ours'][-1]['questions_per_min']} q/min ({d['ours'][-1]['wall_s']} s)", flush=True)
             per_n[n] = d

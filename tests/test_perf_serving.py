@@ -52,10 +52,17 @@ def test_server_delta_recovers_the_window_from_cumulative_metrics():
 
 
 def test_slot_breakdown_splits_slot_time_into_in_flight_between_turns_and_no_episode():
-    # N=4: all in flight; 4 episodes, 1 in flight (3 between turns); 2 episodes left, both between turns
-    parts = serving.slot_breakdown([(4, 4), (1, 4), (0, 2), (2, 2)], 4)
-    assert parts == {"in_flight": 0.438, "between_turns": 0.312, "no_episode": 0.25, "samples": 4}
-    assert serving.slot_breakdown([], 4)["in_flight"] is None
+    # N=2 over 10 s: two episodes start at 0; calls run 0-4 and 0-2; episode 2 ends at 5 after a tool gap 2-5;
+    # episode 1 calls again 6-8 after a gap 4-6 and ends at 9; nothing runs 9-10
+    events = [(0, 0, 1), (0, 0, 1), (0, 1, 0), (0, 1, 0), (2, -1, 0), (4, -1, 0), (5, 0, -1), (6, 1, 0), (8, -1, 0),
+              (9, 0, -1)]
+    parts = serving.slot_breakdown(events, 2, 0.0, 10.0)
+    # in flight: 4 + 2 + 2 = 8 of 20 slot-seconds; between turns: 3 (ep 2) + 2 + 1 (ep 1) = 6; no episode: 6
+    assert parts == {"in_flight": 0.4, "between_turns": 0.3, "no_episode": 0.3, "slot_s_between_turns": 6.0}
+    # more calls than slots count as full slots, not more
+    assert serving.slot_breakdown([(0, 3, 3), (1, -3, -3)], 2, 0.0, 2.0) == {
+        "in_flight": 0.5, "between_turns": 0.0, "no_episode": 0.5, "slot_s_between_turns": 0.0}
+    assert serving.slot_breakdown([], 4, 1.0, 1.0)["in_flight"] is None
 
 
 def fake(n: int, limit_tok_s: list[float], ours_tok_s: list[float], failed: int = 0) -> dict:
@@ -66,7 +73,7 @@ def fake(n: int, limit_tok_s: list[float], ours_tok_s: list[float], failed: int 
     for t in ours_tok_s:
         acc = {"llm.policy.calls": 20.0, "llm.policy.failures": float(failed), "llm.policy.completion_tokens": t * 60,
                "llm.policy.prompt_tokens": 9000.0, "llm.answer_judge.completion_tokens": 999.0}
-        ours.append(serving.ours_run(60.0, 4, acc, "policy", serving.slot_breakdown([(n, n), (1, n)], n),
+        ours.append(serving.ours_run(60.0, 4, acc, "policy", serving.slot_breakdown([(0, n, n), (1, 1 - n, 0)], n, 0.0, 2.0),
                                      {"answered": 4}, {"prompt_processed_per_generated": 2.5, "prompt_cached_share": 0.8,
                                                        "busy_slots_per_decode": 2.0}))
     return {"limit": limit, "ours": ours}
@@ -91,6 +98,7 @@ def test_report_table_and_the_rows_the_suite_reads(tmp_path):
     gap = rep["per_n"]["8"]["gap"]
     assert gap["limit"]["prompt_processed_per_generated"] == 6.0 and gap["ours"]["prompt_cached_share"] == 0.8
     assert gap["ours"]["slot_share_in_flight"] == pytest.approx((8 + 1) / 16, abs=1e-3)
+    assert gap["ours"]["generated_per_call"] == 45.0 and gap["limit"]["generated_per_call"] == 18.75
     text = serving.table(rep)
     assert "ours / limit" in text and "where the gap goes" in text
     line8 = next(line for line in text.splitlines() if line.startswith("8 ") and "NO" in line)
