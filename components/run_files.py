@@ -37,7 +37,18 @@ def record_path(params: Params, stage: str) -> Path:
     """Where stage ``stage`` (its DVC name: ``collect``, ``evaluate@sft``) keeps its response record
     (components/llm/response_record.py): ``run.out_dir``/responses/<stage, '@' as a folder>.jsonl, outside the
     stage's own folder, which a run under other settings empties."""
-    return out_path(params, "responses", *stage.split("@")[:-1], f"{stage.split('@')[-1]}.jsonl")
+    *group, name = stage.split("@")
+    return Path(params.run.out_dir).joinpath("responses", *group, f"{name}.jsonl")  # made on its first reply
+
+
+def keep_record(params: Params, stage: str) -> Path:
+    """Make sure a finished stage's response record exists (empty when it made no deterministic call), so DVC finds
+    every output it declares; call it once the stage has succeeded."""
+    from components.llm.response_record import ResponseRecord
+
+    path = record_path(params, stage)
+    ResponseRecord(path).keep()
+    return path
 
 
 def warm_start_folder(params: Params, stage: str, method: str) -> Path:

@@ -40,7 +40,7 @@ from components.methods.coreact.collect_metrics import summarize
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
-from components.run_files import out_path, record_path
+from components.run_files import keep_record, out_path, record_path
 from components.schemas import BranchingPoint, Question
 from tasks.runtime import resolve, tracking
 
@@ -203,6 +203,7 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
             in_flight = pool.slots("candidate_policies", "council_judges")
             asyncio.run(_expand_all(collector, todo, params.seed, in_flight, finished))
         llm_metrics = pool.accounting.metrics()
+        keep_record(params, stage)
     finally:
         if own_pool:
             pool.close()

@@ -39,7 +39,7 @@ from components.methods.coreact.guided_metrics import accounting_per_question, g
 from components.params import Params, for_method
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
-from components.run_files import keyed_folder, out_path, record_path, write_trajectories
+from components.run_files import keep_record, keyed_folder, out_path, record_path, write_trajectories
 from components.schemas import Question, Trajectory
 from components.trained_policy import with_trained_policy
 from tasks.runtime import resolve, tracking
@@ -166,6 +166,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     timings = {"wall_s": time.perf_counter() - started, "agent_s": agent_s,
                "s_per_question": agent_s / max(len(todo), 1), "resumed": len(questions) - len(todo)}
     write_json(folder / "timings.json", timings)
+    keep_record(params, f"evaluate@{method}")
     with tracking(params, f"evaluate@{method}", parent_run_id, tags={"method": method}) as tracker:
         tracker.log_params({"method": method, "agent_name": spec.agent, "data": params.data.model_dump(), "agent": params.agent.model_dump(),
                             "retrieval": params.retrieval.model_dump(), "policy": params.llm.roles["policy"]})

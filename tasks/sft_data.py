@@ -50,7 +50,7 @@ from components.method_registry import agent_method, method_section
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import build_from_params, load_toolbox, make_embedder
-from components.run_files import SFT_METHOD, out_path, record_path, warm_start_folder, write_trajectories
+from components.run_files import SFT_METHOD, keep_record, out_path, record_path, warm_start_folder, write_trajectories
 from components.schemas import Document, Question, Trajectory
 from components.warmstart import (
     REASONS,
@@ -188,6 +188,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     timings = {"wall_s": time.perf_counter() - started,
                "teacher_s_per_episode": sum(t.wall_s for t, _ in teacher) / len(teacher) if teacher else 0.0}
     write_json(folder / "timings.json", timings)
+    keep_record(params, folder.name)
     with tracking(params, folder.name, parent_run_id) as tracker:
         tracker.log_params({"sft": s.model_dump(), "retrieval": params.retrieval.model_dump(), "method": method,
                             "teacher": params.llm.roles.get("teacher"), "seed": params.seed})

@@ -34,7 +34,7 @@ from components.method_registry import method_section, variant_method
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
-from components.run_files import out_path, record_path
+from components.run_files import keep_record, out_path, record_path
 from components.schemas import Question
 from components.policy_run import PolicyRun, accumulated_timings
 from components.variants import VARIANTS, get_variant
@@ -72,6 +72,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
             if dev:
                 tracker.log_metrics({k: v for k, v in last.items() if k.startswith("dev_")})
             write_json(folder / "metrics.json", last)
+            keep_record(params, f"train_policy@{variant}")
             write_json(folder / "timings.json", accumulated_timings(folder / "timings.json", time.perf_counter() - started))
             tracker.log_metrics(pool.accounting.metrics())
             tracker.log_artifact(folder / "metrics.csv")

@@ -38,7 +38,7 @@ from components.llm.factory import LLMPool
 from components.methods.coreact.generator_training import GeneratorRun, RewardKind, RubricTrainResult
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
-from components.run_files import out_path, record_path
+from components.run_files import keep_record, out_path, record_path
 from components.schemas import BranchingPoint
 from tasks.runtime import resolve, tracking
 
@@ -63,6 +63,7 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
             result = run.train(points, pool.role(params.rubric_generator.evaluator_role), folder, reward=reward,
                                on_metrics=lambda step, metrics: tracker.log_metrics(metrics, step=step))
             write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
+            keep_record(params, f"train_rubric_generator@{reward}")
             tracker.log_metrics({k: v for k, v in result.metrics.items() if k.startswith("heldout")})
             tracker.log_metrics(pool.accounting.metrics())
             tracker.log_artifact(folder / "metrics.csv")

@@ -183,14 +183,16 @@ def test_bad_input_exits_2_with_one_line_and_leaves_outputs_intact(repo_root, ba
 def test_judge_answering_html_is_a_failed_judgment_of_its_kind_and_the_stage_completes(repo_root, base, tmp_path):
     case = tmp_path / "case"
     shutil.copytree(base / "out", case / "out")
-    inputs = {k: v for k, v in _snapshot(case / "out").items() if not k.startswith("eval/")}
+    shutil.rmtree(case / "out" / "responses")  # else evaluate replays the base run's recorded verdicts, asking no judge
+    ours = ("eval/", "responses/evaluate/")  # evaluate's outputs: its folder and its response record
+    inputs = {k: v for k, v in _snapshot(case / "out").items() if not k.startswith(ours)}
     with FakeOpenAIServer() as policy, FakeOpenAIServer() as judge:
         policy.default, judge.default = ("ok", POLICY_REPLY), ("malformed", HTML)
         proc = _run(repo_root, "tasks.evaluate", "--set", f"run.out_dir={case / 'out'}",
                     "--set", f"run.cache_dir={case / 'cache'}", *_fake_backends(policy.base_url, judge.base_url))
         judge_requests = len(judge.requests)
     metrics = json.loads((case / "out" / "eval" / "react" / "metrics.json").read_text())
-    after = {k: v for k, v in _snapshot(case / "out").items() if not k.startswith("eval/")}
+    after = {k: v for k, v in _snapshot(case / "out").items() if not k.startswith(ours)}
     TABLE.append(("judge answers HTML", proc.returncode,
                   (f"judge_failures={metrics['judge_failures']:g} (call_failed="
                    f"{metrics['judge_failures.call_failed']:g}, unparsed={metrics['judge_failures.unparsed']:g})"),

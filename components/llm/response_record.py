@@ -14,7 +14,9 @@ so a killed stage keeps what it had). Keys hash the request (model identity, mes
 an earlier run can only ever answer the identical request: stale entries are never wrong, only unused (delete
 the file to prune them). ``llm.middleware.cache: false`` turns both layers off.
 
-    pool = LLMPool(params, record_path=stage_record_path(params, "evaluate@sft"))
+    pool = LLMPool(params, record_path=record_path(params, "evaluate@sft"))   # components.run_files.record_path
+    ...                                                                        # the stage's calls
+    ResponseRecord(record_path(params, "evaluate@sft")).keep()                 # once it has finished
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ class ResponseRecord:
         self.path = Path(path)
         self._entries: dict[str, Completion] | None = None
         self._lock = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.touch()  # a DVC output even when the stage makes no deterministic call (an empty record)
 
     def _load(self) -> dict[str, Completion]:
         if self._entries is None:
@@ -67,6 +67,7 @@ class ResponseRecord:
             if key in entries:
                 return
             entries[key] = completion
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             line = json.dumps({"key": key, "completion": completion.model_dump(mode="json")}, sort_keys=True)
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
@@ -74,6 +75,13 @@ class ResponseRecord:
     def __len__(self) -> int:
         with self._lock:
             return len(self._load())
+
+    def keep(self) -> None:
+        """Make sure the record exists, empty if the stage made no deterministic call: a finished stage's DVC output.
+        A stage that fails before any reply leaves none behind."""
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.open("a").close()  # never rewrites, never moves an existing record's mtime
 
 
 class RecordedCache:

@@ -7,11 +7,11 @@ import pytest
 
 from components.io import RecordError
 from components.llm.backends.scripted import ScriptedChatModel
-from components.llm.base import Sampling, user
+from components.llm.base import Completion, Sampling, user
 from components.llm.factory import LLMPool
 from components.llm.response_record import ResponseRecord
 from components.params import load_params
-from components.run_files import record_path
+from components.run_files import keep_record, record_path
 
 
 @pytest.fixture
@@ -79,7 +79,21 @@ def test_a_sampled_call_without_a_seed_is_never_recorded(params, tmp_path):
     with LLMPool(params, overrides={"embedded-1_5b": model}, record_path=record) as pool:
         ask(pool, "q", Sampling(temperature=1.0))
         ask(pool, "q", Sampling(temperature=1.0))
-    assert calls == ["q", "q"] and record.read_text() == ""  # an empty record, still a file for DVC to track
+    assert calls == ["q", "q"] and not record.exists()
+
+
+def test_a_finished_stage_keeps_its_record_and_a_failed_one_leaves_none(params, tmp_path):
+    params.run.cache_dir = str(tmp_path / "machine")
+    with LLMPool(params, overrides={"embedded-1_5b": counting("x")[0]}, record_path=record_path(params, "collect")):
+        pass  # a stage that fails before any reply
+    assert not (tmp_path / "out" / "responses").exists()
+    kept = keep_record(params, "train_policy@grpo")  # a stage that made no deterministic call, then finished
+    assert kept.read_text() == ""
+    record = record_path(params, "collect")
+    ResponseRecord(record).put("k", Completion(texts=["t"], model="m"))
+    before = (record.read_bytes(), record.stat().st_mtime_ns)
+    keep_record(params, "collect")
+    assert (record.read_bytes(), record.stat().st_mtime_ns) == before
 
 
 def test_a_torn_last_line_is_cut_and_a_bad_line_is_named(tmp_path):
