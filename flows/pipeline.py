@@ -3,7 +3,7 @@ prepare -> index -> evaluate@<method>, collect -> train_rubric_generator@{listwi
 start sft_data -> sft -> train_policy@<variant> (RubricEM's variants: sft_data_scaffold -> sft_scaffold) ->
 evaluate@<variant> (the trained policy on the test harness), and head_to_head over every evaluation. Like
 `dvc repro <targets>`, it runs the given stages and everything they depend on, once each, in dependency order;
-the default targets are the main job (evaluate@react, collect, evaluate@sft), which ends with head_to_head over
+the default targets are the main job (evaluate@react, evaluate@sft, and the warm start), which ends with head_to_head over
 the evaluations it ran (the table `dvc repro -s head_to_head` writes from what exists).
 
     python -m flows.pipeline                          # the main job on the embedded default, offline, CPU
@@ -63,8 +63,10 @@ VARIANTS = ["grpo", "dapo", "arbor", "arbor_no_memory", "rar", "scaffold_grpo", 
 SCAFFOLD_VARIANTS = {"scaffold_grpo", "ss_grpo", "meta_policy", "rubricem"}
 """Variants that roll out RubricEM's scaffold agent, so start from its warm start (``train_policy.warm_start``)."""
 
-DEFAULT_TARGETS = ["evaluate@react", "collect", "evaluate@sft"]
-"""The main job: what `python -m flows.pipeline` runs without --targets."""
+DEFAULT_TARGETS = ["evaluate@react", "evaluate@sft"]
+"""The main job: what `python -m flows.pipeline` runs without --targets: the warm start and the untrained policy on the
+test harness, then their head-to-head table. ``collect`` (Co-ReAct's branching points, 18 minutes on 2 cores) is not
+in it: only train_rubric_generator reads it, so `--targets evaluate@coreact` runs it."""
 
 STAGES: dict[str, list[str]] = {
     "prepare": [],

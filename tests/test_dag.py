@@ -116,12 +116,11 @@ def test_default_targets_run_the_main_job_with_its_metrics(repo_root, monkeypatc
 
     (report, waited), calls = calls[-1], calls[:-1]
     order = check_calls(calls)
-    assert set(order) == {"prepare", "index", "evaluate@react", "collect", "sft_data", "sft", "evaluate@sft"}
+    assert set(order) == {"prepare", "index", "evaluate@react", "sft_data", "sft", "evaluate@sft"}
     # it ends with the head-to-head table of the evaluations it ran (not every stage head_to_head depends on)
     assert report == "head_to_head" and [r.name for r in waited] == ["evaluate@react", "evaluate@sft"]
     score = {name: float(i + 1) for i, name in enumerate(order)}
-    assert metrics == {"react.score": score["evaluate@react"], "sft.score": score["evaluate@sft"],
-                       "collect.score": score["collect"]}
+    assert metrics == {"react.score": score["evaluate@react"], "sft.score": score["evaluate@sft"]}
 
 
 def test_targets_run_exactly_their_upstream_closure(repo_root, monkeypatch):
