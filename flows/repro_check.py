@@ -8,8 +8,8 @@ inputs are, and a changed input would make DVC rerun it, which the script refuse
 checked stages is recomputed by `dvc repro -s <stage>`, stage by stage in DAG order, and its md5 compared with the
 original lock. Wall-clock files (`timings.json`) are listed but expected to differ.
 
-    .venv/bin/python scripts/repro_check.py                      # the main job's stages, sft pulled
-    .venv/bin/python scripts/repro_check.py --stages prepare index evaluate@react --pull
+    .venv/bin/python -m flows.repro_check                      # the main job's stages, sft pulled
+    .venv/bin/python -m flows.repro_check --stages prepare index evaluate@react --pull
 
 It pushes the outputs to a local remote first (``--remote``, a folder; configured in `.dvc/config.local`, so no
 tracked file changes), needs the embedded models assembled (`bash scripts/setup.sh`; the clone links this
@@ -31,10 +31,9 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from flows.pipeline import select
 
-from flows.pipeline import select  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 WALL_CLOCK = ("timings.json",)
 
@@ -109,7 +108,7 @@ def main() -> None:
     out = ROOT / "outputs" / "repro_check.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    write_page(result, " ".join(["scripts/repro_check.py", *sys.argv[1:]]))
+    write_page(result, " ".join(["-m flows.repro_check", *sys.argv[1:]]))
     print(f"{result['identical']} of {result['checked']} outputs identical (wall-clock files aside)")
     sys.exit(0 if result["identical"] == result["checked"] and pulled_current else 1)
 
@@ -118,7 +117,7 @@ def write_page(result: dict, command: str) -> None:
     lines = [
         "# Reproduction: `dvc repro` from a fresh clone",
         "",
-        f"Written by `scripts/repro_check.py` on {result['date']} at commit `{result['commit']}`; do not edit by hand.",
+        f"Written by `python -m flows.repro_check` on {result['date']} at commit `{result['commit']}`; do not edit by hand.",
         "",
         f"    .venv/bin/python {command}",
         "",
