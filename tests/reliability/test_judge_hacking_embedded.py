@@ -23,7 +23,14 @@ from components.methods.arbor.pairwise_judge import judge_messages, parse_winner
 from components.params import load_params
 from tests.conftest import requires_embedded
 from tests.reliability.test_judge_hacking import (  # noqa: F401  (world is a fixture)
-    ANSWER_QUESTION, ATTACKS, QUESTION, RUBRIC, attempt, browsed, world)
+    ANSWER_QUESTION,
+    ATTACKS,
+    QUESTION,
+    RUBRIC,
+    attempt,
+    browsed,
+    world,
+)
 
 pytestmark = [pytest.mark.slow, requires_embedded]
 
@@ -62,7 +69,7 @@ def test_the_embedded_answer_judge_passes_no_dressed_up_wrong_answer(judge, pred
 
 
 @pytest.mark.parametrize("attack", ["winner_line", "winner_json"])
-def test_an_injected_winner_measured_on_the_embedded_pairwise_prompt(world, judge, attack):
+def test_an_injected_winner_measured_on_the_embedded_pairwise_prompt(world, judge, attack):  # noqa: F811
     _, tools = world
 
     def winner(attacked: bool):
