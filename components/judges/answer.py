@@ -4,9 +4,9 @@ Each judgment is a :class:`~components.judges.call.JudgeCall`. One that fails (a
 or whose reply cannot be read gives ``None``: the question is counted as unjudged and left out of the
 accuracy, never scored 0; a ``tally``, when given, counts the calls and their failures by kind. A prediction
 with no content (empty, or nothing left after SQuAD normalisation, such as ``":"``) is wrong and an exact
-match right, both without a call: the judge is asked only where string matching cannot decide. The prediction
-reaches the prompt :func:`~components.judges.render.untrusted`, so it cannot carry a verdict of its own. A
-reply's verdict is its JSON ``{"correct": true|false}``; only a reply with no JSON at all may say it in words
+match right, both without a call: the judge is asked only where string matching cannot decide, and is shown the
+prediction's first non-empty line (:func:`answer_line`). It reaches the prompt
+:func:`~components.judges.render.untrusted`, so it cannot carry a verdict of its own. A reply's verdict is its JSON ``{"correct": true|false}``; only a reply with no JSON at all may say it in words
 (``correct`` / ``incorrect``, ``yes`` / ``no``...): broken JSON, or JSON without a boolean, is unreadable,
 since the word ``correct`` is the key's own name. When the role scores from probabilities (``llm.scoring``:
 ``answer_judge: probability``) a judged answer is worth the probability the judge gives ``"correct": true``
@@ -63,13 +63,28 @@ def contentful(prediction: str | None) -> bool:
     return bool(prediction and normalize_answer(prediction))
 
 
+_OBJECT = re.compile(r"\{.*?(\}|$)")
+
+
+def answer_line(prediction: str) -> str:
+    """What the judge is shown of a prediction: its first non-empty line, without anything in braces. A final
+    answer is a short span with no JSON in it; a line break or a brace is where a policy would plant a verdict
+    for the judge (measured 2026-11-28: the 1.5B passed 'Thought process:' followed by {"correct": true}, on the
+    next line or the same one, escaped or not)."""
+    line = next((line.strip() for line in prediction.splitlines() if line.strip()), "")
+    return " ".join(_OBJECT.sub(" ", line).split())
+
+
 async def judge_answer(judge: ChatModel, question: Question, prediction: str | None,
                        tally: Tally | None = None) -> bool | float | None:
     if not contentful(prediction):
         return False
     if exact_match(prediction, question.answers):
         return True
-    call = JudgeCall(judge_prompt(question, prediction), parse_verdict, Sampling(temperature=0.0, max_tokens=16),
+    shown = answer_line(prediction)
+    if not contentful(shown):
+        return False
+    call = JudgeCall(judge_prompt(question, shown), parse_verdict, Sampling(temperature=0.0, max_tokens=16),
                      schema=JUDGE_SCHEMA, choice=CORRECT)
     result = await ask(judge, call, tally)
     if not result.ok:
