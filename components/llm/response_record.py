@@ -25,7 +25,7 @@ import json
 import threading
 from pathlib import Path
 
-from components.io import iter_json_objects, RecordError
+from components.io import RecordError, iter_json_objects, validate_record
 from components.llm.base import Completion
 
 
@@ -45,7 +45,7 @@ class ResponseRecord:
                     if not isinstance(data.get("key"), str) or not isinstance(data.get("completion"), dict):
                         raise RecordError(self.path, number, "key" if not isinstance(data.get("key"), str)
                                           else "completion", "expected a 'key' string and a 'completion' object")
-                    entries[data["key"]] = Completion.model_validate(data["completion"])
+                    entries[data["key"]] = validate_record(Completion, data["completion"], self.path, number)
                 self._repair_torn_tail()
             self._entries = entries
         return self._entries
