@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from components.methods.rubricem.scaffold_oracle import _call, _plan, _split
+from components.methods.rubricem.scaffold_oracle import plan_reply, split_turn, tool_call_text, writing_plan
 from components.schemas import Question, SubQuestion, Trajectory
 from components.warmstart.thoughts import fact, need
 
@@ -49,12 +49,7 @@ def _review(question: Question, thought: str, answer: str, settled: set[int], fa
     chain = question.gold_chain
     lines = [f'{k + 1}. {need(h)}: <cite id="{h.doc_id}">{facts[k]}</cite>' if k in settled
              else f"{k + 1}. {need(h)}: not found in what I read." for k, h in enumerate(chain)]
-    compare = question.metadata.get("compare")
-    if compare:
-        i, j = compare["value_hops"]
-        plan = f"Items {i + 1} and {j + 1} decide it: the answer is {answer}. I write it alone."
-    else:
-        plan = f"The last item answers the question: {answer}. I write it alone."
+    plan = writing_plan(question, answer)
     return (f"<think>{thought}</think>\n{_state(chain, settled)}\n<review>\n<rubric_review>\n" + "\n".join(lines)
             + f"\n</rubric_review>\n<writing_plan>{plan}</writing_plan>\n</review>\n<answer>{answer}</answer>")
 
@@ -69,13 +64,13 @@ def scaffold_episode(question: Question, trajectory: Trajectory, hop_steps: Sequ
     facts = [fact(h, rng) for h in chain]
     steps = []
     for i, step in enumerate(trajectory.steps):
-        thought, tool, argument = _split(step.raw)
+        thought, tool, argument = split_turn(step.raw)
         settled = {k for k, s in enumerate(hop_steps) if s is not None and s < i}
         if tool == "finish":
             raw = _review(question, thought, step.final_answer or argument, settled, facts)
         elif i == 0:
-            raw = _plan(question, thought, tool, argument)
+            raw = plan_reply(question, thought, tool, argument)
         else:
-            raw = f"<think>{thought}</think>\n{_state(chain, settled)}\n{_call(tool, argument)}"
+            raw = f"<think>{thought}</think>\n{_state(chain, settled)}\n{tool_call_text(tool, argument)}"
         steps.append(step.model_copy(update={"raw": raw}))
     return trajectory.model_copy(update={"steps": steps})

@@ -37,7 +37,7 @@ def planned_need(chain: list[SubQuestion], k: int) -> str:
     return thoughts.planned_need(chain, k, refer="the {kind} from item {item}")
 
 
-def _split(raw: str) -> tuple[str, str, str]:
+def split_turn(raw: str) -> tuple[str, str, str]:
     """(thought, tool, argument) of an oracle ReAct turn ``Thought: ..\\nAction: tool[argument]``."""
     thought, _, action = raw.partition("\nAction:")
     m = _ACTION.match(action.strip())
@@ -46,7 +46,7 @@ def _split(raw: str) -> tuple[str, str, str]:
     return thought.removeprefix("Thought:").strip(), m.group(1), m.group(2)
 
 
-def _call(tool: str, argument: str) -> str:
+def tool_call_text(tool: str, argument: str) -> str:
     return f'<call_tool name="{tool}">{argument}</call_tool>'
 
 
@@ -55,7 +55,7 @@ def _in_question(question: Question, k: int) -> bool:
     return found is not None and found[0].get("x", "") in question.question
 
 
-def _plan(question: Question, thought: str, tool: str, argument: str) -> str:
+def plan_reply(question: Question, thought: str, tool: str, argument: str) -> str:
     chain = question.gold_chain
     n = len(chain)
     compare = question.metadata.get("compare")
@@ -83,7 +83,7 @@ def _plan(question: Question, thought: str, tool: str, argument: str) -> str:
                 f"lookup{'s' if n > 1 else ''}, plus a paragraph read when a snippet stops short.")
     return (f"<think>{thought}</think>\n<structured_plan>\n<deep_analysis>{analysis}</deep_analysis>\n"
             f"<rubric>\n" + "\n".join(items) + "\n</rubric>\n<research_plan>\n" + "\n".join(steps)
-            + "\n</research_plan>\n</structured_plan>\n" + _call(tool, argument))
+            + "\n</research_plan>\n</structured_plan>\n" + tool_call_text(tool, argument))
 
 
 def _state(chain: list[SubQuestion], hop: int, retry: bool) -> str:
@@ -99,15 +99,19 @@ def _state(chain: list[SubQuestion], hop: int, retry: bool) -> str:
     return "<state_evaluation>" + " ".join(parts) + "</state_evaluation>"
 
 
-def _review(question: Question, thought: str, rng: random.Random) -> str:
-    chain, answer = question.gold_chain, question.answers[0]
-    lines = [f'{k + 1}. {need(h)}: <cite id="{h.doc_id}">{fact(h, rng)}</cite>' for k, h in enumerate(chain)]
+def writing_plan(question: Question, answer: str) -> str:
+    """The review's writing plan: which items decide ``answer``."""
     compare = question.metadata.get("compare")
     if compare:
         i, j = compare["value_hops"]
-        plan = f"Items {i + 1} and {j + 1} decide it: the answer is {answer}. I write it alone."
-    else:
-        plan = f"The last item answers the question: {answer}. I write it alone."
+        return f"Items {i + 1} and {j + 1} decide it: the answer is {answer}. I write it alone."
+    return f"The last item answers the question: {answer}. I write it alone."
+
+
+def _review(question: Question, thought: str, rng: random.Random) -> str:
+    chain, answer = question.gold_chain, question.answers[0]
+    lines = [f'{k + 1}. {need(h)}: <cite id="{h.doc_id}">{fact(h, rng)}</cite>' for k, h in enumerate(chain)]
+    plan = writing_plan(question, answer)
     return (f"<think>{thought}</think>\n{_state(chain, len(chain), False)}\n<review>\n<rubric_review>\n"
             + "\n".join(lines) + f"\n</rubric_review>\n<writing_plan>{plan}</writing_plan>\n</review>\n"
             f"<answer>{answer}</answer>")
@@ -118,13 +122,13 @@ def scaffold_replies(question: Question, turns, rng: random.Random | None = None
     rng = rng or random.Random(f"scaffold-oracle:{question.id}")
     replies: list[str] = []
     for i, turn in enumerate(turns):
-        thought, tool, argument = _split(turn.raw)
+        thought, tool, argument = split_turn(turn.raw)
         if tool == "finish":
             replies.append(_review(question, thought, rng))
         elif i == 0:
-            replies.append(_plan(question, thought, tool, argument))
+            replies.append(plan_reply(question, thought, tool, argument))
         else:
             retry = turns[i - 1].hop == turn.hop and tool == "search"
             replies.append(f"<think>{thought}</think>\n{_state(question.gold_chain, turn.hop, retry)}\n"
-                           + _call(tool, argument))
+                           + tool_call_text(tool, argument))
     return replies
