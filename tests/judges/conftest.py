@@ -19,13 +19,19 @@ from components.world import generate_world
 SETTINGS = AgentParams(max_turns=6, max_search_calls=5, observation_max_chars=1200)
 
 
-@pytest.fixture(scope="module")
-def items():
+def small_world():
+    """(questions with their gold paragraphs, a BM25 toolbox, the corpus titles) of a 16-question world."""
     world = generate_world(seed=3, n_people=40, n_films=15, n_cities=10, n_companies=8, distractors_per_entity=1,
                            question_mix=None, n_questions=16)
     questions = world_question_paragraphs(world)
     toolbox = make_toolbox(BM25Index(world.documents), world.documents, snippet_chars=300, scope="corpus")
-    return build_set(questions, toolbox, SETTINGS, sorted({d.title for d in world.documents}), n_questions=3, seed=5)
+    return questions, toolbox, sorted({d.title for d in world.documents})
+
+
+@pytest.fixture(scope="module")
+def items():
+    questions, toolbox, titles = small_world()
+    return build_set(questions, toolbox, SETTINGS, titles, n_questions=3, seed=5)
 
 
 @pytest.fixture(scope="module")

@@ -14,23 +14,14 @@ from scipy import stats
 from components.judges.bench import metrics
 from components.judges.bench.trajectories import build_set, labels, pairs, preference, write_set
 from components.llm.backends.scripted import ScriptedChatModel
-from components.params import AgentParams
-from components.retrieval.bm25 import BM25Index
-from components.retrieval.scope import world_question_paragraphs
-from components.retrieval.tools import make_toolbox
-from components.world import generate_world
+from tests.judges.conftest import SETTINGS, small_world
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = AgentParams(max_turns=6, max_search_calls=5, observation_max_chars=1200)
 
 
 @pytest.fixture(scope="module")
 def bench_set():
-    world = generate_world(seed=3, n_people=40, n_films=15, n_cities=10, n_companies=8, distractors_per_entity=1,
-                           question_mix=None, n_questions=16)
-    questions = world_question_paragraphs(world)
-    toolbox = make_toolbox(BM25Index(world.documents), world.documents, snippet_chars=300, scope="corpus")
-    titles = sorted({d.title for d in world.documents})
+    questions, toolbox, titles = small_world()
     return build_set(questions, toolbox, SETTINGS, titles, n_questions=4, seed=5), (questions, toolbox, titles)
 
 
