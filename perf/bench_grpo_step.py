@@ -7,10 +7,17 @@ Run::
     python perf/bench_grpo_step.py --baseline-rev a3fd23f   # the same on a3fd23f too, with ratios
     RUBRICFLOW_POLICY_GGUF=/path/to/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \\
         python perf/bench_grpo_step.py                      # and the embedded 0.5B policy (minutes)
+    RUBRICFLOW_POLICY_GGUF=... python perf/bench_grpo_step.py --cases agent-update --steps 2 --baseline-rev HEAD
+                                                            # the 0.5B's update on agent-shaped rows (~20 min)
 
 Cases: ``tiny`` (16-token vocabulary, 2 prompts x G=8, 8 new tokens: mostly fixed overhead) and
 ``tiny-32k`` (a 64-wide Qwen2 with a 32k vocabulary, 48-token prompts, 24 new tokens and a stop string,
 at most 3 timed steps: the vocabulary-sized parts, LM head and log-softmax, dominate as in real models).
+``agent-update`` (needs ``RUBRICFLOW_POLICY_GGUF``) times the update alone, as ``train_policy`` runs it on the
+embedded profile (the 0.5B in fp32 with LoRA r=8, gradient checkpointing, the k3 KL at 1e-3 and so a reference
+pass, 4096-token micro-batches), on a fixed batch shaped like search-agent episodes: 2 rows of a 250-token
+prompt and 4 or 6 turns of a 60-token policy reply (the loss) and a 200-token tool observation, advantages
++1 and -1; no warm-up (each update takes minutes), ``--steps`` updates timed.
 
 Each revision runs in its own subprocess (``--worker``) with ``PYTHONPATH`` at its code: the working tree,
 or ``git archive REV`` unpacked in a temporary folder (read-only for the shared repository). The measuring
@@ -43,6 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results" / "grpo_step.json"
 CASES = ("tiny", "tiny-32k")
+UPDATE_CASE = "agent-update"
 
 
 # ----------------------------------------------------------------------------- measuring (in the worker)
@@ -232,6 +240,71 @@ def bench_gguf(path: Path, steps: int) -> dict[str, Any]:
     }
 
 
+def agent_rows(vocab: int, seed: int = 0) -> Any:
+    """Two search-agent-shaped rows (prompt, then policy replies and tool observations in turn)."""
+    import torch
+
+    from components.training.rollout import RolloutSegment, assemble
+
+    g = torch.Generator().manual_seed(seed)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(100, vocab - 100, (n,), generator=g).tolist()
+
+    rows = []
+    for turns in (4, 6):
+        segments = [RolloutSegment(ids(250), trainable=False)]
+        for _ in range(turns):
+            segments += [RolloutSegment(ids(60), trainable=True), RolloutSegment(ids(200), trainable=False)]
+        rows.append(segments)
+    return assemble(rows, pad_token_id=0)
+
+
+def bench_update(path: Path, steps: int) -> dict[str, Any]:
+    import torch
+
+    from components.training.model import LoRASettings, build_policy
+    from components.training.rollout import SamplingParams
+
+    t0 = time.perf_counter()
+    policy = build_policy(path.parent, gguf_file=path.name, lora=LoRASettings(r=8, alpha=16),
+                          gradient_checkpointing=True)
+    load_s = time.perf_counter() - t0
+    from components.params import GRPOParams
+    from components.training import trainer as tr
+
+    config = GRPOParams(group_size=2, prompts_per_step=1, kl_coef=1e-3, clip_eps=0.2, loss_agg="token_mean",
+                        lr=1e-4, micro_batch_tokens=4096, checkpoint_every=0)
+    trainer = tr.GRPOTrainer(policy, None, _reward, [[1]], config, sampling=SamplingParams(max_new_tokens=1),
+                             pad_token_id=0)
+    batch = agent_rows(policy.model.get_output_embeddings().weight.shape[0])
+    advantages = torch.where(batch.loss_mask.bool(), torch.tensor([[1.0], [-1.0]]), torch.zeros(()))
+    exact_peak = _reset_peak_rss()
+    walls, cpus = [], []
+    for _ in range(steps):
+        t1, c1 = time.perf_counter(), time.process_time()
+        trainer.update(batch, advantages)
+        walls.append(time.perf_counter() - t1)
+        cpus.append(time.process_time() - c1)
+    peak = _rss_mib("VmHWM") if exact_peak else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    tokens = int(batch.attention_mask.sum())
+    return {
+        "case": UPDATE_CASE,
+        "model": f"{path.name} (dequantized, fp32)",
+        "batch": f"2 agent rows, {tokens} tokens, {int(batch.loss_mask.sum())} with loss",
+        "timed_steps": steps,
+        "load_s": load_s,
+        "step_s": statistics.median(walls),
+        "step_cpu_s": statistics.median(cpus),
+        "update_s": statistics.median(walls),
+        "update_cpu_s": statistics.median(cpus),
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens * len(walls) / sum(walls),
+        "peak_rss_mib": peak,
+        "peak_rss_exact": exact_peak,
+    }
+
+
 def worker(cases: list[str], steps: int, threads: int | None) -> list[dict[str, Any]]:
     import torch
 
@@ -239,10 +312,12 @@ def worker(cases: list[str], steps: int, threads: int | None) -> list[dict[str, 
 
     rows = []
     for case in cases:
-        if case.startswith("gguf:"):
+        if case.startswith(("gguf:", UPDATE_CASE + ":")):
             if threads:
                 torch.set_num_threads(threads)
-            rows.append(bench_gguf(Path(case[5:]), max(1, min(steps, 3))))
+            name, gguf = case.split(":", 1)
+            bench = bench_update if name == UPDATE_CASE else bench_gguf
+            rows.append(bench(Path(gguf), max(1, min(steps, 3))))
             continue
         before = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny matrices: intra-op threads only add overhead and jitter
@@ -351,7 +426,11 @@ def main() -> None:
 
     cases = [c for c in args.cases.split(",") if c]
     gguf = os.environ.get("RUBRICFLOW_POLICY_GGUF")
-    if gguf:
+    if UPDATE_CASE in cases:
+        if not gguf:
+            parser.error(f"--cases {UPDATE_CASE} needs RUBRICFLOW_POLICY_GGUF (the embedded 0.5B policy's file)")
+        cases = [f"{UPDATE_CASE}:{Path(gguf).resolve()}" if c == UPDATE_CASE else c for c in cases]
+    elif gguf:
         cases.append(f"gguf:{Path(gguf).resolve()}")
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []

@@ -18,8 +18,8 @@ capped so a token the engine under-scored cannot dominate the update. The KL ter
 Log-probabilities come from a *selective* log-softmax: the log-sum-exp is taken in chunks of rows and only
 the target logit is gathered, so no fp32 ``[B, T, V]`` log-softmax is ever materialised (bf16 logits are
 upcast one chunk at a time) and the backward pass recomputes the softmax chunk by chunk.
-:func:`span_logprobs` scores only a span of positions (:func:`trainable_span` gives the span a loss mask
-needs), which is what :meth:`components.training.model.Policy.token_logprobs` uses with ``span=``.
+:func:`masked_logprobs` scores only the positions of a mask (the loss mask) from logits computed at those
+positions alone, which is what :meth:`components.training.model.Policy.token_logprobs` does with ``positions=``.
 
 Usage::
 
@@ -40,11 +40,10 @@ __all__ = [
     "aggregate",
     "clipped_surrogate",
     "kl_k3",
+    "masked_logprobs",
     "policy_loss",
     "selective_log_softmax",
-    "span_logprobs",
     "token_logprobs",
-    "trainable_span",
 ]
 
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
@@ -155,40 +154,26 @@ def _viewable_as_rows(logits: torch.Tensor) -> bool:
     return True
 
 
-def trainable_span(loss_mask: torch.Tensor) -> tuple[int, int]:
-    """The positions ``[start, end)`` from the first to the last loss-mask position of any row.
-
-    Position 0 has no prefix, so ``start >= 1``. An all-zero mask gives the one-position span
-    ``(T - 1, T)`` so that a loss over it still has a graph (and zero gradient).
-    """
-    width = loss_mask.shape[-1]
-    cols = loss_mask.reshape(-1, width).bool().any(dim=0).nonzero()
-    if width < 2:
-        raise ValueError(f"a loss mask needs at least 2 positions, got {width}")
-    if len(cols) == 0:
-        return width - 1, width
-    return max(1, int(cols[0])), int(cols[-1]) + 1
-
-
-def span_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, span: tuple[int, int], temperature: float = 1.0
+def masked_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
-    """Log-probabilities ``[B, T]`` of ``input_ids[:, start:end]``, zero outside ``span = (start, end)``.
+    """Log-probabilities ``[B, T]`` of ``input_ids`` at the ``True`` positions of ``mask`` ``[B, T]``, zero
+    elsewhere (without gradient).
 
-    ``logits`` ``[B, end - start, V]`` are the model outputs at positions ``start - 1 ... end - 2``, the
-    ones that predict the span's tokens (``logits_to_keep`` gives exactly these; see
-    :meth:`components.training.model.Policy.token_logprobs`).
+    ``logits`` ``[N, V]`` are the model outputs that predict those ``N`` tokens, in row-major order: for
+    position ``t`` of row ``b``, the output at ``t - 1`` (``logits_to_keep`` with the mask shifted left by
+    one gives exactly these; see :meth:`components.training.model.Policy.token_logprobs`). Position 0 has no
+    prefix, so ``mask[:, 0]`` must be False.
     """
-    start, end = span
-    width = input_ids.shape[1]
-    if not 1 <= start < end <= width:
-        raise ValueError(f"span {span} must satisfy 1 <= start < end <= {width}")
-    if logits.shape[:2] != (input_ids.shape[0], end - start):
-        raise ValueError(
-            f"logits {tuple(logits.shape)} do not cover span {span} of input_ids {tuple(input_ids.shape)}"
-        )
-    picked = selective_log_softmax(logits, input_ids[:, start:end], temperature)
-    return torch.nn.functional.pad(picked, (start, width - end), value=0.0)
+    mask = mask.bool()
+    if mask.shape != input_ids.shape:
+        raise ValueError(f"mask {tuple(mask.shape)} does not match input_ids {tuple(input_ids.shape)}")
+    if bool(mask[:, 0].any()):
+        raise ValueError("mask selects position 0, which has no prefix to predict it")
+    if logits.dim() != 2 or logits.shape[0] != int(mask.sum()):
+        raise ValueError(f"logits {tuple(logits.shape)} are not one row per masked position ({int(mask.sum())})")
+    picked = selective_log_softmax(logits, input_ids[mask], temperature)
+    return picked.new_zeros(input_ids.shape).masked_scatter(mask, picked)
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -201,7 +186,8 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
     if width < 2:
         dtype = torch.promote_types(logits.dtype, torch.float32)
         return torch.zeros(input_ids.shape, dtype=dtype, device=logits.device)
-    return span_logprobs(logits[:, :-1], input_ids, (1, width), temperature)
+    picked = selective_log_softmax(logits[:, :-1], input_ids[:, 1:], temperature)
+    return torch.nn.functional.pad(picked, (1, 0), value=0.0)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

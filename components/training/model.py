@@ -14,19 +14,19 @@
   reference: with LoRA the reference is the same base model with the adapter disabled (no extra memory);
   with full fine-tuning it is a frozen deep copy taken at construction.
 
-Log-probabilities can be asked for a span of positions only (``span=trainable_span(loss_mask)``): the LM
-head then runs on those positions alone (``logits_to_keep``) and a selective log-softmax scores them, so
-neither the logits nor an fp32 log-softmax of the whole ``[B, T, V]`` block is ever built. The result is
-still ``[B, T]``, zero outside the span. :meth:`Policy.forward_logprobs` also returns the final hidden
+Log-probabilities can be asked for the positions of a mask only (``positions=loss_mask``): the LM head then
+runs on each row's own masked positions alone (``logits_to_keep`` as a boolean mask) and a selective
+log-softmax scores them, so neither the logits nor an fp32 log-softmax of the whole ``[B, T, V]`` block is
+ever built, and a tool observation between two policy turns costs the body's forward but no LM head. The
+result is still ``[B, T]``, zero outside the mask. :meth:`Policy.forward_logprobs` also returns the final hidden
 states (the LM head's input) from the same forward pass, for losses with extra heads (ARCO's score head).
 
 Usage::
 
     policy = build_policy("path/to/model", lora=LoRASettings(r=8, alpha=16))
-    span = trainable_span(loss_mask)                      # from components.training.losses
-    logp = policy.token_logprobs(input_ids, attention_mask, span=span)
-    ref = policy.token_logprobs(input_ids, attention_mask, span=span, reference=True)
-    logp, hidden = policy.forward_logprobs(input_ids, attention_mask, span=span, output_hidden_states=True)
+    logp = policy.token_logprobs(input_ids, attention_mask, positions=loss_mask)
+    ref = policy.token_logprobs(input_ids, attention_mask, positions=loss_mask, reference=True)
+    logp, hidden = policy.forward_logprobs(input_ids, attention_mask, positions=loss_mask, output_hidden_states=True)
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from components.training.losses import span_logprobs
+from components.training.losses import masked_logprobs, token_logprobs
 
 if TYPE_CHECKING:
     from components.params import Params
@@ -158,21 +158,20 @@ class Policy:
         *,
         temperature: float = 1.0,
         reference: bool = False,
-        span: tuple[int, int] | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Per-token log-probabilities ``[B, T]``: ``logp[b, t]`` scores ``input_ids[b, t]`` given the
         tokens before it at ``temperature``; position 0 is 0.
 
-        ``span = (start, end)`` computes positions ``start <= t < end`` only and leaves zeros (without
-        gradient) elsewhere: a trainer passes ``trainable_span(micro_batch.loss_mask)`` for every forward
-        (policy, old and reference log-probs), so each position with loss is inside and its value and
-        gradient equal the full computation's; code that reads ``logp`` outside the loss mask must not
-        pass a span. None means the whole sequence. Gradient flows for the current policy when grad mode
-        is on; the reference is always no-grad. Batches are right-padded, so the default position ids are
-        correct.
+        ``positions`` (a ``[B, T]`` mask) computes the masked positions only and leaves zeros (without
+        gradient) elsewhere: a trainer passes its micro-batch's loss mask for every forward (policy, old and
+        reference log-probs), so each position with loss has the full computation's value and gradient;
+        code that reads ``logp`` outside the mask must not pass one. Position 0 is never scored. None means
+        every position. Gradient flows for the current policy when grad mode is on; the reference is always
+        no-grad. Batches are right-padded, so the default position ids are correct.
         """
         return self.forward_logprobs(
-            input_ids, attention_mask, temperature=temperature, reference=reference, span=span
+            input_ids, attention_mask, temperature=temperature, reference=reference, positions=positions
         )[0]
 
     def forward_logprobs(
@@ -182,7 +181,7 @@ class Policy:
         *,
         temperature: float = 1.0,
         reference: bool = False,
-        span: tuple[int, int] | None = None,
+        positions: torch.Tensor | None = None,
         output_hidden_states: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(logp, hidden)`` from one forward pass: ``logp`` as :meth:`token_logprobs`; ``hidden`` is
@@ -190,18 +189,15 @@ class Policy:
         reads) when ``output_hidden_states``, else None. ``hidden`` carries gradient like ``logp``, so a
         loss hook can add a term from it (a score head) and backpropagate both through one graph.
         """
-        width = input_ids.shape[1]
-        start, end = (1, width) if span is None else span
-        if not 1 <= start < end <= width:
-            raise ValueError(f"span {(start, end)} must satisfy 1 <= start < end <= {width}")
+        if positions is not None:
+            if positions.shape != input_ids.shape:
+                raise ValueError(f"positions {tuple(positions.shape)} must match input_ids {tuple(input_ids.shape)}")
+            positions = positions.to(device=input_ids.device, dtype=torch.bool).clone()
+            positions[:, 0] = False
         if reference:
             with torch.no_grad(), self.reference() as ref:
-                return self._forward(
-                    ref, input_ids, attention_mask, temperature, (start, end), output_hidden_states
-                )
-        return self._forward(
-            self.model, input_ids, attention_mask, temperature, (start, end), output_hidden_states
-        )
+                return self._forward(ref, input_ids, attention_mask, temperature, positions, output_hidden_states)
+        return self._forward(self.model, input_ids, attention_mask, temperature, positions, output_hidden_states)
 
     @staticmethod
     def _forward(
@@ -209,12 +205,14 @@ class Policy:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         temperature: float,
-        span: tuple[int, int],
+        positions: torch.Tensor | None,
         output_hidden_states: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        start, end = span
-        # The logits at positions start-1 .. end-2 predict the tokens start .. end-1.
-        keep = torch.arange(start - 1, end - 1, device=input_ids.device)
+        keep: torch.Tensor | int = 0  # every position
+        if positions is not None:
+            # The output at position t-1 predicts the token at t.
+            keep = torch.zeros_like(positions)
+            keep[:, :-1] = positions[:, 1:]
         captured: list[torch.Tensor] = []
         hook = None
         if output_hidden_states:
@@ -224,16 +222,17 @@ class Policy:
                 )
             )
         try:
-            out = model(
-                input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=keep
-            )
+            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=keep)
         finally:
             if hook is not None:
                 hook.remove()
+        hidden = captured[-1] if captured else None
+        if positions is None:
+            return token_logprobs(out.logits, input_ids, temperature), hidden
         logits = out.logits
-        if logits.shape[1] != end - start:  # a model that ignores logits_to_keep
-            logits = logits[:, start - 1 : end - 1]
-        return span_logprobs(logits, input_ids, span, temperature), (captured[-1] if captured else None)
+        if logits.dim() == 3:  # a model that ignores logits_to_keep returns every position
+            logits = logits[keep]
+        return masked_logprobs(logits, input_ids, positions, temperature), hidden
 
 
 def _decoder(model: nn.Module) -> nn.Module:

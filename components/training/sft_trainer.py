@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from components.params import DeepSpeedParams, SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from components.training.losses import aggregate, trainable_span
+from components.training.losses import aggregate
 from components.training.model import Policy, activations_kept
 from components.training.prompt_order import PromptSampler
 from components.training.sft import SFTExample, collate_sft
@@ -118,7 +118,7 @@ class SFTTrainer:
             short = batch["input_ids"].numel() < c.checkpoint_min_tokens
             with activations_kept(self.policy.model) if short else nullcontext():
                 logp = self.policy.token_logprobs(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                                                  span=trainable_span(batch["loss_mask"]))
+                                                  positions=batch["loss_mask"])
             loss = aggregate(-logp, batch["loss_mask"].to(device), c.loss_agg,
                              num_tokens=num_tokens, num_seqs=num_seqs)
             self.stepper.backward(loss, boundary=start == starts[-1])

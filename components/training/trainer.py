@@ -63,7 +63,7 @@ from components.training.episodes import (
     run_method_hook,
     score_matrix,
 )
-from components.training.losses import policy_loss, trainable_span
+from components.training.losses import policy_loss
 from components.training.model import Policy
 from components.training.prompt_order import PromptSampler
 from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
@@ -79,7 +79,7 @@ AdvantageFn = Callable[[list[Episode], torch.Tensor, StepContext], torch.Tensor]
 class LossInputs:
     """What a method's ``loss_fn`` sees for one micro-batch: its rows (``rows``: indices into the step's
     batch; ``row_episode[rows]`` gives their episodes), the policy's per-token log-probs (with grad; over the
-    micro-batch's trainable span only, zero outside it), the last hidden states ``[b, T, H]`` at every
+    micro-batch's loss-mask positions only, zero elsewhere), the last hidden states ``[b, T, H]`` at every
     position (with grad), the advantages and loss mask, the mini-batch token and
     sequence counts the main loss is divided by, and the step context."""
 
@@ -256,11 +256,11 @@ class GRPOTrainer:
         return c.ppo_epochs == 1 and (c.mini_batch_size is None or c.mini_batch_size >= batch_rows)
 
     def _forward(self, sub: RolloutBatch, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs over the micro-batch's trainable span only (zeros elsewhere), and the last hidden
+        """Log-probs at the micro-batch's loss-mask positions only (zeros elsewhere), and the last hidden
         states when a loss hook needs them, from one forward pass."""
         return self.policy.forward_logprobs(
             sub.input_ids.to(self.policy.device), sub.attention_mask.to(self.policy.device),
-            temperature=self._temperature, span=trainable_span(sub.loss_mask), output_hidden_states=hidden)
+            temperature=self._temperature, positions=sub.loss_mask, output_hidden_states=hidden)
 
     @torch.no_grad()
     def _logprobs(self, batch: RolloutBatch, reference: bool) -> torch.Tensor:
@@ -274,7 +274,7 @@ class GRPOTrainer:
                 sub.attention_mask.to(self.policy.device),
                 temperature=self._temperature,
                 reference=reference,
-                span=trainable_span(sub.loss_mask),
+                positions=sub.loss_mask,
             )
             out[idx, : lp.shape[1]] = lp.float().cpu()
         self.policy.model.train(was_training)

@@ -10,11 +10,10 @@ from components.training.losses import (
     aggregate,
     clipped_surrogate,
     kl_k3,
+    masked_logprobs,
     policy_loss,
     selective_log_softmax,
-    span_logprobs,
     token_logprobs,
-    trainable_span,
 )
 
 EPS = 0.2
@@ -261,23 +260,23 @@ def test_bf16_logits_keep_no_fp32_copy_for_backward():
     assert saved_fp32_elements(token_logprobs) < full_block / 100  # only the per-row log-sum-exp
 
 
-def test_trainable_span():
-    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 0, 0]], dtype=torch.bool)
-    assert trainable_span(mask) == (2, 5)
-    assert trainable_span(torch.tensor([[1, 1, 0]])) == (1, 2)  # position 0 has no prefix
-    assert trainable_span(torch.zeros(2, 5)) == (4, 5)  # nothing to learn: one position, zero gradient
-    with pytest.raises(ValueError, match="2 positions"):
-        trainable_span(torch.ones(1, 1))
-
-
-def test_span_logprobs_are_the_full_values_inside_and_zero_outside():
+def test_masked_logprobs_are_the_full_values_at_the_mask_and_zero_elsewhere():
     logits, ids, _ = _random_logits(torch.float32, shape=(2, 8, 20), seed=4)
     full = token_logprobs(logits, ids, 0.9)
-    part = span_logprobs(logits[:, 2:5], ids, (3, 6), 0.9)  # logits at positions 2..4 predict tokens 3..5
+    mask = torch.zeros(ids.shape, dtype=torch.bool)
+    mask[0, [2, 3, 6]] = True  # two turns of one row, an observation between them
+    mask[1, 5] = True
+    keep = torch.zeros_like(mask)
+    keep[:, :-1] = mask[:, 1:]  # the logits at t-1 predict the token at t
+    part = masked_logprobs(logits[keep], ids, mask, 0.9)
     assert part.shape == ids.shape
-    assert torch.allclose(part[:, 3:6], full[:, 3:6], atol=1e-6)
-    assert torch.all(part[:, :3] == 0) and torch.all(part[:, 6:] == 0)
-    with pytest.raises(ValueError, match="span"):
-        span_logprobs(logits[:, 0:3], ids, (0, 3))
-    with pytest.raises(ValueError, match="do not cover"):
-        span_logprobs(logits[:, 2:5], ids, (3, 7))
+    assert torch.allclose(part[mask], full[mask], atol=1e-6)
+    assert torch.all(part[~mask] == 0)
+    empty = masked_logprobs(logits[:0, 0], ids, torch.zeros_like(mask))  # nothing to learn: all zeros
+    assert torch.all(empty == 0)
+    first = mask.clone()
+    first[0, 0] = True
+    with pytest.raises(ValueError, match="position 0"):
+        masked_logprobs(logits[keep], ids, first)
+    with pytest.raises(ValueError, match="one row per masked position"):
+        masked_logprobs(logits[keep][:-1], ids, mask)

@@ -1,4 +1,4 @@
-"""Policies (LoRA and full fine-tuning) and their frozen references; span log-probs and hidden states
+"""Policies (LoRA and full fine-tuning) and their frozen references; masked log-probs and hidden states
 against the full-sequence computation; DeepSpeed configs; import hygiene."""
 
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from components.training.distributed import deepspeed_config, load_config_file
-from components.training.losses import token_logprobs, trainable_span
+from components.training.losses import token_logprobs
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 
@@ -82,7 +82,7 @@ def test_training_modules_never_import_gpu_only_packages():
 
 
 def full_sequence_logprobs(model, ids, mask, temperature=1.0):
-    """What ``Policy.token_logprobs`` computed before spans: logits at every position, then an fp32
+    """What ``Policy.token_logprobs`` computed before masked positions: logits at every position, then an fp32
     log-softmax over the whole vocabulary."""
     logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
     scaled = logits[:, :-1].float()
@@ -120,21 +120,22 @@ def _grads(policy):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_span_logprobs_equal_the_full_sequence_values_and_gradients(temperature):
+def test_masked_logprobs_equal_the_full_sequence_values_and_gradients(temperature):
     ids, attention, loss_mask, weights = _padded_batch()
     policy = _lora_policy()
-    span = trainable_span(loss_mask)
-    assert span == (4, 9)
+    heads = []  # rows the LM head projects: one per masked position, not the rows' whole span
+    policy.model.get_output_embeddings().register_forward_hook(lambda _m, args, _o: heads.append(args[0].shape))
 
     full = full_sequence_logprobs(policy.model, ids, attention, temperature)
     (full * weights * loss_mask).sum().backward()
     expected = _grads(policy)
     policy.model.zero_grad(set_to_none=True)
 
-    part = policy.token_logprobs(ids, attention, temperature=temperature, span=span)
+    part = policy.token_logprobs(ids, attention, temperature=temperature, positions=loss_mask)
+    assert heads[-1][:-1] == (int(loss_mask.sum()),)
     assert part.shape == ids.shape
-    assert torch.allclose(part[:, 4:9], full[:, 4:9].detach(), atol=1e-5)
-    assert torch.all(part[:, :4] == 0) and torch.all(part[:, 9:] == 0)
+    assert torch.allclose(part[loss_mask], full[loss_mask].detach(), atol=1e-5)
+    assert torch.all(part[~loss_mask] == 0)
     (part * weights * loss_mask).sum().backward()
     got = _grads(policy)
     assert got.keys() == expected.keys() and len(got) > 0
@@ -142,28 +143,27 @@ def test_span_logprobs_equal_the_full_sequence_values_and_gradients(temperature)
         assert torch.allclose(got[name], grad, atol=1e-5, rtol=1e-4), name
     assert sum(float(g.abs().sum()) for g in got.values()) > 1e-2
 
-    whole = policy.token_logprobs(ids, attention, temperature=temperature)  # span=None: every position
+    whole = policy.token_logprobs(ids, attention, temperature=temperature)  # positions=None: every position
     assert torch.allclose(whole, full.detach(), atol=1e-5)
-    ref_part = policy.token_logprobs(ids, attention, reference=True, span=span)
+    ref_part = policy.token_logprobs(ids, attention, reference=True, positions=loss_mask)
     with policy.reference() as ref:
         ref_full = full_sequence_logprobs(ref, ids, attention).detach()
     assert not ref_part.requires_grad
-    assert torch.allclose(ref_part[:, 4:9], ref_full[:, 4:9], atol=1e-5)
+    assert torch.allclose(ref_part[loss_mask], ref_full[loss_mask], atol=1e-5)
 
 
-def test_span_logprobs_in_bf16_match_the_full_sequence():
+def test_masked_logprobs_in_bf16_match_the_full_sequence():
     ids, attention, loss_mask, weights = _padded_batch()
     policy = _lora_policy(torch.bfloat16)
     assert policy.model(input_ids=ids).logits.dtype == torch.bfloat16
-    span = trainable_span(loss_mask)
     full = full_sequence_logprobs(policy.model, ids, attention)
     (full * weights * loss_mask).sum().backward()
     expected = _grads(policy)
     policy.model.zero_grad(set_to_none=True)
-    part = policy.token_logprobs(ids, attention, span=span)
+    part = policy.token_logprobs(ids, attention, positions=loss_mask)
     assert part.dtype == torch.float32
     # the LM head runs on fewer rows, so bf16 matmuls may round differently in the last bits
-    assert torch.allclose(part[:, 4:9], full[:, 4:9].detach(), atol=2e-2)
+    assert torch.allclose(part[loss_mask], full[loss_mask].detach(), atol=2e-2)
     (part * weights * loss_mask).sum().backward()
     for name, grad in _grads(
         policy
@@ -171,12 +171,15 @@ def test_span_logprobs_in_bf16_match_the_full_sequence():
         assert torch.allclose(grad.float(), expected[name].float(), atol=2e-2, rtol=5e-2), name
 
 
-def test_bad_spans_are_rejected():
+def test_positions_that_do_not_match_the_batch_are_rejected():
     policy = _lora_policy()
-    ids, attention, _, _ = _padded_batch()
-    for span in ((0, 4), (5, 5), (3, 13)):
-        with pytest.raises(ValueError, match="span"):
-            policy.token_logprobs(ids, attention, span=span)
+    ids, attention, loss_mask, _ = _padded_batch()
+    with pytest.raises(ValueError, match="positions"):
+        policy.token_logprobs(ids, attention, positions=loss_mask[:, :-1])
+    with_first = loss_mask.clone()
+    with_first[:, 0] = True  # position 0 has no prefix: never scored
+    logp = policy.token_logprobs(ids, attention, positions=with_first)
+    assert torch.all(logp[:, 0] == 0) and torch.equal(logp, policy.token_logprobs(ids, attention, positions=loss_mask))
 
 
 def test_forward_logprobs_returns_hidden_states_from_the_same_pass():
@@ -185,11 +188,10 @@ def test_forward_logprobs_returns_hidden_states_from_the_same_pass():
     score_head = torch.nn.Linear(32, 1)
     forwards = []
     policy.model.get_base_model().model.register_forward_hook(lambda *a: forwards.append(1))
-    span = trainable_span(loss_mask)
-    logp, hidden = policy.forward_logprobs(ids, attention, span=span, output_hidden_states=True)
+    logp, hidden = policy.forward_logprobs(ids, attention, positions=loss_mask, output_hidden_states=True)
     assert len(forwards) == 1
     assert hidden.shape == (3, 12, 32)
-    assert torch.equal(logp, policy.token_logprobs(ids, attention, span=span))
+    assert torch.equal(logp, policy.token_logprobs(ids, attention, positions=loss_mask))
     with torch.no_grad():
         out = policy.model(input_ids=ids, attention_mask=attention, output_hidden_states=True)
     assert torch.allclose(hidden, out.hidden_states[-1], atol=1e-6)  # the final norm's output
@@ -201,7 +203,7 @@ def test_forward_logprobs_returns_hidden_states_from_the_same_pass():
     loss.backward()
     assert score_head.weight.grad.abs().sum() > 0
     assert all(p.grad is not None for p in policy.trainable_parameters())
-    _, none = policy.forward_logprobs(ids, attention, span=span)
+    _, none = policy.forward_logprobs(ids, attention, positions=loss_mask)
     assert none is None
     _, ref_hidden = policy.forward_logprobs(ids, attention, reference=True, output_hidden_states=True)
     assert not ref_hidden.requires_grad and not torch.allclose(ref_hidden, hidden.detach(), atol=1e-4)

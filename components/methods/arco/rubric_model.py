@@ -33,7 +33,7 @@ from torch import nn
 from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segments
 from components.llm.base import Message
 from components.training.agent_rollout import chat_template_renderer
-from components.training.losses import kl_k3, trainable_span
+from components.training.losses import kl_k3
 from components.training.model import LoRASettings, Policy, recompute_activations
 from components.training.rollout import (
     HFRolloutEngine,
@@ -228,7 +228,7 @@ class RubricModel:
         device = self._lm.device
         with self.adapter(ADAPTER):
             logp, hidden = self._lm.forward_logprobs(
-                batch.input_ids.to(device), batch.attention_mask.to(device), span=trainable_span(batch.loss_mask),
+                batch.input_ids.to(device), batch.attention_mask.to(device), positions=batch.loss_mask,
                 output_hidden_states=True)
         width = max(len(s.ends) for s in samples)
         index = torch.zeros((len(samples), width), dtype=torch.long)
@@ -248,7 +248,7 @@ class RubricModel:
         device = self._lm.device
         with self.adapter(REFERENCE), torch.no_grad():
             ref, _ = self._lm.forward_logprobs(batch.input_ids.to(device), batch.attention_mask.to(device),
-                                               span=trainable_span(batch.loss_mask))
+                                               positions=batch.loss_mask)
         mask = out.mask
         per_token = torch.where(mask, kl_k3(out.logp, ref), torch.zeros((), device=device))
         return per_token.sum(), int(mask.sum())
