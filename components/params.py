@@ -256,6 +256,14 @@ class LoRAParams(Section):
     dropout: float = Field(default=0.0, ge=0, lt=1, description="LoRA dropout.")
 
 
+def _checkpoint_min_tokens() -> Any:
+    """The field of SFT and GRPO that exempts short micro-batches from activation recomputation."""
+    return Field(
+        default=0, ge=0, description="With gradient_checkpointing: a micro-batch of fewer padded tokens (rows x its "
+        "longest row) keeps its activations instead, so short rows (ReAct turns) do not pay for the recomputation "
+        "that long rows (scaffold episodes) need. 0: every micro-batch recomputes.")
+
+
 class GRPOParams(Section):
     """The configuration of ``components.training.trainer.GRPOTrainer``: one set of names and defaults."""
 
@@ -272,6 +280,7 @@ class GRPOParams(Section):
         default=False, description="Recompute each decoder layer's activations in the backward pass (train_policy's "
         "policy): the same update for about a third more update time, and a 2k-token micro-batch of the 0.5B "
         "no longer holds every layer's activations at once.")
+    checkpoint_min_tokens: int = _checkpoint_min_tokens()
     lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
@@ -416,10 +425,7 @@ class SFTParams(Section):
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute decoder activations in the backward pass: the same gradients, less "
         "memory for long rows (a scaffold episode), about a third more step time.")
-    checkpoint_min_tokens: int = Field(
-        default=0, ge=0, description="With gradient_checkpointing: a micro-batch of fewer padded tokens (rows x its "
-        "longest row) keeps its activations instead, so short rows (ReAct turns) do not pay for the recomputation "
-        "that long rows (scaffold episodes) need. 0: every micro-batch recomputes.")
+    checkpoint_min_tokens: int = _checkpoint_min_tokens()
     checkpoint_every: int = Field(default=0, ge=0, description="Optimizer steps between checkpoints (0: at the end only).")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps (None: `epochs` passes).")
     samples_per_question: int = Field(default=2, ge=1, description="Teacher trajectories per question.")

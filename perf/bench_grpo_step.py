@@ -4,7 +4,7 @@ side with an older git revision in the same invocation.
 Run::
 
     python perf/bench_grpo_step.py                          # this working tree, tiny random Qwen2s (< 1 min)
-    python perf/bench_grpo_step.py --baseline-rev a3fd23f   # the same on a3fd23f too, with ratios
+    python perf/bench_grpo_step.py --baseline-rev a3fd23f   # the same on a3fd23f too, with ratios (repeatable)
     RUBRICFLOW_POLICY_GGUF=/path/to/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \\
         python perf/bench_grpo_step.py                      # and the embedded 0.5B policy (minutes)
     RUBRICFLOW_POLICY_GGUF=... python perf/bench_grpo_step.py --cases agent-update --steps 2 --baseline-rev HEAD
@@ -14,8 +14,9 @@ Cases: ``tiny`` (16-token vocabulary, 2 prompts x G=8, 8 new tokens: mostly fixe
 ``tiny-32k`` (a 64-wide Qwen2 with a 32k vocabulary, 48-token prompts, 24 new tokens and a stop string,
 at most 3 timed steps: the vocabulary-sized parts, LM head and log-softmax, dominate as in real models).
 ``agent-update`` (needs ``RUBRICFLOW_POLICY_GGUF``) times the update alone, as ``train_policy`` runs it on the
-embedded profile (the 0.5B in fp32 with LoRA r=8, gradient checkpointing, the k3 KL at 1e-3 and so a reference
-pass, 4096-token micro-batches), on a fixed batch shaped like search-agent episodes: 2 rows of a 250-token
+embedded profile (the 0.5B in fp32 with LoRA r=8, gradient checkpointing, and the revision's own
+``params.yaml`` ``grpo`` block: today the k3 KL at 1e-3, so a reference pass, and 4096-token micro-batches), on a
+fixed batch shaped like search-agent episodes: 2 rows of a 250-token
 prompt and 4 or 6 turns of a 60-token policy reply (the loss) and a 200-token tool observation, advantages
 +1 and -1; no warm-up (each update takes minutes), ``--steps`` updates timed.
 
@@ -270,11 +271,10 @@ def bench_update(path: Path, steps: int) -> dict[str, Any]:
     policy = build_policy(path.parent, gguf_file=path.name, lora=LoRASettings(r=8, alpha=16),
                           gradient_checkpointing=True)
     load_s = time.perf_counter() - t0
-    from components.params import GRPOParams
+    from components.params import GRPOParams, load_params
     from components.training import trainer as tr
 
-    config = GRPOParams(group_size=2, prompts_per_step=1, kl_coef=1e-3, clip_eps=0.2, loss_agg="token_mean",
-                        lr=1e-4, micro_batch_tokens=4096, checkpoint_every=0)
+    config = GRPOParams(**{**load_params("params.yaml").grpo.model_dump(), "checkpoint_every": 0})
     trainer = tr.GRPOTrainer(policy, None, _reward, [[1]], config, sampling=SamplingParams(max_new_tokens=1),
                              pad_token_id=0)
     batch = agent_rows(policy.model.get_output_embeddings().weight.shape[0])
@@ -398,9 +398,9 @@ def print_table(rows: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> Non
             f"{'' if k not in q else '-' if _missing(q[k]) else format(q[k], '.2f') + 'x':>{w}}"
             for (k, _, _), w in zip(COLUMNS, widths, strict=True)
         ]
-        print(f"{q['case'][:10]:10} {'ratio':12} " + " ".join(cells))
+        print(f"{q['case'][:10]:10} {'/' + q['code'][:11]:12} " + " ".join(cells))
     if ratios:
-        print("ratio = working tree / baseline (below 1x: faster or smaller; tok/s above 1x: faster)")
+        print("/CODE = that code / the first baseline (below 1x: faster or smaller; tok/s above 1x: faster)")
         print("cpu = this process's CPU time, less disturbed by other processes than wall time (step s)")
 
 
@@ -415,7 +415,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per case, after one warm-up step")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the 0.5B GGUF case")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {CASES}")
-    parser.add_argument("--baseline-rev", default=None, help="also run this git revision and print ratios")
+    parser.add_argument("--baseline-rev", action="append", default=[],
+                        help="also run this git revision (repeatable; ratios are against the first)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -434,20 +435,19 @@ def main() -> None:
         cases.append(f"gguf:{Path(gguf).resolve()}")
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    baseline_short = None
-    if args.baseline_rev:
+    baselines: list[str] = []
+    for rev in args.baseline_rev:
         with tempfile.TemporaryDirectory(prefix="rubricflow-baseline-") as tmp:
-            baseline_short = export_revision(args.baseline_rev, Path(tmp))
-            rows += [
-                {**r, "code": baseline_short} for r in run_worker(Path(tmp), cases, args.steps, args.threads)
-            ]
-    current = [{**r, "code": "working tree"} for r in run_worker(REPO, cases, args.steps, args.threads)]
+            short = export_revision(rev, Path(tmp))
+            baselines.append(short)
+            rows += [{**r, "code": short} for r in run_worker(Path(tmp), cases, args.steps, args.threads)]
+    rows += [{**r, "code": "working tree"} for r in run_worker(REPO, cases, args.steps, args.threads)]
     ratios = []
-    if baseline_short:
-        for new in current:
-            old = next(r for r in rows if r["case"] == new["case"])
-            ratios.append({"case": new["case"], **{k: _ratio(new.get(k), old.get(k)) for k in RATIO_KEYS}})
-    rows += current
+    if baselines:
+        for new in (r for r in rows if r["code"] != baselines[0]):
+            old = next(r for r in rows if r["case"] == new["case"] and r["code"] == baselines[0])
+            ratios.append({"case": new["case"], "code": new["code"],
+                           **{k: _ratio(new.get(k), old.get(k)) for k in RATIO_KEYS}})
     order = {c: i for i, c in enumerate(dict.fromkeys(r["case"] for r in rows))}
     rows.sort(key=lambda r: order[r["case"]])
     print_table(rows, ratios)
@@ -462,7 +462,8 @@ def main() -> None:
             "load_average_1m": os.getloadavg()[0],
         },
         "working_tree_head": head,
-        "baseline_rev": baseline_short,
+        "baseline_rev": baselines[0] if baselines else None,
+        "baseline_revs": baselines,
         "timed_steps": args.steps,
         "wall_s": time.perf_counter() - t0,
         "results": rows,

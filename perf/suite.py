@@ -145,7 +145,8 @@ def engines_rows(d: dict) -> list[Row]:
 def grpo_rows(d: dict) -> list[Row]:
     rows = [info(f"GRPO step, {r['case']} ({r['code']})", r["step_s"], "s",
                  f"{r['tokens_per_s']:.0f} tok/s, peak RSS {r['peak_rss_mib']:.0f} MiB") for r in d["results"]]
-    rows += [info(f"GRPO step time vs {d['baseline_rev']}, {r['case']}", r["step_s"], "x") for r in d.get("ratios", [])]
+    rows += [info(f"GRPO step time, {r.get('code', 'working tree')} vs {d['baseline_rev']}, {r['case']}", r["step_s"], "x")
+             for r in d.get("ratios", [])]
     return rows
 
 

@@ -47,7 +47,8 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
     owner = variant_method(variant)  # the registering method's own section; None for grpo and dapo
     section = owner.sections[0] if owner is not None else None
-    execution = {"steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing"}  # the same update
+    execution = {"steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing",  # the same update
+                 "checkpoint_min_tokens"}
     own = getattr(params, section) if section is not None else None
     if own is not None:  # fields marked execution-only (how work is batched) may change on resume too; the
         # section's `shared` block is keyed through the effective grpo/agent blocks it was applied to

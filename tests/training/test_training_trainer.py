@@ -524,6 +524,34 @@ def test_gradient_checkpointing_gives_the_same_update():
         assert torch.allclose(plain[name], recomputed[name], atol=1e-6)
 
 
+def test_short_micro_batches_keep_their_activations_in_the_update():
+    from components.training.rollout import assemble
+    from tests.autograd_saved import saved_tensor_count
+
+    rows = [[RolloutSegment(list(range(1, n)), False), RolloutSegment([3, 4, 5], True)] for n in (5, 2, 7)]
+    batch = assemble(rows, pad_token_id=0)  # one micro-batch of 3 rows x 9 tokens = 27 padded tokens
+    advantages = torch.tensor([1.0, -1.0, 0.5])[:, None] * batch.loss_mask.float()
+    weights, saved = [], []
+    for checkpointing, min_tokens in ((False, 0), (True, 0), (True, 28), (True, 27)):
+        torch.manual_seed(0)
+        policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0), lora=LoRASettings(r=8, alpha=16),
+                              gradient_checkpointing=checkpointing)
+        trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, TOK), target_fraction, PROMPTS,
+                              GRPOParams(group_size=4, kl_coef=0.01, checkpoint_min_tokens=min_tokens))
+        with saved_tensor_count() as count:
+            trainer.update(batch, advantages)
+        weights.append(lora_weights(trainer))
+        saved.append(count[0])
+        assert policy.model.get_base_model().is_activation_checkpointing == checkpointing  # flags restored
+    plain, recomputed, kept, at_threshold = saved
+    assert recomputed * 3 < plain
+    assert kept >= plain            # 27 < 28: keeps every layer's activations
+    assert at_threshold == recomputed  # the threshold is "fewer than"
+    for other in weights[1:]:
+        for name, value in weights[0].items():
+            assert torch.allclose(value, other[name], atol=1e-6), name
+
+
 def test_a_branch_starts_from_another_runs_checkpoint_then_resumes_its_own(tmp_path):
     straight, _ = _resumable(tmp_path / "straight", init_seed=0)
     straight.train(6)
