@@ -23,6 +23,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,31 @@ def lock_outs(root: Path) -> dict[str, dict[str, str]]:
     return {name: {o["path"]: o.get("md5", "") for o in entry.get("outs", [])} for name, entry in stages.items()}
 
 
+def rerun_in_clone(work: Path, dvc: str, env: dict, args: argparse.Namespace, stages: list[str],
+                   records: list[str], pulled: list[str]) -> tuple[dict[str, float], str, bool, dict]:
+    """Clone the commit into ``work``, pull the records and pulled outputs, `dvc repro -s` each stage; return the
+    seconds per stage, `dvc status` of the pulled stages, whether they are current, and the clone's lock outs."""
+    clone = work / "clone"
+    sh(["git", "clone", "-q", str(ROOT), str(clone)], work)
+    (clone / ".cache").mkdir()
+    (clone / ".cache" / "models").symlink_to(ROOT / ".cache" / "models")  # weights; no response cache
+    sh([dvc, "remote", "add", "--local", "--default", "repro_check", args.remote], clone)
+    sh([dvc, "pull", "-r", "repro_check", *records, *pulled], clone, env)
+
+    ran: dict[str, float] = {}
+    for stage in stages:
+        started = time.perf_counter()
+        sh([dvc, "repro", "-s", stage], clone, env)
+        ran[stage] = round(time.perf_counter() - started, 1)
+        print(f"{stage}: {ran[stage]} s", flush=True)
+    # a pulled stage's inputs were recomputed above: DVC must find its deps and command unchanged, or it was not
+    # reproduced (its uncached outs, metrics and plots, are never pushed, so `dvc status` lists them as deleted)
+    status = sh([dvc, "status", *args.pull], clone, env).strip() if args.pull else ""
+    pulled_current = not any(change in status for change in ("changed deps", "changed command", "always changed"))
+    rerun = lock_outs(clone)
+    return ran, status, pulled_current, rerun
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stages", nargs="+", default=None, help="stages to rerun (default: the main job's)")
@@ -76,24 +102,11 @@ def main() -> None:
     sh([dvc, "push", "-r", "repro_check", *stages, *args.pull], ROOT, env)
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="rubricflow-repro-"))
-    clone = work / "clone"
-    sh(["git", "clone", "-q", str(ROOT), str(clone)], work)
-    (clone / ".cache").mkdir()
-    (clone / ".cache" / "models").symlink_to(ROOT / ".cache" / "models")  # weights; no response cache
-    sh([dvc, "remote", "add", "--local", "--default", "repro_check", args.remote], clone)
-    sh([dvc, "pull", "-r", "repro_check", *records, *pulled], clone, env)
-
-    ran: dict[str, float] = {}
-    for stage in stages:
-        started = time.perf_counter()
-        sh([dvc, "repro", "-s", stage], clone, env)
-        ran[stage] = round(time.perf_counter() - started, 1)
-        print(f"{stage}: {ran[stage]} s", flush=True)
-    # a pulled stage's inputs were recomputed above: DVC must find its deps and command unchanged, or it was not
-    # reproduced (its uncached outs, metrics and plots, are never pushed, so `dvc status` lists them as deleted)
-    status = sh([dvc, "status", *args.pull], clone, env).strip() if args.pull else ""
-    pulled_current = not any(change in status for change in ("changed deps", "changed command", "always changed"))
-    rerun = lock_outs(clone)
+    try:
+        ran, status, pulled_current, rerun = rerun_in_clone(work, dvc, env, args, stages, records, pulled)
+    finally:
+        if not args.workdir:  # a clone holds the pulled sft adapter and every rerun output: ~850 MB
+            shutil.rmtree(work, ignore_errors=True)
 
     rows = []
     for stage in stages:
