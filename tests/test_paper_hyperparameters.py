@@ -48,9 +48,18 @@ def test_a_methods_stage_runs_with_its_own_papers_training_settings(repo_root, s
 
 
 def test_the_embedded_profile_has_no_method_overrides(repo_root):
+    """Every method trains with the same hyperparameters on the embedded default; a method may only change how
+    its update is computed (ARCO recomputes activations: mu trains beside the policy)."""
+    from components.training.policy_run_key import GRPO_EXECUTION_KEYS
+
     params = load_params(repo_root / "params.yaml")
     for section in ("arbor", "rubricem", "arco"):
-        assert with_method_settings(params, section) is params
+        effective = with_method_settings(params, section)
+        for block in ("sft", "agent"):
+            assert getattr(effective, block) == getattr(params, block), (section, block)
+        exclude = set(GRPO_EXECUTION_KEYS) - {"steps"}
+        assert effective.grpo.model_dump(exclude=exclude) == params.grpo.model_dump(exclude=exclude), section
+    assert with_method_settings(params, "arco").grpo.checkpoint_min_tokens == 0
 
 
 def test_every_api_backend_of_the_paper_profile_has_a_price(repo_root):

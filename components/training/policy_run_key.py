@@ -23,6 +23,10 @@ from components.run_files import settings_digest
 from components.training.device import placement
 from components.training.warm_started import warm_start_adapter, warm_start_method
 
+# grpo keys that change how an update is computed, never what it computes: not keyed, and free to differ on resume
+GRPO_EXECUTION_KEYS = ("steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing",
+                       "checkpoint_min_tokens")
+
 
 def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     """What a run of ``variant`` (rolling out ``agent``) is: a checkpoint is resumed only under the same settings
@@ -47,8 +51,7 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
     owner = variant_method(variant)  # the registering method's own section; None for grpo and dapo
     section = owner.sections[0] if owner is not None else None
-    execution = {"steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing",  # the same update
-                 "checkpoint_min_tokens"}
+    execution = set(GRPO_EXECUTION_KEYS)
     own = getattr(params, section) if section is not None else None
     if own is not None:  # fields marked execution-only (how work is batched) may change on resume too; the
         # section's `shared` block is keyed through the effective grpo/agent blocks it was applied to
