@@ -32,6 +32,7 @@ Usage::
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +46,10 @@ from components.training.losses import masked_logprobs, token_logprobs
 
 if TYPE_CHECKING:
     from components.params import Params
+
+# peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model, and transformers 5 warns on
+# every read: a line in every training log that no user can act on
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 __all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "load_backend_weights", "load_causal_lm",
            "load_trainable_policy"]
