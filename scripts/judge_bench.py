@@ -191,6 +191,10 @@ def main() -> None:
         j = registered[name]
         if only is not None:  # the same judgment, asked in fewer modes
             j = dataclasses.replace(j, only_modes=tuple(only))
+        if not j.modes(args.modes):
+            offered = [m for m in MODES if j.modes([m])]
+            parser.error(f"{a}: none of --modes {' '.join(args.modes)} applies to it (it is asked in: "
+                         f"{', '.join(offered)})")
         judgments.append(j)
     out = Path(args.out)
     started = time.perf_counter()

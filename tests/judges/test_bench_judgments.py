@@ -272,3 +272,24 @@ def test_the_probability_note_counts_calls_not_units():
          "scored_from_probability": 18, "failed_calls": 0}
     assert report.probability_notes([s]) == []          # 28 units, 18 calls (the rest reused a verdict)
     assert "17 of 18 judged calls" in report.probability_notes([{**s, "scored_from_probability": 17}])[0]
+
+
+def test_a_judgment_asked_in_none_of_its_modes_is_refused_before_any_model_runs(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("judge_bench_script", root / "scripts" / "judge_bench.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "LLMPool", _Pool)
+    monkeypatch.setattr(sys, "argv", ["judge_bench.py", "--questions", "2", "--out", str(tmp_path / "out"),
+                                      "--results-page", "", "--judgments", "rubricem_stage_scores",
+                                      "--modes", "probability"])
+    with pytest.raises(SystemExit) as exit_info:
+        script.main()
+    assert exit_info.value.code == 2
+    assert "rubricem_stage_scores: none of --modes probability applies to it (it is asked in: text)" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
