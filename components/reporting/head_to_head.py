@@ -170,7 +170,9 @@ def training_compute(folder: str | Path) -> dict[str, float]:
     calls = [c for c in steps.columns if _CALLS.search(c)]
     role_tokens = [c for c in steps.columns if c.endswith("/tokens")]
     def total(columns: list[str]) -> float:
-        return float(steps[columns].to_numpy(dtype=float).sum()) if columns else math.nan
+        """The columns' sum over steps; a step that left a cell empty (no update, so no tokens) adds nothing."""
+        values = steps[columns].to_numpy(dtype=float) if columns else np.empty(0)
+        return float(np.nansum(values)) if not np.isnan(values).all() else math.nan
 
     return {"train.steps": float(len(steps)),
             "train.wall_s": float(read_json(timings)["wall_s"]) if timings.is_file() else math.nan,

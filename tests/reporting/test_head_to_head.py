@@ -197,3 +197,14 @@ def test_files_and_the_document(out, tmp_path):
 def test_nothing_to_compare_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no evaluations"):
         head_to_head([collect_scope(tmp_path, None, MAIN_SEED)])
+
+
+def test_a_step_without_an_update_adds_no_tokens_and_leaves_the_total(tmp_path):
+    from components.reporting.head_to_head import training_compute
+
+    pd.DataFrame({"tokens": [1115.0, None], "judge/calls": [4, 0], "judge/tokens": [3985, 0]}).to_csv(
+        tmp_path / "metrics.csv", index=False)  # step 2: both groups flat, nothing to update
+    compute = training_compute(tmp_path)
+    assert compute["train.steps"] == 2 and compute["train.tokens"] == 1115 and compute["train.judge_calls"] == 4
+    pd.DataFrame({"tokens": [None, None]}).to_csv(tmp_path / "metrics.csv", index=False)
+    assert math.isnan(training_compute(tmp_path)["train.tokens"])  # never recorded: unknown, not 0
