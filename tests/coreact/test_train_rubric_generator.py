@@ -256,11 +256,13 @@ def test_generator_checkpoints_on_its_own_schedule(repo_root, tmp_path):
     """grpo.checkpoint_every (10) is for long policy runs; the generator's few, long steps are each kept."""
     from components.methods.coreact.rubric_training import generator_config
 
-    params = load_params(repo_root / "params.yaml", overrides=["grpo.checkpoint_every=10",
-                                                               "rubric_generator.checkpoint_every=1"])
+    params = load_params(repo_root / "params.yaml", overrides=["grpo.checkpoint_every=10", "grpo.micro_batch_tokens=4096",
+                                                               "rubric_generator.checkpoint_every=1",
+                                                               "grpo.checkpoint_min_tokens=4096"])
     config = generator_config(params, n_train_points=6)
     assert config.checkpoint_every == 1 and config.steps == 3 * params.rubric_generator.epochs
     assert config.micro_batch_tokens == params.rubric_generator.micro_batch_tokens != params.grpo.micro_batch_tokens
+    assert config.checkpoint_min_tokens == 0  # the policy's threshold is not the generator's: it always recomputes
     assert generator_config(params.model_copy(update={"rubric_generator": params.rubric_generator.model_copy(
         update={"checkpoint_every": 0})}), 6).checkpoint_every == 0
 

@@ -94,13 +94,15 @@ def prompt_items(points: Sequence[BranchingPoint], render: Render, max_criteria:
 def generator_config(params: Params, n_train_points: int) -> GRPOParams:
     """``params.grpo`` with the rubric generator's own values; steps cover ``epochs`` passes over the points.
     Checkpoints follow ``rubric_generator.checkpoint_every``, not ``grpo``'s: an embedded run has 3-6 steps of
-    ~6 minutes, and with grpo's 10 a run killed at step 5 (out of memory) had saved nothing to resume."""
+    ~6 minutes, and with grpo's 10 a run killed at step 5 (out of memory) had saved nothing to resume. Its
+    micro-batches never keep their activations (``grpo.checkpoint_min_tokens`` is measured for policy rows)."""
     s = params.rubric_generator
     steps = max(1, math.ceil(s.epochs * n_train_points / s.prompts_per_step))
     return params.grpo.model_copy(update={
         "group_size": s.group_size, "prompts_per_step": s.prompts_per_step, "lr": s.lr, "kl_coef": s.kl_coef,
         "temperature": s.temperature, "top_p": s.top_p, "max_new_tokens": s.max_tokens, "steps": steps,
         "checkpoint_every": s.checkpoint_every, "micro_batch_tokens": s.micro_batch_tokens,
+        "checkpoint_min_tokens": 0,  # every micro-batch recomputes: its 2048-token ones peaked at 15.3 GB doing so
     })
 
 
