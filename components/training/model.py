@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 # every read: a line in every training log that no user can act on
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
-__all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "load_backend_weights", "load_causal_lm",
+__all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "kept_if_short", "load_backend_weights", "load_causal_lm",
            "load_trainable_policy"]
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -258,6 +258,12 @@ def activations_kept(model: nn.Module) -> Iterator[None]:
     finally:
         for module in flagged:
             module.gradient_checkpointing = True
+
+
+def kept_if_short(model: nn.Module, padded_tokens: int, min_tokens: int) -> AbstractContextManager[None]:
+    """:func:`activations_kept` for a micro-batch of fewer than ``min_tokens`` padded tokens (``checkpoint_min_tokens``
+    of SFT and GRPO), else a block that changes nothing."""
+    return activations_kept(model) if padded_tokens < min_tokens else nullcontext()
 
 
 def recompute_activations(model: nn.Module) -> None:

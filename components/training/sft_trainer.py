@@ -8,7 +8,7 @@ batch loss); rows are shuffled with a seed each epoch; the LR warms up linearly 
 decays along a half cosine to 0 at the last step (ARBOR B.2, RubricEM F.1.1: cosine after a 10% warm-up);
 checkpoints hold weights, optimizer, scheduler, RNG and the data position, through the same atomic
 checkpoint code as GRPO. With ``gradient_checkpointing``, micro-batches under ``checkpoint_min_tokens`` padded
-tokens keep their activations (:func:`components.training.model.activations_kept`).
+tokens keep their activations (:func:`components.training.model.kept_if_short`).
 
     trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=params.seed,
                          checkpoint_dir="outputs/sft/ckpt", on_metrics=log)
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -29,7 +28,7 @@ from tqdm import tqdm
 from components.params import DeepSpeedParams, SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.losses import aggregate
-from components.training.model import Policy, activations_kept
+from components.training.model import Policy, kept_if_short
 from components.training.prompt_order import PromptSampler
 from components.training.sft import SFTExample, collate_sft
 from components.training.stepper import make_stepper
@@ -115,8 +114,7 @@ class SFTTrainer:
         for start in starts:
             chunk = rows[start : start + size]
             batch = collate_sft(chunk, pad_token_id=self.pad_token_id)
-            short = batch["input_ids"].numel() < c.checkpoint_min_tokens
-            with activations_kept(self.policy.model) if short else nullcontext():
+            with kept_if_short(self.policy.model, batch["input_ids"].numel(), c.checkpoint_min_tokens):
                 logp = self.policy.token_logprobs(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                                                   positions=batch["loss_mask"])
             loss = aggregate(-logp, batch["loss_mask"].to(device), c.loss_agg,

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ from components.training.episodes import (
     score_matrix,
 )
 from components.training.losses import policy_loss
-from components.training.model import Policy, activations_kept
+from components.training.model import Policy, kept_if_short
 from components.training.prompt_order import PromptSampler
 from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
 from components.training.stepper import make_stepper
@@ -333,8 +332,7 @@ class GRPOTrainer:
                 for k, micro in enumerate(micros):
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
-                    short = sub.input_ids.numel() < c.checkpoint_min_tokens
-                    with activations_kept(self.policy.model) if short else nullcontext():
+                    with kept_if_short(self.policy.model, sub.input_ids.numel(), c.checkpoint_min_tokens):
                         logp, hidden = self._forward(sub, hidden=loss_fn is not None)
                     old_sub = logp.detach() if old is None else old[micro, :w].to(device)
                     loss, m = policy_loss(
