@@ -446,6 +446,25 @@ def to_markdown(table: pd.DataFrame, out_dirs: Mapping[str, str] | None = None) 
 # ------------------------------------------------------------------------------------------- plot
 
 
+def point_labels(xs, ys, names, tolerance: float = 0.04) -> list[tuple[float, float, str]]:
+    """One label per cluster of points: methods whose points lie within ``tolerance`` of the x range and of the
+    EM axis share one label ("sft, arbor"), placed at the first, so labels of coinciding methods do not print
+    over each other. Points with a missing coordinate get none."""
+    points = [(float(x), float(y), str(n)) for x, y, n in zip(xs, ys, names) if not (pd.isna(x) or pd.isna(y))]
+    if not points:
+        return []
+    x_span = (max(p[0] for p in points) - min(p[0] for p in points)) or max(abs(points[0][0]), 1.0)
+    groups: list[tuple[float, float, list[str]]] = []
+    for x, y, name in points:
+        near = next((g for g in groups if abs(g[0] - x) <= tolerance * x_span and abs(g[1] - y) <= tolerance),
+                    None)
+        if near:
+            near[2].append(name)
+        else:
+            groups.append((x, y, [name]))
+    return [(x, y, ", ".join(names)) for x, y, names in groups]
+
+
 def figure(table: pd.DataFrame) -> Figure:
     """Per scope: EM with its 95% interval per method (inference-time and trained coloured apart), and EM
     against the cost per question (dollars when any method has a price, else tokens)."""
@@ -486,9 +505,9 @@ def figure(table: pd.DataFrame) -> Figure:
             err = np.nan_to_num(np.vstack([em - mine["em.ci_low"].to_numpy(dtype=float),
                                            mine["em.ci_high"].to_numpy(dtype=float) - em]), nan=0.0)
             ax_cost.errorbar(mine[cost_column], em, yerr=err, fmt="o", color=colour, capsize=3, label=kind)
-            for x, e, name in zip(mine[cost_column], em, mine["method"]):
-                if not (pd.isna(x) or pd.isna(e)):
-                    ax_cost.annotate(name, (x, e), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        if cost_column in rows:
+            for x, e, label in point_labels(rows[cost_column], rows["em"], rows["method"]):
+                ax_cost.annotate(label, (x, e), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax_cost.set(xlabel="USD per question" if dollars else "model tokens per question", ylabel="exact match",
                     ylim=(0, 1), title=f"{scope}: EM against cost")
     return fig

@@ -208,3 +208,14 @@ def test_a_step_without_an_update_adds_no_tokens_and_leaves_the_total(tmp_path):
     assert compute["train.steps"] == 2 and compute["train.tokens"] == 1115 and compute["train.judge_calls"] == 4
     pd.DataFrame({"tokens": [None, None]}).to_csv(tmp_path / "metrics.csv", index=False)
     assert math.isnan(training_compute(tmp_path)["train.tokens"])  # never recorded: unknown, not 0
+
+
+def test_coinciding_points_on_the_cost_plot_share_one_label():
+    from components.reporting.head_to_head import point_labels
+
+    # sft and arbor at (1970, 0.52) and (1965, 0.52) printed over each other; react far away keeps its own
+    labels = point_labels([1970.0, 1965.0, 2328.0, 5995.0, float("nan")], [0.52, 0.52, 0.54, 0.0, 0.3],
+                          ["sft", "arbor", "grpo", "react", "unpriced"])
+    assert labels == [(1970.0, 0.52, "sft, arbor"), (2328.0, 0.54, "grpo"), (5995.0, 0.0, "react")]
+    # the same cost but a different EM is two labels
+    assert [t for _, _, t in point_labels([100.0, 100.0], [0.1, 0.5], ["a", "b"])] == ["a", "b"]
