@@ -506,8 +506,12 @@ def figure(table: pd.DataFrame) -> Figure:
                                            mine["em.ci_high"].to_numpy(dtype=float) - em]), nan=0.0)
             ax_cost.errorbar(mine[cost_column], em, yerr=err, fmt="o", color=colour, capsize=3, label=kind)
         if cost_column in rows:
-            for x, e, label in point_labels(rows[cost_column], rows["em"], rows["method"]):
-                ax_cost.annotate(label, (x, e), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            # neighbours along the cost axis alternate above and below their points, inside the axes
+            labels = sorted(point_labels(rows[cost_column], rows["em"], rows["method"]))
+            for i, (x, e, label) in enumerate(labels):
+                below = e > 0.9 or (i % 2 == 1 and e >= 0.1)
+                ax_cost.annotate(label, (x, e), fontsize=7, xytext=(4, -11 if below else 4),
+                                 textcoords="offset points")
         ax_cost.set(xlabel="USD per question" if dollars else "model tokens per question", ylabel="exact match",
                     ylim=(0, 1), title=f"{scope}: EM against cost")
     return fig
