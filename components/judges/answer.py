@@ -14,6 +14,12 @@ since the word ``correct`` is the key's own name. When the role scores from prob
 (a float in [0, 1]) instead of a bool, so the accuracy counts near-misses; replies it cannot read that way keep
 their bool.
 
+A pass must survive decoys (:data:`DECOY_REFERENCES`): the judge is asked the same question with each decoy as the
+only reference, in turn, and a prediction it also passes against a decoy is one it passes whatever the reference,
+so the pass is withdrawn (``False``; from probabilities, the pass is capped at one minus each decoy's, and the
+decoys stop at the first one passed). A decoy call
+that fails leaves the question unjudged. Decoys are asked only after a pass, so a judged-wrong answer costs one call.
+
     verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, predictions))
 """
 
@@ -94,7 +100,42 @@ async def judge_answer(judge: ChatModel, question: Question, prediction: str | N
     result = await ask(judge, call, tally)
     if not result.ok:
         return None
-    return result.expected if result.scored_from == "probability" else result.value
+    verdict = result.expected if result.scored_from == "probability" else result.value
+    if verdict < 0.5:
+        return verdict
+    for decoy in decoys_for(question, shown):
+        check = await ask(judge, JudgeCall(judge_prompt(question.model_copy(update={"answers": [decoy]}), shown),
+                                           parse_verdict, call.sampling, schema=JUDGE_SCHEMA, choice=CORRECT), tally)
+        if not check.ok:
+            return None
+        passed = check.expected if check.scored_from == "probability" else float(check.value)
+        if isinstance(verdict, bool):
+            if passed >= 0.5:
+                return False
+            continue
+        verdict = min(verdict, 1.0 - passed)
+        if passed >= 0.5:
+            return verdict
+    return verdict
+
+
+# References no answer to a question of ours should match, of two kinds (a place, a date) and none at all. Measured
+# on the 1.5B (2026-11-28, the judge-passed non-EM answers of the head-to-head's evaluations): "Thought process: right"
+# and "... yes" passed against the date, "yes" and a wrong year ("1967" for "2013") against the place; none of 6
+# fair paraphrases it passed ("Suffolk County" for "Suffolk", "It was Canada, I believe") passed any decoy. Three
+# wrong names it passed ("Coreth Galmere" for "Corys Corworth") passed no decoy either: decoys catch a pass that
+# ignores the reference, not a judge that confuses look-alike names.
+DECOY_REFERENCES = ("Lake Vostok", "17 March 1802", "none of the references")
+
+
+def decoys_for(question: Question, shown: str) -> list[str]:
+    """The decoys to ask for one prediction: those sharing no normalised word with it or with a gold answer (a decoy
+    that could be the right answer, or that the prediction names, would withdraw a fair pass)."""
+    def words(text: str) -> set[str]:
+        return {w for w in normalize_answer(text).split() if len(w) > 2}
+
+    taken = words(shown).union(*(words(a) for a in question.answers))
+    return [d for d in DECOY_REFERENCES if not taken & words(d)]
 
 
 async def judge_answers(judge: ChatModel, questions: list[Question], predictions: list[str | None],

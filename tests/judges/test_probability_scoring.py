@@ -217,11 +217,22 @@ def test_pairwise_judge_maps_a_swapped_expectation_back():
 
 def test_answer_judge_gives_the_probability_of_correct_when_asked():
     questions = [Question(id="q", question="?", answers=["The Lantern"], source="world")]
-    tokens = [*plain('{"', "correct", '":'), tok(" true", (" true", 0.8), (" false", 0.15), ("true", 0.05)),
-              *plain("}")]
-    judge = ReliableChatModel(ScriptedChatModel([WithLogprobs('{"correct": true}', tokens)] * 2), role="answer_judge",
-                              settings=MiddlewareParams(cache=False), scoring="probability")
+    true_of = {"The Lantern": 0.8, "Lake Vostok": 0.05, "17 March 1802": 0.3, "none of the references": 0.01}
+
+    def reply(messages, sampling):  # the probability of true depends on the reference shown: decoys included
+        p = true_of[messages[-1].content.split("Reference answers: ")[1].split("\n")[0]]
+        tokens = [*plain('{"', "correct", '":'), tok(" true" if p >= 0.5 else " false", (" true", p), (" false", 0.95 - p), ("true", 0.05)),
+                  *plain("}")]
+        return WithLogprobs('{"correct": true}' if p >= 0.5 else '{"correct": false}', tokens)
+
+    judge = ReliableChatModel(ScriptedChatModel(reply), role="answer_judge", settings=MiddlewareParams(cache=False),
+                              scoring="probability")
     [verdict] = asyncio.run(judge_answers(judge, questions, ["Lantern film"]))
-    assert verdict == pytest.approx(0.85)
+    # 0.85 from the reference (" true" and "true" both count), capped by the decoys at 1 - (0.3 + 0.05) = 0.65
+    assert verdict == pytest.approx(0.65) and len(judge.inner.requests) == 4
     judge.scoring = "text"
     assert asyncio.run(judge_answers(judge, questions, ["Lantern film"])) == [True]
+    true_of["17 March 1802"] = 0.7  # a decoy passed: the text verdict is withdrawn, the probability capped
+    assert asyncio.run(judge_answers(judge, questions, ["Lantern film"])) == [False]
+    judge.scoring = "probability"
+    assert asyncio.run(judge_answers(judge, questions, ["Lantern film"])) == [pytest.approx(1 - (0.7 + 0.05))]
