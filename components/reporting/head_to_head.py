@@ -401,9 +401,9 @@ def scope_markdown(rows: pd.DataFrame) -> str:
     records = rows.to_dict("records")
     priced = "cost.usd" in rows and bool((rows["cost.usd"].fillna(0) > 0).any())
     accuracy = _markdown_table(
-        ["method", "kind", "seeds", *METRICS.values(), *(f"Δ {label} vs baseline" for label in METRICS.values()),
-         "calls/q", "tokens/q", *(["$/q"] if priced else [])],
-        [[r["method"], r["kind"], f"{int(r['seeds'])}", *(_accuracy_cell(r, m) for m in METRICS),
+        ["method", "kind", "seeds", "questions", *METRICS.values(),
+         *(f"Δ {label} vs baseline" for label in METRICS.values()), "calls/q", "tokens/q", *(["$/q"] if priced else [])],
+        [[r["method"], r["kind"], f"{int(r['seeds'])}", f"{int(r['questions'])}", *(_accuracy_cell(r, m) for m in METRICS),
           *(_diff_cell(r, m) for m in METRICS), _count(r.get("cost.calls")), _count(r.get("cost.tokens"), 0),
           *([_usd(r.get("cost.usd"))] if priced else [])] for r in records])
     roles = sorted({c.split(".")[1] for c in rows.columns if c.startswith("cost.") and c.count(".") == 2})

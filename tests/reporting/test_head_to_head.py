@@ -22,6 +22,7 @@ from components.reporting.head_to_head import (
     document,
     head_to_head,
     paired_permutation_p,
+    scope_markdown,
     write_head_to_head,
 )
 from tests.reporting.helpers import make_run, write_evaluation
@@ -219,3 +220,13 @@ def test_coinciding_points_on_the_cost_plot_share_one_label():
     assert labels == [(1970.0, 0.52, "sft, arbor"), (2328.0, 0.54, "grpo"), (5995.0, 0.0, "react")]
     # the same cost but a different EM is two labels
     assert [t for _, _, t in point_labels([100.0, 100.0], [0.1, 0.5], ["a", "b"])] == ["a", "b"]
+
+
+def test_a_method_on_fewer_questions_says_so_in_its_row(out):
+    for seed, em in EM["coreact"].items():
+        write_evaluation(folder(out, "coreact", seed), em[:4])  # 4 of the 8 questions
+    md = scope_markdown(table_of(out).reset_index())
+    accuracy = md.split("\n\n")[0].splitlines()  # the first table
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in accuracy if line.startswith("| ")}
+    assert rows["method"][3] == "questions"
+    assert rows["coreact"][3] == "4" and rows["sft"][3] == "8"
