@@ -465,6 +465,25 @@ def point_labels(xs, ys, names, tolerance: float = 0.04) -> list[tuple[float, fl
     return [(x, y, ", ".join(names)) for x, y, names in groups]
 
 
+def label_offsets(labels: list[tuple[float, float, str]], near_x: float = 0.15,
+                  near_em: float = 0.1) -> list[tuple[float, float, str, int]]:
+    """A vertical offset in points for each label, so that labels of nearby points do not overlap: taken along
+    the cost axis, the k-th label within ``near_x`` of the x range and ``near_em`` of EM of one already placed
+    goes k steps away from its point, alternately above and below (above only near EM 0, below only near 1)."""
+    labels = sorted(labels)
+    xs = [x for x, _, _ in labels]
+    span = (max(xs) - min(xs)) or 1.0 if xs else 1.0
+    steps = [4, -11, 15, -22, 26, -33, 37, -44]
+    placed: list[tuple[float, float]] = []
+    out = []
+    for x, e, label in labels:
+        k = sum(abs(px - x) <= near_x * span and abs(pe - e) <= near_em for px, pe in placed)
+        allowed = [d for d in steps if (d > 0 or e >= 0.1) and (d < 0 or e <= 0.9)]
+        out.append((x, e, label, allowed[min(k, len(allowed) - 1)]))
+        placed.append((x, e))
+    return out
+
+
 def figure(table: pd.DataFrame) -> Figure:
     """Per scope: EM with its 95% interval per method (inference-time and trained coloured apart), and EM
     against the cost per question (dollars when any method has a price, else tokens)."""
@@ -506,12 +525,8 @@ def figure(table: pd.DataFrame) -> Figure:
                                            mine["em.ci_high"].to_numpy(dtype=float) - em]), nan=0.0)
             ax_cost.errorbar(mine[cost_column], em, yerr=err, fmt="o", color=colour, capsize=3, label=kind)
         if cost_column in rows:
-            # neighbours along the cost axis alternate above and below their points, inside the axes
-            labels = sorted(point_labels(rows[cost_column], rows["em"], rows["method"]))
-            for i, (x, e, label) in enumerate(labels):
-                below = e > 0.9 or (i % 2 == 1 and e >= 0.1)
-                ax_cost.annotate(label, (x, e), fontsize=7, xytext=(4, -11 if below else 4),
-                                 textcoords="offset points")
+            for x, e, label, dy in label_offsets(point_labels(rows[cost_column], rows["em"], rows["method"])):
+                ax_cost.annotate(label, (x, e), fontsize=7, xytext=(4, dy), textcoords="offset points")
         ax_cost.set(xlabel="USD per question" if dollars else "model tokens per question", ylabel="exact match",
                     ylim=(0, 1), title=f"{scope}: EM against cost")
     return fig

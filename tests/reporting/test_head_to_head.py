@@ -230,3 +230,15 @@ def test_a_method_on_fewer_questions_says_so_in_its_row(out):
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in accuracy if line.startswith("| ")}
     assert rows["method"][3] == "questions"
     assert rows["coreact"][3] == "4" and rows["sft"][3] == "8"
+
+
+def test_labels_of_nearby_points_are_moved_apart_and_stay_inside_the_axes():
+    from components.reporting.head_to_head import label_offsets
+
+    placed = label_offsets([(2328.0, 0.54, "grpo"), (1968.0, 0.52, "sft, arbor"), (2160.0, 0.44, "arco"),
+                            (10268.0, 0.45, "coreact"), (5995.0, 0.0, "react"), (6100.0, 0.95, "oracle")])
+    dy = {label: d for _, _, label, d in placed}
+    # near 2000 tokens: grpo and arco are each within reach of "sft, arbor" (0.02 and 0.08 EM away), not of each other
+    assert dy["sft, arbor"] == 4 and dy["grpo"] != 4 and dy["arco"] != 4
+    assert dy["coreact"] == 4  # alone: just above its point
+    assert dy["react"] > 0 and dy["oracle"] < 0  # EM 0 labelled above, EM near 1 below
