@@ -182,9 +182,9 @@ def test_variants_build_from_params_with_an_injected_embedder(repo_root, tmp_pat
     parts = get_variant("arbor")(vctx)
     assert isinstance(parts.method, ArborState) and parts.method.snapshot_dir == tmp_path / "memory"
     assert parts.reward_fn.judge is roles["rubric_evaluator"] and parts.method.consolidator is roles["consolidator"]
-    # the judge bench's choice for the embedded 1.5B, set on ARBOR's judge alone (llm.scoring, every role's, unset)
+    # the judge bench's choice for the embedded 1.5B, set on ARBOR's judge alone (its role's llm.scoring unset)
     assert parts.reward_fn.settings.judge_form == "single" and parts.reward_fn.judge.scoring == "probability"
-    assert "scoring" not in params.model_dump()["llm"]
+    assert params.llm.scoring.get(params.arbor.judge_role, "text") == "text"
     assert parts.method.memory.settings.k_consol == params.arbor.k_consol
     vectors = parts.method.memory.embed(["a", "b", "a"])
     assert vectors.shape == (3, 16) and encoder.axes == {"a": 0, "b": 1}

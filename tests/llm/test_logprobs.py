@@ -140,8 +140,10 @@ def test_the_switch_is_per_role_and_absent_from_dumps_until_set(repo_root, tmp_p
     from components.llm.factory import LLMPool
     from components.params import ParamsError, load_params
 
-    params = load_params(repo_root / "params.yaml")
-    assert "scoring" not in params.model_dump()["llm"]  # run keys of existing runs stay as they were
+    unset = load_params(repo_root / "params.yaml", overrides=["llm.scoring={}"])
+    assert "scoring" not in unset.model_dump()["llm"]  # run keys of runs made before the key stay as they were
+    # the embedded default sets the verifier alone (the bench's choice, docs/results/judges.md)
+    assert load_params(repo_root / "params.yaml").model_dump()["llm"]["scoring"] == {"verifier": "probability"}
     params = load_params(repo_root / "params.yaml", overrides=["llm.scoring={verifier: probability, "
                                                                "council_judges: probability}"])
     assert params.model_dump()["llm"]["scoring"] == {"verifier": "probability", "council_judges": "probability"}
