@@ -8,11 +8,11 @@ import json
 import pytest
 
 from components.llm.backends.scripted import ScriptedChatModel
-from components.methods.arbor.variants import ArborReward, ArborState, RarReward, RarState, lazy_embedder
-from components.variants import VariantContext, get_variant
-from components.params import ArborParams, load_params
 from components.methods.arbor.memory import CommonRubric, RubricMemory, RubricText
+from components.methods.arbor.variants import ArborReward, ArborState, RarReward, RarState, lazy_embedder
+from components.params import ArborParams, load_params
 from components.training.episodes import StepContext
+from components.variants import VariantContext, get_variant
 from tests.arbor.helpers import COMMON, Q0, Q1, FakeEncoder, QualityJudge, episode, writer
 
 S = ArborParams(k_consol=1)
@@ -202,8 +202,8 @@ def test_variants_build_from_params_with_an_injected_embedder(repo_root, tmp_pat
 def test_the_reward_asks_its_judge_in_the_configured_form(monkeypatch):
     import asyncio
 
-    from components.methods.arbor import variants
     from components.judges.call import Tally
+    from components.methods.arbor import variants
     from components.methods.arbor.pairwise_judge import GroupScores
 
     seen = {}

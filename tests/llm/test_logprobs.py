@@ -144,8 +144,8 @@ def test_the_switch_is_per_role_and_absent_from_dumps_until_set(repo_root, tmp_p
     assert "scoring" not in unset.model_dump()["llm"]  # run keys of runs made before the key stay as they were
     # the embedded default sets the verifier alone (the bench's choice, docs/results/judges.md)
     assert load_params(repo_root / "params.yaml").model_dump()["llm"]["scoring"] == {"verifier": "probability"}
-    params = load_params(repo_root / "params.yaml", overrides=["llm.scoring={verifier: probability, "
-                                                               "council_judges: probability}"])
+    params = load_params(repo_root / "params.yaml", overrides=[("llm.scoring={verifier: probability, "
+                                                                "council_judges: probability}")])
     assert params.model_dump()["llm"]["scoring"] == {"verifier": "probability", "council_judges": "probability"}
     params.run.cache_dir = str(tmp_path)
     with LLMPool(params, overrides={"embedded-1_5b": ScriptedChatModel(["x"])}) as pool:
