@@ -17,8 +17,8 @@ their bool.
 A pass must survive decoys (:data:`DECOY_REFERENCES`): the judge is asked the same question with each decoy as the
 only reference, in turn, and a prediction it also passes against a decoy is one it passes whatever the reference,
 so the pass is withdrawn (``False``; from probabilities, the pass is capped at one minus each decoy's, and the
-decoys stop at the first one passed). A decoy call
-that fails leaves the question unjudged. Decoys are asked only after a pass, so a judged-wrong answer costs one call.
+decoys stop at the first one passed). A decoy call that fails leaves the question unjudged. Decoys are asked only
+after a pass, so a judged-wrong answer costs one call.
 
     verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, predictions))
 """
