@@ -95,20 +95,13 @@ async def judge_answer(judge: ChatModel, question: Question, prediction: str | N
     shown = answer_line(prediction)
     if not contentful(shown):
         return False
-    call = JudgeCall(judge_prompt(question, shown), parse_verdict, Sampling(temperature=0.0, max_tokens=16),
-                     schema=JUDGE_SCHEMA, choice=CORRECT)
-    result = await ask(judge, call, tally)
-    if not result.ok:
-        return None
-    verdict = result.expected if result.scored_from == "probability" else result.value
-    if verdict < 0.5:
+    verdict = await _asked(judge, question, shown, tally)
+    if verdict is None or verdict < 0.5:
         return verdict
     for decoy in decoys_for(question, shown):
-        check = await ask(judge, JudgeCall(judge_prompt(question.model_copy(update={"answers": [decoy]}), shown),
-                                           parse_verdict, call.sampling, schema=JUDGE_SCHEMA, choice=CORRECT), tally)
-        if not check.ok:
+        passed = await _asked(judge, question.model_copy(update={"answers": [decoy]}), shown, tally)
+        if passed is None:
             return None
-        passed = check.expected if check.scored_from == "probability" else float(check.value)
         if isinstance(verdict, bool):
             if passed >= 0.5:
                 return False
@@ -117,6 +110,17 @@ async def judge_answer(judge: ChatModel, question: Question, prediction: str | N
         if passed >= 0.5:
             return verdict
     return verdict
+
+
+async def _asked(judge: ChatModel, question: Question, shown: str, tally: Tally | None) -> bool | float | None:
+    """One judgment of ``shown`` against ``question``'s references: its bool, or the probability of a pass when
+    the role scores from probabilities; None when the call failed or its reply was unreadable."""
+    call = JudgeCall(judge_prompt(question, shown), parse_verdict, Sampling(temperature=0.0, max_tokens=16),
+                     schema=JUDGE_SCHEMA, choice=CORRECT)
+    result = await ask(judge, call, tally)
+    if not result.ok:
+        return None
+    return result.expected if result.scored_from == "probability" else result.value
 
 
 # References no answer to a question of ours should match, of two kinds (a place, a date) and none at all. Measured
