@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from components.io import read_parquet, write_json
 from components.judges.call import Tally
 from components.llm.factory import LLMPool
-from components.methods.coreact.generator_reward import RubricReward
+from components.methods.coreact.generator_reward import RubricReward, evaluator_model
 from components.methods.coreact.generator_training import questions_by_id
 from components.methods.coreact.oracle_rubrics import oracle_rubric
 from components.methods.coreact.rubric_training import (
@@ -92,7 +92,7 @@ def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, 
                     "evaluator_mode": s.evaluator_mode, "generators": {}, "change": {},
                     "change_unparsed_as_chance": {}}
     with LLMPool(params) as pool:
-        scorer = RubricReward(pool.role(s.evaluator_role), s, seed=params.seed, observation_chars=obs)
+        scorer = RubricReward(evaluator_model(pool.role, s), s, seed=params.seed, observation_chars=obs)
         result["gold"] = gold_scores(params, points, scorer)
         engine = engine_for_policy(params, None, tokenizer)
         try:

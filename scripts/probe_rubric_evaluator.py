@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from components.io import read_parquet, write_json
 from components.judges.call import Tally
 from components.llm.factory import LLMPool
-from components.methods.coreact.generator_reward import RubricReward
+from components.methods.coreact.generator_reward import RubricReward, evaluator_model
 from components.methods.coreact.generator_training import questions_by_id
 from components.methods.coreact.oracle_rubrics import oracle_rubric
 from components.methods.coreact.rubric_generator import RubricGenerator
@@ -85,7 +85,7 @@ async def probe(params, points: list[BranchingPoint], samples: int, source: str 
 
 async def score_modes(params, pool: LLMPool, rubrics: list[tuple[BranchingPoint, str]]) -> dict[str, dict]:
     s, modes = params.rubric_generator, {}
-    evaluator = pool.role(s.evaluator_role)
+    evaluator = evaluator_model(pool.role, s)
     for mode in MODES:
         reward = RubricReward(evaluator, s.model_copy(update={"evaluator_mode": mode}), seed=params.seed,
                               observation_chars=params.coreact.observation_chars)

@@ -35,6 +35,7 @@ from prefect import task
 
 from components.io import read_parquet, write_json
 from components.llm.factory import LLMPool
+from components.methods.coreact.generator_reward import evaluator_model
 from components.methods.coreact.generator_training import GeneratorRun, RewardKind, RubricTrainResult
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
@@ -60,7 +61,7 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
                 tracking(params, f"train_rubric_generator@{reward}", parent_run_id, tags={"reward": reward}) as tracker:
             tracker.log_params({"reward": reward, "rubric_generator": params.rubric_generator.model_dump(),
                                 "lora": params.lora.model_dump()})
-            result = run.train(points, pool.role(params.rubric_generator.evaluator_role), folder, reward=reward,
+            result = run.train(points, evaluator_model(pool.role, params.rubric_generator), folder, reward=reward,
                                on_metrics=lambda step, metrics: tracker.log_metrics(metrics, step=step))
             write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
             keep_record(params, f"train_rubric_generator@{reward}")

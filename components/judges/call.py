@@ -48,7 +48,7 @@ from components.llm.base import ChatModel, Message, Sampling, TokenLogprob
 from components.llm.json_reply import first_json_object
 
 __all__ = ["FAILURE_KINDS", "Choice", "Failure", "FailureKind", "JudgeCall", "Judgment", "ScoredFrom", "Tally",
-           "Unparsed", "Verdict", "ask", "label_probabilities", "model_parser", "read_reply", "reasons"]
+           "Unparsed", "Verdict", "ask", "label_probabilities", "model_parser", "read_reply", "reasons", "scored_as"]
 
 T = TypeVar("T")
 
@@ -68,6 +68,15 @@ class Unparsed(ValueError):
 
 
 ScoredFrom = Literal["text", "probability"]
+
+
+def scored_as(model: ChatModel, scoring: ScoredFrom | None) -> ChatModel:
+    """``model`` with its choice judgments scored as a method's own setting says (``arbor.judge_scoring``,
+    ``rubric_generator.evaluator_scoring``); None keeps its role's (``llm.scoring``). The pool builds a role's
+    model afresh for each caller, so this changes no other user of the role."""
+    if scoring is not None:
+        model.scoring = scoring
+    return model
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ leave the group; nothing is scored 0)."""
 import asyncio
 import itertools
 import json
+import math
 import random
 import re
 
@@ -13,12 +14,14 @@ import torch
 
 from components.judges.call import Tally
 from components.methods.coreact.rubric_eval import parse_yes_no
-from components.llm.backends.scripted import ScriptedChatModel
-from components.llm.base import TransientLLMError
-from components.params import RubricGeneratorParams
+from components.llm.backends.scripted import ScriptedChatModel, WithLogprobs
+from components.llm.base import TokenLogprob, TransientLLMError
+from components.llm.middleware import Accounting, ReliableChatModel
+from components.params import MiddlewareParams, RubricGeneratorParams
 from components.methods.coreact.generator_reward import (
     RubricReward,
     atomicity,
+    evaluator_model,
     is_atomic,
     listwise_rank_reward,
     pairwise_rank_reward,
@@ -304,6 +307,33 @@ def test_criterion_mode_an_unclear_answer_leaves_the_rubric_unscored_and_counted
     tally = Tally()
     assert asyncio.run(reward.score(point(), GOOD, tally=tally)) is None
     assert tally.calls == 8 and tally.unparsed == 1 and tally.failures == 0
+
+
+def test_criterion_mode_with_evaluator_scoring_probability_ranks_what_the_sampled_word_leaves_flat():
+    """Every answer is the word yes, so scored from the text every action gets 1 (flat, no rank signal); P(yes)
+    falls with the action's Borda place, so scored from probabilities the rubric ranks the slate exactly."""
+    p_yes = {a: 0.9 - 0.2 * i for i, a in enumerate(ACTIONS)}
+
+    def roles(name):
+        assert name == "slate_judge"
+
+        def respond(messages, sampling):
+            action = re.search(r"Proposed next action: (.+)", messages[1].content).group(1)
+            p = p_yes[action]
+            return WithLogprobs("yes", [TokenLogprob(token="yes", logprob=math.log(p),
+                                                     top=(("yes", math.log(p)), ("no", math.log(1 - p))))])
+
+        return ReliableChatModel(ScriptedChatModel(respond), role=name, settings=MiddlewareParams(cache=False),
+                                 accounting=Accounting())  # the role's own scoring: text
+
+    def reward(scoring):
+        settings = CRITERION.model_copy(update={"evaluator_role": "slate_judge", "evaluator_scoring": scoring})
+        return asyncio.run(RubricReward(evaluator_model(roles, settings), settings).score(point(), GOOD))
+
+    assert evaluator_model(roles, CRITERION.model_copy(update={"evaluator_role": "slate_judge"})).scoring == "text"
+    assert reward(None).flat and reward("text").flat
+    ranked = reward("probability")
+    assert not ranked.flat and ranked.rho == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("text, verdict", [("yes", True), ("No.", False), ('"Yes" - it searches', True),

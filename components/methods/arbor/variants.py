@@ -31,20 +31,20 @@ from typing import Any
 import numpy as np
 
 from components.io import write_json
+from components.judges.call import Tally, scored_as
+from components.judges.render import trajectory_text
+from components.llm.base import ChatModel
+from components.methods.arbor.contrast import InductionPlan, plan_induction
 from components.methods.arbor.induction import consolidate, induce
-from components.judges.call import Tally
+from components.methods.arbor.memory import GroupRecord, RubricMemory, RubricText, admission
+from components.methods.arbor.pairwise_graph import sparse_graph
 from components.methods.arbor.pairwise_judge import GroupScores, score_group
 from components.methods.arbor.rar import rate, write_checklist
-from components.llm.base import ChatModel
-from components.variants import VARIANTS, VariantContext, VariantParts
-from components.params import ArborParams
 from components.methods.arbor.shaping import homogeneity_metrics, shape_group
+from components.params import ArborParams
 from components.rewards.outcome import OutcomeReward, format_valid
-from components.methods.arbor.memory import GroupRecord, RubricMemory, RubricText, admission
-from components.methods.arbor.contrast import InductionPlan, plan_induction
-from components.methods.arbor.pairwise_graph import sparse_graph
-from components.judges.render import trajectory_text
 from components.training.episodes import Episode, RewardOutput, StepContext
+from components.variants import VARIANTS, VariantContext, VariantParts
 
 __all__ = ["ArborReward", "ArborState", "RarReward", "RarState", "lazy_embedder"]
 
@@ -333,10 +333,7 @@ def _settings(ctx: VariantContext) -> ArborParams:
 def _pairwise_judge(ctx: VariantContext, s: ArborParams) -> ChatModel:
     """The judge role's model, scored as ``arbor.judge_scoring`` says when it is set (a role's model is built
     afresh for each caller, so the inducer on the same role keeps the role's own scoring)."""
-    judge = ctx.roles(s.judge_role)
-    if s.judge_scoring is not None:
-        judge.scoring = s.judge_scoring
-    return judge
+    return scored_as(ctx.roles(s.judge_role), s.judge_scoring)
 
 
 @VARIANTS.register("arbor")

@@ -33,7 +33,7 @@ whatever the evaluator would say). An unparseable rubric scores 0 on all three t
 own failure. An **evaluator failure** on any action the rubric needs (a failed call or an unparseable reply)
 leaves the rubric without a score: the reward is ``None``, the episode leaves its group, and it is counted.
 
-    reward = RubricReward(pool.role("rubric_evaluator"), params.rubric_generator)
+    reward = RubricReward(evaluator_model(pool.role, params.rubric_generator), params.rubric_generator)
     trainer = GRPOTrainer(..., reward_fn=reward, prompts=[{"prompt": text, "point": bp}, ...])
 """
 
@@ -44,13 +44,13 @@ import math
 import random
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scipy.stats import spearmanr
 
-from components.judges.call import Tally
+from components.judges.call import Tally, scored_as
 from components.judges.orders import balanced_orders
 from components.judges.render import render_prefix
 from components.llm.base import ChatModel
@@ -61,12 +61,18 @@ from components.schemas import BranchingPoint, Rubric
 from components.training.episodes import Episode, RewardOutput, StepContext
 
 __all__ = ["ATOMIC_MAX_WORDS", "RewardParts", "RubricReward", "atomicity", "combine", "consensus_scores",
-           "is_atomic", "listwise_rank_reward", "pairwise_rank_reward", "rank_correlation", "repetition_rate",
+           "evaluator_model", "is_atomic", "listwise_rank_reward", "pairwise_rank_reward", "rank_correlation", "repetition_rate",
            "slate_actions"]
 
 ATOMIC_MAX_WORDS = 25
 _JOINERS = re.compile(r"\b(?:and|or|as well as|also|both|then|while)\b|;", re.IGNORECASE)
 _QUOTED = re.compile(r"\[[^\]]*\]|\([^)]*\)|\"[^\"]*\"|'[^']*'|`[^`]*`")
+
+
+def evaluator_model(role: Callable[[str], ChatModel], settings: RubricGeneratorParams) -> ChatModel:
+    """Co-ReAct's rubric evaluator: ``settings.evaluator_role``'s model (``role`` is e.g. ``pool.role``), scored
+    as ``settings.evaluator_scoring`` says."""
+    return scored_as(role(settings.evaluator_role), settings.evaluator_scoring)
 
 
 # ----------------------------------------------------------------------------------------------- the terms

@@ -6,7 +6,7 @@ training, and the optional oracle warm start (``rubric_generator.warm_start=orac
 
     torch.manual_seed(params.seed)
     with GeneratorRun(params) as run:            # base of trainable_policy + fresh LoRA, its engine, warm-start inputs
-        result = run.train(points, pool.role(params.rubric_generator.evaluator_role), folder, reward="listwise")
+        result = run.train(points, evaluator_model(pool.role, params.rubric_generator), folder, reward="listwise")
 
 :func:`run_training` is the same work on given objects (a policy, an engine, an evaluator). It writes in ``folder``:
 heldout_before.json, warm_start/ (metrics.json with ``kind`` none or oracle; after an oracle warm start also its

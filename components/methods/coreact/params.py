@@ -90,6 +90,11 @@ class RubricGeneratorParams(Section):
                                  "of the policy and not only of its mode.")
     evaluator_role: str = Field(default="rubric_evaluator", description="Role that scores slate actions against a "
                                 "rubric.")
+    evaluator_scoring: Literal["text", "probability"] | None = Field(
+        default=None, description="How the evaluator's yes/no answers are scored in criterion mode (components/judges/"
+        "call.py): the sampled word (text) or the probability of yes; None: as llm.scoring says for evaluator_role. "
+        "Set here, it changes Co-ReAct's evaluator alone, not the other users of its role (ARBOR's and RubricEM's "
+        "judges). The action and slate modes ask JSON, no label choice: text whatever this says.")
     evaluator_max_tokens: int = Field(default=128, ge=8, description="Completion tokens of an evaluator call.")
     checkpoint_every: int = Field(default=1, ge=0, description="GRPO steps between checkpoints of the generator "
                                   "(0: only at the end). Its steps are few and long, so the default keeps every one.")
