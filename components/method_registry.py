@@ -19,12 +19,26 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from components.registry import Registry
 
-__all__ = ["METHODS", "SHIPPED", "MethodSpec", "agent_method", "load_methods", "method_section", "variant_method"]
+__all__ = ["METHODS", "SHIPPED", "HealthMetric", "MethodSpec", "agent_method", "load_methods", "method_section",
+           "variant_health", "variant_method"]
 
 SHIPPED = ("coreact", "arbor", "rubricem", "arco")  # the packages under components/methods/
+
+
+@dataclass(frozen=True)
+class HealthMetric:
+    """One figure of a method's own mechanism, read from the ``metrics.csv`` (one row a step) of its
+    ``train_policy`` runs and summed, averaged or taken at the last step that logged it: whether the judges gave
+    the mechanism anything to act on (ARBOR's admitted rubrics, RubricEM's flat groups, ...). The head-to-head
+    report shows them beside each trained method."""
+
+    column: str
+    label: str
+    over_steps: Literal["sum", "mean", "last"] = "sum"
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,7 @@ class MethodSpec:
     variants: tuple[str, ...] = ()  # train_policy@<variant> names it registers in components.variants
     agents: tuple[str, ...] = ()  # agent names it registers in components.agents.react.AGENTS
     doc: str = ""  # its page under docs/methods/
+    health: tuple[HealthMetric, ...] = ()  # its mechanism's own figures in a train_policy run's metrics.csv
 
     def register(self) -> MethodSpec:
         return METHODS.register(self.name)(self)
@@ -60,6 +75,12 @@ def _owner(kind: str, name: str) -> MethodSpec | None:
 def variant_method(variant: str) -> MethodSpec | None:
     """The method that registered ``variant``, or None for a shared variant (grpo, dapo)."""
     return _owner("variants", variant)
+
+
+def variant_health(variant: str) -> tuple[HealthMetric, ...]:
+    """The health figures of the method that registered ``variant`` (none for grpo and dapo)."""
+    spec = variant_method(variant)
+    return spec.health if spec is not None else ()
 
 
 def agent_method(agent: str) -> MethodSpec | None:

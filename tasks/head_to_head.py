@@ -30,6 +30,7 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.io import atomic_path
+from components.method_registry import load_methods, variant_health
 from components.params import Params, ParamsError
 from components.params_cli import params_from_args, stage_argparser
 from components.reporting.head_to_head import collect_scope, document, write_head_to_head
@@ -47,7 +48,6 @@ class HeadToHeadResult(BaseModel):
 
 def training_variants() -> list[str]:
     """Every registered training variant, in registration order."""
-    from components.method_registry import load_methods
     from components.variants import VARIANTS
 
     load_methods()
@@ -99,7 +99,8 @@ def head_to_head(params: Params | None = None, out_dirs: list[str] | None = None
     params = resolve(params)
     out_dirs = list(out_dirs or [params.run.out_dir])
     variants = training_variants()
-    scopes = [collect_scope(d, params.sweep.out_dir, params.seed, variants) for d in out_dirs]
+    health = {v: variant_health(v) for v in variants}
+    scopes = [collect_scope(d, params.sweep.out_dir, params.seed, variants, health=health) for d in out_dirs]
     names = [s.name for s in scopes]
     for scope in scopes:  # two folders of the same data are told apart by their folder
         if names.count(scope.name) > 1:

@@ -33,10 +33,13 @@ adds to its own method's row only (and, for a baseline, to the paired columns of
 - ``train.seeds``, ``train.steps``, ``train.wall_s``, ``train.tokens``, ``train.judge_calls``,
   ``train.judge_tokens`` (trained policies): training runs found, steps, wall time, policy tokens trained and
   the reward's model calls and tokens summed over the steps of metrics.csv (columns ``*calls`` and
-  ``<role>/tokens``), mean over seeds.
+  ``<role>/tokens``), mean over seeds;
+- ``health.<label>`` (trained policies of a method that declares them, :class:`HealthMetric`): the method's own
+  mechanism over the run's steps (e.g. ARBOR's rubrics admitted, RubricEM's flat groups), mean over seeds.
 
 :func:`write_head_to_head` writes head_to_head.json (sizes, statistics used, rows), head_to_head.csv,
-head_to_head.md (a section per scope: accuracy, cost per role, training compute) and head_to_head.png (per
+head_to_head.md (a section per scope: accuracy, cost per role, training compute, each trained method's
+mechanism health) and head_to_head.png (per
 scope: EM with its interval per method; EM against cost per question). :func:`document` wraps the markdown
 with a dated header for docs/results/.
 """
@@ -58,6 +61,7 @@ from scipy import stats
 
 from components.evaluation import intervals
 from components.io import atomic_path, read_json
+from components.method_registry import HealthMetric
 from components.reporting.compare import SEED_PREFIX, discover_runs
 
 METRICS = {"em": "EM", "f1": "F1", "judge_accuracy": "judge acc."}
@@ -161,8 +165,23 @@ def load_evaluation(method: str, seed: str, folder: str | Path) -> Evaluation:
     return Evaluation(method=method, seed=seed, folder=folder, questions=load_questions(folder), metrics=metrics)
 
 
-def training_compute(folder: str | Path) -> dict[str, float]:
-    """Steps, wall time, policy tokens trained and the reward's model calls and tokens of one training run."""
+def health_figures(steps: pd.DataFrame, health: Sequence[HealthMetric]) -> dict[str, float]:
+    """``health.<label>`` -> each figure over the run's steps (a column the run never logged is left out)."""
+    figures = {}
+    for metric in health:
+        if metric.column not in steps:
+            continue
+        logged = steps[metric.column].dropna().astype(float)
+        if logged.empty:
+            continue
+        over = metric.over_steps
+        figures[f"health.{metric.label}"] = float(logged.iloc[-1] if over == "last" else getattr(logged, over)())
+    return figures
+
+
+def training_compute(folder: str | Path, health: Sequence[HealthMetric] = ()) -> dict[str, float]:
+    """Steps, wall time, policy tokens trained and the reward's model calls and tokens of one training run, and
+    the ``health`` figures of its method's mechanism (:func:`health_figures`)."""
     folder = Path(folder)
     csv = folder / "metrics.csv"
     steps = pd.read_csv(csv) if csv.is_file() and csv.stat().st_size else pd.DataFrame()
@@ -177,7 +196,8 @@ def training_compute(folder: str | Path) -> dict[str, float]:
     return {"train.steps": float(len(steps)),
             "train.wall_s": float(read_json(timings)["wall_s"]) if timings.is_file() else math.nan,
             "train.tokens": total(["tokens"] if "tokens" in steps else []),
-            "train.judge_calls": total(calls), "train.judge_tokens": total(role_tokens)}
+            "train.judge_calls": total(calls), "train.judge_tokens": total(role_tokens),
+            **health_figures(steps, health)}
 
 
 def seed_folders(out_dir: str | Path, stage: str, sweep_name: str | None, main_seed: int | str,
@@ -209,12 +229,14 @@ def scope_name(out_dir: str | Path) -> str:
 
 
 def collect_scope(out_dir: str | Path, sweep_name: str | None = "sweep", main_seed: int | str = 0,
-                  variants: Collection[str] = (), name: str | None = None) -> Scope:
-    """Every evaluation (and, for ``variants``, every training run) under ``out_dir``, with all their seeds."""
+                  variants: Collection[str] = (), name: str | None = None,
+                  health: Mapping[str, Sequence[HealthMetric]] | None = None) -> Scope:
+    """Every evaluation (and, for ``variants``, every training run) under ``out_dir``, with all their seeds;
+    ``health``: variant -> its method's health figures (:attr:`MethodSpec.health`)."""
     evaluations = {m: [load_evaluation(m, s, f) for s, f in runs]
                    for m, runs in seed_folders(out_dir, "eval", sweep_name, main_seed, "per_question.csv").items()
                    if all((f / "metrics.json").is_file() for _, f in runs)}
-    trainings = {v: [Training(v, s, f, training_compute(f)) for s, f in runs]
+    trainings = {v: [Training(v, s, f, training_compute(f, (health or {}).get(v, ()))) for s, f in runs]
                  for v, runs in seed_folders(out_dir, "train", sweep_name, main_seed, "timings.json").items()
                  if v in variants}
     return Scope(name=name or scope_name(out_dir), out_dir=Path(out_dir), evaluations=evaluations,
@@ -310,7 +332,8 @@ def head_to_head(scopes: Sequence[Scope], order: Sequence[str] = (), baselines: 
     roles = sorted(c for c in table.columns if c.startswith("cost.") and c not in cost)
     train = [c for c in ("train.seeds", "train.steps", "train.wall_s", "train.tokens", "train.judge_calls",
                          "train.judge_tokens") if c in table.columns]
-    return table[[*first, *accuracy, *pairing, *[c for c in cost if c in table], *roles, *train]]
+    health = [c for c in table.columns if c.startswith("health.")]  # in the order the methods declare them
+    return table[[*first, *accuracy, *pairing, *[c for c in cost if c in table], *roles, *train, *health]]
 
 
 def sizes(table: pd.DataFrame) -> dict[str, dict[str, object]]:
@@ -386,6 +409,11 @@ def _count(value: float, digits: int = 1) -> str:
     return "–" if value is None or pd.isna(value) else f"{value:,.{digits}f}"
 
 
+def _figure(value: float) -> str:
+    """A health figure: a count as a whole number, anything else to 2 decimals."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:.2f}"
+
+
 def _usd(value: float) -> str:
     return "–" if value is None or pd.isna(value) else f"${value:.4g}"
 
@@ -425,7 +453,16 @@ def scope_markdown(rows: pd.DataFrame) -> str:
             [[r["method"], f"{int(r['train.seeds'])}", _count(r["train.steps"], 0),
               _count(r["train.wall_s"] / 3600, 2), _count(r["train.tokens"], 0), _count(r["train.judge_calls"], 0),
               _count(r["train.judge_tokens"], 0)] for r in trained])
-    return accuracy + per_role + training
+    health = [c for c in rows.columns if c.startswith("health.")]
+    healthy = [(r, [f"{c.removeprefix('health.')} {_figure(r[c])}" for c in health if not pd.isna(r.get(c, math.nan))])
+               for r in trained]
+    mechanism = ""
+    if any(cells for _, cells in healthy):
+        mechanism = ("\nEach method's own mechanism over its training steps (the figures its package declares; mean "
+                     "over the training runs found):\n\n" + _markdown_table(
+                         ["method", "steps", "figures"],
+                         [[r["method"], _count(r["train.steps"], 0), " · ".join(cells)] for r, cells in healthy if cells]))
+    return accuracy + per_role + training + mechanism
 
 
 def to_markdown(table: pd.DataFrame, out_dirs: Mapping[str, str] | None = None) -> str:

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from components.method_registry import HealthMetric
 from components.reporting.compare import seed_dir
 from components.reporting.head_to_head import (
     RESAMPLES,
@@ -242,3 +243,43 @@ def test_labels_of_nearby_points_are_moved_apart_and_stay_inside_the_axes():
     assert dy["sft, arbor"] == 4 and dy["grpo"] != 4 and dy["arco"] != 4
     assert dy["coreact"] == 4  # alone: just above its point
     assert dy["react"] > 0 and dy["oracle"] < 0  # EM 0 labelled above, EM near 1 below
+
+
+HEALTH = (HealthMetric("method/admitted", "admitted"), HealthMetric("reward/zero_var/rescued_fraction", "rescued",
+                                                                     "mean"),
+          HealthMetric("reward/rubric/active", "active", "last"), HealthMetric("never/logged", "absent"))
+
+
+def test_health_figures_sum_average_or_take_the_last_logged_step_and_leave_out_what_was_never_logged(tmp_path):
+    from components.reporting.head_to_head import training_compute
+
+    pd.DataFrame({"method/admitted": [1, 0, 2], "reward/zero_var/rescued_fraction": [0.5, 0.0, 0.25],
+                  "reward/rubric/active": [1, 3, None]}).to_csv(tmp_path / "metrics.csv", index=False)
+    compute = training_compute(tmp_path, HEALTH)
+    assert compute["health.admitted"] == 3 and compute["health.rescued"] == pytest.approx(0.25)
+    assert compute["health.active"] == 3  # the last step that logged it: the third logged nothing
+    assert "health.absent" not in compute
+
+
+def test_each_trained_method_s_health_is_averaged_over_its_runs_and_reported_beside_it(out):
+    for seed, admitted in ((str(MAIN_SEED), [0, 1, 0]), ("7", [1, 1, 1])):
+        train = out / "train" / "arbor" if seed == str(MAIN_SEED) else seed_dir(out / "sweep", 7) / "train" / "arbor"
+        pd.read_csv(train / "metrics.csv").assign(**{"method/admitted": admitted}).to_csv(train / "metrics.csv",
+                                                                                       index=False)
+    table = head_to_head([collect_scope(out, "sweep", MAIN_SEED, VARIANTS, health={"arbor": HEALTH})])
+    arbor = table.set_index("method").loc["arbor"]
+    assert arbor["health.admitted"] == 2  # runs of 1 and 3 admitted
+    assert math.isnan(table.set_index("method").loc["grpo", "health.admitted"])
+    markdown = scope_markdown(table)
+    mechanism = markdown.split("own mechanism", 1)[1]
+    assert "| arbor | 3 | admitted 2 |" in mechanism and "grpo" not in mechanism
+    assert "own mechanism" not in scope_markdown(head_to_head([collect_scope(out, "sweep", MAIN_SEED, VARIANTS)]))
+
+
+def test_every_shipped_method_that_trains_a_policy_declares_its_health_figures():
+    from components.method_registry import load_methods, variant_health
+
+    specs = {s.name: s for s in load_methods()}
+    for name in ("arbor", "rubricem", "arco"):
+        assert specs[name].health and all(variant_health(v) == specs[name].health for v in specs[name].variants)
+    assert variant_health("grpo") == ()
