@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from components.io import read_jsonl, write_json, write_jsonl
 from components.llm.factory import LLMPool
+from components.method_registry import agent_method, method_section
 from components.methods.rubricem.warmstart_reflections import (
     REFLECTION_REASONS,
     REFLECTIONS_FILE,
@@ -46,11 +47,17 @@ from components.methods.rubricem.warmstart_reflections import (
     ReflectionRow,
     teacher_reflections,
 )
-from components.method_registry import agent_method, method_section
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import build_from_params, load_toolbox, make_embedder
-from components.run_files import SFT_METHOD, keep_record, out_path, record_path, warm_start_folder, write_trajectories
+from components.run_files import (
+    SFT_METHOD,
+    keep_record,
+    out_path,
+    record_path,
+    warm_start_folder,
+    write_trajectories,
+)
 from components.schemas import Document, Question, Trajectory
 from components.warmstart import (
     REASONS,
@@ -163,11 +170,12 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
                                      **({"world_seed": q.metadata["world_seed"]} if "world_seed" in q.metadata else {}))
             if n_reflections:
                 attempts = [(t, q, "oracle") for t, q in oracle] + [(t, q, "teacher") for t, q in teacher]
-                reflections, reflection_rejections = asyncio.run(teacher_reflections(
-                    pool.role("teacher"), attempts, n=n_reflections, samples=s.samples_per_question,
-                    temperature=s.teacher_temperature, seed=params.seed,
-                    max_tokens=params.rubricem.reflection_max_tokens,
-                    observation_chars=params.rubricem.reflection_observation_chars))
+                with tqdm(total=min(n_reflections, len(attempts)), desc="sft_data reflections") as bar:
+                    reflections, reflection_rejections = asyncio.run(teacher_reflections(
+                        pool.role("teacher"), attempts, n=n_reflections, samples=s.samples_per_question,
+                        temperature=s.teacher_temperature, seed=params.seed,
+                        max_tokens=params.rubricem.reflection_max_tokens,
+                        observation_chars=params.rubricem.reflection_observation_chars, progress=bar))
             llm_metrics = pool.accounting.metrics()
         finally:
             if own_pool:

@@ -5,6 +5,8 @@ import asyncio
 import json
 
 from components.judges.render import scaffold_text
+from components.llm.backends.scripted import ScriptedChatModel
+from components.llm.base import PermanentLLMError
 from components.methods.rubricem.reflection import (
     DRAFT_REQUEST,
     EXAMPLE_RUBRICS,
@@ -14,10 +16,12 @@ from components.methods.rubricem.reflection import (
     parse_reflection,
     render_draft,
 )
-from components.llm.backends.scripted import ScriptedChatModel
-from components.llm.base import PermanentLLMError
+from components.methods.rubricem.warmstart_reflections import (
+    ReflectionRow,
+    reflection_sft_row,
+    teacher_reflections,
+)
 from components.schemas import Question, Step, Trajectory
-from components.methods.rubricem.warmstart_reflections import ReflectionRow, reflection_sft_row, teacher_reflections
 
 DRAFT = {"critical_requirements": "both hops.", "approach": "search the person first.",
          "pitfalls": "stopping after hop one.", "takeaways": ["Resolve the first hop before the second."]}
@@ -43,9 +47,18 @@ def attempt(qid: str, answer: str | None, gold: str = "Falelle Tamgard") -> tupl
                        finish_reason="answer"), question, "teacher")
 
 
-def run(teacher, attempts, n, samples=2):
+class Bar:
+    """Counts what a tqdm bar would be advanced by."""
+
+    n = 0
+
+    def update(self, k: int) -> None:
+        self.n += k
+
+
+def run(teacher, attempts, n, samples=2, progress=None):
     return asyncio.run(teacher_reflections(teacher, attempts, n=n, samples=samples, temperature=0.7, seed=3,
-                                           max_tokens=256))
+                                           max_tokens=256, progress=progress))
 
 
 def test_first_valid_sample_is_kept_and_every_rejection_has_its_reason():
@@ -64,8 +77,10 @@ def test_first_valid_sample_is_kept_and_every_rejection_has_its_reason():
     teacher = ScriptedChatModel(respond)
     attempts = [attempt("q-format", "Torys Varworth"), attempt("q-leak", "Falelle Tamgard"),
                 attempt("q-own", "Torys Varworth"), attempt("q-ok", "Falelle Tamgard")]
-    rows, rejected = run(teacher, attempts, n=4)
+    bar = Bar()
+    rows, rejected = run(teacher, attempts, n=4, progress=bar)
 
+    assert bar.n == 4  # one tick per attempt reflected on, kept or not
     assert sorted(r.question.id for r in rows) == ["q-format", "q-leak", "q-ok"]
     assert all(r.reflection == VALID for r in rows)
     assert {r.question.id: r.attempt_correct for r in rows} == {"q-format": False, "q-leak": True, "q-ok": True}

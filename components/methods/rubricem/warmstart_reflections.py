@@ -34,8 +34,10 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError
 
-from components.judges.render import scaffold_text
 from components.evaluation.metrics import exact_match
+from components.judges.render import scaffold_text
+from components.llm.base import ChatModel, Sampling
+from components.llm.json_schema import json_schema_of
 from components.methods.rubricem.reflection import (
     DRAFT_REQUEST,
     InvalidReason,
@@ -44,8 +46,6 @@ from components.methods.rubricem.reflection import (
     reflection_messages,
     render_draft,
 )
-from components.llm.base import ChatModel, Sampling
-from components.llm.json_schema import json_schema_of
 from components.schemas import Question, Trajectory
 from components.training.trajectory_sft import Renderer, reply_row
 
@@ -118,18 +118,23 @@ async def _reflect(teacher: ChatModel, trajectory: Trajectory, question: Questio
 
 async def teacher_reflections(
     teacher: ChatModel, attempts: Sequence[tuple[Trajectory, Question, str]], *, n: int, samples: int,
-    temperature: float, seed: int, max_tokens: int, observation_chars: int | None = None,
+    temperature: float, seed: int, max_tokens: int, observation_chars: int | None = None, progress=None,
 ) -> tuple[list[ReflectionRow], list[ReflectionRejection]]:
     """Reflections on ``n`` of the ``(trajectory, question, source)`` attempts, drawn with ``seed`` (all of them
     when there are fewer), at most one per attempt, in draw order; and every rejected sample. The middleware
-    bounds how many calls run at once."""
+    bounds how many calls run at once; ``progress`` (a tqdm bar) advances by one per attempt reflected on."""
     if n <= 0 or not attempts:
         return [], []
     drawn = random.Random(seed).sample(range(len(attempts)), min(n, len(attempts)))
-    results = await asyncio.gather(*(
-        _reflect(teacher, *attempts[i], i, samples=samples, temperature=temperature, seed=seed, max_tokens=max_tokens,
-                 observation_chars=observation_chars)
-        for i in drawn))
+
+    async def reflected(i: int):
+        result = await _reflect(teacher, *attempts[i], i, samples=samples, temperature=temperature, seed=seed,
+                                max_tokens=max_tokens, observation_chars=observation_chars)
+        if progress is not None:
+            progress.update(1)
+        return result
+
+    results = await asyncio.gather(*(reflected(i) for i in drawn))
     rows = [row for row, _ in results if row is not None]
     return rows, [r for _, rejected in results for r in rejected]
 
