@@ -4,15 +4,18 @@ call per criterion and action) on the collected branching points, and prints how
 action alike (``flat``: the rank term is then chance, whatever the rubric) and how its rankings agree with the
 council (Spearman rho).
 
-    python scripts/probe_rubric_evaluator.py [--samples 2] [--rubrics generator|gold] [--set ...]
+    python scripts/probe_rubric_evaluator.py [--samples 2] [--rubrics generator|gold] [--modes criterion ...]
+        [--scorings text probability] [--set ...]
 
 Reads outputs/collect/branching_points.parquet. ``--rubrics generator`` (default): the rubrics come from the
 ``rubric_generator`` role (the untrained generator) at its sampling temperature, seeded. ``--rubrics gold``: one
 rubric per point written from the question's gold chain
 (:func:`~components.methods.coreact.oracle_rubrics.oracle_rubric`), the ceiling of the reward: a mode
 that cannot rank the slate by a rubric naming the next hop cannot reward a generator for writing one. The
-evaluator is ``rubric_generator.evaluator_role``. Writes outputs/probe/evaluator_modes[_gold].json. Every call
-goes through the response cache, so a repeat is a replay.
+evaluator is ``rubric_generator.evaluator_role``, scored as ``rubric_generator.evaluator_scoring`` says, or once per
+``--scorings`` entry (the sampled word, or P(yes): only the criterion mode has a label to score). Writes
+outputs/probe/evaluator_modes[_gold].json (a mode asked in several scorings is keyed ``mode:scoring``). Every
+call goes through the response cache, so a repeat is a replay.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import json
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -57,7 +61,8 @@ def summary(parts, tally: Tally) -> dict[str, float]:
     }
 
 
-async def probe(params, points: list[BranchingPoint], samples: int, source: str = "generator") -> dict:
+async def probe(params, points: list[BranchingPoint], samples: int, source: str = "generator",
+                modes: Sequence[str] = MODES, scorings: Sequence[str | None] = (None,)) -> dict:
     s = params.rubric_generator
     pool = LLMPool(params)
     try:
@@ -65,7 +70,7 @@ async def probe(params, points: list[BranchingPoint], samples: int, source: str 
             questions = questions_by_id(params)
             rubrics = [(p, oracle_rubric(p, questions[p.question_id])) for p in points]
             return {"points": len(points), "rubrics": "gold", "rubrics_parsed": len(rubrics),
-                    "modes": await score_modes(params, pool, rubrics)}
+                    "modes": await score_modes(params, pool, rubrics, modes, scorings)}
         generator = RubricGenerator(pool.role("rubric_generator"), max_criteria=s.max_criteria,
                                     temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
                                     observation_chars=params.coreact.observation_chars,
@@ -78,21 +83,24 @@ async def probe(params, points: list[BranchingPoint], samples: int, source: str 
                     rubrics.append((p, out.raw))
         return {"points": len(points), "rubrics": "generator", "samples_per_point": samples,
                 "rubrics_parsed": len(rubrics), "generator_calls": generator.calls,
-                "modes": await score_modes(params, pool, rubrics)}
+                "modes": await score_modes(params, pool, rubrics, modes, scorings)}
     finally:
         pool.close()
 
 
-async def score_modes(params, pool: LLMPool, rubrics: list[tuple[BranchingPoint, str]]) -> dict[str, dict]:
-    s, modes = params.rubric_generator, {}
-    evaluator = evaluator_model(pool.role, s)
-    for mode in MODES:
-        reward = RubricReward(evaluator, s.model_copy(update={"evaluator_mode": mode}), seed=params.seed,
-                              observation_chars=params.coreact.observation_chars)
-        tally = Tally()
-        parts = [await reward.score(p, text, tally=tally) for p, text in rubrics]
-        modes[mode] = summary(parts, tally)
-    return modes
+async def score_modes(params, pool: LLMPool, rubrics: list[tuple[BranchingPoint, str]],
+                      modes: Sequence[str] = MODES, scorings: Sequence[str | None] = (None,)) -> dict[str, dict]:
+    s, scored = params.rubric_generator, {}
+    for scoring in scorings:
+        settings = s if scoring is None else s.model_copy(update={"evaluator_scoring": scoring})
+        evaluator = evaluator_model(pool.role, settings)
+        for mode in modes:
+            reward = RubricReward(evaluator, settings.model_copy(update={"evaluator_mode": mode}), seed=params.seed,
+                                  observation_chars=params.coreact.observation_chars)
+            tally = Tally()
+            parts = [await reward.score(p, text, tally=tally) for p, text in rubrics]
+            scored[mode if len(scorings) == 1 else f"{mode}:{scoring}"] = summary(parts, tally)
+    return scored
 
 
 def main() -> None:
@@ -100,10 +108,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2, help="rubrics per branching point (seeded)")
     parser.add_argument("--rubrics", choices=["generator", "gold"], default="generator",
                         help="the untrained generator's rubrics, or one gold-chain rubric per point (the ceiling)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="evaluator modes to ask")
+    parser.add_argument("--scorings", nargs="+", choices=["text", "probability"], default=None,
+                        help="score the evaluator's answers each way (default: as rubric_generator.evaluator_scoring)")
     args = parser.parse_args()
     params = params_from_args(args)
     points, dropped = usable_points(read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint))
-    result = asyncio.run(probe(params, points, args.samples, args.rubrics))
+    result = asyncio.run(probe(params, points, args.samples, args.rubrics, args.modes, args.scorings or (None,)))
     result["dropped_points"] = dropped
     name = "evaluator_modes_gold.json" if args.rubrics == "gold" else "evaluator_modes.json"
     write_json(out_path(params, "probe", name), result)
