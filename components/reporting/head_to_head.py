@@ -368,7 +368,8 @@ def _span(values: Sequence[int]) -> str:
 def header(scope: str, size: Mapping[str, object]) -> str:
     """The sizes line of one scope's section."""
     seeds = size["seeds"]
-    text = (f"{size['methods']} methods ({size['inference']} inference-time, {size['trained']} trained) · "
+    methods = f"{size['methods']} method{'s' if size['methods'] != 1 else ''}"
+    text = (f"{methods} ({size['inference']} inference-time, {size['trained']} trained) · "
             f"{_span(size['questions'])} questions · {_span(seeds)} seed{'s' if seeds != [1] else ''} per method "
             f"(labels: {', '.join(size['seed_labels'])})")
     if size["trained"]:
@@ -434,7 +435,8 @@ def scope_markdown(rows: pd.DataFrame) -> str:
         [[r["method"], r["kind"], f"{int(r['seeds'])}", f"{int(r['questions'])}", *(_accuracy_cell(r, m) for m in METRICS),
           *(_diff_cell(r, m) for m in METRICS), _count(r.get("cost.calls")), _count(r.get("cost.tokens"), 0),
           *([_usd(r.get("cost.usd"))] if priced else [])] for r in records])
-    roles = sorted({c.split(".")[1] for c in rows.columns if c.startswith("cost.") and c.count(".") == 2})
+    roles = sorted({c.split(".")[1] for c in rows.columns  # the roles this scope's methods called
+                    if c.startswith("cost.") and c.count(".") == 2 and rows[c].notna().any()})
     per_role = ""
     if roles:
         def role_cell(r: Mapping, role: str) -> str:

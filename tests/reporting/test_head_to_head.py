@@ -283,3 +283,20 @@ def test_every_shipped_method_that_trains_a_policy_declares_its_health_figures()
     for name in ("arbor", "rubricem", "arco"):
         assert specs[name].health and all(variant_health(v) == specs[name].health for v in specs[name].variants)
     assert variant_health("grpo") == ()
+
+
+def test_a_scope_of_one_method_says_method_not_methods():
+    from components.reporting.head_to_head import header
+
+    size = {"methods": 1, "inference": 1, "trained": 0, "questions": [20], "seeds": [1], "seed_labels": ["1234"]}
+    assert header("musique", size).startswith("1 method (1 inference-time, 0 trained) · 20 questions · 1 seed per")
+
+
+def test_the_cost_table_of_a_scope_has_only_the_roles_its_methods_called(out, tmp_path):
+    other = tmp_path / "other"
+    write_evaluation(other / "eval" / "sft", [1, 0, 1, 0])  # its policy only; the main scope's coreact has a verifier
+    table = head_to_head([collect_scope(out, "sweep", MAIN_SEED, VARIANTS), collect_scope(other, None, MAIN_SEED,
+                                                                                          name="other")])
+    main, second = (scope_markdown(rows) for _, rows in table.groupby("scope", sort=False))
+    assert "| verifier |" in main.split("per role", 1)[1].splitlines()[2]
+    assert "verifier" not in second
