@@ -61,8 +61,8 @@ from components.schemas import BranchingPoint, Rubric
 from components.training.episodes import Episode, RewardOutput, StepContext
 
 __all__ = ["ATOMIC_MAX_WORDS", "RewardParts", "RubricReward", "atomicity", "combine", "consensus_scores",
-           "evaluator_model", "is_atomic", "listwise_rank_reward", "pairwise_rank_reward", "rank_correlation", "repetition_rate",
-           "slate_actions"]
+           "evaluator_model", "is_atomic", "listwise_rank_reward", "pairwise_rank_reward", "rank_correlation",
+           "repetition_rate", "slate_actions"]
 
 ATOMIC_MAX_WORDS = 25
 _JOINERS = re.compile(r"\b(?:and|or|as well as|also|both|then|while)\b|;", re.IGNORECASE)
