@@ -146,7 +146,7 @@ def summarise(rows, judgments, modes, seed, roles) -> tuple[list[dict], dict]:
             if not mine:
                 continue
             summaries.append({"judgment": j.name, "mode": mode, "method": j.method, "role": roles[j.name],
-                              **j.summary(mine, seed), **metrics.cost_summary(mine),
+                              "scoring_key": j.scoring_key, **j.summary(mine, seed), **metrics.cost_summary(mine),
                               "scored_from_probability": sum(r["scored_from_probability"] for r in mine),
                               "failed_calls": sum(r["failed"] for r in mine)})
             if j.per_variant is not None:
@@ -172,6 +172,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.rewrite_page:
         result = json.loads((Path(args.out) / "summary.json").read_text())
+        keys = {j.name: j.scoring_key for j in load_judgments()}
+        for s in result["summaries"]:   # summaries written before a judgment's key existed
+            s.setdefault("scoring_key", keys.get(s["judgment"]))
+        result["recommended"] = report.recommend(result["summaries"])
+        result["recommended_setting"] = report.scoring_setting(result["recommended"])
         result["gaps"] = [dataclasses.asdict(g) for g in load_gaps()]
         result["notes"] = report.probability_notes(result["summaries"])
         (ROOT / args.results_page).write_text(report.results_page(result))

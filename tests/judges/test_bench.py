@@ -147,3 +147,18 @@ def test_report_writes_a_table_and_a_recommendation():
     rec = report.recommend(summaries)
     assert rec["answer_judge"]["mode"] == "probability" and not rec["answer_judge"]["separated"]
     assert report.scoring_setting(rec) == "llm.scoring: {answer_judge: probability}"
+
+
+def test_recommendation_names_a_methods_own_scoring_key_not_its_role():
+    """ARBOR's pairwise judge reads arbor.judge_scoring, not llm.scoring of its role: the setting must say so."""
+    from components.judges.bench import report
+    base = {"accuracy_n": 4, "accuracy_ci": None, "auc_ci": (0.1, 0.9), "accuracy": 0.5, "seconds_per_judgment": 1.0}
+    summaries = [{**base, "judgment": "arbor_pairwise", "role": "rubric_evaluator", "mode": "text", "auc": 0.6,
+                  "scoring_key": "arbor.judge_scoring"},
+                 {**base, "judgment": "arbor_pairwise", "role": "rubric_evaluator", "mode": "probability",
+                  "auc": 0.8, "scoring_key": "arbor.judge_scoring"},
+                 {**base, "judgment": "answer_judge", "role": "answer_judge", "mode": "text", "auc": 0.9},
+                 {**base, "judgment": "answer_judge", "role": "answer_judge", "mode": "probability", "auc": 0.7}]
+    setting = report.scoring_setting(report.recommend(summaries)).splitlines()
+    assert setting == ["llm.scoring: {}   # text for every role (the default)",
+                       "arbor.judge_scoring: probability   # arbor_pairwise"]

@@ -38,6 +38,20 @@ def test_each_method_registers_its_judgments_with_its_modes(judgments):
     assert BENCH.get("arbor_pairwise").method == "arbor"
 
 
+def test_a_scoring_key_names_the_params_field_that_the_method_reads(judgments):
+    """The bench's recommended setting names these keys; each must be a real field that takes text/probability."""
+    from components.params import load_params
+    params = load_params()
+    keyed = {n: j.scoring_key for n, j in judgments.items() if j.scoring_key}
+    assert keyed["arbor_pairwise"] == "arbor.judge_scoring"
+    assert keyed["coreact_rubric_evaluator"] == "rubric_generator.evaluator_scoring"
+    for name, key in keyed.items():
+        section, field = key.split(".")
+        assert judgments[name].choice, name   # only a choice judgment has a probability mode
+        assert field in type(getattr(params, section)).model_fields
+        assert getattr(getattr(params, section), field) in ("text", "probability", None)
+
+
 def test_the_judgments_not_on_the_bench_say_why():
     gaps = {g.name: g for g in load_gaps()}
     assert set(gaps) >= {"rubricem_reflection", "arco_criteria", "arbor_induction"}

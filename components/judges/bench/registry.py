@@ -79,6 +79,7 @@ class BenchJudgment:
     doc: str = ""
     per_variant: Callable[[Sequence[dict[str, Any]]], dict[str, str]] | None = None
     only_modes: tuple[str, ...] | None = None  # a run's narrowing of the modes (None: every mode it has)
+    scoring_key: str | None = None  # the method's own params key for text/probability (None: llm.scoring, by role)
 
     def modes(self, asked: Sequence[str]) -> list[str]:
         """The modes of ``asked`` this judgment has (text always; probability with a choice; reference when its

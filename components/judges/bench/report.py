@@ -63,16 +63,24 @@ def recommend(summaries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         mine = sorted((s for s in summaries if s["judgment"] == judgment), key=_key, reverse=True)
         best = mine[0]
         rest = mine[1:]
-        out[judgment] = {"mode": best["mode"], "role": best.get("role"), "compared": bool(rest),
+        out[judgment] = {"mode": best["mode"], "role": best.get("role"), "scoring_key": best.get("scoring_key"),
+                         "compared": bool(rest),
                          "separated": bool(rest) and not any(_overlap(best["auc_ci"], r["auc_ci"]) for r in rest)}
     return out
 
 
 def scoring_setting(recommended: dict[str, dict[str, Any]]) -> str:
-    """The ``llm.scoring`` block that the recommendation amounts to (roles whose better mode is probability)."""
-    roles = sorted({r["role"] for r in recommended.values() if r["mode"] == "probability" and r.get("role")})
-    return "llm.scoring: {" + ", ".join(f"{r}: probability" for r in roles) + "}" if roles else \
-        "llm.scoring: {}   # text for every role (the default)"
+    """The params the recommendation amounts to: a judgment whose method sets its own scoring (``scoring_key``,
+    e.g. ``arbor.judge_scoring``) names that key, the better of text and probability, and itself; the rest give
+    the ``llm.scoring`` block of their roles (those whose better mode is probability). Setting ``llm.scoring``
+    for a role does not reach a judgment whose key is set, hence the split."""
+    keyed = [f"{r['scoring_key']}: {r['mode']}   # {name}" for name, r in recommended.items()
+             if r.get("scoring_key") and r.get("compared") and r["mode"] in ("text", "probability")]
+    roles = sorted({r["role"] for r in recommended.values()
+                    if r["mode"] == "probability" and r.get("role") and not r.get("scoring_key")})
+    block = ("llm.scoring: {" + ", ".join(f"{r}: probability" for r in roles) + "}" if roles else
+             "llm.scoring: {}   # text for every role (the default)")
+    return "\n".join([block, *keyed])
 
 
 def probability_notes(summaries: list[dict[str, Any]]) -> list[str]:
@@ -148,7 +156,7 @@ def results_page(result: dict[str, Any]) -> str:
                      + ("" if r["separated"] or not r.get("compared", True)
                         else " (intervals overlap: a lean at this size, not a settled result)"))
     lines += ["", "Recommended setting (params.yaml's defaults are left as they are):", "",
-              f"    {scoring_setting(rec)}", "", "## Who may see the reference", ""]
+              *(f"    {line}" for line in scoring_setting(rec).splitlines()), "", "## Who may see the reference", ""]
     for name, j in meta["judgments"].items():
         lines.append(f"- {name} ({j['method']}): {j['reference']}: {j['reference_note']}.")
     lines.append("")

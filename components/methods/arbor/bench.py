@@ -108,7 +108,7 @@ def _pairwise(form: str) -> BenchJudgment:
         name="arbor_pairwise" if form == "winner" else f"arbor_pairwise_{form}", method="arbor",
         role=lambda params: params.arbor.judge_role, units=pair_units, ask=pair_asker(form),
         summary=metrics.pairwise_summary, choice=True, reference="mode", reference_note=_PAIR_REFERENCE,
-        doc=_FORMS[form], per_variant=metrics.pairwise_per_variant).register()
+        doc=_FORMS[form], per_variant=metrics.pairwise_per_variant, scoring_key="arbor.judge_scoring").register()
 
 
 PAIRWISE, PAIRWISE_VERDICTS, PAIRWISE_SINGLE = (_pairwise(form) for form in _FORMS)

@@ -141,7 +141,7 @@ RUBRIC_EVALUATOR = BenchJudgment(
     reference_note=("off: the evaluator scores the rubric generator's checklists, which never see a reference, "
                     "and its scores are compared with the council's ranking"),
     doc="each trajectory's last action after its history, one yes/no call per criterion of a fixed checklist",
-    per_variant=metrics.slate_per_variant).register()
+    per_variant=metrics.slate_per_variant, scoring_key="rubric_generator.evaluator_scoring").register()
 
 VERIFIER_CHECKLIST = Rubric(criteria=[
     Criterion(text="The action looks up an entity that the question names, or that a fact found in the history "
