@@ -68,12 +68,13 @@ def served_adapters(params: Params) -> dict[str, list[str | None]]:
 
 def run_settings(params: Params, method: str) -> dict:
     """What an evaluation of ``method`` is: its trajectories are resumed only under the same settings and the
-    same served adapters (:func:`components.run_files.keyed_folder`)."""
+    same served adapters (:func:`components.run_files.keyed_folder`). The number of questions is not part of it:
+    the run takes the first ``evaluation.n_questions`` of the test split, each seeded by its position, so a run
+    extended from 20 questions to 50 keeps the 20 episodes it has and runs the other 30."""
     relevant = {"method": method, "spec": params.methods[method].model_dump(), "seed": params.seed,
                 "data": params.data.model_dump(),
                 "world": params.world.model_dump(), "retrieval": params.retrieval.model_dump(),
-                "agent": params.agent.model_dump(), "llm": params.llm.model_dump(),
-                "n": params.evaluation.n_questions}
+                "agent": params.agent.model_dump(), "llm": params.llm.model_dump()}
     relevant["adapters"] = served_adapters(params)
     options = agent_options(params, params.methods[method])
     if options != params.methods[method].options:  # defaults from params.coreact / rubric_generator

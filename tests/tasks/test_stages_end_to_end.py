@@ -125,3 +125,16 @@ def test_resumed_questions_keep_the_seed_of_their_position(prepared_params):
     run_eval(params, resumed)
     seeds = first_call_seeds(resumed)
     assert len(seeds) == 5 and seeds == {q: uninterrupted[q] for q in seeds}
+
+
+def test_an_evaluation_extended_to_more_questions_runs_only_the_new_ones(prepared_params):
+    """20 -> 50 questions must not rerun the first 20: they are the same questions with the same seeds."""
+    params = prepared_params("data.n_train=4", "data.n_dev=2", "data.n_test=8", "evaluation.n_questions=3",
+                             "evaluation.llm_judge=false", "llm.middleware.cache=false")
+    first = oracle_policy(params)
+    run_eval(params, first)
+    extended = params.model_copy(update={"evaluation": params.evaluation.model_copy(update={"n_questions": 8})})
+    more = oracle_policy(extended)
+    m = run_eval(extended, more).metrics
+    assert m["n"] == 8 and m["em"] == 1.0
+    assert set(first_call_seeds(more)).isdisjoint(first_call_seeds(first)) and len(first_call_seeds(more)) == 5
