@@ -32,11 +32,11 @@ from pathlib import Path
 from components.agents.react import build_agent
 from components.io import read_jsonl
 from components.params_cli import params_from_args, stage_argparser
+from components.policy_run import dev_evaluation, make_engine
 from components.retrieval.run_index import load_toolbox
 from components.run_files import out_path
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
-from components.policy_run import dev_evaluation, make_engine
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
 
 RESULTS = Path(__file__).parent / "results" / "eval_determinism.json"

@@ -12,7 +12,9 @@ Each run writes its JSON under ``perf/results/suite/`` (the ``--out`` every scri
 hand-written part of ``docs/performance.md`` cites (``perf/results/<name>.json``) are not overwritten. A benchmark
 skipped under ``--quick`` is listed with its reason, and with the figures of its earlier file where there is one,
 marked as recorded earlier with the commit that recorded it. The 1-, 5- and 15-minute load averages and the CPU
-count are taken before and after every benchmark, since other work shares this machine.
+count are taken before and after every benchmark, since other work shares this machine. The JSON and the page's
+section are rewritten after every benchmark (those not reached yet listed as such), so a suite stopped part-way
+keeps what it measured.
 
     python -m perf --quick                  # what needs no real model and little time
     python -m perf --only retrieval judge_client
@@ -290,10 +292,14 @@ def select(registry: Sequence[Benchmark], only: Sequence[str] | None) -> list[Be
 
 
 def run_suite(registry: Sequence[Benchmark], *, quick: bool, only: Sequence[str] | None = None,
-              run_dir: Path = RUN_DIR, echo: Callable[[str], None] = print) -> dict:
-    """Run (or skip) each selected benchmark and gather its rows; the suite's JSON as a dict."""
+              run_dir: Path = RUN_DIR, echo: Callable[[str], None] = print,
+              on_entry: Callable[[dict], None] | None = None) -> dict:
+    """Run (or skip) each selected benchmark and gather its rows; the suite's JSON as a dict. ``on_entry`` gets
+    the suite so far after each benchmark, the ones not reached yet listed as skipped with their earlier
+    figures, so a suite stopped part-way keeps what it measured."""
+    selected = select(registry, only)
     entries = []
-    for bench in select(registry, only):
+    for i, bench in enumerate(selected):
         entry = {"name": bench.name, "script": bench.script, "targets": bench.targets,
                  "needs_models": bench.needs_models, "minutes": bench.minutes}
         if not bench.path().exists():
@@ -308,6 +314,18 @@ def run_suite(registry: Sequence[Benchmark], *, quick: bool, only: Sequence[str]
             entry |= run_one(bench, run_dir / f"{bench.name}.json", timeout_s=max(600.0, bench.minutes * 180),
                              echo=echo, quick=quick)
         entries.append(entry)
+        if on_entry is not None and i + 1 < len(selected):
+            on_entry(_suite(entries + [_not_reached(b) for b in selected[i + 1:]], quick, only))
+    return _suite(entries, quick, only)
+
+
+def _not_reached(bench: Benchmark) -> dict:
+    return {"name": bench.name, "script": bench.script, "targets": bench.targets, "needs_models": bench.needs_models,
+            "minutes": bench.minutes, "status": "skipped", "rows": [], **recorded_rows(bench),
+            "reason": "not reached yet: the suite was still running (or was stopped) when this was written"}
+
+
+def _suite(entries: list[dict], quick: bool, only: Sequence[str] | None) -> dict:
     return {"date": dt.date.today().isoformat(), "commit": git_short(REPO, "rev-parse", "--short", "HEAD"),
             "command": "python -m perf" + (" --quick" if quick else "") + (f" --only {' '.join(only)}" if only else ""),
             "quick": quick, "cpu_count": os.cpu_count(), "benchmarks": entries}
@@ -412,10 +430,16 @@ def markdown_section(suite: dict) -> str:
 def write_doc(doc: Path, section: str) -> None:
     """Replace the text between the suite's markers in ``doc``; the rest of the file stays as it is."""
     text = doc.read_text()
+    begin, end = section_bounds(text, doc)
+    doc.write_text(text[: begin + len(BEGIN)] + "\n" + section + text[end:])
+
+
+def section_bounds(text: str, doc: Path) -> tuple[int, int]:
+    """Where the generated section's markers stand in ``doc``'s ``text``; SuiteError if they do not."""
     begin, end = text.find(BEGIN), text.find(END)
     if begin < 0 or end < 0 or end < begin:
         raise SuiteError(f"{doc}: the generated section needs the lines {BEGIN!r} and then {END!r}")
-    doc.write_text(text[: begin + len(BEGIN)] + "\n" + section + text[end:])
+    return begin, end
 
 
 def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGISTRY) -> int:
@@ -427,21 +451,25 @@ def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGI
     parser.add_argument("--doc", type=Path, default=DOC, help="the page whose generated section is rewritten")
     parser.add_argument("--no-doc", action="store_true", help="leave the page as it is")
     args = parser.parse_args(argv)
+    def save(suite: dict) -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(suite, indent=2) + "\n")
+        if not args.no_doc:
+            write_doc(args.doc, markdown_section(suite))
+
+    if not args.no_doc:
+        try:
+            section_bounds(args.doc.read_text(), args.doc)  # a page without its markers fails before the hour
+        except (SuiteError, OSError) as exc:
+            parser.error(str(exc))
     try:
-        suite = run_suite(registry, quick=args.quick, only=args.only, run_dir=args.out.parent / "suite")
+        suite = run_suite(registry, quick=args.quick, only=args.only, run_dir=args.out.parent / "suite",
+                          on_entry=save)
     except SuiteError as exc:
         parser.error(str(exc))
     print()
     print(text_table(suite))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(suite, indent=2) + "\n")
-    print(f"wrote {rel(args.out)}")
-    if not args.no_doc:
-        try:
-            write_doc(args.doc, markdown_section(suite))
-        except (SuiteError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(f"rewrote the generated section of {rel(args.doc)}")
+    save(suite)
+    print(f"wrote {rel(args.out)}" + ("" if args.no_doc else f" and the generated section of {rel(args.doc)}"))
     return 1 if any(e["status"] == "failed" for e in suite["benchmarks"]) else 0
 

@@ -109,6 +109,25 @@ def test_quick_arguments_and_missing_requirements(registry, tmp_path):
     assert full["command"].endswith("rows.py --scale 0.5") and full["rows"][0]["met"] is False
 
 
+def test_a_suite_stopped_part_way_has_written_what_it_measured(registry, tmp_path):
+    """After each benchmark the suite so far reaches ``on_entry`` (main writes it to the JSON and the page), the
+    rest listed as not reached; stopping after the first one keeps its rows."""
+    seen = []
+
+    def stop_after_first(partial: dict) -> None:
+        seen.append(partial)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        suite.run_suite(registry[:3], quick=True, run_dir=tmp_path, echo=lambda _: None, on_entry=stop_after_first)
+    [partial] = seen
+    result = by_name(partial)
+    assert result["rows"]["status"] == "ran" and result["rows"]["rows"][0]["measure"] == "speed"
+    assert [result[n]["status"] for n in ("old", "crash")] == ["skipped", "skipped"]
+    assert result["old"]["reason"].startswith("not reached yet")
+    assert "not reached yet" in suite.markdown_section(partial) and "| rows | speed |" in suite.markdown_section(partial)
+
+
 def test_a_timed_out_benchmark_is_killed_and_recorded(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text("import time; time.sleep(30)\n")
