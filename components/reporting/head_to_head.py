@@ -545,14 +545,15 @@ def figure(table: pd.DataFrame) -> Figure:
             err = np.nan_to_num(np.vstack([em - low, high - em]), nan=0.0)
             ax_em.errorbar(em, y[mine.to_numpy()], xerr=err, fmt="o", color=colour, capsize=3,
                            label="inference-time methods" if kind == "inference" else "trained policies")
-        for base in {BASELINES.get(k) for k in colours}:
-            hit = rows.index[rows["method"] == base]
-            if len(hit) and not pd.isna(rows.loc[hit[0], "em"]):
-                ax_em.axvline(rows.loc[hit[0], "em"], color="grey", linestyle=":", linewidth=1)
+        bases = [b for b in dict.fromkeys(BASELINES.get(k) for k in colours)
+                 if (rows["method"] == b).any() and not pd.isna(rows.loc[rows["method"] == b, "em"].iloc[0])]
+        for i, base in enumerate(bases):
+            ax_em.axvline(rows.loc[rows["method"] == base, "em"].iloc[0], color="grey", linestyle=":", linewidth=1,
+                          label=f"baseline EM ({', '.join(bases)})" if i == 0 else None)
         ax_em.set_yticks(y, [f"{m} ({int(s)})" for m, s in zip(rows["method"], rows["seeds"])])
         ax_em.set(xlabel="exact match (95% interval over questions)", xlim=(0, 1),
                   title=f"{scope}: EM per method (seeds in brackets)")
-        ax_em.legend(fontsize="small", loc="lower right")
+        ax_em.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a bar
         dollars = "cost.usd" in rows and bool((rows["cost.usd"].fillna(0) > 0).any())
         cost_column = "cost.usd" if dollars else "cost.tokens"
         for kind, colour in colours.items():
@@ -568,6 +569,9 @@ def figure(table: pd.DataFrame) -> Figure:
                 ax_cost.annotate(label, (x, e), fontsize=7, xytext=(4, dy), textcoords="offset points")
         ax_cost.set(xlabel="USD per question" if dollars else "model tokens per question", ylabel="exact match",
                     ylim=(0, 1), title=f"{scope}: EM against cost")
+        costs = rows[cost_column].dropna() if cost_column in rows else pd.Series(dtype=float)
+        if len(costs):  # from 0, so that horizontal distance reads as a cost ratio; room on the right for labels
+            ax_cost.set_xlim(0, float(costs.max()) * 1.3 or 1.0)
     return fig
 
 

@@ -300,3 +300,17 @@ def test_the_cost_table_of_a_scope_has_only_the_roles_its_methods_called(out, tm
     main, second = (scope_markdown(rows) for _, rows in table.groupby("scope", sort=False))
     assert "| verifier |" in main.split("per role", 1)[1].splitlines()[2]
     assert "verifier" not in second
+
+
+def test_the_plot_names_its_baselines_and_starts_the_cost_axis_at_zero(out):
+    """The dotted lines are the baselines the paired columns use, said in the legend; the cost axis starts at 0, so
+    horizontal distance reads as a cost ratio (a lone point once sat on an axis from 1575 to 1725 tokens)."""
+    from components.reporting.head_to_head import figure
+
+    table = head_to_head([collect_scope(out, "sweep", MAIN_SEED, VARIANTS)], order=["sft", "coreact", "grpo", "arbor"])
+    ax_em, ax_cost = figure(table).axes
+    legend = [t.get_text() for t in ax_em.get_legend().get_texts()]
+    assert "baseline EM (sft, grpo)" in legend and "trained policies" in legend
+    dotted = sorted(line.get_xdata()[0] for line in ax_em.get_lines() if line.get_linestyle() == ":")
+    assert dotted == pytest.approx(sorted([averaged("sft").mean(), averaged("grpo").mean()]))
+    assert ax_cost.get_xlim()[0] == 0 and ax_cost.get_xlim()[1] > table["cost.tokens"].max()
