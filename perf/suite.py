@@ -451,6 +451,7 @@ def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGI
     parser.add_argument("--doc", type=Path, default=DOC, help="the page whose generated section is rewritten")
     parser.add_argument("--no-doc", action="store_true", help="leave the page as it is")
     args = parser.parse_args(argv)
+
     def save(suite: dict) -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(suite, indent=2) + "\n")
@@ -469,7 +470,11 @@ def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGI
         parser.error(str(exc))
     print()
     print(text_table(suite))
-    save(suite)
+    try:
+        save(suite)
+    except (SuiteError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {rel(args.out)}" + ("" if args.no_doc else f" and the generated section of {rel(args.doc)}"))
     return 1 if any(e["status"] == "failed" for e in suite["benchmarks"]) else 0
 
