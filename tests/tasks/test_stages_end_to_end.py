@@ -6,6 +6,7 @@ samples each remaining question with the seed an uninterrupted run gives it."""
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -76,10 +77,10 @@ def test_wrong_answers_score_zero_and_judge_failures_are_not_zeros(params):
 def test_same_params_give_identical_metrics_file(params):
     run_eval(params, oracle_policy(params))
     path = f"{params.run.out_dir}/eval/react/metrics.json"
-    first = open(path).read()
+    first = Path(path).read_text()
     os.remove(f"{params.run.out_dir}/eval/react/trajectories.jsonl")  # force a full second run
     run_eval(params, oracle_policy(params))
-    assert open(path).read() == first
+    assert Path(path).read_text() == first
 
 
 class SimulatedCrash(BaseException):
