@@ -300,8 +300,7 @@ def run_suite(registry: Sequence[Benchmark], *, quick: bool, only: Sequence[str]
     selected = select(registry, only)
     entries = []
     for i, bench in enumerate(selected):
-        entry = {"name": bench.name, "script": bench.script, "targets": bench.targets,
-                 "needs_models": bench.needs_models, "minutes": bench.minutes}
+        entry = _base(bench)
         if not bench.path().exists():
             entry |= {"status": "skipped", "reason": f"{bench.script} is not in this tree", "rows": []}
         elif missing := [m for m in bench.requires if importlib.util.find_spec(m) is None]:
@@ -319,9 +318,13 @@ def run_suite(registry: Sequence[Benchmark], *, quick: bool, only: Sequence[str]
     return _suite(entries, quick, only)
 
 
-def _not_reached(bench: Benchmark) -> dict:
+def _base(bench: Benchmark) -> dict:
     return {"name": bench.name, "script": bench.script, "targets": bench.targets, "needs_models": bench.needs_models,
-            "minutes": bench.minutes, "status": "skipped", "rows": [], **recorded_rows(bench),
+            "minutes": bench.minutes}
+
+
+def _not_reached(bench: Benchmark) -> dict:
+    return {**_base(bench), "status": "skipped", "rows": [], **recorded_rows(bench),
             "reason": "not reached yet: the suite was still running (or was stopped) when this was written"}
 
 
