@@ -18,7 +18,8 @@ keeps what it measured.
 
     python -m perf --quick                  # what needs no real model and little time
     python -m perf --only retrieval judge_client
-    python -m perf                          # everything (about 1 h on 2 cores)
+    python -m perf                          # everything but the newcomer's clock (about 1 h on 2 cores)
+    python -m perf --only newcomer          # a clean clone's setup, tests and main job, timed (about 2 h)
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Benchmark:
     args: list[str] = field(default_factory=list)
     quick_skip: str = ""
     quick_args: list[str] | None = None  # run with these under --quick instead of ``args``
+    named_only: str = ""  # why it runs only when ``--only`` names it (empty: every full run includes it)
     requires: tuple[str, ...] = ()  # modules that must be importable, else it is skipped
     needs_models: bool = False
     minutes: float = 1.0
@@ -200,6 +202,10 @@ REGISTRY: list[Benchmark] = [
     Benchmark("eval_determinism", "perf/eval_determinism.py", quick_skip="needs a warm start (sft_scaffold) and the "
               "real models; about 35 min", needs_models=True, minutes=35, extract=determinism_rows,
               recorded="perf/results/eval_determinism.json"),
+    Benchmark("newcomer", "perf/bench_newcomer.py", quick_skip="a clean clone's setup, tests and main job: about 2 h",
+              named_only="a clean clone's setup, tests and main job, about 2 h on 2 cores", needs_models=True,
+              minutes=150, targets="setup from a cold build <= 12 min; the main job <= 60 min",
+              recorded="perf/results/newcomer.json"),
 ]
 
 
@@ -308,6 +314,9 @@ def run_suite(registry: Sequence[Benchmark], *, quick: bool, only: Sequence[str]
                       **recorded_rows(bench)}
         elif quick and bench.quick_skip:
             entry |= {"status": "skipped", "reason": f"--quick: {bench.quick_skip}", "rows": [], **recorded_rows(bench)}
+        elif bench.named_only and bench.name not in (only or ()):
+            entry |= {"status": "skipped", "reason": f"runs only as --only {bench.name}: {bench.named_only}",
+                      "rows": [], **recorded_rows(bench)}
         else:
             echo(f"== {bench.name}: {bench.shown_command(quick)}")
             entry |= run_one(bench, run_dir / f"{bench.name}.json", timeout_s=max(600.0, bench.minutes * 180),

@@ -96,6 +96,18 @@ def test_without_quick_the_long_benchmark_runs_and_only_selects(registry, tmp_pa
         suite.run_suite(registry, quick=False, only=["nope"], run_dir=tmp_path)
 
 
+def test_a_named_only_benchmark_runs_only_when_only_names_it(registry, tmp_path):
+    """The newcomer's clock (two hours) is not part of a full run; ``--only newcomer`` runs it."""
+    long = registry[4]
+    long.named_only = "two hours"
+    everything = by_name(suite.run_suite(registry[:1] + [long], quick=False, run_dir=tmp_path, echo=lambda _: None))
+    assert everything["rows"]["status"] == "ran"
+    assert everything["long"]["status"] == "skipped" and everything["long"]["reason"] == "runs only as --only long: two hours"
+    named = suite.run_suite([long], quick=False, only=["long"], run_dir=tmp_path, echo=lambda _: None)
+    assert named["benchmarks"][0]["status"] == "ran"
+    assert next(b for b in suite.REGISTRY if b.name == "newcomer").named_only
+
+
 def test_quick_arguments_and_missing_requirements(registry, tmp_path):
     rows = registry[0]
     rows.quick_args = ["--scale", "1.0"]
