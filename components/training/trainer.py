@@ -39,6 +39,7 @@ episode from the reward, and the default advantages normalise each column within
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -490,7 +491,10 @@ class GRPOTrainer:
                     metrics.update(self.update(batch, token_adv, row_episode=row_episode, ctx=ctx))
                     metrics["advantage/abs_mean"] = float(token_adv.abs().sum() / batch.loss_mask.sum())
                     updated = True
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # the schedule counts trainer steps, so a step without an update (every group flat) advances it too
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            self.scheduler.step()
         if updated:
             self.engine.update_weights(self.policy, ctx.step)
         memory.release()

@@ -299,7 +299,7 @@ def test_loss_fn_reads_hidden_states_and_its_module_resumes(tmp_path):
             mask = inputs.batch.loss_mask.to(pred.dtype)
             target = torch.ones_like(pred)
             term = (((pred - target) ** 2) * mask).sum() / max(inputs.num_tokens, 1.0)
-            return 0.5 * term, {"score_mse": float(term)}
+            return 0.5 * term, {"score_mse": float(term.detach())}
 
         trainer = make_trainer(GRPOParams(group_size=4, prompts_per_step=1, lr=1e-2, kl_coef=0.0,
                                           checkpoint_every=2, keep_last=1),
