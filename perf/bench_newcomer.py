@@ -5,7 +5,8 @@ this machine. The README's three commands, each timed whole with its peak memory
   weights), then again on the set-up clone (warm: nothing left to build);
 - tests: ``.venv/bin/python -m pytest -q`` (the summary line is kept);
 - main: ``.venv/bin/python -m flows.pipeline``, with the time of each of its stages, read from the stage runs the
-  flow records in the clone's MLflow store (``mlflow.db``: one child run per stage under the ``pipeline`` run).
+  flow records in the clone's MLflow store (``mlflow.db``: one child run per stage under the ``pipeline`` run; a
+  stage's time runs from the end of the stage before it to its own end).
 
 Targets: setup from a cold build at most 12 minutes; the main job at most 60 minutes. pip's wheel cache is not
 the clone's: whether it held anything when the run began is recorded beside the times.
@@ -68,20 +69,28 @@ def pytest_summary(log: str) -> str:
 
 
 def stage_times(db: Path) -> list[dict]:
-    """The stages of the newest ``pipeline`` run in an MLflow sqlite store, in the order they started: name,
-    seconds from the pipeline's start, wall seconds, status. Read with sqlite3 (the store's own tables), so
-    reading a clone's store neither migrates nor locks it."""
+    """The stages of the newest ``pipeline`` run in an MLflow sqlite store, in the order they ended: name, minutes
+    from the pipeline's start to its end, and its wall seconds. The flow runs its stages one after another, and a
+    stage opens its MLflow run when it has something to log (evaluate only once its episodes are done), so a stage's
+    time is from the end of the one before it (the pipeline's start for the first) to its own end. Read with sqlite3
+    (the store's own tables), so reading a clone's store neither migrates nor locks it."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
         parent = con.execute("SELECT run_uuid, start_time FROM runs WHERE name = 'pipeline' "
                              "ORDER BY start_time DESC LIMIT 1").fetchone()
         if parent is None:
             return []
         rows = con.execute(
-            "SELECT r.name, r.start_time, r.end_time, r.status FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-            "WHERE t.key = 'mlflow.parentRunId' AND t.value = ? ORDER BY r.start_time", (parent[0],)).fetchall()
-    return [{"stage": name, "start_s": round((start - parent[1]) / 1000, 1),
-             "wall_s": None if end is None else round((end - start) / 1000, 1), "status": status}
-            for name, start, end, status in rows]
+            "SELECT r.name, r.end_time, r.status FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+            "WHERE t.key = 'mlflow.parentRunId' AND t.value = ? ORDER BY r.end_time", (parent[0],)).fetchall()
+    stages, previous = [], parent[1]
+    for name, end, status in rows:
+        if end is None:  # still running, or killed
+            stages.append({"stage": name, "end_s": None, "wall_s": None, "status": status})
+            continue
+        stages.append({"stage": name, "end_s": round((end - parent[1]) / 1000, 1),
+                       "wall_s": round((end - previous) / 1000, 1), "status": status})
+        previous = end
+    return stages
 
 
 def pip_cache_state() -> str:
@@ -161,8 +170,8 @@ def table(result: dict) -> str:
         lines.append(f"{p['phase']:<11} {p['rc']:>3} {wall:>9} {rss:>9}  {p['load_before']} -> {p['load_after']:<5} "
                      f"{p.get('summary', '')}")
     if result["stages"]:
-        lines += ["", f"{'main job stage':<20} {'starts at':>10} {'wall':>10}  status"]
-        lines += [f"{s['stage']:<20} {s['start_s'] / 60:>6.1f} min {(s['wall_s'] or 0) / 60:>6.1f} min  {s['status']}"
+        lines += ["", f"{'main job stage':<20} {'wall':>10} {'ends at':>10}  status"]
+        lines += [f"{s['stage']:<20} {(s['wall_s'] or 0) / 60:>6.1f} min {(s['end_s'] or 0) / 60:>6.1f} min  {s['status']}"
                   for s in result["stages"]]
     lines += [""] + [f"{r['measure']}: {r['value']} {r['unit']} (target {r['target']}: {'met' if r['met'] else 'NO'})"
                      for r in result["rows"]]
