@@ -37,6 +37,7 @@ from components.params import Params
 from components.run_files import keyed_folder, settings_digest, write_trajectories
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
+from components.training.checkpoint import save_adapter
 from components.training.policy_run_key import check_branch, lineage_record, run_settings
 from components.training.process_memory import release
 from components.training.rollout import HFRolloutEngine, SamplingParams
@@ -237,7 +238,7 @@ class PolicyRun:
             measure_dev_before(self.rollout_fn, self.engine, dev, config.max_new_tokens, folder, invariant, shared)
         history = trainer.train(params.grpo.steps, progress=f"train_policy@{self.variant}")
         trainer.save()
-        self.policy.model.save_pretrained(str(folder / "adapter"))
+        save_adapter(self.policy.model, folder / "adapter")
         last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
         if dev:
             after = dev_evaluation(self.rollout_fn, self.engine, dev, config.max_new_tokens,

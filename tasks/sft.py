@@ -36,6 +36,7 @@ from components.params_cli import params_from_args, stage_argparser
 from components.run_files import SFT_METHOD, keyed_folder, warm_start_folder
 from components.schemas import Trajectory
 from components.training.agent_rollout import chat_template_renderer
+from components.training.checkpoint import save_adapter
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
@@ -111,7 +112,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
         trainer.resume()
         history = trainer.train(progress=f"sft ({method})")
         trainer.save()
-        policy.model.save_pretrained(str(folder / "adapter"))
+        save_adapter(policy.model, folder / "adapter")
         curve = pd.DataFrame(history)[["step", "loss", "tokens", "lr"]]
         curve.to_csv(folder / "loss.csv", index=False)
         first, last = curve["loss"].iloc[: max(1, len(curve) // 10)].mean(), curve["loss"].iloc[-max(1, len(curve) // 10):].mean()

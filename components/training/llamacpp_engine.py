@@ -48,6 +48,7 @@ import httpx
 
 from components.embedded.lora_gguf import peft_to_gguf
 from components.embedded.native_server import NativeLlamaServer
+from components.training.checkpoint import save_adapter
 from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop, encode_prompt
 
 __all__ = ["LlamaCppRolloutEngine", "engine_for_policy"]
@@ -108,7 +109,7 @@ class LlamaCppRolloutEngine:
             raise NotImplementedError("LlamaCppRolloutEngine swaps LoRA adapters; full fine-tuning needs a GGUF export")
         t0 = time.perf_counter()
         path = self.adapter_dir / f"step_{step:06d}"
-        policy.model.save_pretrained(str(path))
+        save_adapter(policy.model, path)
         t1 = time.perf_counter()
         gguf = peft_to_gguf(path, path / "adapter.gguf")
         t2 = time.perf_counter()

@@ -33,6 +33,8 @@ class AdapterSlot:
     def publish(self, model: Any, root: str | Path, step: int) -> Path:
         """Save a peft model's adapter under ``root/step_N`` and serve it."""
         path = Path(root) / f"step_{step:06d}"
-        model.save_pretrained(str(path))
+        from components.training.checkpoint import save_adapter  # torch: only when a trained adapter is published
+
+        save_adapter(model, path)
         self.set(path)
         return path

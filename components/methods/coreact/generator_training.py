@@ -46,6 +46,7 @@ from components.policy_run import make_engine
 from components.run_files import SFT_METHOD, out_path, warm_start_folder
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.agent_rollout import chat_template_renderer
+from components.training.checkpoint import save_adapter
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.rollout import RolloutEngine
 from components.training.sft import build_sft_example
@@ -110,7 +111,7 @@ def oracle_warm_start(params: Params, policy, points: list[BranchingPoint], inpu
                "optimizer_steps": float(len(losses)), "loss_first_tenth": round(sum(losses[:tenth]) / tenth, 6),
                "loss_last_tenth": round(sum(losses[-tenth:]) / tenth, 6)}
     write_json(folder / "metrics.json", metrics)
-    policy.model.save_pretrained(str(adapter))  # last: its presence means the warm start is done
+    save_adapter(policy.model, adapter)  # last: its presence means the warm start is done
     return adapter, metrics
 
 
@@ -118,13 +119,13 @@ def save_served_adapter(policy, warm_adapter: Path | None, out: Path) -> None:
     """The adapter that serves the trained generator: GRPO's LoRA alone, or, after a warm start, the warm start's
     adapter and GRPO's concatenated into one (rank r1 + r2; its delta is exactly the sum of theirs)."""
     if warm_adapter is None:
-        policy.model.save_pretrained(str(out))
+        save_adapter(policy.model, out)
         return
     model = policy.model
     model.load_adapter(str(warm_adapter), adapter_name="warm_start")
     model.add_weighted_adapter(["warm_start", "default"], [1.0, 1.0], "served", combination_type="cat")
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        model.save_pretrained(tmp, selected_adapters=["served"])
+        save_adapter(model, tmp, selected_adapters=["served"])
         if out.exists():
             shutil.rmtree(out)
         shutil.move(str(Path(tmp) / "served"), str(out))
@@ -142,7 +143,7 @@ def untrained_result(policy, points: list[BranchingPoint], dropped: dict[str, in
     logger.warning("train_rubric_generator@%s: %s; the untrained generator is written as its adapter", reward, reason)
     (folder / "ckpt").mkdir(parents=True, exist_ok=True)
     write_json(folder / "warm_start" / "metrics.json", {"kind": "none", "skipped": reason})
-    policy.model.save_pretrained(str(folder / "adapter"))
+    save_adapter(policy.model, folder / "adapter")
     pd.DataFrame(columns=["step"]).to_csv(folder / "metrics.csv", index=False)
     write_json(folder / "heldout_before.json", {"summary": {}, "rubrics": [], "skipped": reason})
     write_json(folder / "heldout.json", {"before": {}, "warm_start": None, "after": {}, "skipped": reason})
@@ -215,7 +216,7 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     history = trainer.train(config.steps, progress="train_rubric_generator (GRPO)")
     trainer.save()
     if warm_adapter is not None:
-        policy.model.save_pretrained(str(folder / "warm_start" / "grpo_adapter"))
+        save_adapter(policy.model, folder / "warm_start" / "grpo_adapter")
     save_served_adapter(policy, warm_adapter, folder / "adapter")
     after, rubrics_after = held_out_spearman(engine, held_items, scorer, s.max_tokens, **sampling)
     pairs = [("change", rubrics_before, rubrics_after)]
