@@ -30,6 +30,7 @@ from typing import Any, Self
 import pandas as pd
 
 from components.agents.react import build_agent
+from components.embedded.lora_gguf import save_adapter
 from components.evaluation.gaming import gaming_check
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import read_json, write_json, write_jsonl
@@ -37,7 +38,6 @@ from components.params import Params
 from components.run_files import keyed_folder, settings_digest, write_trajectories
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
-from components.training.checkpoint import save_adapter
 from components.training.policy_run_key import check_branch, lineage_record, run_settings
 from components.training.process_memory import release
 from components.training.rollout import HFRolloutEngine, SamplingParams

@@ -23,6 +23,7 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.agents.react import agent_class
+from components.embedded.lora_gguf import save_adapter
 from components.embedded.models import sha256_file
 from components.io import read_jsonl, write_json
 from components.method_registry import agent_method, method_section
@@ -36,7 +37,6 @@ from components.params_cli import params_from_args, stage_argparser
 from components.run_files import SFT_METHOD, keyed_folder, warm_start_folder
 from components.schemas import Trajectory
 from components.training.agent_rollout import chat_template_renderer
-from components.training.checkpoint import save_adapter
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer

@@ -11,6 +11,9 @@ The output equals what llama.cpp's own ``convert_lora_to_gguf.py`` (vendored in 
 with ``--outtype f32`` (tests/embedded/test_lora_gguf.py checks it); this module is used instead because
 it needs neither that source tree nor the base model's config, and converts in ~0.05 s, not ~5 s.
 
+An adapter folder's identity lives here too: :func:`save_adapter` writes a peft adapter so that the same weights
+give the same bytes, and :func:`adapter_digest` hashes those bytes (evaluation run keys, merged-model caches).
+
     python -m components.embedded.lora_gguf ADAPTER_DIR [OUT.gguf]
 """
 
@@ -19,16 +22,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from components.io import atomic_target, build_once
 
 __all__ = ["LoraConversionError", "adapter_digest", "ensure_lora_gguf", "peft_to_gguf", "random_lora_gguf",
-           "read_lora_gguf"]
+           "read_lora_gguf", "save_adapter"]
 
 # transformers module name -> llama.cpp tensor name (Qwen2 / Llama layout)
 TENSOR_NAMES = {
@@ -129,6 +134,25 @@ def read_lora_gguf(path: str | Path) -> tuple[dict[str, object], dict[str, np.nd
             meta[name] = field.contents()
     tensors = {t.name: np.array(t.data).reshape([int(n) for n in reversed(t.shape)]) for t in reader.tensors}
     return meta, tensors
+
+
+def save_adapter(model: Any, folder: str | Path, **kwargs: Any) -> Path:
+    """A peft model's ``save_pretrained(folder)`` with every ``adapter_config.json`` it writes made canonical.
+
+    peft holds ``target_modules`` as a set and writes it in the order of the process's string hashing, so two runs
+    that trained the very same weights wrote different configs, hence different adapter digests (evaluation run
+    keys, merged-model caches) and DVC hashes. The list is written sorted, the keys as peft sorts them. ``kwargs``
+    go to ``save_pretrained`` (``selected_adapters=[...]``)."""
+    folder = Path(folder)
+    model.save_pretrained(str(folder), safe_serialization=True, **kwargs)
+    for config in sorted(folder.rglob("adapter_config.json")):
+        data = json.loads(config.read_text())
+        if isinstance(data.get("target_modules"), list):
+            data["target_modules"] = sorted(data["target_modules"])
+        tmp = config.with_name(f".{config.name}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        os.replace(tmp, config)
+    return folder
 
 
 def adapter_digest(adapter: str | Path, *, arch: str = "qwen2") -> str | None:

@@ -44,12 +44,13 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
+from components.embedded.lora_gguf import save_adapter
+
 __all__ = [
     "LoadedCheckpoint",
     "latest_checkpoint",
     "load_checkpoint",
     "rng_state",
-    "save_adapter",
     "save_checkpoint",
     "seed_rngs",
     "set_rng_state",
@@ -132,25 +133,6 @@ def set_rng_state(py: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) ->
     cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("torch_cuda_"))]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
-
-
-def save_adapter(model: nn.Module, folder: str | Path, **kwargs: Any) -> Path:
-    """A peft model's ``save_pretrained(folder)`` with every ``adapter_config.json`` it writes made canonical.
-
-    peft holds ``target_modules`` as a set and writes it in the order of the process's string hashing, so two runs
-    that trained the very same weights wrote different configs, hence different adapter digests (evaluation run
-    keys, merged-model caches) and DVC hashes. The list is written sorted, the keys as peft sorts them. ``kwargs``
-    go to ``save_pretrained`` (``selected_adapters=[...]``)."""
-    folder = Path(folder)
-    model.save_pretrained(str(folder), safe_serialization=True, **kwargs)
-    for config in sorted(folder.rglob("adapter_config.json")):
-        data = json.loads(config.read_text())
-        if isinstance(data.get("target_modules"), list):
-            data["target_modules"] = sorted(data["target_modules"])
-        tmp = config.with_name(f".{config.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        os.replace(tmp, config)
-    return folder
 
 
 def _save_weights(model: nn.Module, folder: Path) -> None:

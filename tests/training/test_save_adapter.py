@@ -15,7 +15,7 @@ import pytest
 
 SAVE = """
 import sys, torch
-from components.training.checkpoint import save_adapter
+from components.embedded.lora_gguf import save_adapter
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 torch.manual_seed(0)

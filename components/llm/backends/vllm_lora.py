@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from components.embedded.lora_gguf import save_adapter
+
 __all__ = ["AdapterSlot"]
 
 
@@ -33,8 +35,6 @@ class AdapterSlot:
     def publish(self, model: Any, root: str | Path, step: int) -> Path:
         """Save a peft model's adapter under ``root/step_N`` and serve it."""
         path = Path(root) / f"step_{step:06d}"
-        from components.training.checkpoint import save_adapter  # torch: only when a trained adapter is published
-
         save_adapter(model, path)
         self.set(path)
         return path

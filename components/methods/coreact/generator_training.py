@@ -28,6 +28,7 @@ from typing import Any, Literal, Self
 import pandas as pd
 from pydantic import BaseModel
 
+from components.embedded.lora_gguf import save_adapter
 from components.io import read_json, read_jsonl, write_json
 from components.llm.base import ChatModel
 from components.methods.coreact.generator_reward import RubricReward
@@ -46,7 +47,6 @@ from components.policy_run import make_engine
 from components.run_files import SFT_METHOD, out_path, warm_start_folder
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.agent_rollout import chat_template_renderer
-from components.training.checkpoint import save_adapter
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.rollout import RolloutEngine
 from components.training.sft import build_sft_example
