@@ -28,7 +28,7 @@ def fake_vllm(monkeypatch):
 
 
 class Saver:
-    def save_pretrained(self, path):
+    def save_pretrained(self, path, **kwargs):  # as peft's: safe_serialization=..., selected_adapters=...
         from pathlib import Path
 
         Path(path).mkdir(parents=True)
