@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from components.io import JsonlAppender, iter_json_objects, read_json, write_json
+
 REPO = Path(__file__).resolve().parents[1]
 SETUP = "bash scripts/setup.sh"
 TESTS = ".venv/bin/python -m pytest -q"
@@ -100,7 +102,7 @@ def pip_cache_state() -> str:
     return "warm" if folder.is_dir() and any(folder.iterdir()) else "cold"
 
 
-def clone(work: Path) -> Path:
+def clone(work: Path) -> str:
     """A fresh clone of HEAD at ``<work>/main`` and a copy of ``../shared`` beside it; the clone's commit."""
     if work.exists():
         shutil.rmtree(work)
@@ -109,7 +111,8 @@ def clone(work: Path) -> Path:
     shared = REPO.parent / "shared"
     if shared.is_dir():
         shutil.copytree(shared, work / "shared")
-    return work / "main"
+    return subprocess.run(["git", "-C", str(work / "main"), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
 
 
 def run_phase(work: Path, phase: str) -> dict:
@@ -122,8 +125,8 @@ def run_phase(work: Path, phase: str) -> dict:
     record = {"phase": phase, "command": PHASES[phase], "rc": rc, "start": started.isoformat(timespec="seconds"),
               "end": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
-    with open(work / "phases.jsonl", "a") as f:
-        f.write(json.dumps(record) + "\n")
+    with JsonlAppender(work / "phases.jsonl") as phases:
+        phases.append(record)
     return record
 
 
@@ -131,10 +134,8 @@ def report(work: Path) -> dict:
     """The result from ``<work>``'s files: each phase's last run, the main job's stages and the judged rows."""
     records: dict[str, dict] = {}
     if (work / "phases.jsonl").exists():
-        for line in (work / "phases.jsonl").read_text().splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                records[rec["phase"]] = rec
+        for _, rec in iter_json_objects(work / "phases.jsonl"):
+            records[rec["phase"]] = rec
     phases = []
     for phase, record in records.items():
         timing = work / f"{phase}.time"
@@ -155,11 +156,8 @@ def report(work: Path) -> dict:
                      "figures": f"peak RSS {entry.get('peak_rss_mib', 0) / 1024:.1f} GB, load {entry['load_before']} "
                                 f"-> {entry['load_after']}",
                      "target": f"<= {target // 60} min", "met": ok and entry["wall_s"] <= target})
-    commit = subprocess.run(["git", "-C", str(work / "main"), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
-    meta = json.loads((work / "run.json").read_text()) if (work / "run.json").exists() else {}
-    return {**meta, "commit": commit or meta.get("commit"), "cpu_count": os.cpu_count(), "rows": rows,
-            "phases": phases, "stages": stages}
+    meta = read_json(work / "run.json") if (work / "run.json").exists() else {}
+    return {**meta, "cpu_count": os.cpu_count(), "rows": rows, "phases": phases, "stages": stages}
 
 
 def table(result: dict) -> str:
@@ -187,11 +185,11 @@ def main() -> None:
     args = parser.parse_args()
     if not args.report_only:
         cache = pip_cache_state()
-        clone(args.work)
+        commit = clone(args.work)
         started = time.time()
-        (args.work / "run.json").write_text(json.dumps({
-            "date": dt.date.today().isoformat(), "pip_wheel_cache_at_start": cache,
-            "command": "python perf/bench_newcomer.py --phases " + " ".join(args.phases)}))
+        write_json(args.work / "run.json", {
+            "date": dt.date.today().isoformat(), "commit": commit, "pip_wheel_cache_at_start": cache,
+            "command": "python perf/bench_newcomer.py --phases " + " ".join(args.phases)})
         for phase in args.phases:
             print(f"== {phase}: {PHASES[phase]} (at {(time.time() - started) / 60:.1f} min)", flush=True)
             run_phase(args.work, phase)
