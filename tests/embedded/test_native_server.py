@@ -26,8 +26,8 @@ def test_missing_binary_names_the_path_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_lora_without_the_native_server_is_a_params_error(repo_root):
-    with pytest.raises(ParamsError, match="llm.backends.embedded-0_5b.*set server: native"):
-        load_params(repo_root / "params.yaml", overrides=["llm.backends.embedded-0_5b.lora=adapter.gguf"])
+    with pytest.raises(ParamsError, match="llm.backends.embedded-1_5b.*set server: native"):
+        load_params(repo_root / "params.yaml", overrides=["llm.backends.embedded-1_5b.lora=adapter.gguf"])
 
 
 @pytest.fixture(scope="module")
