@@ -11,7 +11,7 @@ this machine. The README's three commands, each timed whole with its peak memory
 Targets: setup from a cold build at most 12 minutes; the main job at most 60 minutes. pip's wheel cache is not
 the clone's: whether it held anything when the run began is recorded beside the times.
 
-Run (about 80 minutes on 2 cores; leave the machine otherwise idle if the times are to be compared)::
+Run (about 75 minutes on 2 cores; leave the machine otherwise idle if the times are to be compared)::
 
     python perf/bench_newcomer.py [--work /tmp/newcomer] [--phases setup setup_warm tests main] \\
         [--out perf/results/newcomer.json]

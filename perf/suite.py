@@ -19,7 +19,7 @@ keeps what it measured.
     python -m perf --quick                  # what needs no real model and little time
     python -m perf --only retrieval judge_client
     python -m perf                          # everything but the newcomer's clock (about 1 h on 2 cores)
-    python -m perf --only newcomer          # a clean clone's setup, tests and main job, timed (about 80 min)
+    python -m perf --only newcomer          # a clean clone's setup, tests and main job, timed (about 75 min)
 """
 
 from __future__ import annotations
@@ -202,8 +202,8 @@ REGISTRY: list[Benchmark] = [
     Benchmark("eval_determinism", "perf/eval_determinism.py", quick_skip="needs a warm start (sft_scaffold) and the "
               "real models; about 35 min", needs_models=True, minutes=35, extract=determinism_rows,
               recorded="perf/results/eval_determinism.json"),
-    Benchmark("newcomer", "perf/bench_newcomer.py", quick_skip="a clean clone's setup, tests and main job: about 80 min",
-              named_only="a clean clone's setup, tests and main job, about 80 min on 2 cores", needs_models=True,
+    Benchmark("newcomer", "perf/bench_newcomer.py", quick_skip="a clean clone's setup, tests and main job: about 75 min",
+              named_only="a clean clone's setup, tests and main job, about 75 min on 2 cores", needs_models=True,
               minutes=90, targets="setup from a cold build <= 12 min; the main job <= 60 min",
               recorded="perf/results/newcomer.json"),
 ]
