@@ -523,14 +523,19 @@ def label_offsets(labels: list[tuple[float, float, str]], near_x: float = 0.15,
     return out
 
 
+ROW_IN = 0.32
+"""Inches of plot height per method in the EM panels, so every scope's rows are spaced alike."""
+
+
 def figure(table: pd.DataFrame) -> Figure:
     """Per scope: EM with its 95% interval per method (inference-time and trained coloured apart), and EM
     against the cost per question (dollars when any method has a price, else tokens)."""
     scopes = list(dict.fromkeys(table["scope"]))
-    height = max(3.0, 0.32 * table.groupby("scope").size().max() + 1.5)
-    fig = Figure(figsize=(12, height * len(scopes)), layout="constrained")
+    sizes = table.groupby("scope", sort=False).size()
+    heights = [max(3.0, ROW_IN * sizes[scope] + 1.5) for scope in scopes]  # each scope as tall as its list of methods
+    fig = Figure(figsize=(12, sum(heights)), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = np.atleast_2d(fig.subplots(len(scopes), 2, width_ratios=[3, 2]))
+    axes = np.atleast_2d(fig.subplots(len(scopes), 2, width_ratios=[3, 2], height_ratios=heights))
     colours = {"inference": "tab:blue", "trained": "tab:orange"}
     for (ax_em, ax_cost), scope in zip(axes, scopes):
         rows = table[table["scope"] == scope].reset_index(drop=True)
@@ -551,8 +556,9 @@ def figure(table: pd.DataFrame) -> Figure:
             ax_em.axvline(rows.loc[rows["method"] == base, "em"].iloc[0], color="grey", linestyle=":", linewidth=1,
                           label=f"baseline EM ({', '.join(bases)})" if i == 0 else None)
         ax_em.set_yticks(y, [f"{m} ({int(s)})" for m, s in zip(rows["method"], rows["seeds"])])
+        units = max(len(rows) + 0.5, (max(3.0, ROW_IN * len(rows) + 1.5) - 1.5) / ROW_IN)  # a short list stays on top
         ax_em.set(xlabel="exact match (95% interval over questions)", xlim=(0, 1),
-                  title=f"{scope}: EM per method (seeds in brackets)")
+                  ylim=(len(rows) - 0.25 - units, len(rows) - 0.25), title=f"{scope}: EM per method (seeds in brackets)")
         ax_em.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a bar
         dollars = "cost.usd" in rows and bool((rows["cost.usd"].fillna(0) > 0).any())
         cost_column = "cost.usd" if dollars else "cost.tokens"

@@ -314,3 +314,24 @@ def test_the_plot_names_its_baselines_and_starts_the_cost_axis_at_zero(out):
     dotted = sorted(line.get_xdata()[0] for line in ax_em.get_lines() if line.get_linestyle() == ":")
     assert dotted == pytest.approx(sorted([averaged("sft").mean(), averaged("grpo").mean()]))
     assert ax_cost.get_xlim()[0] == 0 and ax_cost.get_xlim()[1] > table["cost.tokens"].max()
+
+
+def test_every_scope_spaces_its_methods_alike(out, tmp_path):
+    """A scope with 2 methods beside one with 4 once had the same panel height, so its 2 rows sat at the panel's top
+    and bottom edges; rows are now the same distance apart (in inches) in every scope's EM panel."""
+    from components.reporting.head_to_head import figure
+
+    other = tmp_path / "other"
+    write_evaluation(other / "eval" / "sft", [1, 0, 1, 0])
+    write_evaluation(other / "eval" / "react", [0, 0, 1, 0])
+    table = head_to_head([collect_scope(out, "sweep", MAIN_SEED, VARIANTS), collect_scope(other, None, MAIN_SEED,
+                                                                                          name="other")])
+    fig = figure(table)
+    fig.canvas.draw()
+    spacing = []
+    for ax in fig.axes[::2]:  # the EM panels
+        rows = len(ax.get_yticks())
+        y0, y1 = ax.transData.transform([(0, 0), (0, 1)])[:, 1]
+        spacing.append((abs(y1 - y0) / fig.dpi, rows))
+    assert spacing[0][1] > spacing[1][1] == 2
+    assert spacing[0][0] == pytest.approx(spacing[1][0], rel=0.1)
