@@ -525,6 +525,13 @@ def label_offsets(labels: list[tuple[float, float, str]], near_x: float = 0.15,
 
 ROW_IN = 0.32
 """Inches of plot height per method in the EM panels, so every scope's rows are spaced alike."""
+FRAME_IN = 1.5
+"""Inches of a scope's panel taken by its title and axis labels."""
+
+
+def panel_height(methods: int) -> float:
+    """Inches of one scope's row of panels: its methods' rows and the frame, at least 3 for the cost plot."""
+    return max(3.0, ROW_IN * methods + FRAME_IN)
 
 
 def figure(table: pd.DataFrame) -> Figure:
@@ -532,7 +539,7 @@ def figure(table: pd.DataFrame) -> Figure:
     against the cost per question (dollars when any method has a price, else tokens)."""
     scopes = list(dict.fromkeys(table["scope"]))
     sizes = table.groupby("scope", sort=False).size()
-    heights = [max(3.0, ROW_IN * sizes[scope] + 1.5) for scope in scopes]  # each scope as tall as its list of methods
+    heights = [panel_height(sizes[scope]) for scope in scopes]  # each scope as tall as its list of methods
     fig = Figure(figsize=(12, sum(heights)), layout="constrained")
     FigureCanvasAgg(fig)
     axes = np.atleast_2d(fig.subplots(len(scopes), 2, width_ratios=[3, 2], height_ratios=heights))
@@ -556,7 +563,7 @@ def figure(table: pd.DataFrame) -> Figure:
             ax_em.axvline(rows.loc[rows["method"] == base, "em"].iloc[0], color="grey", linestyle=":", linewidth=1,
                           label=f"baseline EM ({', '.join(bases)})" if i == 0 else None)
         ax_em.set_yticks(y, [f"{m} ({int(s)})" for m, s in zip(rows["method"], rows["seeds"])])
-        units = max(len(rows) + 0.5, (max(3.0, ROW_IN * len(rows) + 1.5) - 1.5) / ROW_IN)  # a short list stays on top
+        units = max(len(rows) + 0.5, (panel_height(len(rows)) - FRAME_IN) / ROW_IN)  # a short list stays on top
         ax_em.set(xlabel="exact match (95% interval over questions)", xlim=(0, 1),
                   ylim=(len(rows) - 0.25 - units, len(rows) - 0.25), title=f"{scope}: EM per method (seeds in brackets)")
         ax_em.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a bar
