@@ -12,15 +12,17 @@ all-MiniLM-L6-v2 (``components.embedded.models.load_embedder``); tests pass a sm
 A query is embedded one at a time, where sentence-transformers' ``encode`` spends about a third of the time in
 Python (its own bookkeeping, transformers' module calls) around a forward pass of a dozen tokens (issue 49.6). For a
 SentenceTransformer of the plain shape (tokenizer, transformer, mean pooling, optional normalisation, no prompt)
-the index traces that pipeline once, on its first query, into a frozen TorchScript graph of the same weights
-(:class:`TracedQueryEncoder`), checks that it gives the very embeddings ``encode`` gives on probe texts, and embeds
-queries with it; anything else, or a trace that fails or differs, keeps ``encode`` (``query_path`` says which and
-why). Documents are always embedded by ``encode``, so an index built before reads the same.
-``perf/bench_retrieval.py`` times both paths in one process and checks that every query's hits are identical.
+the index builds a query encoder of that pipeline once, on its first query (``query_engine``, default ``auto``):
+exported to ONNX and run by ONNX Runtime (:class:`OnnxQueryEncoder`, within 1e-6 of ``encode``'s embeddings on probe
+texts), else traced into a frozen TorchScript graph of the same weights (:class:`TracedQueryEncoder`, the very
+embeddings ``encode`` gives); anything else, or an encoder that fails its check, keeps ``encode`` (``query_path``
+says which and why). Documents are always embedded by ``encode``, so an index built before reads the same.
+``perf/bench_retrieval.py`` times the paths in one process and checks that every query's hits are identical.
 """
 
 from __future__ import annotations
 
+import io
 import sys
 import threading
 import warnings
@@ -65,8 +67,31 @@ def unit_rows(vecs: Any, n: int) -> np.ndarray:
 
 PROBES = ("a", "Who directed the film set in the harbour city, and where were they born?",
           "Ünïcode, digits 1987 and punctuation: (left) [right]!", "token " * 400)
-"""Texts the traced graph must embed exactly as ``encode`` does: one token, a question, odd characters, and one
-longer than the model's ``max_seq_length`` (truncated)."""
+"""Texts a query encoder must embed as ``encode`` does: one token, a question, odd characters, and one longer than
+the model's ``max_seq_length`` (truncated)."""
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def plain_pipeline_features(embedder: Any) -> dict[str, Any]:
+    """``preprocess`` of a probe text, for a SentenceTransformer of the plain shape a query encoder can stand in for
+    (Transformer, mean Pooling[, Normalize], no prompt, no truncated dimension, on the CPU); ``TypeError`` or
+    ``ValueError`` with the reason for any other embedder."""
+    st = sys.modules.get("sentence_transformers")  # not imported: the embedder cannot be one of its models
+    if st is None or not isinstance(embedder, st.SentenceTransformer):
+        raise TypeError(f"not a SentenceTransformer ({type(embedder).__name__})")
+    kinds = [type(m).__name__ for m in embedder]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        raise ValueError(f"modules {kinds}, not Transformer, Pooling[, Normalize]")
+    if getattr(embedder[1], "pooling_mode", None) != "mean":
+        raise ValueError(f"pooling {getattr(embedder[1], 'pooling_mode', None)!r}, not mean")
+    prompt = embedder.prompts.get(embedder.default_prompt_name, "") if embedder.default_prompt_name else ""
+    if prompt or getattr(embedder, "truncate_dim", None) or embedder.device.type != "cpu":
+        raise ValueError("a default prompt, a truncated dimension or a device other than the CPU")
+    features = embedder.preprocess([PROBES[1]])
+    if set(features) - {"modality"} != set(INPUTS):
+        raise ValueError(f"preprocess gives {sorted(features)}, not {list(INPUTS)}")
+    return features
 
 
 class TracedQueryEncoder:
@@ -79,25 +104,12 @@ class TracedQueryEncoder:
         vec = encoder("who directed the harbour film")     # (1, 384) float32, as embed(embedder, [text])
     """
 
-    INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+    INPUTS = INPUTS
 
     def __init__(self, embedder: Any):
-        st = sys.modules.get("sentence_transformers")  # not imported: the embedder cannot be one of its models
-        if st is None or not isinstance(embedder, st.SentenceTransformer):
-            raise TypeError(f"not a SentenceTransformer ({type(embedder).__name__})")
+        features = plain_pipeline_features(embedder)
         import torch
 
-        kinds = [type(m).__name__ for m in embedder]
-        if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
-            raise ValueError(f"modules {kinds}, not Transformer, Pooling[, Normalize]")
-        if getattr(embedder[1], "pooling_mode", None) != "mean":
-            raise ValueError(f"pooling {getattr(embedder[1], 'pooling_mode', None)!r}, not mean")
-        prompt = embedder.prompts.get(embedder.default_prompt_name, "") if embedder.default_prompt_name else ""
-        if prompt or getattr(embedder, "truncate_dim", None) or embedder.device.type != "cpu":
-            raise ValueError("a default prompt, a truncated dimension or a device other than the CPU")
-        features = embedder.preprocess([PROBES[1]])
-        if set(features) - {"modality"} != set(self.INPUTS):
-            raise ValueError(f"preprocess gives {sorted(features)}, not {list(self.INPUTS)}")
         self.embedder = embedder
         self._torch = torch
         # eval(), as encode() sets it; the tracer's warnings name the Python branches it fixes, which the probes check
@@ -117,6 +129,58 @@ class TracedQueryEncoder:
         with self._torch.no_grad():
             vecs = self.graph(*(features[k] for k in self.INPUTS))
         return unit_rows(vecs.numpy(), 1)
+
+
+class OnnxQueryEncoder:
+    """The same single-text path exported once (in memory) to ONNX and run by ONNX Runtime on one thread: about 0.7x
+    the traced graph's CPU time a query on this machine (``docs/performance.md``), the same fp32 weights. Its kernels
+    sum in another order, so an embedding is not ``encode``'s bit for bit: the encoder refuses (``ValueError``) a
+    model whose embeddings of :data:`PROBES` differ from ``encode``'s by more than :attr:`TOLERANCE` in any
+    coordinate, and ``ImportError`` without ``onnxruntime`` (the ``[embedded]`` extra).
+
+        encoder = OnnxQueryEncoder(load_embedder())
+        vec = encoder("who directed the harbour film")     # (1, 384) float32, within 1e-6 of embed(embedder, [text])
+    """
+
+    TOLERANCE = 1e-6  # unit vectors; MiniLM's measured largest difference is 2e-7
+
+    def __init__(self, embedder: Any):
+        import onnxruntime as ort
+
+        features = plain_pipeline_features(embedder)
+        import torch
+
+        self.embedder = embedder
+        model = io.BytesIO()
+        axes = {name: {0: "batch", 1: "tokens"} for name in INPUTS}
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the branches it fixes: the probes check them
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.filterwarnings("ignore", message="Exporting aten::index operator")  # negative indices: none here
+            torch.onnx.export(_pipeline(embedder).eval(), tuple(features[k] for k in INPUTS), model,
+                              input_names=list(INPUTS), output_names=["embedding"],
+                              dynamic_axes={**axes, "embedding": {0: "batch"}}, opset_version=17, dynamo=False)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(model.getvalue(), options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]  # the exporter drops an input the graph ignores
+        for text in PROBES:
+            diff = float(np.abs(self(text) - embed(embedder, [text])).max())
+            if not diff <= self.TOLERANCE:
+                raise ValueError(f"ONNX embedding of {text[:30]!r} differs from encode's by {diff:.2e}")
+
+    def __call__(self, text: str) -> np.ndarray:
+        features = self.embedder.preprocess([text])
+        (vecs,) = self.session.run(None, {k: features[k].numpy() for k in self.inputs})
+        return unit_rows(vecs, 1)
+
+
+QUERY_ENCODERS: dict[str, Callable[[Any], Callable[[str], np.ndarray]]] = {
+    "onnx": OnnxQueryEncoder, "traced": TracedQueryEncoder}
+QUERY_ENGINES = {"auto": ("onnx", "traced"), "onnx": ("onnx",), "traced": ("traced",), "encode": ()}
+"""``DenseIndex(query_engine=...)``: the query encoders to try, in order; ``encode`` is what is left."""
 
 
 def _pipeline(embedder: Any):
@@ -160,10 +224,12 @@ class DenseIndex:
 
     def __init__(
         self, docs: Sequence[Document], embedder: Embedder, *, snippet_chars: int = 300,
-        embedder_name: str = EMBEDDED_MINILM, faiss_index: faiss.Index | None = None, traced_queries: bool = True,
+        embedder_name: str = EMBEDDED_MINILM, faiss_index: faiss.Index | None = None, query_engine: str = "auto",
     ):
         if not docs:
             raise ValueError("DenseIndex needs at least one document")
+        if query_engine not in QUERY_ENGINES:
+            raise ValueError(f"query_engine {query_engine!r}: use one of {list(QUERY_ENGINES)}")
         self.docs = list(docs)
         self.embedder = embedder
         self.embedder_name = embedder_name
@@ -176,8 +242,10 @@ class DenseIndex:
             raise ValueError(f"faiss index holds {faiss_index.ntotal} vectors for {len(self.docs)} documents")
         self.index = faiss_index
         self.options = {"embedder": embedder_name, "dim": int(faiss_index.d)}
-        # how queries are embedded: decided on the first one ("traced", or "encode: <why not traced>")
-        self.query_path = None if traced_queries else "encode: traced_queries=False"
+        # how queries are embedded, decided on the first one: "onnx", "traced" (with why not onnx, under auto) or
+        # "encode: <why no encoder>"
+        self.query_engine = query_engine
+        self.query_path: str | None = None
         self._encode_query: Callable[[str], np.ndarray] | None = None
         self._query_lock = threading.Lock()
 
@@ -193,13 +261,21 @@ class DenseIndex:
         return self._encode_query(query)
 
     def _query_encoder(self) -> Callable[[str], np.ndarray]:
-        if self.query_path is None:
+        engines, refused = QUERY_ENGINES[self.query_engine], []
+        if engines:
             try:
-                encoder = TracedQueryEncoder(self.embedder)
-                self.query_path = "traced"
-                return encoder
-            except (AttributeError, ImportError, RuntimeError, TypeError, ValueError) as exc:  # another model, no trace
-                self.query_path = f"encode: {type(exc).__name__}: {exc}"
+                plain_pipeline_features(self.embedder)
+            except (AttributeError, TypeError, ValueError) as exc:  # a model no encoder can stand in for
+                engines, refused = (), [f"{type(exc).__name__}: {exc}"]
+        for name in engines:
+            try:
+                encoder = QUERY_ENCODERS[name](self.embedder)
+            except (AttributeError, ImportError, RuntimeError, TypeError, ValueError) as exc:  # no export, no trace
+                refused.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            self.query_path = f"{name} ({'; '.join(refused)})" if refused else name
+            return encoder
+        self.query_path = "encode: " + ("; ".join(refused) or f"query_engine={self.query_engine}")
         return lambda query: embed(self.embedder, [query])
 
     def ranked(self, query: str, k: int) -> list[tuple[int, float]]:

