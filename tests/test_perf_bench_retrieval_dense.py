@@ -1,7 +1,7 @@
-"""``perf/bench_retrieval.py``'s dense rows on a small corpus with the real MiniLM: the traced query path judged,
-the ``encode()`` path beside it (not judged) after the same-hits check, and the bf16 / int8 probes with their
-top-k overlap. Structure only; the timings are the benchmark's business. Slow (embeds the corpus, traces the
-model three times): opt in with ``-m slow``.
+"""``perf/bench_retrieval.py``'s dense rows on a small corpus with the real MiniLM: the ONNX Runtime query path
+judged, the traced graph and the ``encode()`` path beside it (not judged) after the same-hits check, and the bf16 /
+int8 probes with their top-k overlap. Structure only; the timings are the benchmark's business. Slow (embeds the
+corpus, builds the query encoders): opt in with ``-m slow``.
 
     .venv/bin/python -m pytest -q -m slow tests/test_perf_bench_retrieval_dense.py
 """
@@ -28,7 +28,10 @@ def test_dense_rows_side_by_side_with_encode_and_the_precision_probes(tmp_path):
                    cwd=ROOT, check=True, capture_output=True, timeout=600)
     report = json.loads(out.read_text())
     dense = [r for r in report["rows"] if r["key"] == "dense"]
-    assert len(dense) == 1 and dense[0]["query_path"] == "traced" and dense[0]["same_results_as_encode"] is True
+    assert len(dense) == 1 and dense[0]["query_path"] == "onnx" and dense[0]["same_results_as_encode"] is True
+    traced = [r for r in report["before"] if r["key"] == "dense_traced"]
+    assert len(traced) == 1 and "target" not in traced[0] and traced[0]["calls"] == 8
+    assert "traced graph: p50" in dense[0]["figures"]
     assert dense[0]["met"] == (dense[0]["p95_ms"] < 10.0) and dense[0]["calls"] == 8
     before = [r for r in report["before"] if r["key"] == "dense_encode"]
     assert len(before) == 1 and "target" not in before[0] and before[0]["calls"] == 8
