@@ -15,8 +15,9 @@ warm start, and a fresh cache folder that links the embedded models of ``.cache/
 earlier dev evaluation). Every side runs the same size: ``--steps`` steps of ``--prompts`` questions x the
 revision's group size, no dev evaluation, and ``grpo.skip_zero_advantage=false``, so that every episode is in
 the update whatever its group's rewards (with skipping on, a step whose groups came out all right or all wrong
-has no update at all, and one step against one step would compare luck). Rollouts are sampled: the two sides'
-episodes differ in length, so the table gives the generated tokens beside the times.
+has no update at all, and one step against one step would compare luck). Rollouts are sampled from the same
+seed: where the revisions prompt or sample alike, both sides run the same episodes (the same generated tokens,
+reward, loss and gradient norm, all in the JSON); where they do not, the generated tokens say how the work differs.
 
 The figures per side come from the revision's own ``outputs/train/<variant>/metrics.csv`` (the trainer's
 ``time/rollout``, ``time/reward`` and ``time/update``, the update including the hand-over of the new adapter to
@@ -73,7 +74,8 @@ def step_rows(metrics_csv: Path) -> list[dict[str, float]]:
 
 def summarize(steps: list[dict[str, float]], group_size: int, prompts: int) -> dict[str, Any]:
     """Median over steps of each phase's seconds, the step (their sum), the episodes' mean response length
-    and generated tokens a step (that length x the episodes), and the peak RSS over the steps."""
+    and generated tokens a step (that length x the episodes), reward, loss and gradient norm (equal on two sides
+    that ran the same episodes), and the peak RSS over the steps."""
     med = {p: statistics.median(s[f"time/{p}"] for s in steps) for p in PHASES}
     step = statistics.median(sum(s[f"time/{p}"] for p in PHASES) for s in steps)
     length = statistics.median(s.get("response_length", float("nan")) for s in steps)
@@ -84,6 +86,8 @@ def summarize(steps: list[dict[str, float]], group_size: int, prompts: int) -> d
         "generated_tokens": length * group_size * prompts,
         "rollout_tok_per_s": length * group_size * prompts / med["rollout"] if med["rollout"] else None,
         "reward_mean": statistics.median(s.get("reward/mean", float("nan")) for s in steps),
+        "loss": statistics.median(s.get("loss", float("nan")) for s in steps),
+        "grad_norm": statistics.median(s.get("grad_norm", float("nan")) for s in steps),
         "peak_rss_gb": max(s.get("memory/peak_rss_gb", float("nan")) for s in steps),
         "steps": len(steps),
     }

@@ -17,7 +17,7 @@ from tests.test_perf_suite import load
 bench = load("bench_train_step")
 
 COLUMNS = ["step", "reward/mean", "response_length", "time/rollout", "time/reward", "time/update",
-           "memory/peak_rss_gb", "note"]
+           "memory/peak_rss_gb", "note", "loss", "grad_norm"]
 
 
 def write_metrics(path: Path, rows: list[list]) -> Path:
@@ -30,9 +30,9 @@ def write_metrics(path: Path, rows: list[list]) -> Path:
 
 def test_a_step_is_its_phases_and_tokens_are_length_times_episodes(tmp_path):
     steps = bench.step_rows(write_metrics(tmp_path / "m.csv", [
-        [1, 0.25, 100, 60.0, 2.0, 300.0, 11.0, "x"],
-        [2, 0.75, 140, 80.0, 4.0, 100.0, 13.5, ""],
-        [3, 0.50, 120, 70.0, 0.0, 200.0, 12.0, ""],
+        [1, 0.25, 100, 60.0, 2.0, 300.0, 11.0, "x", -0.2, 0.5],
+        [2, 0.75, 140, 80.0, 4.0, 100.0, 13.5, "", 0.1, 0.7],
+        [3, 0.50, 120, 70.0, 0.0, 200.0, 12.0, "", 0.3, 0.6],
     ]))
     s = bench.summarize(steps, group_size=4, prompts=2)
     assert (s["rollout_s"], s["reward_s"], s["update_s"]) == (70.0, 2.0, 200.0)
@@ -40,10 +40,11 @@ def test_a_step_is_its_phases_and_tokens_are_length_times_episodes(tmp_path):
     assert s["generated_tokens"] == 120 * 4 * 2
     assert s["rollout_tok_per_s"] == pytest.approx(960 / 70)
     assert s["peak_rss_gb"] == 13.5 and s["steps"] == 3
+    assert (s["reward_mean"], s["loss"], s["grad_norm"]) == (0.5, 0.1, 0.6)
 
 
 def test_rows_without_the_phase_times_are_not_steps(tmp_path):
-    path = write_metrics(tmp_path / "m.csv", [[1, 0.5, 100, "", "", "", 1.0, "dev only"]])
+    path = write_metrics(tmp_path / "m.csv", [[1, 0.5, 100, "", "", "", 1.0, "dev only", "", ""]])
     with pytest.raises(ValueError, match=r"m\.csv: no row with time/rollout"):
         bench.step_rows(path)
 
