@@ -363,13 +363,14 @@ def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path:
             traced = DenseIndex(index.docs, embedder, snippet_chars=snippet_chars, faiss_index=index.index,
                                 query_engine="traced") if index.query_path == "onnx" else None
             if before:
-                checks = [same_hits(plain.search(q, top_k), index.search(q, top_k)) for q in queries]
-                checks += [same_hits(plain.search(q, top_k), traced.search(q, top_k)) for q in queries if traced]
-                different = [q for q, (same, _) in zip(queries * 2, checks, strict=False) if not same]
+                paths = [index] + ([traced] if traced is not None else [])
+                checks = [(q, same_hits(plain.search(q, top_k), path.search(q, top_k))) for path in paths
+                          for q in queries]
+                different = [q for q, (same, _) in checks if not same]
                 if different:
                     raise SystemExit(f"dense search before and after issue 49.6 give different hits for "
                                      f"{len(different)} queries, first {different[0]!r}")
-                max_score_diff = max(d for _, d in checks)
+                max_score_diff = max(d for _, (_, d) in checks)
             default_threads = torch.get_num_threads()
             for threads in dense_threads or [default_threads]:
                 torch.set_num_threads(threads)
