@@ -250,21 +250,20 @@ def precision_probes(index, embedder, queries: Sequence[str], k: int) -> list[di
 
     import torch
 
-    from components.retrieval.dense import TracedQueryEncoder, _pipeline, unit_rows
+    from components.retrieval.dense import INPUTS, _pipeline, unit_rows
 
     want = [index.index.search(index.embed_query(q), k)[1][0].tolist() for q in queries]  # the adopted fp32 path
 
     def traced(model, cast_back: bool):
         features = embedder.preprocess([queries[0]])
-        inputs = TracedQueryEncoder.INPUTS
         with torch.no_grad():
-            graph = torch.jit.freeze(torch.jit.trace(_pipeline(model).eval(), tuple(features[n] for n in inputs),
+            graph = torch.jit.freeze(torch.jit.trace(_pipeline(model).eval(), tuple(features[n] for n in INPUTS),
                                                      check_trace=False))
 
         def encode(q: str) -> np.ndarray:
             f = embedder.preprocess([q])
             with torch.no_grad():
-                out = graph(*(f[n] for n in inputs))
+                out = graph(*(f[n] for n in INPUTS))
             return unit_rows((out.float() if cast_back else out).numpy(), 1)
 
         return encode

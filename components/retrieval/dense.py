@@ -104,8 +104,6 @@ class TracedQueryEncoder:
         vec = encoder("who directed the harbour film")     # (1, 384) float32, as embed(embedder, [text])
     """
 
-    INPUTS = INPUTS
-
     def __init__(self, embedder: Any):
         features = plain_pipeline_features(embedder)
         import torch
@@ -117,7 +115,7 @@ class TracedQueryEncoder:
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit's: the day it goes, encode() is kept
             self.graph = torch.jit.freeze(torch.jit.trace(
-                _pipeline(embedder).eval(), tuple(features[k] for k in self.INPUTS), check_trace=False))
+                _pipeline(embedder).eval(), tuple(features[k] for k in INPUTS), check_trace=False))
         for text in PROBES:
             got, want = self(text), embed(embedder, [text])
             if not np.array_equal(got, want):
@@ -127,7 +125,7 @@ class TracedQueryEncoder:
     def __call__(self, text: str) -> np.ndarray:
         features = self.embedder.preprocess([text])
         with self._torch.no_grad():
-            vecs = self.graph(*(features[k] for k in self.INPUTS))
+            vecs = self.graph(*(features[k] for k in INPUTS))
         return unit_rows(vecs.numpy(), 1)
 
 
