@@ -1,6 +1,7 @@
 """Integrity checks of the embedded GGUF assembly: a wrong sha256 is refused, tampering is noticed."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -35,3 +36,39 @@ def test_real_assembly_matches_the_pinned_hash(tmp_path):
     path = ensure_gguf("qwen2.5-coder-0.5b-instruct", tmp_path)
     assert path.read_bytes()[:4] == b"GGUF"
     assert sha256_file(path) == EMBEDDED_MODELS["qwen2.5-coder-0.5b-instruct"].sha256
+
+
+@requires_embedded
+def test_the_policy_loads_from_its_dequantized_copy_with_the_gguf_s_own_values(repo_root, monkeypatch):
+    """load_hf_policy dequantizes the GGUF once into a transformers folder and reads that folder afterwards: its
+    matrices equal gguf-py's dequantization of the file (one of each of its four kinds, exactly), the folder
+    carries no GGUF marker, and a second load never opens the GGUF through transformers."""
+    import gguf
+    import torch
+    import transformers.modeling_gguf_pytorch_utils as through_gguf
+
+    from components.embedded.gguf_read import GGUFFile
+    from components.embedded.models import load_hf_policy
+
+    name, cache = "qwen2.5-coder-0.5b-instruct", repo_root / ".cache"
+    load_hf_policy(name, cache)  # builds the folder the first time this cache needs it
+    [folder] = (cache / "models").glob(f"{name}-{EMBEDDED_MODELS[name].sha256[:12]}.hf")
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("loaded through the GGUF again")
+
+    monkeypatch.setattr(through_gguf, "load_gguf_checkpoint", refuse)
+    model, tokenizer = load_hf_policy(name, cache)
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False).startswith("<|im_start|>")
+    tensors = {t.name: t for t in GGUFFile(ensure_gguf(name, cache)).tensors}
+    layers = model.model.layers
+    pairs = {"token_embd.weight": model.model.embed_tokens.weight, "output.weight": model.lm_head.weight,
+             "blk.0.attn_q.weight": layers[0].self_attn.q_proj.weight, "blk.0.attn_q.bias": layers[0].self_attn.q_proj.bias,
+             "blk.0.ffn_down.weight": layers[0].mlp.down_proj.weight}
+    kinds = {tensors[key].tensor_type.name for key in pairs}
+    assert kinds == {"Q5_0", "Q8_0", "Q6_K", "F32"}, kinds
+    for key, param in pairs.items():
+        t = tensors[key]
+        assert param.dtype == torch.float32
+        assert torch.equal(param.detach(), torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type))), key

@@ -125,9 +125,9 @@ def peft_to_gguf(adapter_dir: str | Path, out_path: str | Path, *, arch: str = "
 
 def read_lora_gguf(path: str | Path) -> tuple[dict[str, object], dict[str, np.ndarray]]:
     """(metadata, tensors) of a LoRA GGUF, tensors in numpy's row-major shapes (for tests and checks)."""
-    import gguf
+    from components.embedded.gguf_read import GGUFFile
 
-    reader = gguf.GGUFReader(str(path))
+    reader = GGUFFile(path)
     meta: dict[str, object] = {}
     for name, field in reader.fields.items():
         if name.startswith(("general.", "adapter.")):
@@ -193,10 +193,11 @@ def random_lora_gguf(base: str | Path, folder: str | Path, *, r: int = 8, alpha:
     """A peft adapter folder with random A (std 1/sqrt(in)) and B (std ``b_std``) on every attention and MLP
     matrix of the GGUF model ``base``, converted to a LoRA GGUF (returned): an adapter of a trained one's size
     and effect, for benchmarks and tests of serving without training one."""
-    import gguf
     from safetensors.numpy import save_file
 
-    shapes = {t.name: [int(n) for n in t.shape] for t in gguf.GGUFReader(str(base)).tensors}  # [in, out]
+    from components.embedded.gguf_read import GGUFFile
+
+    shapes = {t.name: [int(n) for n in t.shape] for t in GGUFFile(base).tensors}  # [in, out]
     rng = np.random.default_rng(seed)
     tensors, layer = {}, 0
     while f"blk.{layer}.attn_q.weight" in shapes:

@@ -67,10 +67,12 @@ def merge_lora_into_gguf(base: str | Path, adapters: Sequence[str | Path], out: 
     Written to a temporary name and renamed, so a crash never leaves a half-written model at ``out``."""
     import gguf
 
+    from components.embedded.gguf_read import GGUFFile
+
     base, out = Path(base), Path(out)
     adapters = [Path(a) for a in adapters]
     deltas = _deltas(adapters)
-    reader = gguf.GGUFReader(str(base))
+    reader = GGUFFile(base)
     arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
     by_name = {t.name: t for t in reader.tensors}
     for name, terms in deltas.items():

@@ -208,41 +208,73 @@ def embedded_sha(name: str) -> str:
 
 def load_hf_policy(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | Path | None = None, dtype=None):
     """(model, tokenizer) in transformers, dequantized from the verified GGUF (on the CPU, in ``dtype``, a torch
-    dtype; None: transformers' choice for GGUF, float32), for training. A code-built model's name
-    (:data:`TINY_MODELS`) gives that model, freshly initialised from its seed."""
+    dtype; None: float32), for training. A code-built model's name (:data:`TINY_MODELS`) gives that model, freshly
+    initialised from its seed. Transformers dequantizes the GGUF once into ``<cache_dir>/models/<name>.hf/``
+    (float32 safetensors, the same tensors bit for bit); later loads read that folder (a few seconds, against
+    about a minute through the GGUF for the 0.5B)."""
     if name in TINY_MODELS:
         return load_tiny(name, cache_dir, dtype)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
     from transformers import AutoModelForCausalLM
 
-    path = ensure_gguf(name, cache_dir)
-    kwargs = {} if dtype is None else {"dtype": dtype}
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+    folder = _weights_folder(name, cache_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype or torch.float32)
     return model, load_hf_tokenizer(name, cache_dir)
 
 
 def load_hf_tokenizer(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | Path | None = None):
-    """The transformers tokenizer of an embedded model, read from its verified GGUF (no weights loaded)."""
+    """The transformers tokenizer of an embedded model (no weights loaded): read from its verified GGUF once
+    (about 20 s for a 150k-token vocabulary) into ``<cache_dir>/models/<name>.tokenizer/``, then from there."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
-    path = ensure_gguf(name, cache_dir)
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return AutoTokenizer.from_pretrained(str(_tokenizer_folder(name, cache_dir)))
 
 
-def _tokenizer_folder(spec: TinySpec, cache_dir: str | Path | None) -> Path:
-    """The borrowed tokenizer as a transformers folder under ``<cache_dir>/models/``: read from the GGUF once (seconds
-    for a 150k-token vocabulary), then loaded from there (under a second)."""
-    folder = Path(cache_dir or default_cache_dir()) / "models" / f"{spec.tokenizer}.tokenizer"
+def _export_once(folder: Path, marker: str, save) -> Path:
+    """``folder``, written once by ``save(tmp)`` (a ``save_pretrained``) and moved in with ``marker`` last, so a
+    folder whose marker exists is complete; processes that need it at once build it once."""
 
     def export(target: Path) -> None:
-        tokenizer = load_hf_tokenizer(spec.tokenizer, cache_dir)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            tokenizer.save_pretrained(tmp)
-            for name in sorted(os.listdir(tmp), key=lambda n: n == target.name):  # tokenizer.json, the marker, last
-                shutil.move(os.path.join(tmp, name), target.parent / name)
+            save(tmp)
+            for file in sorted(os.listdir(tmp), key=lambda n: n == target.name):
+                shutil.move(os.path.join(tmp, file), target.parent / file)
 
-    return build_once(folder / "tokenizer.json", export).parent
+    return build_once(folder / marker, export).parent
+
+
+def _tokenizer_folder(name: str, cache_dir: str | Path | None) -> Path:
+    """The tokenizer of GGUF model ``name`` as a transformers folder under ``<cache_dir>/models/``."""
+    from transformers import AutoTokenizer
+
+    path = ensure_gguf(name, cache_dir)
+    folder = Path(cache_dir or default_cache_dir()) / "models" / f"{name}.tokenizer"
+    return _export_once(folder, "tokenizer.json", lambda tmp: AutoTokenizer.from_pretrained(
+        str(path.parent), gguf_file=path.name).save_pretrained(tmp))
+
+
+def _weights_folder(name: str, cache_dir: str | Path | None) -> Path:
+    """GGUF model ``name`` dequantized by transformers (float32) and saved as a transformers folder, named by the
+    GGUF's pinned sha256 so another pinned file never reads a stale copy."""
+    path = ensure_gguf(name, cache_dir)
+    folder = Path(cache_dir or default_cache_dir()) / "models" / f"{name}-{EMBEDDED_MODELS[name].sha256[:12]}.hf"
+
+    def save(tmp: str) -> None:
+        import torch
+        from safetensors.torch import save_model
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        # the weights are plain float32 tensors now; the GGUF marker would make save_pretrained refuse them and
+        # from_pretrained look for the GGUF again
+        del model.config.quantization_config
+        model.config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        save_model(model, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+
+    return _export_once(folder, "model.safetensors", save)
 
 
 @functools.lru_cache(maxsize=4)
@@ -261,7 +293,7 @@ def load_tiny(name: str, cache_dir: str | Path | None = None, dtype=None):
 
     spec = TINY_MODELS[name]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    tokenizer = _shared_tokenizer(str(_tokenizer_folder(spec, cache_dir)))
+    tokenizer = _shared_tokenizer(str(_tokenizer_folder(spec.tokenizer, cache_dir)))
     model = tiny_qwen2(len(tokenizer), hidden_size=spec.hidden_size, num_layers=spec.num_layers,
                        num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
                        intermediate_size=spec.intermediate_size, max_positions=spec.max_positions, seed=spec.seed,

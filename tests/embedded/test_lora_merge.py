@@ -158,15 +158,26 @@ def _greedy(root_url: str, prompt: str, n: int = 24) -> tuple[list, list[float]]
     return [p["id"] for p in reply], [p["logprob"] for p in reply]
 
 
+@pytest.fixture(scope="module")
+def served(repo_root, tmp_path_factory):
+    """(base GGUF, a cache folder that sees it, a random r=8 adapter on every matrix (the SFT warm start's size)
+    as a peft folder, that adapter merged into the base through the cache): built once for the tests below."""
+    base = ensure_gguf("qwen2.5-coder-0.5b-instruct", repo_root / ".cache")
+    root = tmp_path_factory.mktemp("served")
+    (root / "cache").mkdir()
+    (root / "cache" / "models").symlink_to(base.parent)  # merged models go to this cache, the base is shared
+    adapter = random_lora_gguf(base, root / "adapter", seed=7)
+    return base, root / "cache", adapter.parent, ensure_merged_gguf(base, [adapter], root / "cache")
+
+
 @pytest.mark.embedded
 @requires_native_server
-def test_the_merged_model_serves_what_the_runtime_adapter_serves(repo_root, tmp_path):
-    """The real 0.5B with a random r=8 adapter on every matrix (the SFT warm start's size): served merged and
-    served with --lora, greedy continuations agree and the log-probs of the chosen tokens differ far less
-    than the adapter itself moves them (the base model's are the yardstick)."""
-    base = ensure_gguf("qwen2.5-coder-0.5b-instruct", repo_root / ".cache")
-    adapter = random_lora_gguf(base, tmp_path / "adapter", seed=7)
-    merged = merge_lora_into_gguf(base, [adapter], tmp_path / "merged.gguf")
+def test_the_merged_model_serves_what_the_runtime_adapter_serves(repo_root, served, tmp_path):
+    """The real 0.5B with a random adapter, served merged and served with --lora: greedy continuations agree
+    and the log-probs of the chosen tokens differ far less than the adapter itself moves them (the base
+    model's are the yardstick)."""
+    base, cache, adapter_dir, merged = served
+    adapter = adapter_dir / "adapter.gguf"
     prompts = ["The capital of France is", "def fibonacci(n):", "Search results: [1] The film was directed by"]
     runs = {}
     for name, (model, lora) in {"runtime": (base, adapter), "merged": (merged, None), "base": (base, None)}.items():
@@ -184,8 +195,8 @@ def test_the_merged_model_serves_what_the_runtime_adapter_serves(repo_root, tmp_
 
     # the backend option serves the merged file, under another cache identity than the runtime adapter
     params = load_params(repo_root / "params.yaml", overrides=[
-        f"llm.backends.embedded-0_5b-sft.lora={tmp_path / 'adapter'}", "llm.roles.policy=embedded-0_5b-sft"])
-    params.run.cache_dir = str(tmp_path / "cache")
+        f"llm.backends.embedded-0_5b-sft.lora={adapter_dir}", "llm.roles.policy=embedded-0_5b-sft"])
+    params.run.cache_dir = str(cache)
     identities = {}
     for merge in (False, True):
         params.llm.backends["embedded-0_5b-sft"].merge_lora = merge
@@ -194,26 +205,23 @@ def test_the_merged_model_serves_what_the_runtime_adapter_serves(repo_root, tmp_
             assert asyncio.run(policy.chat([user(prompts[0])], Sampling(temperature=0.0, max_tokens=4))).ok
             server = pool._servers[0]
             assert (server.loras == ()) is merge
-            assert (server.model_path.parent.name == "merged") is merge
+            assert (server.model_path == merged) is merge  # the adapter's content names it: merged once
             identities[merge] = policy.cache_identity()
     assert identities[True] != identities[False]
 
 
 @pytest.mark.embedded
 @requires_native_server
-def test_rl_engine_serves_the_warm_start_merged_and_swaps_only_the_trained_adapter(repo_root, tmp_path):
+def test_rl_engine_serves_the_warm_start_merged_and_swaps_only_the_trained_adapter(repo_root, served, tmp_path):
     from components.training.llamacpp_engine import engine_for_policy
 
-    base = ensure_gguf("qwen2.5-coder-0.5b-instruct", repo_root / ".cache")
-    random_lora_gguf(base, tmp_path / "warm", seed=3)
+    base, cache, warm, merged = served
     params = load_params(repo_root / "params.yaml")
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "models").symlink_to(base.parent)  # the merged model goes to this test's cache
-    params.run.cache_dir = str(tmp_path / "cache")
-    engine = engine_for_policy(params, None, None, base_adapters=[tmp_path / "warm"])
+    params.run.cache_dir = str(cache)
+    engine = engine_for_policy(params, None, None, base_adapters=[warm])
     try:
         assert engine.server.loras == ()
-        assert engine.server.model_path.parent == tmp_path / "cache" / "merged"
+        assert engine.server.model_path == merged
         rl = random_lora_gguf(base, tmp_path / "rl", seed=4)
         engine.load_adapter(rl)
         assert engine.server.loras == (rl,)  # the trained adapter alone rides on the merged warm start

@@ -9,7 +9,6 @@ the trainer's recomputed log-probs equal the sampling ones on every policy token
     python -m pytest -m slow tests/training/test_agent_rollout_qwen.py -s  # real episodes, ~2 min
 """
 
-import os
 from pathlib import Path
 
 import pytest
@@ -39,10 +38,9 @@ def tokenizer():
     path = _gguf()
     if path is None:
         pytest.skip("the embedded Qwen GGUF is not available")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer
+    from components.embedded.models import load_hf_tokenizer
 
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return load_hf_tokenizer(MODEL, path.parents[1])
 
 
 class Toolbox:

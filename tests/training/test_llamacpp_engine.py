@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from components.embedded.models import ensure_gguf
+from components.embedded.models import ensure_gguf, load_hf_policy
 from components.training.llamacpp_engine import LlamaCppRolloutEngine
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import SamplingParams
@@ -46,11 +46,9 @@ def setup(repo_root, tmp_path_factory):
     native engine serving the same adapter."""
     torch.set_num_threads(2)
     gguf = ensure_gguf(MODEL, repo_root / ".cache")
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model, tok = load_hf_policy(MODEL, repo_root / ".cache")
     torch.manual_seed(0)  # the A matrices come from the global RNG: without this they depended on test order
-    policy = build_policy(gguf.parent, gguf_file=gguf.name, lora=LoRASettings(r=8, alpha=16))
+    policy = build_policy(model, lora=LoRASettings(r=8, alpha=16))
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in policy.model.named_parameters():

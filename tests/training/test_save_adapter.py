@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
+
 SAVE = """
 import sys, torch
 from components.embedded.lora_gguf import save_adapter
@@ -20,24 +22,31 @@ from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 torch.manual_seed(0)
 policy = build_policy(tiny_qwen2(16, seed=0), lora=LoRASettings(r=2, alpha=4))
-if sys.argv[2] == "plain":
-    policy.model.save_pretrained(sys.argv[1])
-else:
-    save_adapter(policy.model, sys.argv[1])
+policy.model.save_pretrained(sys.argv[1] + "/plain")
+save_adapter(policy.model, sys.argv[1] + "/save_adapter")
 """
 
 
-def saved(tmp_path: Path, hash_seed: int, how: str) -> dict[str, str]:
-    folder = tmp_path / f"{how}-{hash_seed}"
-    env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
-    subprocess.run([sys.executable, "-c", SAVE, str(folder), how], cwd=Path(__file__).resolve().parents[2], env=env,
-                   check=True, capture_output=True, timeout=300)
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[int, Path]:
+    """Each hash seed's process saves the same freshly built adapter both ways; the processes run side by side."""
+    root = tmp_path_factory.mktemp("saved")
+    runs = {seed: subprocess.Popen([sys.executable, "-c", SAVE, str(root / str(seed))], cwd=ROOT,
+                                   env={**os.environ, "PYTHONHASHSEED": str(seed)}, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE) for seed in (1, 2, 3)}
+    for run in runs.values():
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err.decode()[-3000:]
+    return {seed: root / str(seed) for seed in runs}
+
+
+def digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
 @pytest.mark.parametrize("how", ["plain", "save_adapter"])
-def test_the_same_weights_save_to_the_same_bytes_under_any_string_hashing(tmp_path, how):
-    files = [saved(tmp_path, seed, how) for seed in (1, 2, 3)]
+def test_the_same_weights_save_to_the_same_bytes_under_any_string_hashing(saved, how):
+    files = [digests(folder / how) for folder in saved.values()]
     weights = {f["adapter_model.safetensors"] for f in files}
     configs = {f["adapter_config.json"] for f in files}
     assert len(weights) == 1  # the same weights every time

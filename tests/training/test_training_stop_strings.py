@@ -9,7 +9,6 @@ that drops the leading space of the first token, and tokens without text. The em
     python -m pytest -q tests/training/test_training_stop_strings.py
 """
 
-import os
 import random
 from pathlib import Path
 
@@ -163,15 +162,13 @@ def test_engine_cuts_at_a_stop_string_spanning_tokens_like_before():
 @pytest.fixture(scope="module")
 def qwen_tokenizer():
     try:
-        from components.embedded.models import ensure_gguf
+        from components.embedded.models import ensure_gguf, load_hf_tokenizer
 
-        path = ensure_gguf("qwen2.5-coder-0.5b-instruct", Path(__file__).resolve().parents[2] / ".cache")
+        cache = Path(__file__).resolve().parents[2] / ".cache"
+        ensure_gguf("qwen2.5-coder-0.5b-instruct", cache)
     except Exception:  # noqa: BLE001 - the [embedded] extra is not installed, or the parts are missing
         pytest.skip("the embedded Qwen GGUF is not available")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return load_hf_tokenizer("qwen2.5-coder-0.5b-instruct", cache)
 
 
 def test_qwen_byte_level_tokens_match_the_quadratic_check(qwen_tokenizer):
