@@ -98,7 +98,7 @@ async def ask_unit(judgment, model, unit, mode: str, params, cache: dict) -> dic
     seconds = time.perf_counter() - start
     return {**fields, "calls": tally.calls, "seconds": seconds, "prompt_tokens": tally.prompt_tokens,
             "completion_tokens": tally.completion_tokens, "failed": tally.failed,
-            "scored_from_probability": tally.scored_from_probability}
+            "scored_from_probability": tally.scored_from_probability, "scored_from_text": tally.scored_from_text}
 
 
 async def run_bench(params, items, judgments, modes, log, on_judgment) -> dict:
@@ -148,6 +148,7 @@ def summarise(rows, judgments, modes, seed, roles) -> tuple[list[dict], dict]:
             summaries.append({"judgment": j.name, "mode": mode, "method": j.method, "role": roles[j.name],
                               "scoring_key": j.scoring_key, **j.summary(mine, seed), **metrics.cost_summary(mine),
                               "scored_from_probability": sum(r["scored_from_probability"] for r in mine),
+                              "scored_from_text": sum(r.get("scored_from_text", 0) for r in mine),
                               "failed_calls": sum(r["failed"] for r in mine)})
             if j.per_variant is not None:
                 per_variant.setdefault(j.name, {})[mode] = j.per_variant(mine)

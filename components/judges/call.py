@@ -24,6 +24,12 @@ usable probabilities (the backend has none, the label is not found in the tokens
 parsed label) and in the default text scoring, ``expected`` is the sampled label's value
 (``scored_from="text"``). The tally counts judgments scored each way.
 
+A reply that holds many labels (a score sheet: ``{"scores": [{"score": 2}, ...]}`` or ``{"scores": [[0, 2], ...]}``)
+declares ``Choice(..., every=True)``: a label sits at every value of ``field``, or at every element when that
+value is an array (nested arrays too), and ``label`` gives the parsed verdict's labels in reply order. Its
+verdict carries ``expected_each``, one value per label, read the same way; it is scored from probabilities only
+when every label is found where the verdict says, else every value is its sampled label's.
+
     call = JudgeCall(messages, parse_winner, Sampling(temperature=0.0, max_tokens=32), schema=WINNER_SCHEMA,
                      choice=Choice({"A": 1.0, "B": 0.0, "TIE": 0.5}, field="winner"))
     result = await ask(judge, call, tally)
@@ -48,7 +54,8 @@ from components.llm.base import ChatModel, Message, Sampling, TokenLogprob
 from components.llm.json_reply import first_json_object
 
 __all__ = ["FAILURE_KINDS", "Choice", "Failure", "FailureKind", "JudgeCall", "Judgment", "ScoredFrom", "Tally",
-           "Unparsed", "Verdict", "ask", "label_probabilities", "model_parser", "read_reply", "reasons", "scored_as"]
+           "Unparsed", "Verdict", "ask", "label_probabilities", "label_probabilities_each", "model_parser",
+           "read_reply", "reasons", "scored_as"]
 
 T = TypeVar("T")
 
@@ -94,6 +101,7 @@ class Verdict(Generic[T]):
     expected: float | None = None
     scored_from: ScoredFrom | None = None
     label_probs: Mapping[str, float] | None = None
+    expected_each: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,20 +136,45 @@ class Choice:
     """A judgment answered by one of a few labels: ``values`` maps each label to what it is worth, ``field`` names
     the JSON field whose value is the label (None: the label is the reply's first word), ``label`` gives the label
     of a parsed verdict (default ``str(verdict)``; labels match case-insensitively) and ``top_logprobs`` how many
-    alternatives to ask for at each token when scoring from probabilities."""
+    alternatives to ask for at each token when scoring from probabilities. With ``every`` the reply holds one
+    label at each value (or array element) of ``field``, and ``label`` returns a verdict's labels in reply order
+    (module doc)."""
 
     values: Mapping[str, float]
     field: str | None = None
-    label: Callable[[Any], str] | None = None
+    label: Callable[[Any], Any] | None = None
     top_logprobs: int = 10
+    every: bool = False
+
+    def __post_init__(self) -> None:
+        if self.every and (self.field is None or self.label is None):
+            raise ValueError("a choice with every=True needs the field its labels sit in and a label function")
 
     def label_of(self, verdict: Any) -> str:
         """The declared label a parsed verdict stands for."""
-        name = (self.label or str)(verdict)
+        return self._declared((self.label or str)(verdict), verdict)
+
+    def labels_of(self, verdict: Any) -> list[str]:
+        """The declared labels of a parsed verdict of an ``every`` choice, in reply order."""
+        return [self._declared(str(name), verdict) for name in self.label(verdict)]  # type: ignore[misc]
+
+    def _declared(self, name: str, verdict: Any) -> str:
         for label in self.values:
             if label.casefold() == name.casefold():
                 return label
         raise ValueError(f"verdict {verdict!r} reads as {name!r}, not one of the choice's labels {list(self.values)}")
+
+    def locate_each(self, text: str) -> list[int]:
+        """Where each label of an ``every`` choice begins in ``text``: after every ``"field":`` (inside an
+        opening quote), or at each element of the array that follows it."""
+        starts = []
+        for match in re.finditer(rf'"{re.escape(self.field)}"\s*:\s*', text):  # type: ignore[arg-type]
+            at = match.end()
+            if text[at : at + 1] == "[":
+                starts += _array_elements(text, at)
+            elif at < len(text):
+                starts.append(at + (text[at] == '"'))
+        return starts
 
     def locate(self, text: str) -> int | None:
         """Where the label begins in ``text``: just inside the value of ``field`` (after an opening quote), or at
@@ -165,14 +198,41 @@ class Choice:
         return hits[0] if len(hits) == 1 else None
 
 
+def _array_elements(text: str, at: int) -> list[int]:
+    """Where each scalar element of the JSON array opening at ``text[at]`` begins (inside an opening quote),
+    nested arrays included."""
+    starts, depth, i, expect = [], 0, at, True
+    while i < len(text):
+        char = text[i]
+        if char == "[":
+            depth, expect = depth + 1, True
+        elif char == "]":
+            depth -= 1
+            if depth == 0:
+                break
+        elif char == ",":
+            expect = True
+        elif expect and not char.isspace():
+            starts.append(i + (char == '"'))
+            expect = False
+        i += 1
+    return starts
+
+
 def label_probabilities(choice: Choice, tokens: Sequence[TokenLogprob]) -> tuple[str, dict[str, float]] | None:
     """(the label sampled at the label's position, every label's probability renormalised over the labels) read
     from a reply's tokens, or None when the label's position or the sampled label cannot be found there. A label
     missing from the alternatives gets 0; alternatives that begin the same label add up."""
-    text = "".join(t.token for t in tokens)
-    start = choice.locate(text)
-    if start is None:
-        return None
+    start = choice.locate("".join(t.token for t in tokens))
+    return None if start is None else _read_at(choice, tokens, start)
+
+
+def label_probabilities_each(choice: Choice, tokens: Sequence[TokenLogprob]) -> list[tuple[str, dict[str, float]] | None]:
+    """:func:`label_probabilities` at every label position of an ``every`` choice, in reply order."""
+    return [_read_at(choice, tokens, start) for start in choice.locate_each("".join(t.token for t in tokens))]
+
+
+def _read_at(choice: Choice, tokens: Sequence[TokenLogprob], start: int) -> tuple[str, dict[str, float]] | None:
     offset = 0
     for token in tokens:
         if offset + len(token.token) > start:
@@ -296,6 +356,8 @@ def read_reply(text: str, parse: Callable[[str], T | None], *, prompt_tokens: in
 def scored(verdict: Verdict, choice: Choice, tokens: Sequence[TokenLogprob] | None) -> Verdict:
     """``verdict`` with its expected value: from ``tokens``' probabilities when they hold the parsed label at the
     label's position, else the sampled label's value."""
+    if choice.every:
+        return _scored_each(verdict, choice, tokens)
     label = choice.label_of(verdict.value)
     read = label_probabilities(choice, tokens) if tokens is not None else None
     if read is None or read[0] != label:
@@ -303,6 +365,16 @@ def scored(verdict: Verdict, choice: Choice, tokens: Sequence[TokenLogprob] | No
     probs = read[1]
     expected = sum(choice.values[name] * p for name, p in probs.items())
     return dataclasses.replace(verdict, expected=expected, scored_from="probability", label_probs=probs)
+
+
+def _scored_each(verdict: Verdict, choice: Choice, tokens: Sequence[TokenLogprob] | None) -> Verdict:
+    labels = choice.labels_of(verdict.value)
+    reads = label_probabilities_each(choice, tokens) if tokens is not None else []
+    if len(reads) != len(labels) or any(r is None or r[0] != label for r, label in zip(reads, labels)):
+        return dataclasses.replace(verdict, expected_each=tuple(float(choice.values[x]) for x in labels),
+                                   scored_from="text")
+    each = tuple(sum(choice.values[name] * p for name, p in probs.items()) for _, probs in reads)  # type: ignore[misc]
+    return dataclasses.replace(verdict, expected_each=each, scored_from="probability")
 
 
 async def ask(model: ChatModel, call: JudgeCall[T], tally: Tally | None = None) -> Judgment:

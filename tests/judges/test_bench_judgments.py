@@ -264,7 +264,8 @@ def test_the_runner_asks_every_judgment_in_its_modes_and_writes_the_page(tmp_pat
                      ("coreact_council", "text"), ("coreact_council", "reference"),
                      ("coreact_rubric_evaluator", "text"), ("coreact_rubric_evaluator", "probability"),
                      ("coreact_verifier", "text"), ("coreact_verifier", "probability"),
-                     ("coreact_verifier_checklist", "text"), ("rubricem_stage_scores", "text")}
+                     ("coreact_verifier_checklist", "text"), ("rubricem_stage_scores", "text"),
+                     ("rubricem_stage_scores", "probability")}
     by = {(s["judgment"], s["mode"]): s for s in summary["summaries"]}
     assert by[("arbor_pairwise", "text")]["position_effect"] == 1.0       # "A" every time
     assert by[("arbor_pairwise_verdicts", "text")]["flat_rate"] == 1.0    # yes to both attempts: a tie
@@ -299,11 +300,11 @@ def test_a_judgment_asked_in_none_of_its_modes_is_refused_before_any_model_runs(
     spec.loader.exec_module(script)
     monkeypatch.setattr(script, "LLMPool", _Pool)
     monkeypatch.setattr(sys, "argv", ["judge_bench.py", "--questions", "2", "--out", str(tmp_path / "out"),
-                                      "--results-page", "", "--judgments", "rubricem_stage_scores",
+                                      "--results-page", "", "--judgments", "arbor_rar",
                                       "--modes", "probability"])
     with pytest.raises(SystemExit) as exit_info:
         script.main()
     assert exit_info.value.code == 2
-    assert "rubricem_stage_scores: none of --modes probability applies to it (it is asked in: text)" in (
+    assert "arbor_rar: none of --modes probability applies to it (it is asked in: text)" in (
         capsys.readouterr().err)
     assert not (tmp_path / "out").exists()

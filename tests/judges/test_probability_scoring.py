@@ -236,3 +236,65 @@ def test_answer_judge_gives_the_probability_of_correct_when_asked():
     assert asyncio.run(judge_answers(judge, questions, ["Lantern film"])) == [False]
     judge.scoring = "probability"
     assert asyncio.run(judge_answers(judge, questions, ["Lantern film"])) == [pytest.approx(1 - (0.7 + 0.05))]
+
+
+# ---------------------------------------------------------------- score sheets: a label at every field or element
+
+
+def sheet_tokens(text: str, choice: Choice, dists: list[dict[str, float]]) -> list[TokenLogprob]:
+    """``text`` as tokens, each label of ``choice`` a token of its own whose alternatives are the next of
+    ``dists`` (the sampled digit first), everything else plain."""
+    starts = choice.locate_each(text)
+    assert len(starts) == len(dists)
+    out, at = [], 0
+    for start, dist in zip(starts, dists):
+        if start > at:
+            out += plain(text[at:start])
+        out.append(tok(text[start], *dist.items()))
+        at = start + 1
+    return out + plain(text[at:])
+
+
+def test_every_label_of_a_sheet_is_located_in_fields_and_in_nested_arrays():
+    fields = Choice({"0": 0.0, "1": 1.0, "2": 2.0}, field="score", every=True, label=list)
+    text = '{"scores": [{"index": 0, "justification": "a \\"score\\": 1", "score": 2}, {"index": 1, "score":"0"}]}'
+    assert [text[i] for i in fields.locate_each(text)] == ["2", "0"]  # not "scores", not the escaped quote
+    rows = Choice({"0": 0.0, "1": 1.0, "2": 2.0}, field="scores", every=True, label=list)
+    text = '{"scores": [[2, 1], [ 0 ,"2"], []], "note": [1]}'
+    assert [text[i] for i in rows.locate_each(text)] == ["2", "1", "0", "2"]
+    with pytest.raises(ValueError, match="every=True needs"):
+        Choice({"0": 0.0}, every=True)
+
+
+SHEET = Choice({"0": 0.0, "1": 1.0, "2": 2.0}, field="score", every=True,
+               label=lambda sheet: [s["score"] for s in sheet["scores"]])
+
+
+def sheet_call():
+    import json
+
+    return JudgeCall([user("Score it.")], json.loads, choice=SHEET)
+
+
+def test_each_score_of_a_sheet_is_its_expectation_by_hand():
+    text = '{"scores": [{"index": 0, "score": 2}, {"index": 1, "score": 1}, {"index": 2, "score": 0}]}'
+    dists = [{"2": 0.6, "1": 0.3, "0": 0.1}, {"1": 0.5, "2": 0.25, "x": 0.25}, {"0": 1.0}]
+    tally = Tally()
+    verdict = asyncio.run(ask(model_with([WithLogprobs(text, sheet_tokens(text, SHEET, dists))]), sheet_call(), tally))
+    assert verdict.scored_from == "probability"
+    # 2*0.6 + 1*0.3; (1*0.5 + 2*0.25) / 0.75 ("x" is no label); 0
+    assert verdict.expected_each == pytest.approx((1.5, 4 / 3, 0.0))
+    assert verdict.expected is None and tally.scoring() == {"scored_from_probability": 1, "scored_from_text": 0}
+
+
+def test_a_sheet_falls_back_to_its_sampled_scores_when_any_label_is_not_where_the_verdict_says():
+    text = '{"scores": [{"index": 0, "score": 2}, {"index": 1, "score": 1}]}'
+    dists = [{"2": 0.6, "1": 0.4}, {"0": 0.9, "1": 0.1}]  # the second token reads "0", the verdict says 1
+    tokens = sheet_tokens(text, SHEET, dists)
+    tokens[-2] = tok("0", *dists[1].items())
+    tally = Tally()
+    verdict = asyncio.run(ask(model_with([WithLogprobs(text, tokens)]), sheet_call(), tally))
+    assert verdict.scored_from == "text" and verdict.expected_each == (2.0, 1.0)
+    assert tally.scoring() == {"scored_from_probability": 0, "scored_from_text": 1}
+    text_only = asyncio.run(ask(model_with([text], scoring="text"), sheet_call()))
+    assert text_only.scored_from == "text" and text_only.expected_each == (2.0, 1.0)

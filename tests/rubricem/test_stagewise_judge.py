@@ -304,3 +304,48 @@ def test_flat_groups_counts_groups_the_judge_scored_alike():
 def test_unknown_scoring_mode_is_refused():
     with pytest.raises(ValueError, match="scoring must be one of"):
         StagewiseJudge(ScriptedChatModel([]), ScriptedChatModel([]), scoring="pairs")
+
+
+def _unsure(respond, choice):
+    """``respond``'s sheets with every 0/1/2 reported as a coin flip between it and the next digit (mod 3), so
+    a score s reads as the expectation (s + (s + 1) % 3) / 2: 2 -> 1.0, 1 -> 1.5, 0 -> 0.5."""
+    import math
+
+    from components.llm.backends.scripted import WithLogprobs
+    from components.llm.base import TokenLogprob
+
+    def reply(messages, sampling=None):
+        text = respond(messages, sampling)
+        tokens, at = [], 0
+        for start in choice.locate_each(text):
+            tokens.append(TokenLogprob(token=text[at:start], logprob=0.0, top=()))
+            s = text[start]
+            top = ((s, math.log(0.5)), (str((int(s) + 1) % 3), math.log(0.5)))
+            tokens.append(TokenLogprob(token=s, logprob=math.log(0.5), top=top))
+            at = start + 1
+        return WithLogprobs(text, [*tokens, TokenLogprob(token=text[at:], logprob=0.0, top=())])
+
+    return reply
+
+
+# A read from probabilities: plan 2 -> 1.0 / 2; research (3 * 1.0/2 + 1 * (1 - 0.5/2)) / 4; review 1 -> 1.5 / 2;
+# answer (3 * F1 1 + 1 * 1.0/2) / 4
+A_FROM_PROBABILITIES = [0.5, 0.5625, 0.75, 0.875]
+
+
+@pytest.mark.parametrize("scoring", ["trajectory", "group"])
+def test_scores_read_from_probabilities_are_each_rubric_s_expected_score(scoring):
+    from components.methods.rubricem.stagewise_judge import GROUP_CHOICE, SHEET_CHOICE
+
+    respond = respond_with(TABLE) if scoring == "trajectory" else group_respond(TABLE)[0]
+    evaluator = ScriptedChatModel(_unsure(respond, SHEET_CHOICE if scoring == "trajectory" else GROUP_CHOICE))
+    evaluator.scoring = "probability"
+    judge = StagewiseJudge(ScriptedChatModel([GENERATION]), evaluator, scoring=scoring)
+    results, metrics = asyncio.run(judge.judge_groups([(Q, group())], step=1))
+    assert results[0][0].scores == pytest.approx(A_FROM_PROBABILITIES)
+    assert evaluator.requests[0][1].logprobs  # the sheets were asked with their tokens' probabilities
+    assert metrics["judge/scored_from_probability"] == 3 and metrics["judge/scored_from_text"] == 0
+    text = StagewiseJudge(ScriptedChatModel([GENERATION]), ScriptedChatModel(respond), scoring=scoring)
+    results, metrics = asyncio.run(text.judge_groups([(Q, group())], step=1))
+    assert results[0][0].scores == pytest.approx([1.0, 1.0, 0.5, 1.0])  # the sampled digits, as before
+    assert "judge/scored_from_probability" not in metrics

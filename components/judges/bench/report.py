@@ -85,11 +85,15 @@ def scoring_setting(recommended: dict[str, dict[str, Any]]) -> str:
 
 def probability_notes(summaries: list[dict[str, Any]]) -> list[str]:
     """A note for each probability-mode summary some of whose judged calls fell back to the sampled label
-    (calls, not units: a unit may make several calls, or none when it reuses an earlier verdict)."""
+    (calls, not units: a unit may make several calls, or none when it reuses an earlier verdict). The judged
+    calls are the label-choice verdicts counted each way where the summary has both counts (a unit may also make
+    calls with no label to read, e.g. the stagewise judge's rubric generation), else the calls that did not fail."""
     notes = []
     for s in summaries:
         calls = round((s.get("calls_per_judgment") or 0) * s["rows"])
         judged = calls - round(s.get("failed_calls", 0))
+        if s.get("scored_from_text") is not None:
+            judged = s["scored_from_probability"] + s["scored_from_text"]
         if s["mode"] == "probability" and calls and s["scored_from_probability"] < judged:
             notes.append(f"{s['judgment']}, probability mode: {s['scored_from_probability']} of {judged} judged "
                          "calls were read from probabilities; the rest fell back to the sampled label.")

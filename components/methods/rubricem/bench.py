@@ -13,7 +13,8 @@
   skip_hop: research and review, and plan when the first lookup is the one skipped; truncated: research;
   irrelevant_search: research). The compared score of a stage is the weighted mean of the judge's rubric values
   on it; the answer stage's persistent token-F1 rubric needs no model and is left out of it (rows keep the
-  method's stage scores too). Modes: text (0/1/2 sheets in JSON are not a label choice); the judge is always
+  method's stage scores too). Modes: text and probability (each 0/1/2 of a sheet read as the expectation over
+  the digit tokens' probabilities, ``rubricem.score_from``); the judge is always
   shown the reference answer (the method's prompts and its F1 rubric), so no separate reference mode. With
   ``judge_scoring: group`` the summary's position and attempt effects are the judge's own ``position_spread``
   / ``attempt_spread`` over the two orders, averaged over pairs.
@@ -30,6 +31,7 @@ import numpy as np
 from components.clipping import clip_middle
 from components.judges.bench import metrics
 from components.judges.bench.registry import BenchGap, BenchJudgment, Context, Unit
+from components.judges.call import scored_as
 from components.judges.orders import balanced_orders
 from components.judges.render import scaffold_text
 from components.llm.base import ChatModel
@@ -81,7 +83,7 @@ def stage_units(items: Sequence[Any], params: Any) -> list[Unit]:
 
 def _judge(model: ChatModel, params: Any) -> StagewiseJudge:
     p = params.rubricem
-    return StagewiseJudge(model, model, caps=NO_PRUNING, targets=p.rubric_targets, max_tokens=p.judge_max_tokens,
+    return StagewiseJudge(model, scored_as(model, p.score_from), caps=NO_PRUNING, targets=p.rubric_targets, max_tokens=p.judge_max_tokens,
                           stage_chars=p.stage_chars, answer_weight=p.answer_weight, scoring=p.judge_scoring,
                           seed=params.seed)
 
@@ -111,6 +113,8 @@ async def ask_stages(model: ChatModel, unit: Unit, context: Context) -> dict[str
     counted = _Counted(model, context.tally)
     judge = _judge(counted, context.params)  # type: ignore[arg-type]
     [results], step_metrics = await judge.judge_groups([(q, [episode for _, episode in group])], step=0)
+    for key in ("scored_from_probability", "scored_from_text"):  # the sheets, each read one way or the other
+        setattr(context.tally, key, getattr(context.tally, key) + int(step_metrics.get(f"judge/{key}", 0)))
     by_id = {r.id: r for r in judge.buffer(q).rubrics()}
     judged: dict[str, list[float | None]] = {}
     for (name, _), result in zip(group, results, strict=True):
@@ -183,7 +187,8 @@ def stage_per_variant(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
 
 STAGE_SCORES = BenchJudgment(
     name="rubricem_stage_scores", method="rubricem", role=lambda params: params.rubricem.judge_role,
-    units=stage_units, ask=ask_stages, summary=stage_summary, choice=False, reference="always",
+    units=stage_units, ask=ask_stages, summary=stage_summary, choice=True, scoring_key="rubricem.score_from",
+    reference="always",
     reference_note=("the stagewise judge is shown the reference answer in every call and scores the answer stage's "
                     "persistent rubric as token F1 against it (the method's setting); the compared scores leave "
                     "that F1 out"),

@@ -29,6 +29,10 @@ class RubricEMParams(Section):
     judge_scoring: Literal["trajectory", "group"] = Field(
         default="trajectory", description="trajectory: one scoring call per trajectory (paper C.3); group: a group's "
         "attempts scored side by side, once per balanced order (each attempt once at every position), averaged.")
+    score_from: Literal["text", "probability"] | None = Field(
+        default=None, description="How the judge's 0/1/2 rubric scores are read (components/judges/call.py): the "
+        "sampled digit (text) or the expectation over the digit tokens' probabilities; None: as llm.scoring says "
+        "for judge_role. Set here, it changes the stagewise judge alone, not the other users of its role.")
     reflection_judge_role: str = Field(default="reflection_judge", description="Role that scores reflections.")
     judge_max_tokens: int = Field(default=1024, ge=16, description="Completion tokens of a judge call.")
     stage_chars: int = Field(default=1500, ge=100, description="Characters of each stage shown to the judges.")

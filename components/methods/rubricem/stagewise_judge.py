@@ -18,6 +18,10 @@ One step, for every group (:meth:`StagewiseJudge.judge_groups`):
    reaches scores 0 (its rubrics are not asked); a stage with no rubric at all is missing (None). A failed or
    unparseable scoring call falls back to the answer stage's persistent score only (the other stages are
    None, i.e. masked), and is counted;
+   Each 0/1/2 is a label choice (:class:`components.judges.call.Choice`, ``every=True``): with the judge's role
+   scoring from token probabilities (``rubricem.score_from``, else ``llm.scoring``), a rubric's score is the
+   expectation over the probabilities of "0", "1" and "2" where the sheet writes it, so two attempts the sampled
+   digits tie can still differ; the step's metrics count the sheets scored each way;
 3. per stage, active rubrics beyond the cap (3, 2, 2, 3) are pruned lowest discrimination first (population
    variance of their values over the group; unscored rubrics go last, then older before newer).
 
@@ -39,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from components.clipping import clip_middle
 from components.evaluation.metrics import f1_score
-from components.judges.call import Failure, JudgeCall, Unparsed, ask, model_parser
+from components.judges.call import Choice, Failure, JudgeCall, Tally, Unparsed, ask, model_parser
 from components.judges.orders import balanced_orders, letter
 from components.judges.render import scaffold_text, untrusted
 from components.llm.base import ChatModel, Message, Sampling
@@ -80,7 +84,8 @@ class StageRubric(BaseModel):
     kind: Literal["judge", "answer_f1"] = Field(default="judge", description="Scored by the LLM, or as token F1.")
     created_step: int = Field(default=0, ge=0, description="Training step that added it.")
 
-    def value(self, score: int) -> float:
+    def value(self, score: float) -> float:
+        """A 0-2 score (an expectation when read from probabilities) as a value in [0, 1], negatives inverted."""
         return 1.0 - score / 2 if self.negative else score / 2
 
     def as_criterion(self) -> Criterion:
@@ -163,6 +168,14 @@ class ScoreSheet(BaseModel):
 
 class GroupSheet(BaseModel):
     scores: list[list[Annotated[int, Field(ge=0, le=2)]]]
+
+
+SCORE_LABELS = {"0": 0.0, "1": 1.0, "2": 2.0}
+SHEET_CHOICE = Choice(SCORE_LABELS, field="score", every=True, label=lambda sheet: [s.score for s in sheet.scores])
+"""A :class:`ScoreSheet`'s scores, one label at each ``"score":``, in the sheet's order."""
+GROUP_CHOICE = Choice(SCORE_LABELS, field="scores", every=True,
+                      label=lambda sheet: [x for row in sheet.scores for x in row])
+"""A :class:`GroupSheet`'s scores, one label at each element of ``"scores"``, row by row."""
 
 
 def group_sheet_schema(n_rubrics: int, n_attempts: int) -> dict[str, Any]:
@@ -348,6 +361,7 @@ class StagewiseJudge:
         self.caps, self.targets = list(caps), [tuple(t) for t in targets]
         self.max_tokens, self.stage_chars, self.answer_weight = max_tokens, stage_chars, answer_weight
         self.buffers: dict[str, QuestionBuffer] = {}
+        self.tally = Tally()  # the scoring calls: how their sheets were scored (text or probability)
 
     def buffer(self, question: Question) -> QuestionBuffer:
         if question.id not in self.buffers:
@@ -358,8 +372,10 @@ class StagewiseJudge:
                                                        persistent=persistent if question.answers else [])
         return self.buffers[question.id]
 
-    def _call(self, messages: list[Message], parse: Callable[[str], Any], schema: dict[str, Any]) -> JudgeCall:
-        return JudgeCall(messages, parse, Sampling(temperature=0.0, max_tokens=self.max_tokens), schema=schema)
+    def _call(self, messages: list[Message], parse: Callable[[str], Any], schema: dict[str, Any],
+              choice: Choice | None = None) -> JudgeCall:
+        return JudgeCall(messages, parse, Sampling(temperature=0.0, max_tokens=self.max_tokens), schema=schema,
+                         choice=choice)
 
     async def generate(self, question: Question, trajectories: Sequence[Trajectory],
                        blocks: Sequence[dict[str, str | None]]) -> tuple[GeneratedRubrics | None, str | None]:
@@ -414,12 +430,13 @@ class StagewiseJudge:
         if asked:
             schema = one_item_per_key(json_schema_of(ScoreSheet), "scores", "index", list(range(len(asked))))
             messages = scoring_messages(question, render_attempt(blocks, self.stage_chars), asked)
-            result = await ask(self.evaluator, self._call(messages, covering_sheet(len(asked)), schema))
+            result = await ask(self.evaluator, self._call(messages, covering_sheet(len(asked)), schema, SHEET_CHOICE),
+                               self.tally)
             if not result.ok:
                 error = failure_reason(result)
             else:
-                for s in result.value.scores:
-                    judged[asked[s.index].id], notes[asked[s.index].id] = asked[s.index].value(s.score), s.justification
+                for s, score in zip(result.value.scores, result.expected_each, strict=True):
+                    judged[asked[s.index].id], notes[asked[s.index].id] = asked[s.index].value(score), s.justification
         return self._result(rubrics, local, judged, notes, error, len(asked))
 
     def group_orders(self, question: Question, step: int, n: int) -> list[list[int]]:
@@ -447,7 +464,8 @@ class StagewiseJudge:
             schema = group_sheet_schema(len(asked), len(trajectories))
             parse = group_sheet(len(asked), len(trajectories))
             outs = await asyncio.gather(*(ask(self.evaluator, self._call(group_scoring_messages(
-                question, [rendered[i] for i in order], asked), parse, schema)) for order in orders))
+                question, [rendered[i] for i in order], asked), parse, schema, GROUP_CHOICE), self.tally)
+                for order in orders))
             by_attempt: list[dict[str, list[float]]] = [{} for _ in trajectories]
             raw_attempt: list[list[float]] = [[] for _ in trajectories]  # the judge's 0/1/2 (halved), uninverted
             raw_position: list[list[float]] = [[] for _ in trajectories]
@@ -455,7 +473,9 @@ class StagewiseJudge:
                 if not out.ok:
                     error = error or failure_reason(out)
                     continue
-                for row, r in zip(out.value.scores, asked):
+                each = iter(out.expected_each)
+                for r in asked:
+                    row = [next(each) for _ in order]
                     for pos, i in enumerate(order):
                         if present[i][r.stage]:
                             by_attempt[i].setdefault(r.id, []).append(r.value(row[pos]))
@@ -506,7 +526,9 @@ class StagewiseJudge:
                     variance[r.id] = float(np.var(seen)) if len(seen) >= 2 else None
                 pruned += len(buf.prune(k, cap, variance))
         every = [r for group in results for r in group]
+        scoring, self.tally = self.tally.scoring(), Tally()
         metrics: dict[str, float] = {
+            **{f"judge/{key}": float(n) for key, n in scoring.items()},
             "judge/generation_calls": float(len(groups)), "judge/generation_failures": float(gen_failures),
             "judge/scoring_calls": float(calls),
             "judge/scoring_failures": float(sum(r.failed for r in every)),

@@ -72,6 +72,7 @@ from typing import Any
 
 import torch
 
+from components.judges.call import scored_as
 from components.judges.render import scaffold_text
 from components.methods.rubricem.reflection import Reflection, ReflectionJudge, parse_reflection, reflection_messages
 from components.methods.rubricem.stagewise_judge import StagewiseJudge, failure_kind
@@ -436,9 +437,10 @@ def _build(ctx: VariantContext, *, stagewise: bool, meta: bool) -> VariantParts:
     p, grpo = ctx.params.rubricem, ctx.params.grpo
     judge = reward = advantage_fn = bank = reflection = None
     if stagewise:
-        judge = StagewiseJudge(ctx.roles(p.generator_role), ctx.roles(p.judge_role), caps=p.stage_caps,
-                               targets=p.rubric_targets, max_tokens=p.judge_max_tokens, stage_chars=p.stage_chars,
-                               answer_weight=p.answer_weight, scoring=p.judge_scoring, seed=ctx.params.seed)
+        judge = StagewiseJudge(ctx.roles(p.generator_role), scored_as(ctx.roles(p.judge_role), p.score_from),
+                               caps=p.stage_caps, targets=p.rubric_targets, max_tokens=p.judge_max_tokens,
+                               stage_chars=p.stage_chars, answer_weight=p.answer_weight, scoring=p.judge_scoring,
+                               seed=ctx.params.seed)
         reward = StagewiseReward(judge)
         advantage_fn = StageReturns(p.stage_lambda, normalize_std=grpo.std_normalize, eps=grpo.adv_eps)
     options: dict[str, Any] = {"max_tokens": p.scaffold_max_tokens}
