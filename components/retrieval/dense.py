@@ -23,6 +23,7 @@ says which and why). Documents are always embedded by ``encode``, so an index bu
 from __future__ import annotations
 
 import io
+import os
 import sys
 import threading
 import warnings
@@ -104,7 +105,8 @@ class TracedQueryEncoder:
         vec = encoder("who directed the harbour film")     # (1, 384) float32, as embed(embedder, [text])
     """
 
-    def __init__(self, embedder: Any):
+    def __init__(self, embedder: Any, threads: int | None = None):
+        """``threads`` is not used: the graph runs on torch's intra-op threads (``torch.set_num_threads``)."""
         features = plain_pipeline_features(embedder)
         import torch
 
@@ -130,8 +132,10 @@ class TracedQueryEncoder:
 
 
 class OnnxQueryEncoder:
-    """The same single-text path exported once (in memory) to ONNX and run by ONNX Runtime on one thread: about 0.7x
-    the traced graph's CPU time a query on this machine (``docs/performance.md``), the same fp32 weights. Its kernels
+    """The same single-text path exported once (in memory) to ONNX and run by ONNX Runtime: about 0.7x the traced
+    graph's CPU time a query on this machine (``docs/performance.md``), the same fp32 weights. It runs on
+    ``threads`` intra-op threads (default :data:`QUERY_THREADS`) that sleep between queries instead of spinning, so
+    an idle index takes no CPU from the model servers beside it. Its kernels
     sum in another order, so an embedding is not ``encode``'s bit for bit: the encoder refuses (``ValueError``) a
     model whose embeddings of :data:`PROBES` differ from ``encode``'s by more than :attr:`TOLERANCE` in any
     coordinate, and ``ImportError`` without ``onnxruntime`` (the ``[embedded]`` extra).
@@ -142,7 +146,7 @@ class OnnxQueryEncoder:
 
     TOLERANCE = 1e-6  # unit vectors; MiniLM's measured largest difference is 2e-7
 
-    def __init__(self, embedder: Any):
+    def __init__(self, embedder: Any, threads: int | None = None):
         import onnxruntime as ort
 
         features = plain_pipeline_features(embedder)
@@ -160,7 +164,8 @@ class OnnxQueryEncoder:
                               input_names=list(INPUTS), output_names=["embedding"],
                               dynamic_axes={**axes, "embedding": {0: "batch"}}, opset_version=17, dynamo=False)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        options.intra_op_num_threads, options.inter_op_num_threads = threads or QUERY_THREADS, 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         self.session = ort.InferenceSession(model.getvalue(), options, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]  # the exporter drops an input the graph ignores
@@ -175,7 +180,11 @@ class OnnxQueryEncoder:
         return unit_rows(vecs, 1)
 
 
-QUERY_ENCODERS: dict[str, Callable[[Any], Callable[[str], np.ndarray]]] = {
+QUERY_THREADS = min(2, os.cpu_count() or 1)
+"""ONNX Runtime threads a query is split over: a MiniLM query of a dozen tokens took p50 8.7 ms on one thread and
+4.3 ms on two of this project's 2-core CPU (``perf/bench_retrieval.py``); more threads than that split too little work."""
+
+QUERY_ENCODERS: dict[str, Callable[..., Callable[[str], np.ndarray]]] = {
     "onnx": OnnxQueryEncoder, "traced": TracedQueryEncoder}
 QUERY_ENGINES = {"auto": ("onnx", "traced"), "onnx": ("onnx",), "traced": ("traced",), "encode": ()}
 """``DenseIndex(query_engine=...)``: the query encoders to try, in order; ``encode`` is what is left."""
@@ -223,6 +232,7 @@ class DenseIndex:
     def __init__(
         self, docs: Sequence[Document], embedder: Embedder, *, snippet_chars: int = 300,
         embedder_name: str = EMBEDDED_MINILM, faiss_index: faiss.Index | None = None, query_engine: str = "auto",
+        query_threads: int | None = None,
     ):
         if not docs:
             raise ValueError("DenseIndex needs at least one document")
@@ -242,7 +252,7 @@ class DenseIndex:
         self.options = {"embedder": embedder_name, "dim": int(faiss_index.d)}
         # how queries are embedded, decided on the first one: "onnx", "traced" (with why not onnx, under auto) or
         # "encode: <why no encoder>"
-        self.query_engine = query_engine
+        self.query_engine, self.query_threads = query_engine, query_threads  # None: QUERY_THREADS
         self.query_path: str | None = None
         self._encode_query: Callable[[str], np.ndarray] | None = None
         self._query_lock = threading.Lock()
@@ -267,7 +277,7 @@ class DenseIndex:
                 engines, refused = (), [f"{type(exc).__name__}: {exc}"]
         for name in engines:
             try:
-                encoder = QUERY_ENCODERS[name](self.embedder)
+                encoder = QUERY_ENCODERS[name](self.embedder, threads=self.query_threads)
             except (AttributeError, ImportError, RuntimeError, TypeError, ValueError) as exc:  # no export, no trace
                 refused.append(f"{name}: {type(exc).__name__}: {exc}")
                 continue
