@@ -90,7 +90,8 @@ def scored_as(model: ChatModel, scoring: ScoredFrom | None) -> ChatModel:
 class Verdict(Generic[T]):
     """A judgment that gave a verdict: the parsed ``value``, the reply it came from and what the call cost. For a
     call with a :class:`Choice`, ``expected`` is what the answer is worth, ``scored_from`` how it was read and
-    ``label_probs`` (probability scoring only) each label's renormalised probability; all None without one."""
+    ``label_probs`` (probability scoring only) each label's renormalised probability; all None without one. A call
+    whose choice has ``every`` gives ``expected_each`` (one value per label, in reply order) instead of ``expected``."""
 
     ok: ClassVar[bool] = True
     value: T
