@@ -23,7 +23,6 @@ says which and why). Documents are always embedded by ``encode``, so an index bu
 from __future__ import annotations
 
 import io
-import os
 import sys
 import threading
 import warnings
@@ -180,9 +179,11 @@ class OnnxQueryEncoder:
         return unit_rows(vecs, 1)
 
 
-QUERY_THREADS = min(2, os.cpu_count() or 1)
-"""ONNX Runtime threads a query is split over: a MiniLM query of a dozen tokens took p50 8.7 ms on one thread and
-4.3 ms on two of this project's 2-core CPU (``perf/bench_retrieval.py``); more threads than that split too little work."""
+QUERY_THREADS = 1
+"""ONNX Runtime threads a query is split over by default. Two helped only back to back: a MiniLM query of a dozen
+tokens took p50 4.3 ms on two threads against 8.7 on one, run one after another; in ``perf/bench_retrieval.py``,
+where each query alternates with other paths as it does with model calls in an episode, two gave p50 8.2 ms against
+8.8 for 1.34x the CPU (2026-11-29), so one thread is the default and ``DenseIndex(query_threads=...)`` the knob."""
 
 QUERY_ENCODERS: dict[str, Callable[..., Callable[[str], np.ndarray]]] = {
     "onnx": OnnxQueryEncoder, "traced": TracedQueryEncoder}

@@ -59,14 +59,14 @@ def test_the_onnx_encoder_is_within_a_millionth_of_encode(minilm):
 def test_the_onnx_encoder_splits_a_query_over_its_threads_without_spinning(minilm):
     from components.retrieval.dense import QUERY_THREADS
 
-    default, one = DenseIndex(DOCS, minilm), DenseIndex(DOCS, minilm, query_threads=1)
-    for index, threads in ((default, QUERY_THREADS), (one, 1)):
+    default, two = DenseIndex(DOCS, minilm), DenseIndex(DOCS, minilm, query_threads=2)
+    for index, threads in ((default, QUERY_THREADS), (two, 2)):
         index.ranked("Mara Quill", 1)
         options = index._encode_query.session.get_session_options()
         assert options.intra_op_num_threads == threads
         assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     for text in QUERIES:  # another split sums in another order: still within the encoder's tolerance of encode
-        assert np.abs(default.embed_query(text) - one.embed_query(text)).max() <= 2 * OnnxQueryEncoder.TOLERANCE
+        assert np.abs(default.embed_query(text) - two.embed_query(text)).max() <= 2 * OnnxQueryEncoder.TOLERANCE
 
 
 @needs_minilm
