@@ -209,7 +209,7 @@ def embedded_sha(name: str) -> str:
 def load_hf_policy(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | Path | None = None, dtype=None):
     """(model, tokenizer) in transformers, dequantized from the verified GGUF (on the CPU, in ``dtype``, a torch
     dtype; None: float32), for training. A code-built model's name (:data:`TINY_MODELS`) gives that model, freshly
-    initialised from its seed. Transformers dequantizes the GGUF once into ``<cache_dir>/models/<name>.hf/``
+    initialised from its seed. Transformers dequantizes the GGUF once into ``<cache_dir>/models/<name>-<sha>.hf/``
     (float32 safetensors, the same tensors bit for bit); later loads read that folder (a few seconds, against
     about a minute through the GGUF for the 0.5B)."""
     if name in TINY_MODELS:

@@ -83,9 +83,9 @@ def stage_units(items: Sequence[Any], params: Any) -> list[Unit]:
 
 def _judge(model: ChatModel, params: Any) -> StagewiseJudge:
     p = params.rubricem
-    return StagewiseJudge(model, scored_as(model, p.score_from), caps=NO_PRUNING, targets=p.rubric_targets, max_tokens=p.judge_max_tokens,
-                          stage_chars=p.stage_chars, answer_weight=p.answer_weight, scoring=p.judge_scoring,
-                          seed=params.seed)
+    return StagewiseJudge(model, scored_as(model, p.score_from), caps=NO_PRUNING, targets=p.rubric_targets,
+                          max_tokens=p.judge_max_tokens, stage_chars=p.stage_chars, answer_weight=p.answer_weight,
+                          scoring=p.judge_scoring, seed=params.seed)
 
 
 class _Counted:
