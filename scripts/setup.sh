@@ -37,11 +37,18 @@ if ! python -c "import llama_cpp" 2>/dev/null || [ ! -x .venv/bin/llama-server ]
   # Shared libraries (what llama-cpp-python loads) and the server linked to them; no HTTPS, no web UI (its
   # assets would be downloaded at build time), no tests or examples.
   RELLIB=$(python -c "import os, sys; print(os.path.relpath(sys.argv[1], '.venv/bin'))" "$LIBDIR")
+  # Its output goes to a log, shown only if the build fails (cmake's notes, e.g. on the web UI's assets, would
+  # read as steps a user has to take).
+  log=.cache/llama.cpp-build.log
   # shellcheck disable=SC2086
-  cmake -S "$src/vendor/llama.cpp" -B "$src/build-shared" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON $SIMD \
-    "-DCMAKE_BUILD_RPATH=\$ORIGIN;\$ORIGIN/$RELLIB" -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$src/build-shared" --config Release --target llama-server llama mtmd -j2 >/dev/null
+  if ! { cmake -S "$src/vendor/llama.cpp" -B "$src/build-shared" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON $SIMD \
+           "-DCMAKE_BUILD_RPATH=\$ORIGIN;\$ORIGIN/$RELLIB" -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
+           -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF &&
+         cmake --build "$src/build-shared" --config Release --target llama-server llama mtmd -j2; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "setup: building llama.cpp failed; the whole log is $log" >&2
+    exit 1
+  fi
   # The Python package from the same sdist, its C++ build switched off: it gets the libraries built above.
   CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" python -m pip install -q "./$src[server]"
   mkdir -p "$LIBDIR"
