@@ -71,4 +71,4 @@ def test_the_policy_loads_from_its_dequantized_copy_with_the_gguf_s_own_values(r
     for key, param in pairs.items():
         t = tensors[key]
         assert param.dtype == torch.float32
-        assert torch.equal(param.detach(), torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type))), key
+        assert torch.equal(param.detach(), torch.tensor(gguf.quants.dequantize(t.data, t.tensor_type))), key
