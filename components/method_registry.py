@@ -31,14 +31,16 @@ SHIPPED = ("coreact", "arbor", "rubricem", "arco")  # the packages under compone
 
 @dataclass(frozen=True)
 class HealthMetric:
-    """One figure of a method's own mechanism, read from the ``metrics.csv`` (one row a step) of its
-    ``train_policy`` runs and summed, averaged or taken at the last step that logged it: whether the judges gave
-    the mechanism anything to act on (ARBOR's admitted rubrics, RubricEM's flat groups, ...). The head-to-head
-    report shows them beside each trained method."""
+    """One figure of a method's own mechanism, read from its training runs (``train_policy@<variant>``, or the
+    stage that trained a model an inference-time method serves, such as Co-ReAct's rubric generator): a column
+    of the run's ``metrics.csv`` (one row a step) summed, averaged or taken at the last step that logged it, or
+    (``"final"``) a key of the ``metrics.json`` the run writes at its end. Whether the judges gave the mechanism
+    anything to act on (ARBOR's admitted rubrics, RubricEM's flat groups, the generator's held-out Spearman).
+    The head-to-head report shows them beside the method's row."""
 
     column: str
     label: str
-    over_steps: Literal["sum", "mean", "last"] = "sum"
+    over_steps: Literal["sum", "mean", "last", "final"] = "sum"
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class MethodSpec:
     variants: tuple[str, ...] = ()  # train_policy@<variant> names it registers in components.variants
     agents: tuple[str, ...] = ()  # agent names it registers in components.agents.react.AGENTS
     doc: str = ""  # its page under docs/methods/
-    health: tuple[HealthMetric, ...] = ()  # its mechanism's own figures in a train_policy run's metrics.csv
+    health: tuple[HealthMetric, ...] = ()  # its mechanism's own figures in its training runs' metrics
 
     def register(self) -> MethodSpec:
         return METHODS.register(self.name)(self)

@@ -88,8 +88,9 @@ STAGES: dict[str, list[str]] = {
        for v in VARIANTS},
 }
 """Stage -> the stages whose outputs it reads (the edges DVC derives from dvc.yaml's deps and outs)."""
-# every evaluation, and the training runs whose compute it reports
-STAGES["head_to_head"] = [*(s for s in STAGES if s.startswith("evaluate@")), *(f"train_policy@{v}" for v in VARIANTS)]
+# every evaluation, and the training runs whose compute it reports (the policies', and Co-ReAct's generators')
+STAGES["head_to_head"] = [*(s for s in STAGES if s.startswith("evaluate@")), *(f"train_policy@{v}" for v in VARIANTS),
+                          *(f"train_rubric_generator@{r}" for r in REWARDS)]
 
 UNREPORTED = {"prepare", "index", "sft_data", "sft", "sft_data_scaffold", "sft_scaffold", "head_to_head"}
 """Stages whose metrics stay in their own MLflow runs only (the flow's result never carried them; head_to_head's

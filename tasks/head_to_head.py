@@ -6,7 +6,9 @@ spread, paired tests against the shared baselines, cost per role and training co
     python -m tasks.head_to_head --out-dirs outputs outputs/hotpotqa outputs/musique   # one section per scope
 
 Reads, per ``run.out_dir`` given: eval/<method>/ (the main run, seed ``seed``), <sweep.out_dir>/seed_<S>/eval/<method>/
-(a sweep's seeds) and, for the training variants, train/<variant>/ and the sweep's seed_<S>/train/<variant>/. It
+(a sweep's seeds) and, for the training variants, train/<variant>/ and the sweep's seed_<S>/train/<variant>/; for an
+inference-time method serving a model a stage trained (Co-ReAct's generator), that stage's run folder
+(:func:`trained_components`), as the method's training compute and health. It
 is cheap and recomputes nothing: a new seed folder adds its evidence on the next run. Writes
 <run.out_dir>/head_to_head/head_to_head.{json,csv,md,png} and rewrites docs/results/head_to_head.md from them
 (a dated header with the command, the sizes and the git commit). In MLflow: a `head_to_head` run (under
@@ -30,7 +32,7 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.io import atomic_path
-from components.method_registry import load_methods, variant_health
+from components.method_registry import agent_method, load_methods, variant_health
 from components.params import Params, ParamsError
 from components.params_cli import params_from_args, stage_argparser
 from components.reporting.head_to_head import collect_scope, document, write_head_to_head
@@ -79,6 +81,31 @@ def role_prices(params: Params, method: str, variants: list[str]) -> dict[str, t
     return prices
 
 
+def trained_components(params: Params, method: str) -> list[str]:
+    """The run folders (relative to ``run.out_dir``) of the stages that trained a model ``method`` serves besides
+    its policy: the adapters of the roles its agent's options name (Co-ReAct's ``generator_role``) or its entry
+    rebinds, other than ``policy`` (the shared warm start). ``coreact`` -> ``["train_rubric_generator/listwise"]``;
+    an adapter outside ``run.out_dir`` is no stage's of this run and is left out."""
+    from components.agents.react import agent_options
+
+    entry = params.methods.get(method)
+    if entry is None:
+        return []
+    roles = {**params.llm.roles, **entry.roles}
+    named = {v for v in agent_options(params, entry).values() if isinstance(v, str) and v in roles}
+    named |= set(entry.roles) - {"policy"}
+    out_dir, folders = Path(params.run.out_dir).resolve(), []
+    for role in sorted(named):
+        bound = roles[role]
+        for name in [bound] if isinstance(bound, str) else list(bound):
+            backend = params.llm.backends.get(name)
+            for adapter in backend.adapters if backend is not None else []:
+                folder = Path(adapter).resolve().parent
+                if folder.is_relative_to(out_dir) and folder != out_dir:
+                    folders.append(folder.relative_to(out_dir).as_posix())
+    return sorted(set(folders))
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
@@ -100,7 +127,13 @@ def head_to_head(params: Params | None = None, out_dirs: list[str] | None = None
     out_dirs = list(out_dirs or [params.run.out_dir])
     variants = training_variants()
     health = {v: variant_health(v) for v in variants}
-    scopes = [collect_scope(d, params.sweep.out_dir, params.seed, variants, health=health) for d in out_dirs]
+    components = {}  # inference-time methods serving a model a stage of theirs trained (Co-ReAct's generator)
+    for method, entry in params.methods.items():
+        spec = agent_method(entry.agent)
+        components[method] = [(folder, spec.health if spec is not None else ())
+                              for folder in trained_components(params, method)]
+    scopes = [collect_scope(d, params.sweep.out_dir, params.seed, variants, health=health, components=components)
+              for d in out_dirs]
     names = [s.name for s in scopes]
     for scope in scopes:  # two folders of the same data are told apart by their folder
         if names.count(scope.name) > 1:

@@ -31,11 +31,13 @@ adds to its own method's row only (and, for a baseline, to the paired columns of
   completion tokens and price per question, per role the method's agent called (the answer judge, which
   measures every method alike, is not counted), mean over seeds; prices are the backends' per-1k prices;
 - ``train.seeds``, ``train.steps``, ``train.wall_s``, ``train.tokens``, ``train.judge_calls``,
-  ``train.judge_tokens`` (trained policies): training runs found, steps, wall time, policy tokens trained and
-  the reward's model calls and tokens summed over the steps of metrics.csv (columns ``*calls`` and
-  ``<role>/tokens``), mean over seeds;
-- ``health.<label>`` (trained policies of a method that declares them, :class:`HealthMetric`): the method's own
-  mechanism over the run's steps (e.g. ARBOR's rubrics admitted, RubricEM's flat groups), mean over seeds.
+  ``train.judge_tokens`` (trained policies, and inference-time methods serving a model a stage of theirs
+  trained, such as Co-ReAct's generator): training runs found, steps, wall time, tokens trained and the
+  reward's model calls and tokens summed over the steps of metrics.csv (columns ``*calls`` and
+  ``<who>/tokens``), mean over seeds;
+- ``health.<label>`` (the same rows, for a method that declares them, :class:`HealthMetric`): the method's own
+  mechanism over the run's steps or at its end (e.g. ARBOR's rubrics admitted, RubricEM's flat groups, the
+  generator's held-out Spearman), mean over seeds.
 
 :func:`write_head_to_head` writes head_to_head.json (sizes, statistics used, rows), head_to_head.csv,
 head_to_head.md (a section per scope: accuracy, cost per role, training compute, each trained method's
@@ -165,16 +167,23 @@ def load_evaluation(method: str, seed: str, folder: str | Path) -> Evaluation:
     return Evaluation(method=method, seed=seed, folder=folder, questions=load_questions(folder), metrics=metrics)
 
 
-def health_figures(steps: pd.DataFrame, health: Sequence[HealthMetric]) -> dict[str, float]:
-    """``health.<label>`` -> each figure over the run's steps (a column the run never logged is left out)."""
+def health_figures(steps: pd.DataFrame, health: Sequence[HealthMetric],
+                   final: Mapping[str, object] | None = None) -> dict[str, float]:
+    """``health.<label>`` -> each figure over the run's steps, or from its ``final`` metrics.json (a figure the run
+    never logged, or logged as NaN, is left out)."""
     figures = {}
     for metric in health:
+        over = metric.over_steps
+        if over == "final":
+            value = (final or {}).get(metric.column)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+                figures[f"health.{metric.label}"] = float(value)
+            continue
         if metric.column not in steps:
             continue
         logged = steps[metric.column].dropna().astype(float)
         if logged.empty:
             continue
-        over = metric.over_steps
         figures[f"health.{metric.label}"] = float(logged.iloc[-1] if over == "last" else getattr(logged, over)())
     return figures
 
@@ -185,6 +194,7 @@ def training_compute(folder: str | Path, health: Sequence[HealthMetric] = ()) ->
     folder = Path(folder)
     csv = folder / "metrics.csv"
     steps = pd.read_csv(csv) if csv.is_file() and csv.stat().st_size else pd.DataFrame()
+    final = read_json(folder / "metrics.json") if (folder / "metrics.json").is_file() else {}
     timings = folder / "timings.json"
     calls = [c for c in steps.columns if _CALLS.search(c)]
     role_tokens = [c for c in steps.columns if c.endswith("/tokens")]
@@ -197,7 +207,7 @@ def training_compute(folder: str | Path, health: Sequence[HealthMetric] = ()) ->
             "train.wall_s": float(read_json(timings)["wall_s"]) if timings.is_file() else math.nan,
             "train.tokens": total(["tokens"] if "tokens" in steps else []),
             "train.judge_calls": total(calls), "train.judge_tokens": total(role_tokens),
-            **health_figures(steps, health)}
+            **health_figures(steps, health, final)}
 
 
 def seed_folders(out_dir: str | Path, stage: str, sweep_name: str | None, main_seed: int | str,
@@ -230,15 +240,26 @@ def scope_name(out_dir: str | Path) -> str:
 
 def collect_scope(out_dir: str | Path, sweep_name: str | None = "sweep", main_seed: int | str = 0,
                   variants: Collection[str] = (), name: str | None = None,
-                  health: Mapping[str, Sequence[HealthMetric]] | None = None) -> Scope:
+                  health: Mapping[str, Sequence[HealthMetric]] | None = None,
+                  components: Mapping[str, Sequence[tuple[str, Sequence[HealthMetric]]]] | None = None) -> Scope:
     """Every evaluation (and, for ``variants``, every training run) under ``out_dir``, with all their seeds;
-    ``health``: variant -> its method's health figures (:attr:`MethodSpec.health`)."""
+    ``health``: variant -> its method's health figures (:attr:`MethodSpec.health`). ``components``: an
+    inference-time method -> the models it serves that a stage of its own trained, each as (the stage's run
+    folder relative to ``out_dir``, e.g. ``train_rubric_generator/listwise``; its health figures): those runs
+    are the method's training compute, seed by seed as a variant's are."""
     evaluations = {m: [load_evaluation(m, s, f) for s, f in runs]
                    for m, runs in seed_folders(out_dir, "eval", sweep_name, main_seed, "per_question.csv").items()
                    if all((f / "metrics.json").is_file() for _, f in runs)}
     trainings = {v: [Training(v, s, f, training_compute(f, (health or {}).get(v, ()))) for s, f in runs]
                  for v, runs in seed_folders(out_dir, "train", sweep_name, main_seed, "timings.json").items()
                  if v in variants}
+    for method, trained in (components or {}).items():
+        if method not in evaluations or method in variants:
+            continue
+        for relative, figures in trained:
+            stage, run = Path(relative).parent.as_posix(), Path(relative).name
+            for seed, folder in seed_folders(out_dir, stage, sweep_name, main_seed, "timings.json").get(run, []):
+                trainings.setdefault(method, []).append(Training(method, seed, folder, training_compute(folder, figures)))
     return Scope(name=name or scope_name(out_dir), out_dir=Path(out_dir), evaluations=evaluations,
                  trainings=trainings, variants=frozenset(variants))
 
@@ -450,7 +471,7 @@ def scope_markdown(rows: pd.DataFrame) -> str:
     training = ""
     if trained:
         training = "\nTraining compute (mean over the training runs found):\n\n" + _markdown_table(
-            ["method", "runs", "steps", "wall time (h)", "policy tokens trained", "reward model calls",
+            ["method", "runs", "steps", "wall time (h)", "tokens trained", "reward model calls",
              "reward model tokens"],
             [[r["method"], f"{int(r['train.seeds'])}", _count(r["train.steps"], 0),
               _count(r["train.wall_s"] / 3600, 2), _count(r["train.tokens"], 0), _count(r["train.judge_calls"], 0),
@@ -460,7 +481,7 @@ def scope_markdown(rows: pd.DataFrame) -> str:
                for r in trained]
     mechanism = ""
     if any(cells for _, cells in healthy):
-        mechanism = ("\nEach method's own mechanism over its training steps (the figures its package declares; mean "
+        mechanism = ("\nEach method's own mechanism in its training runs (the figures its package declares; mean "
                      "over the training runs found):\n\n" + _markdown_table(
                          ["method", "steps", "figures"],
                          [[r["method"], _count(r["train.steps"], 0), " · ".join(cells)] for r, cells in healthy if cells]))

@@ -181,8 +181,8 @@ def test_failing_evaluator_drops_the_sample_and_the_group_shrinks():
     assert out.scores[1] is None and out.scores[2] is None  # dropped, not 0
     assert out.scores[0] == out.scores[4] == pytest.approx(1.0) and out.scores[3] == 0.0
     assert out.metrics["evaluator_dropped"] == 2 and out.metrics["rubric_parse_failures"] == 1
-    assert out.metrics["evaluator_failures"] == 1 + 4  # one failed call + four unparseable replies
-    assert out.metrics["evaluator_calls"] == 4 + 4 + 4  # GOOD evaluated once for both episodes
+    assert out.metrics["evaluator/failures"] == 1 + 4  # one failed call + four unparseable replies
+    assert out.metrics["evaluator/calls"] == 4 + 4 + 4  # GOOD evaluated once for both episodes
     adv = group_advantages(score_matrix(out.scores), [0] * 5)
     assert torch.isnan(adv[1]).all() and torch.isnan(adv[2]).all()
     kept = adv[[0, 3, 4], 0]

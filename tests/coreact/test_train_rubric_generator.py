@@ -153,7 +153,7 @@ def test_listwise_grpo_learns_which_rubric_ranks_like_the_council(repo_root, tmp
     assert mean(last, "reward/mean") > mean(first, "reward/mean") + 0.2
     # every term of the reward is logged per step, and the evaluator's failures dropped episodes, never scored 0
     assert {"reward/rank_mean", "reward/flat_rate", "reward/atomicity_mean", "reward/format_mean", "reward/gated",
-            "reward/rubric_parse_failure_rate", "reward/evaluator_failures"} <= set(history[0])
+            "reward/rubric_parse_failure_rate", "reward/evaluator/failures"} <= set(history[0])
     assert sum(r["reward/evaluator_dropped"] for r in history) > 0
     assert sum(r["episodes/unscored"] for r in history) == sum(r["reward/evaluator_dropped"] for r in history)
     before, after = result.before, result.after

@@ -401,8 +401,8 @@ def test_generator_reward():
     assert out.scores[-len(rubrics):] == [None] * len(rubrics)  # doomed: every rubric leaves its group
     failed_rubrics = {(p.split("\n", 2)[1], p.split("Checklist", 1)[1]) for p in server.failed_prompts()}
     assert sum(r is None for r in out.scores) == len(failed_rubrics)
-    recorded = {"call_failed": int(out.metrics["evaluator_call_failures"]),
-                "unparsed": int(out.metrics["evaluator_unparsed"])}
+    recorded = {"call_failed": int(out.metrics["evaluator/call_failures"]),
+                "unparsed": int(out.metrics["evaluator/unparsed"])}
     check(Row("generator_reward", server, len(out.scores), sum(r is None for r in out.scores),
               "completed; unscored rubrics leave the group", recorded))
 

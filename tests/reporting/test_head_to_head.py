@@ -335,3 +335,40 @@ def test_every_scope_spaces_its_methods_alike(out, tmp_path):
         spacing.append((abs(y1 - y0) / fig.dpi, rows))
     assert spacing[0][1] > spacing[1][1] == 2
     assert spacing[0][0] == pytest.approx(spacing[1][0], rel=0.1)
+
+
+def test_a_final_health_figure_is_read_from_the_run_s_metrics_json_and_a_nan_is_left_out(tmp_path):
+    from components.reporting.head_to_head import training_compute
+
+    pd.DataFrame({"reward/rho_mean": [0.1, 0.3]}).to_csv(tmp_path / "metrics.csv", index=False)
+    (tmp_path / "metrics.json").write_text('{"heldout_after.spearman": 0.24, "heldout_before.spearman": NaN}')
+    compute = training_compute(tmp_path, (HealthMetric("reward/rho_mean", "training rho", "mean"),
+                                          HealthMetric("heldout_after.spearman", "after", "final"),
+                                          HealthMetric("heldout_before.spearman", "before", "final"),
+                                          HealthMetric("reward/rho_mean", "never final", "final")))
+    assert compute["health.training rho"] == pytest.approx(0.2)
+    assert compute["health.after"] == pytest.approx(0.24)
+    assert "health.before" not in compute and "health.never final" not in compute
+
+
+def test_an_inference_method_s_trained_component_is_its_training_compute_seed_by_seed(out):
+    figure = (HealthMetric("heldout_after.spearman", "held-out rho after", "final"),)
+    for seed, (wall, rho) in {str(MAIN_SEED): (60.0, 0.2), "7": (180.0, 0.4)}.items():
+        base = out if seed == str(MAIN_SEED) else seed_dir(out / "sweep", 7)
+        run = base / "train_rubric_generator" / "listwise"
+        make_run(run, [0.1, 0.2], wall_s=wall)
+        pd.read_csv(run / "metrics.csv").assign(**{"tokens": [50, 70], "reward/evaluator/calls": [8, 8],
+                                                   "reward/evaluator/tokens": [900, 1100]}).to_csv(
+            run / "metrics.csv", index=False)
+        (run / "metrics.json").write_text(f'{{"heldout_after.spearman": {rho}}}')
+    table = table_of(out, components={"coreact": [("train_rubric_generator/listwise", figure)],
+                                      "sft": [("train_rubric_generator/pairwise", figure)]})
+    coreact = table.loc["coreact"]
+    assert coreact["kind"] == "inference" and coreact["train.seeds"] == 2
+    assert coreact["train.wall_s"] == pytest.approx(120.0) and coreact["train.tokens"] == 120
+    assert coreact["train.judge_calls"] == 16 and coreact["train.judge_tokens"] == 2000
+    assert coreact["health.held-out rho after"] == pytest.approx(0.3)
+    assert math.isnan(table.loc["sft", "train.seeds"])  # no pairwise run exists: no training compute
+    markdown = scope_markdown(table.reset_index())
+    assert "| coreact | 2 | 2 | 0.03 | 120 | 16 | 2,000 |" in markdown
+    assert "| coreact | 2 | held-out rho after 0.30 |" in markdown

@@ -89,3 +89,26 @@ def test_prices_follow_each_methods_backends(params):
     assert role_prices(priced, "sft", [])["policy"] == (1.0, 0.0)
     assert role_prices(priced, "react", [])["policy"] == (0.0, 0.0)
     assert role_prices(priced, "grpo", ["grpo"])["policy"] == (1.0, 0.0)  # served as its warm start's backend
+
+
+def test_the_trained_components_of_a_method_are_the_adapters_of_its_non_policy_roles(params):
+    from tasks.head_to_head import trained_components
+
+    assert trained_components(params, "coreact") == ["train_rubric_generator/listwise"]
+    assert trained_components(params, "coreact_pairwise") == ["train_rubric_generator/pairwise"]
+    assert trained_components(params, "self_refine_rubric") == ["train_rubric_generator/listwise"]
+    for method in ("react", "sft", "coreact_untrained", "self_refine", "grpo"):  # the warm start is the policy's
+        assert trained_components(params, method) == []
+
+
+def test_coreact_s_row_carries_its_generator_s_training_compute_and_health(params, tmp_path):
+    run = tmp_path / "out" / "train_rubric_generator" / "listwise"
+    make_run(run, [0.1, 0.2], wall_s=90.0)
+    (run / "metrics.json").write_text(json.dumps({"points_held_out": 2.0,
+                                                  "heldout_after.spearman_with_unparsed": 0.25}))
+    result = head_to_head.fn(params, doc_path=None)
+    assert result.metrics["coreact"]["train.wall_s"] == 90.0
+    assert result.metrics["coreact"]["health.held-out points"] == 2.0
+    assert result.metrics["coreact"]["health.held-out rho after"] == 0.25
+    assert "train.wall_s" not in result.metrics["sft"]
+    assert "held-out rho after 0.25" in result.markdown

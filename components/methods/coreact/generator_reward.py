@@ -267,10 +267,11 @@ def _metrics(parts: list[RewardParts | None], tally: Tally) -> dict[str, float]:
         "gated": float(sum(p.gated for p in scored)),
         "evaluator_dropped": float(len(parts) - len(scored)),
         "evaluator_dropped_rate": (len(parts) - len(scored)) / n,
-        "evaluator_calls": float(tally.calls),
-        "evaluator_failures": float(tally.failed),
+        # <who>/calls and <who>/tokens, as every reward names its judge's accounting (the head-to-head's training compute)
+        "evaluator/calls": float(tally.calls),
+        "evaluator/failures": float(tally.failed),
         # the same failures by kind: calls that failed after retries, replies that did not parse
-        "evaluator_call_failures": float(tally.failures),
-        "evaluator_unparsed": float(tally.unparsed),
-        "evaluator_tokens": float(tally.tokens),
+        "evaluator/call_failures": float(tally.failures),
+        "evaluator/unparsed": float(tally.unparsed),
+        "evaluator/tokens": float(tally.tokens),
     }
