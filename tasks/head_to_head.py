@@ -178,10 +178,14 @@ def main() -> None:
     parser = stage_argparser(__doc__)
     parser.add_argument("--out-dirs", nargs="+", default=None, metavar="DIR",
                         help="run.out_dir folders to report, one section each (default: run.out_dir)")
-    parser.add_argument("--no-doc", action="store_true", help=f"do not rewrite {DOC_PATH}")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--no-doc", action="store_true", help=f"do not rewrite {DOC_PATH}")
+    where.add_argument("--doc", default=DOC_PATH, metavar="PATH",
+                       help=f"the results page to write (default {DOC_PATH}); another page keeps that one, e.g. "
+                            "when this machine holds only some of the methods it reports")
     args = parser.parse_args()
     command = " ".join(["python -m tasks.head_to_head", *sys.argv[1:]])
-    result = head_to_head.fn(params_from_args(args), out_dirs=args.out_dirs, doc_path=None if args.no_doc else DOC_PATH,
+    result = head_to_head.fn(params_from_args(args), out_dirs=args.out_dirs, doc_path=None if args.no_doc else args.doc,
                              command=command)
     print(result.markdown)
     print(json.dumps(result.files, indent=2))

@@ -112,3 +112,19 @@ def test_coreact_s_row_carries_its_generator_s_training_compute_and_health(param
     assert result.metrics["coreact"]["health.held-out rho after"] == 0.25
     assert "train.wall_s" not in result.metrics["sft"]
     assert "held-out rho after 0.25" in result.markdown
+
+
+def test_the_command_line_writes_the_results_page_it_is_given(params, tmp_path, monkeypatch, repo_root, capsys):
+    import sys
+
+    from tasks.head_to_head import DOC_PATH, main
+
+    monkeypatch.setenv("RUBRICFLOW_MLFLOW", "0")
+    page = tmp_path / "docs" / "page.md"
+    monkeypatch.setattr(sys, "argv", ["head_to_head", "--params", str(repo_root / "params.yaml"),
+                                      "--set", f"run.out_dir={tmp_path / 'out'}", "--set", "seed=1234",
+                                      "--doc", str(page)])
+    main()
+    text = page.read_text()
+    assert text.startswith("# Head-to-head") and f"--doc {page}" in text and "| coreact |" in text
+    assert not (tmp_path / DOC_PATH).exists()  # the default page is left alone
