@@ -14,7 +14,8 @@ skipped under ``--quick`` is listed with its reason, and with the figures of its
 marked as recorded earlier with the commit that recorded it. The 1-, 5- and 15-minute load averages and the CPU
 count are taken before and after every benchmark, since other work shares this machine. The JSON and the page's
 section are rewritten after every benchmark (those not reached yet listed as such), so a suite stopped part-way
-keeps what it measured.
+keeps what it measured. ``--only`` reruns the benchmarks it names and carries every other benchmark's entry over
+from the JSON it rewrites, marked with the date, commit and command that measured it.
 
     python -m perf --quick                  # what needs no real model and little time
     python -m perf --only retrieval judge_client
@@ -347,6 +348,30 @@ def _suite(entries: list[dict], quick: bool, only: Sequence[str] | None) -> dict
             "quick": quick, "cpu_count": os.cpu_count(), "benchmarks": entries}
 
 
+def carry_over(previous: dict | None, suite: dict, registry: Sequence[Benchmark]) -> dict:
+    """``suite`` (a ``--only`` run) with, for every benchmark of ``registry`` it did not run, that benchmark's entry
+    in the ``previous`` suite JSON as it was, marked ``carried_from`` (the date, commit and command that measured
+    it), in registry order: rerunning one benchmark leaves the others' rows in the table."""
+    if not previous:
+        return suite
+    now = {e["name"]: e for e in suite["benchmarks"]}
+    before = {e["name"]: e for e in previous.get("benchmarks", [])}
+    entries = []
+    for bench in registry:
+        if bench.name in now:
+            entries.append(now[bench.name])
+        elif bench.name in before:
+            entry = before[bench.name]
+            origin = entry.get("carried_from") or {k: previous.get(k) for k in ("date", "commit", "command")}
+            entries.append({**entry, "carried_from": origin})
+    return {**suite, "benchmarks": entries}
+
+
+def _origin(entry: dict, suite: dict) -> str:
+    origin = entry.get("carried_from") or suite
+    return f"{origin['date']}, `{origin['commit']}`" + (" (carried)" if entry.get("carried_from") else "")
+
+
 # --- reporting ----------------------------------------------------------------------------------------------------
 
 
@@ -433,11 +458,15 @@ def markdown_section(suite: dict) -> str:
             f"({len(ran)} of {len(suite['benchmarks'])} benchmarks run, {suite['cpu_count']} CPUs; "
             f"targets met {sum(met)} of {len(met)}). From `perf/results/suite.json`; each run's own JSON is in "
             "`perf/results/suite/`.")
+    if carried := [e["name"] for e in suite["benchmarks"] if e.get("carried_from")]:
+        head += (f" The rows of {', '.join(carried)} are carried from the earlier runs that measured them (the last "
+                 "table says which).")
     out = [head, "", *markdown_table(HEADER, table_rows(suite)), ""]
     if skipped := skipped_rows(suite):
         out += ["Not run:", "", *markdown_table(SKIPPED_HEADER, skipped), ""]
-    out += markdown_table(["benchmark", "command", "wall (s)", "load average 1 / 5 / 15 min before", "after"], [
-        [e["name"], f"`{e['command']}`", str(e["wall_s"]),
+    out += markdown_table(["benchmark", "measured", "command", "wall (s)", "load average 1 / 5 / 15 min before",
+                           "after"], [
+        [e["name"], _origin(e, suite), f"`{e['command']}`", str(e["wall_s"]),
          *(" / ".join(f"{x:.2f}" for x in e[k]["loadavg"]) for k in ("load_before", "load_after"))]
         for e in ran])
     return "\n".join(out) + "\n"
@@ -468,7 +497,16 @@ def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGI
     parser.add_argument("--no-doc", action="store_true", help="leave the page as it is")
     args = parser.parse_args(argv)
 
+    previous = None
+    if args.only and args.out.is_file():  # the benchmarks --only leaves out keep their rows (carry_over)
+        try:
+            previous = json.loads(args.out.read_text())
+        except json.JSONDecodeError as exc:
+            print(f"warning: {rel(args.out)} does not read as JSON ({exc}): the table holds only this run",
+                  file=sys.stderr)
+
     def save(suite: dict) -> None:
+        suite = carry_over(previous, suite, registry)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(suite, indent=2) + "\n")
         if not args.no_doc:

@@ -241,3 +241,27 @@ def test_an_out_path_inside_the_repository_is_passed_relative_so_no_machine_path
     inside = bench.command(suite.REPO / "perf" / "results" / "suite" / "trl.json")
     assert inside[-2:] == ["--out", str(Path("perf") / "results" / "suite" / "trl.json")]
     assert bench.command(tmp_path / "trl.json")[-1] == str(tmp_path / "trl.json")  # elsewhere: as given
+
+
+def test_only_reruns_what_it_names_and_carries_the_other_benchmarks_rows_over(registry, tmp_path):
+    out, doc = tmp_path / "suite.json", tmp_path / "performance.md"
+    doc.write_text(f"# Performance\n\n{suite.BEGIN}\n{suite.END}\n")
+    two = registry[:2]  # rows, old
+    assert suite.main(["--quick", "--out", str(out), "--doc", str(doc)], registry=two) == 0
+    first = json.loads(out.read_text())
+    rows_entry = by_name(first)["rows"]
+
+    two[1].extract = lambda d: [suite.info("fast", d["results"]["fast"] * 2, "x")]  # a rerun measures otherwise
+    assert suite.main(["--quick", "--only", "old", "--out", str(out), "--doc", str(doc)], registry=two) == 0
+    second = by_name(json.loads(out.read_text()))
+    assert list(second) == ["rows", "old"]  # registry order, the carried one first
+    assert second["old"]["rows"][0]["value"] == 2.5 and "carried_from" not in second["old"]
+    assert {k: v for k, v in second["rows"].items() if k != "carried_from"} == rows_entry  # as it was measured
+    assert second["rows"]["carried_from"] == {k: first[k] for k in ("date", "commit", "command")}
+    section = doc.read_text()
+    assert "| rows | speed | 1 |" in section and "| old | fast | 2.5 x |" in section
+    assert "The rows of rows are carried from the earlier runs" in section and "(carried) | `" in section
+
+    # carried twice, it still names the run that measured it
+    assert suite.main(["--quick", "--only", "old", "--out", str(out), "--doc", str(doc)], registry=two) == 0
+    assert by_name(json.loads(out.read_text()))["rows"]["carried_from"]["command"] == first["command"]
