@@ -11,7 +11,9 @@ nothing depends on which finishes first. Resumable: when a question finishes, it
 outputs/collect/shard-<i>-of-<n>/points.jsonl and the question to done.jsonl; a re-run skips finished
 questions and discards any points of unfinished ones. When every shard is done, the kept points are merged into
 outputs/collect/branching_points.parquet and outputs/collect/metrics.json (kept/dropped by reason, judge
-validity per judge, mean pairwise Kendall tau, slate diversity, label distributions).
+validity per judge, mean pairwise Kendall tau, slate diversity, label distributions), and timings.json: ``wall_s``,
+the seconds the shards' runs took (summed over shards and resumed runs; each shard keeps its own in
+elapsed.json), and ``question_s``, the sum of every question's own time, which overlap.
 
 ``--relabel`` asks the current council (judges, ``judge_reference``) to rank again every slate a finished
 shard already holds, with the seeds ``collect`` used, and merges as usual. Candidate pools, slates and
@@ -61,6 +63,15 @@ class DoneRecord(BaseModel):
     wall_s: float
 
 
+ELAPSED = "elapsed.json"
+"""In a shard's folder: the seconds its runs took, resumed ones added (the stage's ``wall_s``: the shards' sum)."""
+
+
+def add_elapsed(folder: Path, seconds: float) -> None:
+    before = read_json(folder / ELAPSED)["wall_s"] if (folder / ELAPSED).exists() else 0.0
+    write_json(folder / ELAPSED, {"wall_s": before + seconds})
+
+
 def shard_dir(params: Params, shard: int, num_shards: int) -> Path:
     return out_path(params, "collect", f"shard-{shard}-of-{num_shards}", "points.jsonl").parent
 
@@ -98,9 +109,10 @@ def merge(params: Params, num_shards: int) -> tuple[bool, str | None, dict[str, 
     dataset = out_path(params, "collect", "branching_points.parquet")
     write_parquet(dataset, [p for p in points if p.kept])
     write_json(out_path(params, "collect", "metrics.json"), metrics)
-    wall = sum(r.wall_s for r in records)
+    question_s = sum(r.wall_s for r in records)  # questions run concurrently: this is not the stage's wall time
+    wall = sum(read_json(f / ELAPSED)["wall_s"] for f in folders if (f / ELAPSED).exists())
     write_json(out_path(params, "collect", "timings.json"),
-               {"wall_s": wall, "s_per_point": wall / max(len(points), 1)})
+               {"wall_s": wall, "question_s": question_s, "s_per_point": question_s / max(len(points), 1)})
     return True, str(dataset), metrics
 
 
@@ -173,6 +185,7 @@ async def _expand_all(collector: BranchingCollector, todo: list[tuple[int, Quest
 def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, parent_run_id: str | None = None,
             pool: LLMPool | None = None, relabel: bool = False) -> CollectResult:
     params = resolve(params)
+    started = time.perf_counter()
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not in [0, {num_shards})")
     questions = _questions(params)
@@ -207,6 +220,7 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
     finally:
         if own_pool:
             pool.close()
+        add_elapsed(folder, time.perf_counter() - started)  # a crashed run's time was spent too
     complete, dataset, metrics = merge(params, num_shards)
     if complete:
         with tracking(params, "collect", parent_run_id) as tracker:

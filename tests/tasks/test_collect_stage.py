@@ -5,14 +5,15 @@ import asyncio
 import json
 import re
 import shutil
+import time
 
 import pytest
 
 from components.io import read_json, read_jsonl, read_parquet
-from components.methods.coreact.council import SYSTEM_PROMPT as JUDGE_SYSTEM
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel
 from components.llm.factory import LLMPool
+from components.methods.coreact.council import SYSTEM_PROMPT as JUDGE_SYSTEM
 from components.schemas import BranchingPoint, Question
 from components.world.oracle import gold_search_queries
 from tasks.collect import DoneRecord, collect, shard_dir
@@ -172,3 +173,18 @@ def test_relabel_ranks_the_same_slates_again_and_resumes_after_a_crash(params):
     assert flipped >= 2
     by_key = lambda p: (p.question_id, p.depth)
     assert read_parquet(result.dataset, BranchingPoint) == sorted((p for p in after if p.kept), key=by_key)
+
+
+def test_the_stage_s_wall_time_is_elapsed_time_not_the_sum_over_concurrent_questions(params):
+    questions = read_jsonl(f"{params.run.out_dir}/data/train.jsonl", Question)
+    for backend in ("embedded-0_5b", "embedded-1_5b"):
+        params.llm.backends[backend].max_concurrency = 8
+    model = Paced(scripted_world(params), [q.question for q in questions], [0.02] * 4)
+    started = time.perf_counter()
+    run(params, model)
+    elapsed = time.perf_counter() - started
+    assert model.most_questions_at_once() == 4
+    timings = read_json(f"{params.run.out_dir}/collect/timings.json")
+    assert 0 < timings["wall_s"] <= elapsed
+    assert timings["question_s"] > 2 * timings["wall_s"]  # four questions at once: their times overlap
+    assert timings["s_per_point"] > 0
