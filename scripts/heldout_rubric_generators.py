@@ -111,6 +111,27 @@ def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, 
     return result
 
 
+def table(result: dict) -> str:
+    """The script's printed tables: each generator's parse rate, rho and flat rate, and each change vs untrained
+    (greedy / sampled; "-" for sampled figures when ``heldout_samples`` is 0)."""
+    lines = ["rho: mean over the evaluated rubrics; 'as chance': an unparseable rubric counted as rho 0",
+             "| generator | parse rate greedy / sampled | rho greedy / sampled | as chance greedy / sampled | flat rate |",
+             "|---|---|---|---|---|"]
+    def both(m: dict, key: str, form: str) -> str:
+        return " / ".join(format(m[k], form) if k in m else "-" for k in (key, f"sampled_{key}"))
+
+    for name, g in result["generators"].items():
+        m = g["summary"]
+        lines.append(f"| {name} | {both(m, 'parse_rate', '.2f')} | {both(m, 'spearman', '+.3f')} | "
+                     f"{both(m, 'spearman_with_unparsed', '+.3f')} | {m['flat_rate']:.2f} |")
+    lines += ["| change vs untrained | view | delta [95% CI] | Wilcoxon p | points up / down / same |", "|---|---|---|---|---|"]
+    for view in ("change", "change_unparsed_as_chance"):
+        for name, c in result[view].items():
+            lines.append(f"| {name} | {view} | {c['delta_mean']:+.3f} [{c['delta_ci_low']:+.2f}, {c['delta_ci_high']:+.2f}] | "
+                         f"{c['wilcoxon_p']:.2f} | {c['points_up']:.0f} / {c['points_down']:.0f} / {c['points_same']:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = stage_argparser(__doc__)
     parser.add_argument("--exclude-questions-of", type=Path, required=True,
@@ -126,20 +147,8 @@ def main() -> None:
     result = run(params, points, args.adapter)
     write_json(out_path(params, "probe", "heldout_generators.json"), result)
     print(f"{result['points']} held-out points from {result['questions']} questions; gold rubric: {result['gold']}")
-    print("rho: mean over the evaluated rubrics; 'as chance': an unparseable rubric counted as rho 0")
-    print("| generator | parse rate greedy / sampled | rho greedy / sampled | as chance greedy / sampled | flat rate |")
-    print("|---|---|---|---|---|")
-    for name, g in result["generators"].items():
-        m = g["summary"]
-        print(f"| {name} | {m['parse_rate']:.2f} / {m['sampled_parse_rate']:.2f} | {m['spearman']:+.3f} / "
-              f"{m['sampled_spearman']:+.3f} | {m['spearman_with_unparsed']:+.3f} / "
-              f"{m['sampled_spearman_with_unparsed']:+.3f} | {m['flat_rate']:.2f} |")
-    print("| change vs untrained | view | delta [95% CI] | Wilcoxon p | points up / down / same |")
-    print("|---|---|---|---|---|")
-    for view in ("change", "change_unparsed_as_chance"):
-        for name, c in result[view].items():
-            print(f"| {name} | {view} | {c['delta_mean']:+.3f} [{c['delta_ci_low']:+.2f}, {c['delta_ci_high']:+.2f}] | "
-                  f"{c['wilcoxon_p']:.2f} | {c['points_up']:.0f} / {c['points_down']:.0f} / {c['points_same']:.0f} |")
+    print(table(result))
+
 
 if __name__ == "__main__":
     main()

@@ -37,3 +37,17 @@ def test_adapter_argument_names_an_existing_folder(tmp_path):
         script.adapter_arg(str(tmp_path))
     with pytest.raises(argparse.ArgumentTypeError, match="not a peft adapter folder"):
         script.adapter_arg(f"x={tmp_path / 'missing'}")
+
+
+def test_the_table_prints_sampled_figures_as_dashes_when_none_were_drawn():
+    change = {"delta_mean": 0.1, "delta_ci_low": -0.2, "delta_ci_high": 0.3, "wilcoxon_p": 0.5, "points_up": 2.0,
+              "points_down": 1.0, "points_same": 0.0}
+    greedy = {"parse_rate": 1.0, "spearman": 0.25, "spearman_with_unparsed": 0.2, "flat_rate": 0.1}
+    result = {"generators": {"untrained": {"summary": greedy},
+                             "trained": {"summary": {**greedy, "sampled_parse_rate": 0.5, "sampled_spearman": -0.1,
+                                                     "sampled_spearman_with_unparsed": -0.05}}},
+              "change": {"trained": change}, "change_unparsed_as_chance": {"trained": change}}
+    text = script.table(result)
+    assert "| untrained | 1.00 / - | +0.250 / - | +0.200 / - | 0.10 |" in text
+    assert "| trained | 1.00 / 0.50 | +0.250 / -0.100 | +0.200 / -0.050 | 0.10 |" in text
+    assert "| trained | change | +0.100 [-0.20, +0.30] | 0.50 | 2 / 1 / 0 |" in text
