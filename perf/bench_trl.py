@@ -222,6 +222,15 @@ def ours_grpo(case: str, tokenizer, prompts: list[str], shape: Shape, engine_log
     return summarise(steps)
 
 
+def no_checkpointing(config_class) -> dict:
+    """Activation recomputation off, under the name the installed transformers reads (transformers 5 renamed
+    ``gradient_checkpointing`` to ``activation_checkpointing`` and warns on the old one)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(config_class)}
+    return {"activation_checkpointing": False} if "activation_checkpointing" in names else {"gradient_checkpointing": False}
+
+
 def trl_grpo(case: str, tokenizer, prompts: list[str], shape: Shape, workdir: Path) -> dict[str, Any]:
     import torch
     from datasets import Dataset
@@ -247,7 +256,7 @@ def trl_grpo(case: str, tokenizer, prompts: list[str], shape: Shape, workdir: Pa
         temperature=1.0, top_p=1.0, top_k=0, beta=KL, epsilon=CLIP, loss_type="dapo", scale_rewards="group",
         num_iterations=1, learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
         max_grad_norm=1.0, max_steps=shape.steps + 1, dataloader_num_workers=0, use_vllm=False,
-        log_completions=False, gradient_checkpointing=False,
+        log_completions=False, **no_checkpointing(GRPOConfig),
     )
     peft = LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=list(TARGETS),
                       bias="none", task_type="CAUSAL_LM")
@@ -336,7 +345,7 @@ def trl_sft(case: str, tokenizer, rows, shape: Shape, workdir: Path) -> dict[str
         gradient_accumulation_steps=1, learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0,
         weight_decay=0.0, max_grad_norm=1.0, max_steps=shape.steps + 1, max_length=len(rows[0][0]),
         completion_only_loss=True, packing=False, padding_free=False, dataloader_num_workers=0,
-        dataset_num_proc=None, gradient_checkpointing=False,
+        dataset_num_proc=None, **no_checkpointing(SFTConfig),
     )
     peft = LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=list(TARGETS),
                       bias="none", task_type="CAUSAL_LM")
