@@ -109,9 +109,9 @@ def test_coreact_s_row_carries_its_generator_s_training_compute_and_health(param
     result = head_to_head.fn(params, doc_path=None)
     assert result.metrics["coreact"]["train.wall_s"] == 90.0
     assert result.metrics["coreact"]["health.held-out points"] == 2.0
-    assert result.metrics["coreact"]["health.held-out rho after"] == 0.25
+    assert result.metrics["coreact"]["health.held-out rho after (greedy)"] == 0.25
     assert "train.wall_s" not in result.metrics["sft"]
-    assert "held-out rho after 0.25" in result.markdown
+    assert "held-out rho after (greedy) 0.25" in result.markdown
 
 
 def test_the_command_line_writes_the_results_page_it_is_given(params, tmp_path, monkeypatch, repo_root, capsys):

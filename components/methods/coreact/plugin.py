@@ -15,7 +15,7 @@ SPEC = MethodSpec(name="coreact", sections=("coreact", "rubric_generator", "coll
                           HealthMetric("reward/rho_mean", "training rho", "mean"),
                           HealthMetric("reward/flat_rate", "training flat rate", "mean"),
                           HealthMetric("reward/evaluator/failures", "failed evaluator calls"),
-                          HealthMetric("heldout_before.spearman_with_unparsed", "held-out rho before", "final"),
-                          HealthMetric("heldout_after.spearman_with_unparsed", "held-out rho after", "final"),
-                          HealthMetric("heldout_change_unparsed_as_chance.delta_mean", "held-out rho change", "final"),
-                          HealthMetric("heldout_after.flat_rate", "held-out flat rate after", "final"))).register()
+                          HealthMetric("heldout_before.spearman_with_unparsed", "held-out rho before (greedy)", "final"),
+                          HealthMetric("heldout_after.spearman_with_unparsed", "held-out rho after (greedy)", "final"),
+                          HealthMetric("heldout_change_unparsed_as_chance.delta_mean", "held-out rho change (per point, greedy and sampled)", "final"),
+                          HealthMetric("heldout_after.flat_rate", "held-out flat rate after (greedy)", "final"))).register()
