@@ -59,6 +59,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 from scipy import stats
 
 from components.evaluation import intervals
@@ -603,6 +604,8 @@ def figure(table: pd.DataFrame) -> Figure:
                 ax_cost.annotate(label, (x, e), fontsize=7, xytext=(4, dy), textcoords="offset points")
         ax_cost.set(xlabel="USD per question" if dollars else "model tokens per question", ylabel="exact match",
                     ylim=(0, 1), title=f"{scope}: EM against cost")
+        if not dollars:  # "12k", not "12000": five-digit ticks ran into each other on the narrow panel
+            ax_cost.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:g}k" if x else "0"))
         costs = rows[cost_column].dropna() if cost_column in rows else pd.Series(dtype=float)
         if len(costs):  # from 0, so that horizontal distance reads as a cost ratio; room on the right for labels
             ax_cost.set_xlim(0, float(costs.max()) * 1.3 or 1.0)

@@ -314,6 +314,8 @@ def test_the_plot_names_its_baselines_and_starts_the_cost_axis_at_zero(out):
     dotted = sorted(line.get_xdata()[0] for line in ax_em.get_lines() if line.get_linestyle() == ":")
     assert dotted == pytest.approx(sorted([averaged("sft").mean(), averaged("grpo").mean()]))
     assert ax_cost.get_xlim()[0] == 0 and ax_cost.get_xlim()[1] > table["cost.tokens"].max()
+    formatter = ax_cost.xaxis.get_major_formatter()
+    assert [formatter(x, 0) for x in (0, 500, 12000)] == ["0", "0.5k", "12k"]  # short ticks on a narrow panel
 
 
 def test_every_scope_spaces_its_methods_alike(out, tmp_path):
