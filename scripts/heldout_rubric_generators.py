@@ -117,6 +117,7 @@ def table(result: dict) -> str:
     lines = ["rho: mean over the evaluated rubrics; 'as chance': an unparseable rubric counted as rho 0",
              "| generator | parse rate greedy / sampled | rho greedy / sampled | as chance greedy / sampled | flat rate |",
              "|---|---|---|---|---|"]
+
     def both(m: dict, key: str, form: str) -> str:
         return " / ".join(format(m[k], form) if k in m else "-" for k in (key, f"sampled_{key}"))
 
