@@ -9,9 +9,10 @@ each mode, interleaved (batched, invariant, batched, ...) so every invariant rep
 server state, and reports per mode the scores of each repeat, how many distinct answer lists the repeats
 gave, how many questions ever changed answer, and the wall time (invariant / batched as a ratio).
 
-Run (after the ``sft_scaffold`` or ``sft`` stage; about 35 minutes on 2 quiet cores with the defaults)::
+Run after the ``sft`` stage (the main job's warm start; ``--agent scaffold`` after ``sft_scaffold``); with the
+defaults 31.5 minutes on 2 busy cores (2026-11-29). 5 questions x 2 repeats once saw no flip where 20 x 3 saw three::
 
-    python perf/eval_determinism.py [--agent scaffold] [--questions 5] [--repeats 2] \
+    python perf/eval_determinism.py [--agent react] [--questions 20] [--repeats 3] \
         [--set train_policy.n_ctx=4096] [--out perf/results/eval_determinism.json]
 
 The policy is the agent's warm start (``train_policy.warm_start``) served by ``train_policy.engine`` exactly
@@ -44,9 +45,9 @@ RESULTS = Path(__file__).parent / "results" / "eval_determinism.json"
 
 def main() -> None:
     parser = stage_argparser(__doc__)
-    parser.add_argument("--agent", default="scaffold", help="agent registry name (its warm start is served)")
-    parser.add_argument("--questions", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--agent", default="react", help="agent registry name (its warm start is served)")
+    parser.add_argument("--questions", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     params = params_from_args(args)

@@ -204,8 +204,8 @@ REGISTRY: list[Benchmark] = [
               quick_skip="needs the real 0.5B and the sft stage's adapter; about 25 min", needs_models=True,
               minutes=25, targets="a whole GRPO step (1 question x G=4) at most 0.5x its time at fbc3f92",
               recorded="perf/results/train_step.json"),
-    Benchmark("eval_determinism", "perf/eval_determinism.py", quick_skip="needs a warm start (sft_scaffold) and the "
-              "real models; about 35 min", needs_models=True, minutes=35, extract=determinism_rows,
+    Benchmark("eval_determinism", "perf/eval_determinism.py", quick_skip="needs the real 0.5B and the sft stage's "
+              "adapter; about 30 min", needs_models=True, minutes=30, extract=determinism_rows,
               recorded="perf/results/eval_determinism.json"),
     Benchmark("newcomer", "perf/bench_newcomer.py", quick_skip="a clean clone's setup, tests and main job: about 75 min",
               named_only="a clean clone's setup, tests and main job, about 75 min on 2 cores", needs_models=True,
