@@ -7,6 +7,8 @@ Run::
     python perf/bench_train_step.py --adapter outputs/sft/adapter --baseline-rev fbc3f92
         # grpo, 1 question x G=4 from the sft warm start, at fbc3f92 (when issue 49 was filed) and now;
         # about 25 minutes on 2 cores
+    python perf/bench_train_step.py --adapter outputs/sft/adapter --baseline-rev fbc3f92 \
+        --side int8:grpo.int8_base=true     # and the working tree again with these overrides
 
 Each side is one revision's own code (the working tree, or ``git archive REV`` unpacked in a temporary folder) run
 as its own stages, ``python -m tasks.prepare``, ``tasks.index`` and ``tasks.train_policy --variant V``, with that
@@ -125,8 +127,10 @@ def side_cache(cache: Path) -> None:
             (cache / entry.name).symlink_to(entry.resolve())
 
 
-def run_side(code_root: Path, work: Path, adapter: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Prepare, index and train at ``code_root`` in ``work``; its figures."""
+def run_side(code_root: Path, work: Path, adapter: Path, args: argparse.Namespace,
+             overrides: list[str] = ()) -> dict[str, Any]:
+    """Prepare, index and train at ``code_root`` in ``work`` (``overrides``: ``key=value`` for train_policy);
+    its figures."""
     out, cache = work / "outputs", work / "cache"
     side_cache(cache)
     (out / "sft").mkdir(parents=True)
@@ -136,7 +140,8 @@ def run_side(code_root: Path, work: Path, adapter: Path, args: argparse.Namespac
               "--set", f"run.mlflow_artifact_root={work / 'mlruns'}"]
     train = ["--variant", args.variant, "--set", f"grpo.steps={args.steps}",
              "--set", f"grpo.prompts_per_step={args.prompts}", "--set", "grpo.skip_zero_advantage=false",
-             "--set", "train_policy.eval_questions=0", "--set", f"seed={args.seed}"]
+             "--set", "train_policy.eval_questions=0", "--set", f"seed={args.seed}",
+             *(arg for item in overrides for arg in ("--set", item))]
     env = {**os.environ, "PYTHONPATH": str(code_root), "RUBRICFLOW_CACHE": str(cache)}
     walls = {}
     for stage, extra in (("prepare", []), ("index", []), ("train_policy", train)):
@@ -163,15 +168,16 @@ def _params_value(code_root: Path, section: str, key: str) -> Any:
 def print_table(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) -> None:
     cols = (("rollout_s", "rollout s"), ("reward_s", "reward s"), ("update_s", "update s"), ("step_s", "step s"),
             ("stage_wall_s", "stage wall s"), ("generated_tokens", "gen tokens"), ("peak_rss_gb", "peak RSS GB"))
-    header = f"{'code':14}" + "".join(f"{h:>14}" for _, h in cols)
+    width = max(14, *(len(r["code"]) + 2 for r in rows))
+    header = f"{'code':{width}}" + "".join(f"{h:>14}" for _, h in cols)
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['code']:14}" + "".join(f"{r[k]:>14.1f}" if r.get(k) is not None else f"{'-':>14}"
-                                          for k, _ in cols))
+        print(f"{r['code']:{width}}" + "".join(f"{r[k]:>14.1f}" if r.get(k) is not None else f"{'-':>14}"
+                                              for k, _ in cols))
     for q in ratio_rows:
-        print(f"{'/' + q['code'][:13]:14}" + "".join(f"{q[k]:>13.2f}x" if q.get(k) is not None else f"{'':>14}"
-                                                     for k, _ in cols))
+        print(f"{'/' + q['code']:{width}}" + "".join(f"{q[k]:>13.2f}x" if q.get(k) is not None else f"{'':>14}"
+                                                    for k, _ in cols))
     if ratio_rows:
         print("/CODE = that code / the first baseline (below 1x: faster or smaller)")
 
@@ -181,7 +187,7 @@ def shown_command(args: argparse.Namespace) -> str:
     adapter = args.adapter.resolve()
     shown = adapter.relative_to(REPO) if adapter.is_relative_to(REPO) else adapter.name
     parts = ["python perf/bench_train_step.py", f"--adapter {shown}",
-             *(f"--baseline-rev {rev}" for rev in args.baseline_rev),
+             *(f"--baseline-rev {rev}" for rev in args.baseline_rev), *(f"--side {item}" for item in args.side),
              f"--variant {args.variant} --steps {args.steps} --prompts {args.prompts} --seed {args.seed}"]
     return " ".join(parts)
 
@@ -195,25 +201,35 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--prompts", type=int, default=1, help="questions a step (grpo.prompts_per_step)")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--side", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+                        help="also run the working tree with these overrides, labelled LABEL (repeatable), e.g. "
+                        "int8:grpo.int8_base=true")
     parser.add_argument("--keep", type=Path, default=None, help="keep each side's folder (logs, metrics) here")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if not (args.adapter / "adapter_config.json").exists():
         parser.error(f"--adapter {args.adapter}: no adapter_config.json (run the sft stage first)")
     adapter = args.adapter.resolve()
+    extra_sides = []
+    for item in args.side:
+        label, sep, sets = item.partition(":")
+        if not sep or not label or "=" not in sets:
+            parser.error(f"--side {item!r}: expected LABEL:KEY=VALUE[,KEY=VALUE]")
+        extra_sides.append((label, sets.split(",")))
 
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rubricflow-train-step-") as tmp:
         root = args.keep.resolve() if args.keep else Path(tmp)
-        sides = [(rev, root / f"code-{i}") for i, rev in enumerate(args.baseline_rev)] + [(None, REPO)]
-        for i, (rev, code_root) in enumerate(sides):
-            label = "working tree"
+        sides = [(rev, root / f"code-{i}", "", []) for i, rev in enumerate(args.baseline_rev)]
+        sides += [(None, REPO, "working tree", [])]
+        sides += [(None, REPO, f"working tree, {label}", sets) for label, sets in extra_sides]
+        for i, (rev, code_root, label, sets) in enumerate(sides):
             if rev is not None:
                 code_root.mkdir(parents=True)
                 label = export_revision(rev, code_root)
             print(f"== {label}: {args.variant}, {args.steps} step(s) of {args.prompts} question(s)", flush=True)
-            rows.append({"code": label, **run_side(code_root, root / f"side-{i}", adapter, args)})
+            rows.append({"code": label, "overrides": sets, **run_side(code_root, root / f"side-{i}", adapter, args, sets)})
             print(json.dumps(rows[-1]), flush=True)
     ratio_rows = [{"code": r["code"], **ratios(r, rows[0])} for r in rows[1:]] if len(rows) > 1 else []
     print_table(rows, ratio_rows)

@@ -100,7 +100,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     examples += reflections
     lora = params.lora
     policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None,
-                          gradient_checkpointing=params.sft.gradient_checkpointing)
+                          gradient_checkpointing=params.sft.gradient_checkpointing, int8_base=params.sft.int8_base)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tracking(params, folder.name, parent_run_id) as tracker:

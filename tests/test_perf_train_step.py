@@ -73,10 +73,11 @@ def test_a_side_links_the_models_but_not_the_response_cache(tmp_path, monkeypatc
 def test_the_recorded_command_names_no_machine_path(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "REPO", tmp_path)
     args = argparse.Namespace(adapter=tmp_path / "outputs" / "sft" / "adapter", baseline_rev=["fbc3f92"],
-                              variant="grpo", steps=1, prompts=1, seed=1234)
+                              variant="grpo", steps=1, prompts=1, seed=1234, side=["int8:grpo.int8_base=true"])
     shown = bench.shown_command(args)
     assert str(tmp_path) not in shown
-    assert shown.startswith("python perf/bench_train_step.py --adapter outputs/sft/adapter --baseline-rev fbc3f92")
+    assert shown.startswith("python perf/bench_train_step.py --adapter outputs/sft/adapter --baseline-rev fbc3f92 "
+                            "--side int8:grpo.int8_base=true")
 
 
 def test_the_suite_reads_one_target_row_per_later_side():

@@ -288,10 +288,14 @@ def build_policy(
     dtype: torch.dtype | None = None,
     device: str | torch.device | None = None,
     gradient_checkpointing: bool = False,
+    int8_base: bool = False,
 ) -> Policy:
     """Load ``source`` and make it trainable: LoRA adapter when ``lora`` is given, else full fine-tuning. A path
     loads as :func:`load_causal_lm` says (float32 on the CPU unless told otherwise); a model object stays on
-    its device and in its dtype unless ``device`` or ``dtype`` is given."""
+    its device and in its dtype unless ``device`` or ``dtype`` is given. ``int8_base`` runs the frozen base's
+    matmuls in int8 (LoRA only; :mod:`components.training.int8_base`)."""
+    if int8_base and lora is None:
+        raise ValueError("int8_base needs LoRA (lora.r > 0): full fine-tuning trains the base weights it would quantize")
     model = load_causal_lm(source, gguf_file=gguf_file, dtype=dtype, device=device)
     if gradient_checkpointing:
         model.config.use_cache = False
@@ -315,4 +319,12 @@ def build_policy(
     )
     if gradient_checkpointing:
         recompute_activations(model)
-    return Policy(get_peft_model(model, config), is_lora=True)
+    peft_model = get_peft_model(model, config)
+    if int8_base:
+        if next(model.parameters()).device.type != "cpu":
+            raise ValueError("int8_base is a CPU option (int8 matmuls on AVX2); on a GPU train in bf16 "
+                             "(train_policy.dtype) instead")
+        from components.training.int8_base import quantize_frozen_base
+
+        quantize_frozen_base(peft_model)
+    return Policy(peft_model, is_lora=True)
