@@ -331,8 +331,8 @@ class GRPOParams(Section):
     )
     int8_base: bool = Field(
         default=False, description="Run the frozen base's matmuls of the LoRA policy in int8 (CPU only; "
-        "components/training/int8_base.py): the update about 0.6x the time on two AVX2 cores, at int8 rounding of "
-        "every base matmul (about 0.1 nat a token of log-probability, gradient cosine about 0.99 with fp32; "
+        "components/training/int8_base.py): the update about 0.5-0.6x the time on two AVX2 cores, at int8 rounding "
+        "of every base matmul (log-probabilities 0.012 nat a token off on average, gradient cosine 0.98 with fp32; "
         "perf/bench_int8_base.py). Left out of dumps (and so of run keys) while off.")
     dynamic_sampling_max_rounds: int | None = Field(
         default=None, ge=0, json_schema_extra={"keyed_when_set": True},

@@ -1,6 +1,6 @@
 """Time SFT steps of the embedded 0.5B on the warm start's own rows, with activation recomputation off, on,
-and on only for micro-batches of at least ``sft.checkpoint_min_tokens`` padded tokens, side by side in one
-process and on the same rows.
+and on only for micro-batches of at least ``sft.checkpoint_min_tokens`` padded tokens, and the last again with the
+frozen base's matmuls in int8 (``sft.int8_base``), side by side in one process and on the same rows.
 
 Run (after ``python -m tasks.sft_data``; a few minutes on 2 cores)::
 
@@ -10,7 +10,8 @@ Each configuration builds a fresh LoRA policy on the same weights and takes one 
 ``--steps`` timed steps over the same rows (a seeded sampler, so every configuration sees the same
 batches). Prints median seconds per step, the ratio to "off", and the peak RSS growth over the timed steps;
 writes ``perf/results/sft_step.json``. The recomputation settings change speed and memory, never the update
-(tests/training/test_sft_checkpointing.py).
+(tests/training/test_sft_checkpointing.py); the int8 base changes the update by int8 rounding
+(tests/training/test_int8_base.py, perf/bench_int8_base.py).
 """
 
 from __future__ import annotations
@@ -45,35 +46,30 @@ def main() -> None:
 
     import torch
 
-    from components.agents.react import agent_class
     from components.io import read_jsonl
     from components.params import load_params
     from components.run_files import warm_start_folder
     from components.schemas import Trajectory
-    from components.training.agent_rollout import chat_template_renderer
+    from components.training.int8_base import restore_fp32
     from components.training.model import LoRASettings, build_policy, load_trainable_policy
-    from components.training.sft import build_sft_example
     from components.training.sft_trainer import SFTTrainer
-    from components.training.trajectory_sft import trajectory_question, trajectory_rows
+    from components.training.trajectory_sft import warm_start_examples
 
     params = load_params(REPO / "params.yaml", overrides=args.overrides)
     trajectories = read_jsonl(warm_start_folder(params, "sft_data", args.method) / "trajectories.jsonl", Trajectory)
     model, tokenizer = load_trainable_policy(params)
-    render = chat_template_renderer(tokenizer)
-    spec = params.methods[args.method]
-    agent = agent_class(spec.agent)(None, None, params.agent, **spec.options)
-    examples = [build_sft_example(row, tokenizer, max_length=params.sft.max_length)
-                for t in trajectories for row in trajectory_rows(agent, t, trajectory_question(t), render)]
+    examples = warm_start_examples(params, args.method, trajectories, tokenizer)
     lengths = sorted(len(e.input_ids) for e in examples)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     threshold = params.sft.checkpoint_min_tokens or 2048
-    configs = {"off": (False, 0), "on": (True, 0), f"on below {threshold} kept": (True, threshold)}
+    configs = {"off": (False, 0, False), "on": (True, 0, False), f"on below {threshold} kept": (True, threshold, False),
+               f"on below {threshold} kept, int8 base": (True, threshold, True)}
     rows = []
-    for name, (checkpointing, min_tokens) in configs.items():
+    for name, (checkpointing, min_tokens, int8_base) in configs.items():
         model.load_state_dict(state)
         torch.manual_seed(params.seed)
         policy = build_policy(model, lora=LoRASettings(r=params.lora.r, alpha=params.lora.alpha),
-                              gradient_checkpointing=checkpointing)
+                              gradient_checkpointing=checkpointing, int8_base=int8_base)
         config = params.sft.model_copy(update={"gradient_checkpointing": checkpointing,
                                                "checkpoint_min_tokens": min_tokens})
         trainer = SFTTrainer(policy, examples, config, pad_token_id=tokenizer.pad_token_id or 0, seed=params.seed)
@@ -90,16 +86,17 @@ def main() -> None:
         rows.append({"config": name, "median_s": statistics.median(times), "steps": args.steps,
                      "trained_tokens": tokens, "rss_before_mib": round(before),
                      "peak_growth_mib": round(max(0.0, peak - max(before, peak_before)))})
+        restore_fp32(policy.model)  # the next configuration starts from the fp32 base again
         model = policy.model.unload() if hasattr(policy.model, "unload") else policy.model
         if checkpointing:
             model.gradient_checkpointing_disable()
     base = rows[0]["median_s"]
     print(f"rows: {len(examples)}, tokens per row: median {lengths[len(lengths) // 2]}, max {lengths[-1]}; "
           f"batch_size {params.sft.batch_size}; load {os.getloadavg()[0]:.2f}")
-    print(f"{'recomputation':<24}{'s/step':>8}{'vs off':>8}{'peak growth MiB':>17}")
+    print(f"{'recomputation':<36}{'s/step':>8}{'vs off':>8}{'peak growth MiB':>17}")
     for r in rows:
         r["ratio_to_off"] = r["median_s"] / base
-        print(f"{r['config']:<24}{r['median_s']:>8.1f}{r['ratio_to_off']:>8.2f}{r['peak_growth_mib']:>17}")
+        print(f"{r['config']:<36}{r['median_s']:>8.1f}{r['ratio_to_off']:>8.2f}{r['peak_growth_mib']:>17}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"method": args.method, "rows": len(examples), "row_tokens_median":
                                     lengths[len(lengths) // 2], "row_tokens_max": lengths[-1],

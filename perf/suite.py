@@ -170,6 +170,14 @@ def sft_rows(d: dict) -> list[Row]:
                  f"median {r['median_s']:.2f} s/step") for r in d["results"]]
 
 
+def int8_rows(d: dict) -> list[Row]:
+    f = d["fidelity"]
+    return [info("GRPO update of agent rows, int8 base / fp32", d["ratios"]["update_s"], "x",
+                 f"{d['results'][1]['update_s']:.1f} s vs {d['results'][0]['update_s']:.1f} s"),
+            info("LoRA gradient, int8 base vs fp32: cosine", f["gradient_cosine"], "",
+                 f"log-probs {f['policy_logprob_abs_diff']['mean']:.3f} nat a token off on average")]
+
+
 def determinism_rows(d: dict) -> list[Row]:
     rows = [info("invariant / batched evaluation wall time", d["invariant_over_batched_wall"], "x")]
     rows += [info(f"questions whose answer changed, {mode}", s["questions_changed"], "questions",
@@ -196,6 +204,9 @@ REGISTRY: list[Benchmark] = [
               recorded="perf/results/server_threads.json"),
     Benchmark("sft_step", "perf/bench_sft_step.py", quick_skip="needs the real 0.5B and the sft_data stage's rows; "
               "a few minutes", needs_models=True, minutes=5, extract=sft_rows, recorded="perf/results/sft_step.json"),
+    Benchmark("int8_base", "perf/bench_int8_base.py", quick_skip="needs the real 0.5B, the sft adapter and "
+              "sft_data's trajectories; about 5 min", needs_models=True, minutes=5, extract=int8_rows,
+              recorded="perf/results/int8_base.json"),
     Benchmark("serving", "perf/bench_serving.py", ["--questions", "8", "--n", "4", "8"],
               quick_skip="needs the real 0.5B and the sft stage's adapter; about 10 min", needs_models=True,
               minutes=10, targets="ours / native llama-server generated tokens/s >= 0.8 at N=4 and N=8",

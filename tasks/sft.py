@@ -22,7 +22,6 @@ import pandas as pd
 from prefect import task
 from pydantic import BaseModel
 
-from components.agents.react import agent_class
 from components.embedded.lora_gguf import save_adapter
 from components.embedded.models import sha256_file
 from components.io import read_jsonl, write_json
@@ -40,7 +39,7 @@ from components.training.agent_rollout import chat_template_renderer
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
-from components.training.trajectory_sft import trajectory_question, trajectory_rows
+from components.training.trajectory_sft import warm_start_examples
 from tasks.runtime import resolve, tracking
 
 
@@ -89,13 +88,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     }, adopt_unkeyed=True)
     model, tokenizer = load_trainable_policy(params)
     render = chat_template_renderer(tokenizer)
-    # the prompts of the method that evaluates the warm start (its options may pick a compact system prompt)
-    spec = params.methods[method]
-    agent = agent_class(spec.agent)(None, None, params.agent, **spec.options)
-    examples = []
-    for t in trajectories:
-        for row in trajectory_rows(agent, t, trajectory_question(t), render):
-            examples.append(build_sft_example(row, tokenizer, max_length=params.sft.max_length))
+    examples = warm_start_examples(params, method, trajectories, tokenizer)
     reflections, reflections_too_long = reflection_examples(params, method, tokenizer, render)
     examples += reflections
     lora = params.lora

@@ -12,6 +12,7 @@ learns to stop) are trainable; prompts and observations are not.
 
     rows = trajectory_rows(agent, trajectory, question, render)     # list of [(text, trainable), ...]
     examples = [build_sft_example(r, tokenizer, max_length=2048) for r in rows]
+    examples = warm_start_examples(params, "sft", trajectories, tokenizer)   # all of them, as the sft stage does
 
 A trajectory written by the ``sft_data`` stage carries the question it answers in its metadata:
 ``trajectory_question(trajectory)`` gives it back for ``agent.start``.
@@ -22,12 +23,17 @@ the rendered prompt, not trainable, then the reply with its end-of-turn tokens, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from components.llm.base import Message, assistant, user
 from components.schemas import Question, Trajectory
 
-__all__ = ["reply_closing", "reply_row", "trajectory_question", "trajectory_rows"]
+if TYPE_CHECKING:
+    from components.params import Params
+    from components.training.sft import SFTExample
+
+__all__ = ["reply_closing", "reply_row", "trajectory_question", "trajectory_rows", "warm_start_examples"]
 
 Renderer = Callable[[list[Message], bool], str]
 _MARK = "\x00REPLY\x00"
@@ -73,3 +79,19 @@ def trajectory_rows(agent, trajectory: Trajectory, question: Question,
         rendered = prompt + step.raw.strip() + closing
         state.steps.append(step)
     return rows
+
+
+def warm_start_examples(params: Params, method: str, trajectories: Sequence[Trajectory],
+                        tokenizer: Any) -> list[SFTExample]:
+    """The tokenized rows of ``trajectories`` under warm start ``method``'s agent and options (the prompts
+    ``evaluate --method`` uses, e.g. a compact system prompt), cut at ``sft.max_length``: what the sft stage
+    trains on."""
+    from components.agents.react import agent_class
+    from components.training.agent_rollout import chat_template_renderer
+    from components.training.sft import build_sft_example
+
+    spec = params.methods[method]
+    agent = agent_class(spec.agent)(None, None, params.agent, **spec.options)
+    render = chat_template_renderer(tokenizer)
+    return [build_sft_example(row, tokenizer, max_length=params.sft.max_length)
+            for t in trajectories for row in trajectory_rows(agent, t, trajectory_question(t), render)]

@@ -47,6 +47,7 @@ from components.policy_run import make_engine
 from components.run_files import SFT_METHOD, out_path, warm_start_folder
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.agent_rollout import chat_template_renderer
+from components.training.int8_base import restore_fp32
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.rollout import RolloutEngine
 from components.training.sft import build_sft_example
@@ -273,7 +274,7 @@ class GeneratorRun:
             model, self.tokenizer = load_trainable_policy(params)
             lora = params.lora
             self.lora = LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None
-            self.policy = build_policy(model, lora=self.lora)
+            self.policy = build_policy(model, lora=self.lora, int8_base=params.grpo.int8_base)
             self.engine = make_engine(params, self.policy, self.tokenizer)  # the base: no policy warm start under it
             self.engines.append(self.engine)
             self.warm_start = None
@@ -288,7 +289,8 @@ class GeneratorRun:
         old = self.engines.pop()
         if hasattr(old, "close"):
             old.close()
-        fresh = build_policy(trained.model.merge_and_unload(), lora=self.lora)
+        restore_fp32(trained.model)  # int8 copies of the base would go stale under the merge
+        fresh = build_policy(trained.model.merge_and_unload(), lora=self.lora, int8_base=self.params.grpo.int8_base)
         self.engines.append(make_engine(self.params, fresh, self.tokenizer, base_adapters=[adapter]))
         return fresh, self.engines[-1]
 
