@@ -148,3 +148,22 @@ def test_a_merge_after_restore_serves_the_merged_weights_on_a_fresh_int8_base():
     with torch.no_grad():
         served = fresh.token_logprobs(IDS, MASK, reference=True)
     assert 0 < (served - expected)[:, 1:].abs().mean() < 0.05  # the merged weights, through int8
+
+
+def test_recomputed_activations_give_the_same_int8_gradients():
+    """ARCO's policy recomputes every micro-batch's activations in the backward pass: int8 under it as without."""
+    lora = LoRASettings(r=4, alpha=8)
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(2)  # the same LoRA A draw on both
+        policy = build_policy(tiny_qwen2(12, hidden_size=64, intermediate_size=128, seed=9), lora=lora,
+                              int8_base=True, gradient_checkpointing=checkpointing)
+        with torch.no_grad():
+            for name, p in policy.model.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(0.05)
+        policy.model.train()
+        grads.append(_loss_and_grads(policy)[2])
+    assert set(grads[0]) == set(grads[1])
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
