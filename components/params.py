@@ -195,6 +195,13 @@ class BackendParams(Section):
         return self
 
 
+def _drop_when_off(out: dict, section: Section, name: str) -> dict:
+    """A dump without the switch ``name`` while it is off: runs keyed before it existed keep their keys."""
+    if not getattr(section, name):
+        out.pop(name, None)
+    return out
+
+
 class LLMParams(Section):
     middleware: MiddlewareParams = Field(default_factory=MiddlewareParams)
     backends: dict[str, BackendParams] = Field(
@@ -211,10 +218,7 @@ class LLMParams(Section):
 
     @model_serializer(mode="wrap")
     def _scoring_keyed_when_set(self, handler):
-        out = handler(self)
-        if not self.scoring:  # runs keyed before the switch existed keep their keys
-            out.pop("scoring", None)
-        return out
+        return _drop_when_off(handler(self), self, "scoring")
 
     @model_validator(mode="after")
     def _roles_bind_known_backends(self) -> LLMParams:
@@ -254,13 +258,6 @@ class LoRAParams(Section):
     r: int = Field(default=8, ge=0, description="LoRA rank of every trained policy (0 = full fine-tuning).")
     alpha: int = Field(default=16, ge=1, description="LoRA alpha.")
     dropout: float = Field(default=0.0, ge=0, lt=1, description="LoRA dropout.")
-
-
-def _drop_when_off(out: dict, section: Section, name: str) -> dict:
-    """A dump without the switch ``name`` while it is off: runs keyed before it existed keep their keys."""
-    if not getattr(section, name):
-        out.pop(name, None)
-    return out
 
 
 def _checkpoint_min_tokens() -> Any:
