@@ -65,6 +65,8 @@ def int8_linear(linear: nn.Linear) -> nn.Linear:
     """Make ``linear`` (frozen, float32) run its matmuls in int8; returns it."""
     if linear.weight.requires_grad:
         raise ValueError("int8 matmuls are for frozen weights: this linear's weight requires grad")
+    if linear.weight.device.type != "cpu":
+        raise ValueError("int8 matmuls are a CPU option (int8 on AVX2); on a GPU train in bf16 (train_policy.dtype)")
     if linear.weight.dtype != torch.float32:
         raise ValueError(f"int8 matmuls replace float32 ones; this linear is {linear.weight.dtype}")
     w = linear.weight.detach()  # [N, K]

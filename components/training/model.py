@@ -321,9 +321,6 @@ def build_policy(
         recompute_activations(model)
     peft_model = get_peft_model(model, config)
     if int8_base:
-        if next(model.parameters()).device.type != "cpu":
-            raise ValueError("int8_base is a CPU option (int8 matmuls on AVX2); on a GPU train in bf16 "
-                             "(train_policy.dtype) instead")
         from components.training.int8_base import quantize_frozen_base
 
         quantize_frozen_base(peft_model)

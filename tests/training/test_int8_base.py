@@ -66,6 +66,8 @@ def test_int8_linear_refuses_trainable_or_non_float32_weights():
     lin = nn.Linear(4, 4).to(torch.float64).requires_grad_(False)
     with pytest.raises(ValueError, match="float32"):
         int8_linear(lin)
+    with pytest.raises(ValueError, match="CPU option"):  # any device but the CPU (a GPU's weights alike)
+        int8_linear(nn.Linear(4, 4, device="meta").requires_grad_(False))
 
 
 def _loss_and_grads(policy):
