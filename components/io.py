@@ -150,9 +150,11 @@ def write_jsonl(path: str | Path, records: Iterable[BaseModel | dict]) -> int:
     return count
 
 
-def write_json(path: str | Path, data: object) -> None:
+def write_json(path: str | Path, data: object, *, sort_keys: bool = True) -> None:
+    """``data`` as indented JSON, written atomically (a crash leaves the previous file whole); ``sort_keys=False``
+    keeps the insertion order, for reports a person reads top to bottom."""
     with atomic_path(path) as fh:
-        json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+        json.dump(data, fh, indent=2, sort_keys=sort_keys, ensure_ascii=False, default=str)
         fh.write("\n")
 
 

@@ -29,7 +29,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
-import json
 import platform
 import statistics
 import subprocess
@@ -43,6 +42,7 @@ import torch
 from components.embedded.models import ensure_gguf
 from components.embedded.native_server import NativeLlamaServer
 from components.embedded.server import LlamaServer
+from components.io import write_json
 from components.training.llamacpp_engine import LlamaCppRolloutEngine
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import HFRolloutEngine, SamplingParams
@@ -201,8 +201,7 @@ def main() -> None:
         "servers_96_token_completions": servers,
         "rollouts_g4_128_tokens": rollouts,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, sort_keys=False)
     print(f"wrote {args.out}")
 
 

@@ -411,6 +411,7 @@ def _ratio(new: Any, old: Any) -> float | None:
 
 
 def main() -> None:
+    from components.io import write_json  # here, not at the top: a --worker imports a revision's code
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5, help="timed steps per case, after one warm-up step")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the 0.5B GGUF case")
@@ -469,8 +470,7 @@ def main() -> None:
         "results": rows,
         "ratios": ratios,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, sort_keys=False)
     print(f"wrote {args.out} ({report['wall_s']:.0f} s)")
 
 

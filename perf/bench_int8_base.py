@@ -107,6 +107,7 @@ def main() -> None:
 
     import torch
 
+    from components.io import write_json
     from components.params import load_params
     from components.training.int8_base import quantize_frozen_base, restore_fp32
     from components.training.warm_started import warm_started_policy
@@ -180,8 +181,7 @@ def main() -> None:
         "ratios": ratios,
         "fidelity": numbers,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, sort_keys=False)
     print(f"wrote {args.out} ({report['wall_s']:.0f} s)")
 
 

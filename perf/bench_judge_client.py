@@ -45,6 +45,7 @@ from pathlib import Path
 
 import httpx
 
+from components.io import write_json
 from components.llm.backends.openai_http import OpenAIChatModel
 from components.llm.backends.per_loop import PerLoop
 from components.llm.base import ChatModel, Completion, Sampling, TransientLLMError, classify_status, user
@@ -322,15 +323,14 @@ def main() -> None:
         print(f"{r['measure']:72s} {r['figures']:64s} {ratio:>8s} {r.get('target', 'not judged'):>26s}  {met}")
     load_after = os.getloadavg()
     print(f"load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in load_after]}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    write_json(args.out, {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_1min": load_before[0],
                     "loadavg_before": [round(x, 2) for x in load_before],
                     "loadavg_after": [round(x, 2) for x in load_after]},
         "settings": {"latency_s": args.latency, "calls": args.calls, "concurrency": args.concurrency,
                      "repeats_conc": args.repeats_conc, "repeats": args.repeats, "server": "aiohttp"},
         "rows": rows, "reported": reported, "runs": runs,
-    }, indent=2) + "\n")
+    }, sort_keys=False)
     print(f"wrote {args.out}")
 
 

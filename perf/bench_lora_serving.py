@@ -19,7 +19,6 @@ Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -34,6 +33,7 @@ from components.embedded.lora_gguf import random_lora_gguf
 from components.embedded.lora_merge import merge_lora_into_gguf
 from components.embedded.models import ensure_gguf
 from components.embedded.native_server import NativeLlamaServer
+from components.io import write_json
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 RESULTS = Path(__file__).parent / "results" / "lora_serving.json"
@@ -148,8 +148,7 @@ def main() -> None:
         "speedup_vs_runtime_lora": {k: round(runtime["wall_s"] / r["wall_s"], 2) for k, r in results.items()},
         "agreement": agreement,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, sort_keys=False)
     print(f"wrote {args.out}")
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import re
 import shutil
@@ -197,8 +196,7 @@ def main() -> None:
         parser.error(f"--report-only: {args.work / 'phases.jsonl'} does not exist (no phase has run there)")
     result = report(args.work)
     print(table(result))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result, sort_keys=False)
     print(f"wrote {args.out}")
 
 

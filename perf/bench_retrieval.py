@@ -56,7 +56,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
-import json
 import math
 import platform
 import random
@@ -66,6 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
+from components.io import write_json
 from components.methods.coreact.slates import select_slate, slate_context
 from components.params import load_params
 from components.retrieval.bm25 import BM25Index, hit, top_indices
@@ -464,8 +464,7 @@ def main() -> None:
     for r in report["probes"]:
         print(f"{r['measure']:72s} {r['figures']}  (not adopted)")
     print(f"load average before {report['machine']['loadavg_before']}, after {report['machine']['loadavg_after']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, sort_keys=False)
     print(f"wrote {args.out}")
 
 

@@ -19,7 +19,6 @@ of each server and in all. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -31,6 +30,7 @@ import httpx
 from components.embedded.models import ensure_gguf
 from components.embedded.native_server import NativeLlamaServer
 from components.embedded.server import LlamaServer
+from components.io import write_json
 
 RESULTS = Path(__file__).parent / "results" / "server_threads.json"
 SMALL, LARGE = "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"
@@ -127,8 +127,7 @@ def main() -> None:
                     "loadavg_1min_before": round(load_before, 2)},
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, sort_keys=False)
     print(f"wrote {args.out}")
 
 

@@ -379,6 +379,7 @@ def git(*a: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from components.io import write_json
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=4, help="evaluation questions per run of ours")
     parser.add_argument("--n", type=int, nargs="+", default=[4, 8], help="concurrencies (server slots = episodes)")
@@ -474,8 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = report(per_n, workload, machine, meta)
     print(table(rep))
     print(f"load average {machine['load_before']['loadavg']} -> {machine['load_after']['loadavg']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rep, indent=2) + "\n")
+    write_json(args.out, rep, sort_keys=False)
     print(f"wrote {args.out}")
     return 0
 

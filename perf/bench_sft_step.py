@@ -17,7 +17,6 @@ writes ``perf/results/sft_step.json``. The recomputation settings change speed a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -46,7 +45,7 @@ def main() -> None:
 
     import torch
 
-    from components.io import read_jsonl
+    from components.io import read_jsonl, write_json
     from components.params import load_params
     from components.run_files import warm_start_folder
     from components.schemas import Trajectory
@@ -97,10 +96,9 @@ def main() -> None:
     for r in rows:
         r["ratio_to_off"] = r["median_s"] / base
         print(f"{r['config']:<36}{r['median_s']:>8.1f}{r['ratio_to_off']:>8.2f}{r['peak_growth_mib']:>17}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"method": args.method, "rows": len(examples), "row_tokens_median":
-                                    lengths[len(lengths) // 2], "row_tokens_max": lengths[-1],
-                                    "loadavg_1m": os.getloadavg()[0], "results": rows}, indent=2))
+    write_json(args.out, {"method": args.method, "rows": len(examples), "row_tokens_median": lengths[len(lengths) // 2],
+                          "row_tokens_max": lengths[-1], "loadavg_1m": os.getloadavg()[0], "results": rows},
+               sort_keys=False)
     print(f"wrote {args.out}")
 
 

@@ -193,6 +193,7 @@ def shown_command(args: argparse.Namespace) -> str:
 
 
 def main() -> None:
+    from components.io import write_json
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adapter", type=Path, required=True, help="the sft stage's warm-start adapter folder")
     parser.add_argument("--baseline-rev", action="append", default=[],
@@ -248,8 +249,7 @@ def main() -> None:
         "ratios": ratio_rows,
         "targets": target_rows(rows, ratio_rows),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, sort_keys=False)
     print(f"wrote {args.out} ({report['wall_s']:.0f} s)")
 
 

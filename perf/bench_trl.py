@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import importlib.metadata
 import io
-import json
 import os
 import platform
 import statistics
@@ -458,6 +457,7 @@ def print_table(ratios: list[dict[str, Any]], checks: list[dict[str, Any]]) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
+    from components.io import write_json
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="tiny,small", help=f"comma-separated, from {sorted(CASES)}")
     parser.add_argument("--kinds", default="grpo,sft", help="comma-separated: grpo, sft")
@@ -516,8 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios,
         "token_checks": checks,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report, sort_keys=False)
     print(f"wrote {args.out} ({report['wall_s']:.0f} s)")
     if not all(c["same"] for c in checks):
         print("bench_trl: the two sides did not train on the same token counts", file=sys.stderr)

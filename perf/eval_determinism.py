@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from components.agents.react import build_agent
-from components.io import read_jsonl
+from components.io import read_jsonl, write_json
 from components.params_cli import params_from_args, stage_argparser
 from components.policy_run import dev_evaluation, make_engine
 from components.retrieval.run_index import load_toolbox
@@ -97,12 +97,11 @@ def main() -> None:
               f"{' '.join(f'{e:.2f}' for e in s['em']):>16s} {s['mean_wall_s']:>12.1f}")
     print(f"invariant / batched wall time: {ratio:.2f}x")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    write_json(args.out, {
         "agent": args.agent, "engine": params.train_policy.engine, "questions": [q.id for q in questions],
         "repeats": args.repeats, "summary": summary, "invariant_over_batched_wall": round(ratio, 3),
         "runs": runs, "loadavg": os.getloadavg(), "cpus": os.cpu_count(),
-    }, indent=2))
+    }, sort_keys=False)
     print(f"wrote {args.out}")
 
 

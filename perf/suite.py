@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.io import write_json
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "perf" / "results"
 RUN_DIR = RESULTS / "suite"
@@ -520,8 +522,7 @@ def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGI
 
     def save(suite: dict) -> None:
         suite = carry_over(previous, suite, registry)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(suite, indent=2) + "\n")
+        write_json(args.out, suite, sort_keys=False)
         if not args.no_doc:
             write_doc(args.doc, markdown_section(suite))
 

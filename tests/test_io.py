@@ -12,6 +12,7 @@ from components.io import (
     build_once,
     read_jsonl,
     read_parquet,
+    write_json,
     write_jsonl,
     write_parquet,
 )
@@ -74,6 +75,24 @@ def test_failed_write_keeps_the_previous_file(tmp_path):
         write_jsonl(path, exploding())
     assert read_jsonl(path, Question) == _questions()
     assert [p.name for p in tmp_path.iterdir()] == ["q.jsonl"]  # no temp file left behind
+
+
+def test_write_json_sorts_keys_unless_asked_to_keep_their_order_and_keeps_the_old_file_on_a_crash(tmp_path):
+    path = tmp_path / "report.json"
+    write_json(path, {"wall_s": 2.0, "command": "x"})
+    assert list(json.loads(path.read_text())) == ["command", "wall_s"]
+    write_json(path, {"wall_s": 1.0, "command": "y"}, sort_keys=False)  # a perf report, read top to bottom
+    assert list(json.loads(path.read_text())) == ["wall_s", "command"]
+    assert path.read_text().endswith("}\n")
+
+    class Unwritable:
+        def __str__(self):
+            raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        write_json(path, {"a": 1, "z": Unwritable()}, sort_keys=False)
+    assert json.loads(path.read_text()) == {"wall_s": 1.0, "command": "y"}
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
 
 
 def test_appender_survives_a_torn_last_line(tmp_path):
