@@ -1,9 +1,15 @@
-"""The int8 base against fp32, side by side in one process (issue 49.3): what ``grpo.int8_base`` buys in a GRPO
-update of the warm-started 0.5B, and what it changes in the numbers the update computes.
+"""The GRPO update's speed options against peft's fp32 forward, side by side in one process (issue 49.3): what
+``grpo.int8_base`` (the frozen base's matmuls in int8) and ``grpo.fused_lora`` (the LoRA linears' leaner forward)
+buy in an update of the warm-started 0.5B, and what they change in the numbers the update computes.
 
-Run (about 5 minutes on 2 cores, the ``sft`` stage's adapter and ``sft_data``'s trajectories present)::
+Run (about 3 minutes a mode on 2 cores, the ``sft`` stage's adapter and ``sft_data``'s trajectories present)::
 
-    python perf/bench_int8_base.py [--rows 4] [--repeats 2] [--adapter-std 0.01] [--out perf/results/int8_base.json]
+    python perf/bench_int8_base.py [--modes fp32 int8] [--rows 4] [--repeats 2] [--adapter-std 0.01] \
+        [--out perf/results/int8_base.json]
+    python perf/bench_int8_base.py --modes fp32 int8 fused    # as the suite runs it
+
+``--modes BASE OTHER ...``: of ``fp32`` (peft's forward over the fp32 base), ``int8``, ``fused`` and
+``int8+fused``; each OTHER is measured against BASE.
 
 The policy is built as ``train_policy`` builds it (``warm_started_policy``: the base 0.5B in fp32, the ``sft``
 adapter merged, a fresh LoRA of ``lora``'s settings) and its LoRA ``B`` drawn from N(0, ``--adapter-std``), seeded,
@@ -15,9 +21,9 @@ the trainer runs rows of up to 2,048 tokens, with its activations kept.
 
 Per mode and row: the reference forward (adapter off, no grad), the policy's forward and the backward of a GRPO
 loss (advantage +1 / -1 by row, the k3 KL term at ``grpo.kl_coef``), timed apart; modes alternate over
-``--repeats`` (fp32, int8, fp32, int8, ...) and each time is the median. What int8 changes: the log-probabilities
-of the loss tokens (policy and reference; mean, 99th percentile and max of the absolute difference, in nats), the
-KL term, and the LoRA gradient (cosine with fp32's, norm ratio). Prints a table and writes JSON.
+``--repeats`` (BASE, OTHER, ..., BASE, OTHER, ...) and each time is the median. What each OTHER changes: the
+log-probabilities of the loss tokens (policy and reference; mean, 99th percentile and max of the absolute difference,
+in nats), the KL term, and the LoRA gradient (cosine with BASE's, norm ratio). Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
 
 RESULTS = Path(__file__).parent / "results" / "int8_base.json"
 PHASES = ("reference_s", "forward_s", "backward_s")
+MODES = ("fp32", "int8", "fused", "int8+fused")
 
 
 def agent_rows(params, tokenizer, n: int) -> list[Any]:
@@ -88,16 +95,37 @@ def one_pass(policy, rows, kl_coef: float) -> tuple[dict[str, float], list[Any],
     return times, logps, refs, grads
 
 
-def fidelity(int8: list[Any], fp32: list[Any]) -> dict[str, float]:
-    """Absolute differences of int8's log-probs from fp32's over every loss token, in nats."""
+def fidelity(other: list[Any], base: list[Any]) -> dict[str, float]:
+    """Absolute differences of one mode's log-probs from the base mode's over every loss token, in nats."""
     import torch
 
-    diff = torch.cat([(a - b).abs() for a, b in zip(int8, fp32, strict=True)])
+    diff = torch.cat([(a - b).abs() for a, b in zip(other, base, strict=True)])
     return {"mean": diff.mean().item(), "p99": torch.quantile(diff, 0.99).item(), "max": diff.max().item()}
 
 
+
+def changes(other: tuple, base: tuple, other_mode: str, base_mode: str) -> dict[str, Any]:
+    """What a mode changes against the base mode: the loss tokens' log-probs, the KL term, the LoRA gradient.
+    ``other`` and ``base`` are :func:`one_pass`'s (log-probs, reference log-probs, gradient)."""
+    import torch
+
+    (l_o, r_o, g_o), (l_b, r_b, g_b) = other, base
+    kl_o = torch.cat([(r - lp) for r, lp in zip(r_o, l_o, strict=True)])
+    kl_b = torch.cat([(r - lp) for r, lp in zip(r_b, l_b, strict=True)])
+    return {
+        "policy_logprob_abs_diff": fidelity(l_o, l_b),
+        "reference_logprob_abs_diff": fidelity(r_o, r_b),
+        "policy_minus_reference_mean_abs": {base_mode: kl_b.abs().mean().item(), other_mode: kl_o.abs().mean().item()},
+        "k3_kl_mean": {base_mode: (torch.exp(kl_b) - kl_b - 1).mean().item(),
+                       other_mode: (torch.exp(kl_o) - kl_o - 1).mean().item()},
+        "gradient_cosine": torch.nn.functional.cosine_similarity(g_o, g_b, dim=0).item(),
+        "gradient_norm_ratio": (g_o.norm() / g_b.norm()).item(),
+    }
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=["fp32", "int8"], metavar="MODE",
+                        help=f"the base mode, then the modes measured against it, of {', '.join(MODES)}")
     parser.add_argument("--rows", type=int, default=4, help="the longest agent rows of the sft data")
     parser.add_argument("--repeats", type=int, default=2, help="passes per mode, alternating")
     parser.add_argument("--adapter-std", type=float, default=0.01, help="std of the LoRA B drawn (0: a fresh adapter)")
@@ -109,6 +137,7 @@ def main() -> None:
 
     from components.io import write_json
     from components.params import load_params
+    from components.training.fused_lora import fuse_lora_forward, unfuse_lora_forward
     from components.training.int8_base import quantize_frozen_base, restore_fp32
     from components.training.warm_started import warm_started_policy
 
@@ -128,15 +157,21 @@ def main() -> None:
     loss_tokens = [sum(r.loss_mask) for r in rows]
     print(f"{len(rows)} rows: {tokens} tokens, {loss_tokens} with loss; kl_coef {params.grpo.kl_coef}", flush=True)
 
-    runs: dict[str, list[dict[str, float]]] = {"fp32": [], "int8": []}
+    def set_mode(mode: str) -> None:
+        unfuse_lora_forward(policy.model)  # warm_started_policy fuses as grpo.fused_lora says: from peft's forward
+        restore_fp32(policy.model)
+        if "int8" in mode:
+            quantize_frozen_base(policy.model)
+        if "fused" in mode:
+            fuse_lora_forward(policy.model)
+
+    base_mode = args.modes[0]
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in args.modes}
     outputs: dict[str, tuple] = {}
     for r in range(args.repeats):
-        for mode in ("fp32", "int8"):
-            if mode == "int8":
-                quantize_frozen_base(policy.model)
+        for mode in args.modes:
+            set_mode(mode)
             times, logps, refs, grads = one_pass(policy, rows, params.grpo.kl_coef)
-            if mode == "int8":
-                restore_fp32(policy.model)
             runs[mode].append(times)
             outputs.setdefault(mode, (logps, refs, grads))
             print(f"repeat {r + 1} {mode}: " + ", ".join(f"{k} {v:.1f}" for k, v in times.items()), flush=True)
@@ -145,26 +180,18 @@ def main() -> None:
     for mode, passes in runs.items():
         med = {k: statistics.median(p[k] for p in passes) for k in PHASES}
         results.append({"mode": mode, **med, "update_s": sum(med.values())})
-    fp32_row, int8_row = results
-    ratios = {k: int8_row[k] / fp32_row[k] for k in (*PHASES, "update_s")}
-    (l32, r32, g32), (l8, r8, g8) = outputs["fp32"], outputs["int8"]
-    kl32 = torch.cat([(r - lp) for r, lp in zip(r32, l32, strict=True)])
-    kl8 = torch.cat([(r - lp) for r, lp in zip(r8, l8, strict=True)])
-    numbers = {
-        "policy_logprob_abs_diff": fidelity(l8, l32),
-        "reference_logprob_abs_diff": fidelity(r8, r32),
-        "policy_minus_reference_mean_abs": {"fp32": kl32.abs().mean().item(), "int8": kl8.abs().mean().item()},
-        "k3_kl_mean": {"fp32": (torch.exp(kl32) - kl32 - 1).mean().item(), "int8": (torch.exp(kl8) - kl8 - 1).mean().item()},
-        "gradient_cosine": torch.nn.functional.cosine_similarity(g8, g32, dim=0).item(),
-        "gradient_norm_ratio": (g8.norm() / g32.norm()).item(),
-    }
+    base_row = results[0]
+    ratios = {row["mode"]: {k: row[k] / base_row[k] for k in (*PHASES, "update_s")} for row in results[1:]}
+    numbers = {mode: changes(outputs[mode], outputs[base_mode], mode, base_mode) for mode in ratios}
 
-    print(f"\n{'mode':6}" + "".join(f"{k:>14}" for k in (*PHASES, "update_s")))
+    print(f"\n{'mode':12}" + "".join(f"{k:>14}" for k in (*PHASES, "update_s")))
     for row in results:
-        print(f"{row['mode']:6}" + "".join(f"{row[k]:>14.1f}" for k in (*PHASES, "update_s")))
-    print(f"{'/fp32':6}" + "".join(f"{ratios[k]:>13.2f}x" for k in (*PHASES, "update_s")))
-    for key, value in numbers.items():
-        print(f"{key}: {json.dumps(value) if isinstance(value, dict) else f'{value:.4f}'}")
+        print(f"{row['mode']:12}" + "".join(f"{row[k]:>14.1f}" for k in (*PHASES, "update_s")))
+    for mode, ratio in ratios.items():
+        print(f"{mode + ' / ' + base_mode:12}" + "".join(f"{ratio[k]:>13.2f}x" for k in (*PHASES, "update_s")))
+    for mode, figures in numbers.items():
+        for key, value in figures.items():
+            print(f"{mode} {key}: {json.dumps(value) if isinstance(value, dict) else f'{value:.4g}'}")
 
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           check=False).stdout.strip()
@@ -172,7 +199,7 @@ def main() -> None:
         "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads(), "load_average_1m_after": os.getloadavg()[0]},
         "working_tree_head": head,
-        "command": (f"python perf/bench_int8_base.py --rows {args.rows} --repeats {args.repeats} "
+        "command": (f"python perf/bench_int8_base.py --modes {' '.join(args.modes)} --rows {args.rows} --repeats {args.repeats} "
                     f"--adapter-std {args.adapter_std} --seed {args.seed}"),
         "size": {"rows": len(rows), "tokens": tokens, "loss_tokens": loss_tokens, "lora_r": params.lora.r,
                  "kl_coef": params.grpo.kl_coef},

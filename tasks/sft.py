@@ -76,7 +76,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     trajectories = read_jsonl(data / "trajectories.jsonl", Trajectory)
     # a checkpoint is resumed only by a run of the same settings and data (a max_steps=3 run once resumed a
     # max_steps=1 run's checkpoint); how rows are batched and recomputed may change
-    execution = {"micro_batch_size", "gradient_checkpointing", "checkpoint_min_tokens", "checkpoint_every"}
+    execution = {"micro_batch_size", "gradient_checkpointing", "checkpoint_min_tokens", "checkpoint_every", "fused_lora"}
     keyed_folder(folder, {
         "method": method, "seed": params.seed, "sft": params.sft.model_dump(exclude=execution),
         "lora": params.lora.model_dump(), "agent": params.agent.model_dump(),
@@ -93,7 +93,8 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     examples += reflections
     lora = params.lora
     policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None,
-                          gradient_checkpointing=params.sft.gradient_checkpointing, int8_base=params.sft.int8_base)
+                          gradient_checkpointing=params.sft.gradient_checkpointing, int8_base=params.sft.int8_base,
+                          fused_lora=params.sft.fused_lora)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tracking(params, folder.name, parent_run_id) as tracker:

@@ -236,6 +236,19 @@ def test_eval_determinism_json_as_the_script_writes_it():
         ("questions whose answer changed, invariant", 0)]
 
 
+def test_the_update_modes_json_gives_each_mode_against_the_base_and_the_two_mode_files_before_it_still_read():
+    bench = next(b for b in suite.REGISTRY if b.name == "int8_base")
+    fid = {"gradient_cosine": 0.98, "policy_logprob_abs_diff": {"mean": 0.012}}
+    results = [{"mode": "fp32", "update_s": 70.0}, {"mode": "int8", "update_s": 35.0}, {"mode": "fused", "update_s": 63.0}]
+    data = {"results": results, "ratios": {"int8": {"update_s": 0.5}, "fused": {"update_s": 0.9}},
+            "fidelity": {"int8": fid, "fused": {**fid, "gradient_cosine": 1.0}}}
+    assert [(r["measure"], r["value"]) for r in suite.read_rows(bench, data)] == [
+        ("GRPO update of agent rows, int8 / fp32", 0.5), ("LoRA gradient, int8 vs fp32: cosine", 0.98),
+        ("GRPO update of agent rows, fused / fp32", 0.9), ("LoRA gradient, fused vs fp32: cosine", 1.0)]
+    before = {"results": results[:2], "ratios": {"update_s": 0.5}, "fidelity": fid}  # fp32 and int8, unkeyed
+    assert [r["value"] for r in suite.read_rows(bench, before)] == [0.5, 0.98]
+
+
 def test_an_out_path_inside_the_repository_is_passed_relative_so_no_machine_path_is_recorded(tmp_path):
     bench = suite.Benchmark("trl", "perf/bench_trl.py", ["--cases", "tiny"])
     inside = bench.command(suite.REPO / "perf" / "results" / "suite" / "trl.json")

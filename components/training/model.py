@@ -289,11 +289,13 @@ def build_policy(
     device: str | torch.device | None = None,
     gradient_checkpointing: bool = False,
     int8_base: bool = False,
+    fused_lora: bool = False,
 ) -> Policy:
     """Load ``source`` and make it trainable: LoRA adapter when ``lora`` is given, else full fine-tuning. A path
     loads as :func:`load_causal_lm` says (float32 on the CPU unless told otherwise); a model object stays on
     its device and in its dtype unless ``device`` or ``dtype`` is given. ``int8_base`` runs the frozen base's
-    matmuls in int8 (LoRA only; :mod:`components.training.int8_base`)."""
+    matmuls in int8 (LoRA only; :mod:`components.training.int8_base`); ``fused_lora`` gives the LoRA linears a
+    leaner forward (:mod:`components.training.fused_lora`; nothing to do under full fine-tuning)."""
     if int8_base and lora is None:
         raise ValueError("int8_base needs LoRA (lora.r > 0): full fine-tuning trains the base weights it would quantize")
     model = load_causal_lm(source, gguf_file=gguf_file, dtype=dtype, device=device)
@@ -324,4 +326,8 @@ def build_policy(
         from components.training.int8_base import quantize_frozen_base
 
         quantize_frozen_base(peft_model)
+    if fused_lora:
+        from components.training.fused_lora import fuse_lora_forward
+
+        fuse_lora_forward(peft_model)
     return Policy(peft_model, is_lora=True)

@@ -52,5 +52,6 @@ def warm_started_policy(params: Params, agent: str = "react"):
         model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     lora = params.lora
     policy = build_policy(model, lora=LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None,
-                          gradient_checkpointing=params.grpo.gradient_checkpointing, int8_base=params.grpo.int8_base)
+                          gradient_checkpointing=params.grpo.gradient_checkpointing, int8_base=params.grpo.int8_base,
+                          fused_lora=params.grpo.fused_lora)
     return policy, tokenizer

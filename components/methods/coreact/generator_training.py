@@ -274,7 +274,8 @@ class GeneratorRun:
             model, self.tokenizer = load_trainable_policy(params)
             lora = params.lora
             self.lora = LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None
-            self.policy = build_policy(model, lora=self.lora, int8_base=params.grpo.int8_base)
+            self.policy = build_policy(model, lora=self.lora, int8_base=params.grpo.int8_base,
+                                       fused_lora=params.grpo.fused_lora)
             self.engine = make_engine(params, self.policy, self.tokenizer)  # the base: no policy warm start under it
             self.engines.append(self.engine)
             self.warm_start = None
@@ -290,7 +291,8 @@ class GeneratorRun:
         if hasattr(old, "close"):
             old.close()
         restore_fp32(trained.model)  # int8 copies of the base would go stale under the merge
-        fresh = build_policy(trained.model.merge_and_unload(), lora=self.lora, int8_base=self.params.grpo.int8_base)
+        fresh = build_policy(trained.model.merge_and_unload(), lora=self.lora, int8_base=self.params.grpo.int8_base,
+                             fused_lora=self.params.grpo.fused_lora)
         self.engines.append(make_engine(self.params, fresh, self.tokenizer, base_adapters=[adapter]))
         return fresh, self.engines[-1]
 
