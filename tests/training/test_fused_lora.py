@@ -12,9 +12,8 @@ from components.params import load_params
 from components.training.fused_lora import fuse_lora_forward, unfuse_lora_forward
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
+from tests.training.lora_pair import IDS, MASK, loss_and_grads
 
-IDS = torch.tensor([[2, 3, 4, 5, 6, 7, 8, 9, 3, 4, 5]])
-MASK = torch.ones_like(IDS)
 TINY = {"hidden_size": 64, "intermediate_size": 128}
 
 
@@ -77,21 +76,12 @@ def _pair(seed: int, **lora_kwargs):
     return peft_side, fused_side
 
 
-def _loss_and_grads(policy):
-    logp = policy.token_logprobs(IDS, MASK)
-    ref = policy.token_logprobs(IDS, MASK, reference=True)
-    loss = -(logp[:, 1:] - 0.1 * (logp[:, 1:] - ref[:, 1:]) ** 2).mean()
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.grad is not None}
-    return logp.detach(), ref, grads
-
-
 def test_a_fused_policy_gives_peft_s_log_probs_and_gradients_to_float_rounding(monkeypatch):
     peft_side, fused_side = _pair(3)
     assert sum("forward" in m.__dict__ for m in fused_side.model.modules()) == 2 * 7  # 2 layers x 7 targets
-    logp_p, ref_p, g_p = _loss_and_grads(peft_side)
+    logp_p, ref_p, g_p = loss_and_grads(peft_side)
     calls = _peft_calls(monkeypatch)
-    logp_f, ref_f, g_f = _loss_and_grads(fused_side)
+    logp_f, ref_f, g_f = loss_and_grads(fused_side)
     assert len(calls) == 2 * 7  # the reference pass (adapter disabled) only: peft's forward, the base alone
     assert torch.allclose(ref_f, ref_p, atol=0, rtol=0)
     assert torch.allclose(logp_f, logp_p, atol=1e-5)

@@ -11,9 +11,7 @@ from components.training.int8_base import int8_linear, quantize_frozen_base, qua
 from components.training.losses import token_logprobs
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
-
-IDS = torch.tensor([[2, 3, 4, 5, 6, 7, 8, 9, 3, 4, 5]])
-MASK = torch.ones_like(IDS)
+from tests.training.lora_pair import IDS, MASK, loss_and_grads
 
 
 def _frozen(weight: list[list[float]]) -> nn.Linear:
@@ -70,15 +68,6 @@ def test_int8_linear_refuses_trainable_or_non_float32_weights():
         int8_linear(nn.Linear(4, 4, device="meta").requires_grad_(False))
 
 
-def _loss_and_grads(policy):
-    logp = policy.token_logprobs(IDS, MASK)
-    ref = policy.token_logprobs(IDS, MASK, reference=True)
-    loss = -(logp[:, 1:] - 0.1 * (logp[:, 1:] - ref[:, 1:]) ** 2).mean()
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.grad is not None}
-    return logp.detach(), ref, grads
-
-
 def test_a_lora_policy_on_an_int8_base_trains_the_adapter_like_fp32():
     lora = LoRASettings(r=4, alpha=8)
     fp32 = build_policy(tiny_qwen2(12, hidden_size=64, intermediate_size=128, seed=3), lora=lora)
@@ -90,8 +79,8 @@ def test_a_lora_policy_on_an_int8_base_trains_the_adapter_like_fp32():
                 a.normal_(std=0.1)
             if "lora_" in name:  # the same adapter on both bases (peft draws A from the global generator)
                 b.copy_(a)
-    logp32, ref32, g32 = _loss_and_grads(fp32)
-    logp8, ref8, g8 = _loss_and_grads(int8)
+    logp32, ref32, g32 = loss_and_grads(fp32)
+    logp8, ref8, g8 = loss_and_grads(int8)
     assert set(g8) == set(g32) and all("lora_" in n for n in g8)  # the base gets no gradient
     for int8_side, fp32_side in ((logp8, logp32), (ref8, ref32)):  # the reference pass runs int8 too
         diff = (int8_side - fp32_side)[:, 1:].abs()
@@ -165,7 +154,7 @@ def test_recomputed_activations_give_the_same_int8_gradients():
                 if "lora_B" in name:
                     p.fill_(0.05)
         policy.model.train()
-        grads.append(_loss_and_grads(policy)[2])
+        grads.append(loss_and_grads(policy)[2])
     assert set(grads[0]) == set(grads[1])
     for name in grads[0]:
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
