@@ -23,7 +23,8 @@ Per mode and row: the reference forward (adapter off, no grad), the policy's for
 loss (advantage +1 / -1 by row, the k3 KL term at ``grpo.kl_coef``), timed apart; modes alternate over
 ``--repeats`` (BASE, OTHER, ..., BASE, OTHER, ...) and each time is the median. What each OTHER changes: the
 log-probabilities of the loss tokens (policy and reference; mean, 99th percentile and max of the absolute difference,
-in nats), the KL term, and the LoRA gradient (cosine with BASE's, norm ratio). Prints a table and writes JSON.
+in nats), the KL term, and the LoRA gradient (cosine with BASE's, norm ratio, largest difference). Prints a table
+and writes JSON.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def changes(other: tuple, base: tuple, other_mode: str, base_mode: str) -> dict[
                        other_mode: (torch.exp(kl_o) - kl_o - 1).mean().item()},
         "gradient_cosine": torch.nn.functional.cosine_similarity(g_o, g_b, dim=0).item(),
         "gradient_norm_ratio": (g_o.norm() / g_b.norm()).item(),
+        "gradient_max_abs_diff": (g_o - g_b).abs().max().item(),
     }
 
 def main() -> None:

@@ -247,7 +247,8 @@ def collect_scope(out_dir: str | Path, sweep_name: str | None = "sweep", main_se
     ``health``: variant -> its method's health figures (:attr:`MethodSpec.health`). ``components``: an
     inference-time method -> the models it serves that a stage of its own trained, each as (the stage's run
     folder relative to ``out_dir``, e.g. ``train_rubric_generator/listwise``; its health figures): those runs
-    are the method's training compute, seed by seed as a variant's are."""
+    are the method's training compute, seed by seed as a variant's are; a seed folder that links to a run already
+    counted (a sweep's seeds serve the main job's generator) is that one run, counted once."""
     evaluations = {m: [load_evaluation(m, s, f) for s, f in runs]
                    for m, runs in seed_folders(out_dir, "eval", sweep_name, main_seed, "per_question.csv").items()
                    if all((f / "metrics.json").is_file() for _, f in runs)}
@@ -259,7 +260,11 @@ def collect_scope(out_dir: str | Path, sweep_name: str | None = "sweep", main_se
             continue
         for relative, figures in trained:
             stage, run = Path(relative).parent.as_posix(), Path(relative).name
+            counted: set[Path] = set()
             for seed, folder in seed_folders(out_dir, stage, sweep_name, main_seed, "timings.json").get(run, []):
+                if folder.resolve() in counted:
+                    continue
+                counted.add(folder.resolve())
                 trainings.setdefault(method, []).append(Training(method, seed, folder, training_compute(folder, figures)))
     return Scope(name=name or scope_name(out_dir), out_dir=Path(out_dir), evaluations=evaluations,
                  trainings=trainings, variants=frozenset(variants))

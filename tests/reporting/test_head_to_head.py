@@ -374,3 +374,15 @@ def test_an_inference_method_s_trained_component_is_its_training_compute_seed_by
     markdown = scope_markdown(table.reset_index())
     assert "| coreact | 2 | 2 | 0.03 | 120 | 16 | 2,000 |" in markdown
     assert "| coreact | 2 | held-out rho after 0.30 |" in markdown
+
+
+def test_a_seed_folder_that_links_to_the_main_job_s_trained_component_counts_it_once(out):
+    """flows.sweep's seed folders reach the main job's generator through links: one training run, not one a seed."""
+    figure = (HealthMetric("heldout_after.spearman", "held-out rho after", "final"),)
+    run = out / "train_rubric_generator" / "listwise"
+    make_run(run, [0.1, 0.2], wall_s=60.0)
+    linked = seed_dir(out / "sweep", 7) / "train_rubric_generator"
+    linked.mkdir(parents=True)
+    (linked / "listwise").symlink_to(run, target_is_directory=True)
+    coreact = table_of(out, components={"coreact": [("train_rubric_generator/listwise", figure)]}).loc["coreact"]
+    assert coreact["train.seeds"] == 1 and coreact["train.wall_s"] == pytest.approx(60.0)
