@@ -333,8 +333,9 @@ class GRPOParams(Section):
         "perf/bench_int8_base.py). Left out of dumps (and so of run keys) while off.")
     fused_lora: bool = Field(
         default=True, description="Run the LoRA linears with the scaling on the rank side and the adapter's add "
-        "inside its matmul (components/training/fused_lora.py): the same update to float rounding, in less time and "
-        "memory than peft's forward (perf/bench_int8_base.py --modes fp32 fused). Execution only: not keyed.")
+        "inside its matmul (components/training/fused_lora.py): peft's update to the bit when lora.alpha / lora.r is a "
+        "power of two (to float rounding otherwise), in less time and memory (perf/bench_int8_base.py --modes fp32 "
+        "fused). Execution only: not keyed.")
     dynamic_sampling_max_rounds: int | None = Field(
         default=None, ge=0, json_schema_extra={"keyed_when_set": True},
         description="DAPO's dynamic sampling (Yu et al. 2025, Sec. 3.2): groups whose scores have no variance "
@@ -448,8 +449,8 @@ class SFTParams(Section):
         default=False, description="As grpo.int8_base: the frozen base's matmuls in int8 (CPU, LoRA only). Left out "
         "of dumps (and so of the stage's key) while off.")
     fused_lora: bool = Field(
-        default=False, description="As grpo.fused_lora (on there): the LoRA linears' leaner forward. Off here so that "
-        "`dvc repro sft` reproduces the locked warm start, trained with peft's forward, to the bit. Not keyed.")
+        default=True, description="As grpo.fused_lora: the LoRA linears' leaner forward (bit for bit peft's when "
+        "lora.alpha / lora.r is a power of two, as here). Not keyed.")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps (None: `epochs` passes).")
     samples_per_question: int = Field(default=2, ge=1, description="Teacher trajectories per question.")
     min_f1: float = Field(default=1.0, ge=0, le=1, description="Rejection sampling keeps trajectories at or above this F1.")
