@@ -262,9 +262,9 @@ def collect_scope(out_dir: str | Path, sweep_name: str | None = "sweep", main_se
             stage, run = Path(relative).parent.as_posix(), Path(relative).name
             counted: set[Path] = set()
             for seed, folder in seed_folders(out_dir, stage, sweep_name, main_seed, "timings.json").get(run, []):
-                if folder.resolve() in counted:
+                if (resolved := folder.resolve()) in counted:
                     continue
-                counted.add(folder.resolve())
+                counted.add(resolved)
                 trainings.setdefault(method, []).append(Training(method, seed, folder, training_compute(folder, figures)))
     return Scope(name=name or scope_name(out_dir), out_dir=Path(out_dir), evaluations=evaluations,
                  trainings=trainings, variants=frozenset(variants))

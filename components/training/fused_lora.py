@@ -4,8 +4,10 @@ peft computes a LoRA linear as ``base(x) + lora_B(lora_A(x)) * scaling``: the ad
 the sum are three tensors the width of the layer's output (4,864 wide for the 0.5B's MLP), each a pass over memory
 in the forward and again in the backward. The same value is ``addmm(base(x), (x @ A.T) * scaling, B.T)``: the
 scaling touches the rank-``r`` activations and the add happens inside the matmul, so only the result is
-written. In exact arithmetic the two are equal; in floating point they differ by rounding (about 1e-7 relative
-in float32). ``perf/bench_int8_base.py --modes fp32 fused`` measures a GRPO update with each.
+written. In exact arithmetic the two are equal. In floating point they round alike when the scaling is a power of two
+(params.yaml's ``lora``: 16 / 8): peft's numbers to the bit (a whole warm start retrained with it gave the same
+adapter, byte for byte); with another scaling they differ by float rounding. ``perf/bench_int8_base.py --modes fp32
+fused`` measures a GRPO update with each.
 
 Only the plain case is taken over: adapters enabled and not merged, one active adapter, no dropout, no DoRA or
 other variant, no bias on ``lora_B``, the input in the adapter's dtype, no extra arguments, weights that are not
