@@ -104,7 +104,6 @@ def fidelity(other: list[Any], base: list[Any]) -> dict[str, float]:
     return {"mean": diff.mean().item(), "p99": torch.quantile(diff, 0.99).item(), "max": diff.max().item()}
 
 
-
 def changes(other: tuple, base: tuple, other_mode: str, base_mode: str) -> dict[str, Any]:
     """What a mode changes against the base mode: the loss tokens' log-probs, the KL term, the LoRA gradient.
     ``other`` and ``base`` are :func:`one_pass`'s (log-probs, reference log-probs, gradient)."""
@@ -123,6 +122,7 @@ def changes(other: tuple, base: tuple, other_mode: str, base_mode: str) -> dict[
         "gradient_norm_ratio": (g_o.norm() / g_b.norm()).item(),
         "gradient_max_abs_diff": (g_o - g_b).abs().max().item(),
     }
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
