@@ -327,7 +327,8 @@ class GRPOParams(Section):
         "the trained weights). Needs the engine's log-probs; None: off.",
     )
     int8_base: bool = Field(
-        default=False, description="Run the frozen base's matmuls of the LoRA policy in int8 (CPU only; "
+        default=False, description="Run the frozen base's matmuls of the run's LoRA models (the policy; Co-ReAct's "
+        "generator; ARCO's mu) in int8 (CPU only; "
         "components/training/int8_base.py): the update about 0.5-0.6x the time on two AVX2 cores, at int8 rounding "
         "of every base matmul (log-probabilities 0.012 nat a token off on average, gradient cosine 0.98 with fp32; "
         "perf/bench_int8_base.py). Left out of dumps (and so of run keys) while off.")
@@ -335,7 +336,7 @@ class GRPOParams(Section):
         default=True, description="Run the LoRA linears with the scaling on the rank side and the adapter's add "
         "inside its matmul (components/training/fused_lora.py): peft's update to the bit when lora.alpha / lora.r is a "
         "power of two (to float rounding otherwise), in less time and memory (perf/bench_int8_base.py --modes fp32 "
-        "fused). Execution only: not keyed.")
+        "fused); for every LoRA model the run trains, as int8_base. Execution only: not keyed.")
     dynamic_sampling_max_rounds: int | None = Field(
         default=None, ge=0, json_schema_extra={"keyed_when_set": True},
         description="DAPO's dynamic sampling (Yu et al. 2025, Sec. 3.2): groups whose scores have no variance "

@@ -189,6 +189,20 @@ def update_rows(d: dict) -> list[Row]:
     return rows
 
 
+def mu_rows(d: dict) -> list[Row]:
+    """perf/bench_arco_mu.py: ARCO's mu (warm-up, scoring, writing) in each mode against the base mode."""
+    base = d["results"][0]
+    rows = []
+    for row in d["results"][1:]:
+        mode, r, f = row["mode"], d["ratios"][row["mode"]], d["fidelity"][row["mode"]]
+        rows.append(info(f"ARCO mu warm-up, {mode} / {base['mode']}", r["warmup_s"], "x",
+                         f"{row['warmup_s']:.1f} s vs {base['warmup_s']:.1f} s; adapter max abs diff "
+                         f"{f['adapter_max_abs_diff']:.3g}"))
+        rows.append(info(f"ARCO mu writing criteria, {mode} / {base['mode']}", r["write_s"], "x",
+                         f"{row['write_s']:.1f} s vs {base['write_s']:.1f} s; replies identical {f['replies_identical']}"))
+    return rows
+
+
 def determinism_rows(d: dict) -> list[Row]:
     rows = [info("invariant / batched evaluation wall time", d["invariant_over_batched_wall"], "x")]
     rows += [info(f"questions whose answer changed, {mode}", s["questions_changed"], "questions",
@@ -218,6 +232,8 @@ REGISTRY: list[Benchmark] = [
     Benchmark("int8_base", "perf/bench_int8_base.py", ["--modes", "fp32", "int8", "fused"], quick_skip="needs the "
               "real 0.5B, the sft adapter and sft_data's trajectories; about 9 min", needs_models=True, minutes=9,
               extract=update_rows, recorded="perf/results/int8_base.json"),
+    Benchmark("arco_mu", "perf/bench_arco_mu.py", quick_skip="needs the real 0.5B and sft_data's trajectories; "
+              "about 15 min", needs_models=True, minutes=15, extract=mu_rows, recorded="perf/results/arco_mu.json"),
     # 16 questions: 2N at N=8, as the bench asks, so the last episodes' tail does not weigh as it would at K=N
     Benchmark("serving", "perf/bench_serving.py", ["--questions", "16", "--n", "4", "8"],
               quick_skip="needs the real 0.5B and the sft stage's adapter; about 10 min", needs_models=True,

@@ -249,6 +249,19 @@ def test_the_update_modes_json_gives_each_mode_against_the_base_and_the_two_mode
     assert [r["value"] for r in suite.read_rows(bench, before)] == [0.5, 0.98]
 
 
+def test_the_arco_mu_json_gives_warm_up_and_writing_of_each_mode_against_the_base():
+    bench = next(b for b in suite.REGISTRY if b.name == "arco_mu")
+    results = [{"mode": "fp32", "warmup_s": 100.0, "score_s": 10.0, "write_s": 40.0},
+               {"mode": "fused", "warmup_s": 90.0, "score_s": 9.0, "write_s": 40.0}]
+    data = {"results": results, "ratios": {"fused": {"warmup_s": 0.9, "score_s": 0.9, "write_s": 1.0}},
+            "fidelity": {"fused": {"adapter_max_abs_diff": 0.0, "step_reward_max_abs_diff": 0.0,
+                                   "replies_identical": "4 of 4"}}}
+    rows = suite.read_rows(bench, data)
+    assert [(r["measure"], r["value"]) for r in rows] == [("ARCO mu warm-up, fused / fp32", 0.9),
+                                                          ("ARCO mu writing criteria, fused / fp32", 1.0)]
+    assert "adapter max abs diff 0" in rows[0]["figures"] and "4 of 4" in rows[1]["figures"]
+
+
 def test_an_out_path_inside_the_repository_is_passed_relative_so_no_machine_path_is_recorded(tmp_path):
     bench = suite.Benchmark("trl", "perf/bench_trl.py", ["--cases", "tiny"])
     inside = bench.command(suite.REPO / "perf" / "results" / "suite" / "trl.json")

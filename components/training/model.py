@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 __all__ = ["LoRASettings", "Policy", "activations_kept", "build_policy", "kept_if_short", "load_backend_weights", "load_causal_lm",
-           "load_trainable_policy"]
+           "load_trainable_policy", "lora_execution"]
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -322,6 +322,15 @@ def build_policy(
     if gradient_checkpointing:
         recompute_activations(model)
     peft_model = get_peft_model(model, config)
+    lora_execution(peft_model, int8_base=int8_base, fused_lora=fused_lora)
+    return Policy(peft_model, is_lora=True)
+
+
+def lora_execution(peft_model: nn.Module, *, int8_base: bool = False, fused_lora: bool = False) -> None:
+    """The CPU speed options of a LoRA model, applied after its adapters exist: ``int8_base`` runs the frozen
+    base's matmuls in int8 (:mod:`components.training.int8_base`), ``fused_lora`` gives the LoRA linears a leaner
+    forward (:mod:`components.training.fused_lora`). Every LoRA model a run trains takes them from here (the
+    policy through :func:`build_policy`, ARCO's rubric model on its own base)."""
     if int8_base:
         from components.training.int8_base import quantize_frozen_base
 
@@ -330,4 +339,3 @@ def build_policy(
         from components.training.fused_lora import fuse_lora_forward
 
         fuse_lora_forward(peft_model)
-    return Policy(peft_model, is_lora=True)

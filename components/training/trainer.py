@@ -20,7 +20,9 @@ One :meth:`GRPOTrainer.step`:
    (also when a method updates twice in a step) and the engine picks up the new weights;
 6. the method's ``on_step_end`` hook, metrics to ``on_metrics(step, metrics)``, and a checkpoint every
    ``checkpoint_every`` steps (weights, extra modules, optimizer, scheduler, RNG, data position, method
-   state).
+   state). Wall-clock figures go to ``on_metrics`` only, never into the checkpointed history: ``time/rollout``,
+   ``time/reward``, ``time/update`` (with the hand-over to the engine), ``time/method`` (the hook) and whatever
+   the reward or method timed itself (:func:`wall_clock`).
 
 After the last step :meth:`GRPOTrainer.finish` runs the method's ``on_train_end`` hook, for work it deferred.
 
@@ -70,7 +72,7 @@ from components.training.prompt_order import PromptSampler
 from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
 from components.training.stepper import make_stepper
 
-__all__ = ["GRPOTrainer", "LossInputs", "reads_engine_logprobs", "rollout_sampling", "single_turn_rollout"]
+__all__ = ["GRPOTrainer", "LossInputs", "reads_engine_logprobs", "rollout_sampling", "single_turn_rollout", "wall_clock"]
 
 RolloutFn = Callable[[RolloutEngine, list[Any], int, SamplingParams], list[Episode]]
 AdvantageFn = Callable[[list[Episode], torch.Tensor, StepContext], torch.Tensor]
@@ -131,6 +133,15 @@ def single_turn_rollout(
         )
         for i, (p, g) in enumerate(zip(flat, gens, strict=True))
     ]
+
+
+def wall_clock(metrics: dict[str, float]) -> dict[str, float]:
+    """Take the wall-clock figures a reward or method reported (a ``time`` part in the key: ``reward/arco/time/write``)
+    out of ``metrics`` and return them as the trainer's own timings are named (``time/reward/arco/write``): like
+    those, they go to ``metrics.csv`` but not into the history a checkpoint holds, so a resumed run's history still
+    equals the uninterrupted one's."""
+    keys = [k for k in metrics if "/time/" in k]
+    return {"time/" + k.replace("/time/", "/", 1): metrics.pop(k) for k in keys}
 
 
 def _varied_groups(episodes: list[Episode], raw_scores: list[Any]) -> set[int]:
@@ -498,12 +509,14 @@ class GRPOTrainer:
         if updated:
             self.engine.update_weights(self.policy, ctx.step)
         memory.release()
+        t3 = time.perf_counter()
         metrics.update(run_method_hook(self.method, "on_step_end", self, ctx, episodes, scores))
         memory.release()
         self.step_count += 1
+        method_timings = wall_clock(metrics)
         self.history.append(dict(metrics))
-        timings = {"time/rollout": timing["rollout"], "time/reward": timing["reward"],
-                   "time/update": time.perf_counter() - t2,
+        timings = {"time/rollout": timing["rollout"], "time/reward": timing["reward"], "time/update": t3 - t2,
+                   "time/method": time.perf_counter() - t3, **method_timings,
                    "memory/rss_gb": memory.rss_gb() or float("nan"), "memory/peak_rss_gb": memory.peak_rss_gb()}
         if self.on_metrics is not None:
             self.on_metrics(self.step_count, {**metrics, **timings})

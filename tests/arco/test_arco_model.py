@@ -139,3 +139,55 @@ def test_own_backbone_recomputes_activations_for_the_same_gradient():
     assert saved_by_mode[1] * 2 < saved_by_mode[0]  # only the layers' inputs are kept
     for plain, recomputed in zip(*grads_by_mode):
         assert torch.allclose(plain, recomputed, atol=1e-6)
+
+
+def own_mu(**options):
+    torch.manual_seed(0)  # the same LoRA initialisation
+    mu = RubricModel(tiny_qwen2(TOK.vocab_size, max_positions=2048, seed=0), TOK, lora=LORA, head_width=8,
+                     render=render, **options)
+    with torch.no_grad():  # mu away from its reference, as after the warm-up
+        for n, p in mu.model.named_parameters():
+            if ".lora_B." in n and f".{ADAPTER}." in n:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(n))) * 0.05)
+    return mu
+
+
+def mu_pass(mu):
+    mu.model.train()
+    out = mu.forward([mu.target_sample(r) for r in rows()])
+    kl, tokens = mu.kl_to_reference(out)
+    loss = decomposition_loss([out.step_rewards], torch.tensor([1.0])) + kl / tokens
+    loss.backward()
+    return out.logp.detach(), out.step_rewards.detach(), kl.detach(), [p.grad.clone() for p in mu.parameters()]
+
+
+def test_the_fused_lora_forward_gives_mu_peft_numbers_to_the_bit():
+    """LORA's alpha / r = 2: mu's log-probs, step rewards, KL to its reference and gradients equal peft's."""
+    plain, fused = own_mu(), own_mu(fused_lora=True)
+    assert sum("forward" in m.__dict__ for m in fused.model.modules()) == 7 * 2  # q k v o gate up down x 2 layers
+    assert not any("forward" in m.__dict__ for m in plain.model.modules())
+    a, b = mu_pass(plain), mu_pass(fused)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) and a[2] > 0
+    assert all(torch.equal(x, y) for x, y in zip(a[3], b[3]))
+    prompts = [plain._encode(render(step_messages(Q.question, trajectory_steps(trajectory(GOOD)), 0, 3), True))]
+    from components.training.rollout import SamplingParams
+
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+    with plain.adapter(ADAPTER), fused.adapter(ADAPTER):
+        assert plain.engine.generate(prompts, greedy)[0].token_ids == fused.engine.generate(prompts, greedy)[0].token_ids
+
+
+def test_mu_on_an_int8_base_trains_its_adapter_close_to_fp32():
+    plain, int8 = own_mu(), own_mu(int8_base=True, fused_lora=True)
+    assert all(hasattr(m.get_base_layer(), "_int8_w_t") for m in int8.model.modules() if hasattr(m, "lora_A"))
+    a, b = mu_pass(plain), mu_pass(int8)
+    assert not torch.equal(a[0], b[0]) and (a[0] - b[0]).abs().mean() < 0.02 and torch.allclose(a[0], b[0], atol=0.25)
+    cosine = torch.nn.functional.cosine_similarity(torch.cat([g.flatten() for g in a[3]]),
+                                                   torch.cat([g.flatten() for g in b[3]]), dim=0)
+    assert cosine > 0.95
+
+
+def test_a_shared_base_keeps_the_policys_execution():
+    policy = build_policy(tiny_qwen2(TOK.vocab_size, max_positions=2048, seed=0), lora=LORA)
+    with pytest.raises(ValueError, match="shared base"):
+        RubricModel(policy.model, TOK, lora=LORA, head_width=8, engine=MuWriter(), render=render, fused_lora=True)

@@ -48,3 +48,19 @@ def test_mu_backbone_must_be_weights(repo_root):
     params = load_params(repo_root / "params.yaml", overrides=["arco.model_role=policy"])
     with pytest.raises(ParamsError, match="arco.model_role"):
         load_backbone(params, params.arco.model_role)
+
+
+@pytest.mark.parametrize(("overrides", "fused", "int8"), [([], True, False),
+                                                         (["grpo.fused_lora=false"], False, False),
+                                                         (["grpo.int8_base=true"], True, True)])
+def test_mu_on_its_own_base_takes_the_runs_speed_options(repo_root, tmp_path, monkeypatch, overrides, fused, int8):
+    from components.methods.arco import variants
+    from components.training.tiny import tiny_qwen2
+    from tests.arco.helpers import TOK
+
+    monkeypatch.setattr(variants, "load_backbone", lambda params, role: (tiny_qwen2(TOK.vocab_size, seed=0), TOK))
+    params = load_params(repo_root / "params.yaml", overrides=overrides)
+    mu = get_variant("arco")(context(params, tmp_path)).method.mu
+    layers = [m for m in mu.model.modules() if hasattr(m, "lora_A")]
+    assert layers and all(("forward" in m.__dict__) == fused for m in layers)
+    assert all(hasattr(m.get_base_layer(), "_int8_w_t") == int8 for m in layers)

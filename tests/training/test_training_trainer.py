@@ -349,6 +349,27 @@ def test_two_updates_in_one_step_advance_the_schedule_once():
     assert trainer.scheduler.state_dict()["last_epoch"] == 3
 
 
+def test_the_methods_step_end_work_is_timed_apart_from_the_update():
+    """ARCO's teacher annotations and mu's warm-up run in on_step_end: ``time/method``, not ``time/update``."""
+    import time as clock
+
+    class Slow:
+        def on_step_end(self, trainer, ctx, episodes, scores):
+            clock.sleep(0.5)
+            return {"time/warmup": 0.5, "warm": 1.0}
+
+    logged = []
+    trainer = make_trainer(GRPOParams(group_size=2, prompts_per_step=1, kl_coef=0.0), method=Slow(),
+                           on_metrics=lambda step, m: logged.append(m))
+    trainer.step()
+    assert logged[0]["time/method"] >= 0.5
+    assert logged[0]["time/update"] < logged[0]["time/method"]
+    # the method's own wall-clock figure: logged as a timing, kept out of the checkpointed history
+    assert logged[0]["time/method/warmup"] == 0.5 and "method/time/warmup" not in logged[0]
+    assert trainer.history[0]["method/warm"] == 1.0
+    assert not any("time" in k for k in trainer.history[0])
+
+
 def test_on_train_end_lands_deferred_work_once_and_the_checkpoint_holds_it(tmp_path):
     """A method that defers work past a step (RubricEM's reflection batch) finishes it after the last step:
     metrics join the last step's under end/ (the step's own metrics from the same hook stay), the last

@@ -34,7 +34,7 @@ from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segm
 from components.llm.base import Message
 from components.training.agent_rollout import chat_template_renderer
 from components.training.losses import kl_k3
-from components.training.model import LoRASettings, Policy, recompute_activations
+from components.training.model import LoRASettings, Policy, lora_execution, recompute_activations
 from components.training.rollout import (
     HFRolloutEngine,
     RolloutBatch,
@@ -89,17 +89,21 @@ class RubricModel:
 
     ``model`` is a plain causal LM (mu gets its own base) or a peft model (mu's adapters join it; the adapter
     that was active stays active outside :meth:`adapter`). ``engine`` samples criteria (default: transformers
-    ``generate`` on the model itself, under mu's adapter)."""
+    ``generate`` on the model itself, under mu's adapter). On its own base, ``int8_base`` and ``fused_lora`` are the
+    policy's speed options (:func:`components.training.model.lora_execution`); the fused forward computes peft's
+    numbers, so it serves mu's adapter and its reference alike (one adapter is active at a time)."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, *, lora: LoRASettings | None = None, head_width: int = 128,
                  k: int = 3, engine: Any = None, render: Any = None, seed: int = 0, write_batch: int | None = None,
-                 gradient_checkpointing: bool = False):
+                 gradient_checkpointing: bool = False, int8_base: bool = False, fused_lora: bool = False):
         from peft import LoraConfig, PeftModel, get_peft_model
 
         lora = lora or LoRASettings()
         config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                             target_modules=list(lora.target_modules), bias=lora.bias, task_type="CAUSAL_LM")
         self.shared = isinstance(model, PeftModel)
+        if self.shared and (int8_base or fused_lora):
+            raise ValueError("int8_base / fused_lora: on a shared base mu runs as the policy was built; set them there")
         if self.shared:
             previous = model.active_adapter
             model.add_adapter(ADAPTER, config)
@@ -110,6 +114,7 @@ class RubricModel:
                 recompute_activations(model)
             model = get_peft_model(model, config, adapter_name=ADAPTER)
             model.add_adapter(REFERENCE, config)
+            lora_execution(model, int8_base=int8_base, fused_lora=fused_lora)
         for n, p in model.named_parameters():
             if f".{REFERENCE}." in n:
                 p.requires_grad_(False)

@@ -60,6 +60,7 @@ must pass :func:`components.methods.arco.model_setup.setup_overrides` (``--set r
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,8 +173,11 @@ class ArcoState:
             for t in range(len(steps)):
                 conversations.append(step_messages(e.prompt.question, steps, t, s.k, s.observation_chars))
                 owners.append(i)
+        started = time.perf_counter()
         samples = self.mu.write(conversations, temperature=s.criteria_temperature, max_tokens=s.criteria_max_tokens)
+        written = time.perf_counter()
         rewards = self.mu.score(samples, micro_batch=s.micro_batch * 2)
+        seconds = {"time/write": written - started, "time/score": time.perf_counter() - written}
         scored = []
         for i, (e, steps) in enumerate(zip(episodes, views)):
             mine = [j for j, o in enumerate(owners) if o == i]
@@ -186,6 +190,7 @@ class ArcoState:
         metrics.update(criteria_diversity([smp.criteria for smp in samples]))
         metrics["steps"] = float(len(samples))
         metrics["unscored_steps"] = float(sum(r is None for r in rewards))
+        metrics.update(seconds)
         return {f"arco/{k}": v for k, v in metrics.items()}
 
     def advantages(self, episodes: list[Episode], scores: torch.Tensor, ctx: StepContext) -> torch.Tensor:
@@ -299,13 +304,18 @@ class ArcoState:
                           scores: torch.Tensor) -> dict[str, float]:
         s = self.settings
         metrics = {"policy_dense": float(self.dense(ctx.step)), "mu/updated": 0.0}
+        started = time.perf_counter()
         if not self.warm and ctx.step <= s.warmup_steps:
             metrics.update(await self._annotate(episodes))
+            metrics["time/teacher_annotate"] = time.perf_counter() - started
             if ctx.step == s.warmup_steps:
+                started = time.perf_counter()
                 metrics.update(self.warm_up())
+                metrics["time/mu_warmup"] = time.perf_counter() - started
         elif self.warm and self.updates_mu(ctx.step):
             metrics.update(self.update(episodes))
             metrics["mu/updated"] = 1.0
+            metrics["time/mu_update"] = time.perf_counter() - started
         metrics["mu/updates"] = float(self.updates)
         metrics["mu/warm"] = float(self.warm)
         self.last_rubrics = [step_rubric(e, k, smp.criteria) for e in episodes
@@ -386,7 +396,8 @@ def _build(ctx: VariantContext, *, loss: str, frozen: bool) -> VariantParts:
     def factory() -> RubricModel:
         model, tokenizer = load_backbone(params, s.model_role)
         return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed,
-                           write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing)
+                           write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
+                           int8_base=params.grpo.int8_base, fused_lora=params.grpo.fused_lora)
 
     state = ArcoState(s, factory, ctx.roles(s.teacher_role) if s.warmup_steps else None, loss=loss, frozen=frozen,
                       sparse_steps=sparse_steps(params), normalize_std=params.grpo.std_normalize,

@@ -1,0 +1,197 @@
+"""ARCO's rubric model mu with the run's speed options against peft's fp32 forward, side by side in one process: its
+warm-up (the largest part of a short ARCO run: 2,690 s of a 61-minute 2-step run, docs/results/method_health.md),
+scoring the same steps, and writing criteria with its generation head, and what each option changes in the numbers.
+
+Run (about 15 minutes on 2 cores; the ``sft_data`` stage's trajectories and the embedded 0.5B present)::
+
+    python perf/bench_arco_mu.py [--modes fp32 fused int8+fused] [--trajectories 6] [--write-steps 4] \
+        [--out perf/results/arco_mu.json]
+
+``--modes BASE OTHER ...``: of ``fp32`` (peft's forward over the fp32 base), ``fused`` (``grpo.fused_lora``, on by
+default), ``int8`` and ``int8+fused`` (``grpo.int8_base``); each OTHER is measured against BASE. Each mode builds mu
+as the ``arco`` variant does (:func:`components.methods.arco.model_setup.load_backbone` on ``arco.model_role``, mu's
+LoRA and score head under ``seed``) and runs, in this order:
+
+- **warm-up**: :meth:`ArcoState.warm_up` on ``--trajectories`` of the ``sft_data`` stage's teacher trajectories
+  (training questions), ``--epochs`` passes at ``arco.micro_batch`` trajectories an optimizer step, each step of a
+  trajectory one sample of mu's prompt and three criteria. The teacher's annotations are not on disk, so the
+  criteria are written from the step itself (its query or answer, a reuse check, a no-guess check), about the
+  teacher's length; what is timed is mu's arithmetic, not the criteria's wording;
+- **score**: :meth:`RubricModel.score` (no gradient) of the same samples after the warm-up;
+- **write**: :meth:`RubricModel.write` of the first ``--write-steps`` steps' criteria, greedy, at most
+  ``arco.criteria_max_tokens`` (transformers ``generate`` on the CPU, as ARCO's dense phase runs it).
+
+What each OTHER changes: the adapter after the warm-up (largest difference from BASE's), the step rewards scored
+(largest difference), and the written token ids (how many replies are the same). Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(REPO))
+
+RESULTS = Path(__file__).parent / "results" / "arco_mu.json"
+PHASES = ("warmup_s", "score_s", "write_s")
+MODES = ("fp32", "fused", "int8", "int8+fused")
+
+
+def step_criteria(step: Any) -> list[str]:
+    """Three criteria for one step, written from the step (the teacher's stand-in for timing)."""
+    if step.finish:
+        first = f"Answers with {step.action.removeprefix('finish[').rstrip(']') or 'a name'} only once the results name it"
+    else:
+        first = f"Searches for {step.query or 'the entity the question needs next'} rather than a broader phrase"
+    return [first, "Reuses a name an earlier result gave instead of guessing a new one",
+            "Does not repeat a search that already returned the same paragraphs"]
+
+
+def annotations(params: Any, n: int) -> list[Any]:
+    """The first ``n`` teacher trajectories of the sft_data stage (training questions), with criteria per step."""
+    from components.io import read_jsonl
+    from components.methods.arco.criteria import Annotation, trajectory_steps
+    from components.run_files import warm_start_folder
+    from components.schemas import Question, Trajectory
+
+    path = warm_start_folder(params, "sft_data", params.train_policy.warm_start["react"]) / "trajectories.jsonl"
+    out = []
+    for t in read_jsonl(path, Trajectory)[:n]:
+        question = Question(id=t.question_id, question=t.question, answers=t.metadata["answers"], source="world",
+                            split="train")
+        out.append(Annotation(question, t, [step_criteria(s) for s in trajectory_steps(t)]))
+    return out
+
+
+def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs: int) -> dict[str, Any]:
+    """Build mu in ``mode``, warm it up on ``notes``, score the warm-up samples, write criteria; times and outputs."""
+    from components.methods.arco.criteria import step_messages, trajectory_steps, warmup_rows
+    from components.methods.arco.model_setup import load_backbone
+    from components.methods.arco.rubric_model import ADAPTER, RubricModel
+    from components.methods.arco.variants import ArcoState
+    from components.training.model import LoRASettings
+
+    s = params.arco.model_copy(update={"warmup_epochs": epochs})
+    lora = params.lora
+    settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
+
+    def factory() -> RubricModel:
+        model, tokenizer = load_backbone(params, s.model_role)
+        return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed,
+                           write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
+                           int8_base="int8" in mode, fused_lora="fused" in mode)
+
+    state = ArcoState(s, factory, teacher=object(), sparse_steps=s.warmup_steps, seed=params.seed)
+    mu = state.mu
+    state.annotations = list(notes)
+    started = time.perf_counter()
+    warm = state.warm_up()
+    warmup_s = time.perf_counter() - started
+
+    samples = [mu.target_sample(r) for a in notes
+               for r in warmup_rows(a.question, trajectory_steps(a.trajectory), a.criteria, s.k, s.observation_chars)]
+    started = time.perf_counter()
+    rewards = mu.score(samples, micro_batch=s.micro_batch * 2)
+    score_s = time.perf_counter() - started
+
+    prompts = [step_messages(a.question.question, trajectory_steps(a.trajectory), t, s.k, s.observation_chars)
+               for a in notes for t in range(len(trajectory_steps(a.trajectory)))][:write_steps]
+    started = time.perf_counter()
+    written = mu.write(prompts, temperature=0.0, max_tokens=s.criteria_max_tokens)
+    write_s = time.perf_counter() - started
+
+    adapter = {k: v.clone() for k, v in mu.adapter_state(ADAPTER).items()}
+    out = {
+        "mode": mode, "warmup_s": warmup_s, "score_s": score_s, "write_s": write_s,
+        "warmup_optimizer_steps": warm.get("mu/warmup_optimizer_steps"), "warmup_loss_nll": warm.get("mu/warmup_nll"),
+        "samples": len(samples), "sample_tokens": sum(len(x.prompt_ids) + len(x.criteria_ids) for x in samples),
+        "written_tokens": sum(len(w.criteria_ids) for w in written),
+    }
+    del state, mu
+    gc.collect()
+    return {"row": out, "adapter": adapter, "rewards": rewards, "written": [list(w.criteria_ids) for w in written]}
+
+
+def changes(other: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """What ``other`` computes differently from ``base``: adapter, step rewards, written replies."""
+    adapter = max(float((other["adapter"][k] - v).abs().max()) for k, v in base["adapter"].items())
+    pairs = [(a, b) for a, b in zip(other["rewards"], base["rewards"], strict=True) if a is not None and b is not None]
+    reward = max((abs(a - b) for a, b in pairs), default=0.0)
+    same = sum(a == b for a, b in zip(other["written"], base["written"], strict=True))
+    return {"adapter_max_abs_diff": adapter, "step_reward_max_abs_diff": reward,
+            "replies_identical": f"{same} of {len(base['written'])}"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=["fp32", "fused", "int8+fused"], metavar="MODE",
+                        help=f"the base mode, then the modes measured against it, of {', '.join(MODES)}")
+    parser.add_argument("--trajectories", type=int, default=6, help="teacher trajectories mu warms up on")
+    parser.add_argument("--epochs", type=int, default=1, help="warm-up passes over them")
+    parser.add_argument("--write-steps", type=int, default=4, help="steps whose criteria mu writes")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    import torch
+
+    from components.io import write_json
+    from components.params import load_params
+
+    params = load_params()
+    if params.run.torch_threads:
+        torch.set_num_threads(params.run.torch_threads)
+    started = time.perf_counter()
+    notes = annotations(params, args.trajectories)
+    print(f"{len(notes)} trajectories, {sum(len(a.criteria) for a in notes)} steps; micro_batch "
+          f"{params.arco.micro_batch}, {args.epochs} epoch(s)", flush=True)
+
+    outputs = {}
+    for mode in args.modes:
+        outputs[mode] = one_mode(params, mode, notes, args.write_steps, args.epochs)
+        row = outputs[mode]["row"]
+        print(f"{mode}: " + ", ".join(f"{k} {row[k]:.1f}" for k in PHASES), flush=True)
+
+    base_mode = args.modes[0]
+    rows = [outputs[m]["row"] for m in args.modes]
+    ratios = {m: {k: outputs[m]["row"][k] / outputs[base_mode]["row"][k] for k in PHASES} for m in args.modes[1:]}
+    numbers = {m: changes(outputs[m], outputs[base_mode]) for m in args.modes[1:]}
+
+    print(f"\n{'mode':14}" + "".join(f"{k:>12}" for k in PHASES))
+    for row in rows:
+        print(f"{row['mode']:14}" + "".join(f"{row[k]:>12.1f}" for k in PHASES))
+    for mode, ratio in ratios.items():
+        print(f"{mode + ' / ' + base_mode:14}" + "".join(f"{ratio[k]:>11.2f}x" for k in PHASES))
+    for mode, figures in numbers.items():
+        print(f"{mode}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=False).stdout.strip()
+    report = {
+        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+                    "torch_threads": torch.get_num_threads(), "load_average_1m_after": os.getloadavg()[0]},
+        "working_tree_head": head,
+        "command": (f"python perf/bench_arco_mu.py --modes {' '.join(args.modes)} --trajectories {args.trajectories} "
+                    f"--epochs {args.epochs} --write-steps {args.write_steps}"),
+        "size": {"trajectories": len(notes), "steps": sum(len(a.criteria) for a in notes),
+                 "micro_batch": params.arco.micro_batch, "epochs": args.epochs, "write_steps": args.write_steps,
+                 "lora_r": params.lora.r, "criteria_max_tokens": params.arco.criteria_max_tokens},
+        "wall_s": time.perf_counter() - started,
+        "results": rows,
+        "ratios": ratios,
+        "fidelity": numbers,
+    }
+    write_json(args.out, report, sort_keys=False)
+    print(f"wrote {args.out} ({report['wall_s']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
