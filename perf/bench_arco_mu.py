@@ -1,11 +1,11 @@
 """ARCO's rubric model mu with the run's speed options against peft's fp32 forward, side by side in one process: its
-warm-up (the largest part of a short ARCO run: 2,690 s of a 61-minute 2-step run, docs/results/method_health.md),
+warm-up (with the teacher's annotations, 2,690 s of a 61-minute 2-step ARCO run; docs/results/method_health.md),
 scoring the same steps, and writing criteria with its generation head, and what each option changes in the numbers.
 
 Run (about 15 minutes on 2 cores; the ``sft_data`` stage's trajectories and the embedded 0.5B present)::
 
-    python perf/bench_arco_mu.py [--modes fp32 fused int8+fused] [--trajectories 6] [--write-steps 4] \
-        [--out perf/results/arco_mu.json]
+    python perf/bench_arco_mu.py [--modes fp32 fused int8+fused] [--trajectories 4] [--write-steps 4] \
+        [--repeats 2] [--out perf/results/arco_mu.json]
 
 ``--modes BASE OTHER ...``: of ``fp32`` (peft's forward over the fp32 base), ``fused`` (``grpo.fused_lora``, on by
 default), ``int8`` and ``int8+fused`` (``grpo.int8_base``); each OTHER is measured against BASE. Each mode builds mu
@@ -21,7 +21,8 @@ LoRA and score head under ``seed``) and runs, in this order:
 - **write**: :meth:`RubricModel.write` of the first ``--write-steps`` steps' criteria, greedy, at most
   ``arco.criteria_max_tokens`` (transformers ``generate`` on the CPU, as ARCO's dense phase runs it).
 
-What each OTHER changes: the adapter after the warm-up (largest difference from BASE's), the step rewards scored
+Modes alternate over ``--repeats`` (BASE, OTHER, ..., BASE, OTHER, ...; each a freshly built mu) and each time is
+the median, so the first build's allocations do not weigh on BASE alone. What each OTHER changes: the adapter after the warm-up (largest difference from BASE's), the step rewards scored
 (largest difference), and the written token ids (how many replies are the same). Prints a table and writes JSON.
 """
 
@@ -31,6 +32,7 @@ import argparse
 import gc
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -135,9 +137,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", nargs="+", choices=MODES, default=["fp32", "fused", "int8+fused"], metavar="MODE",
                         help=f"the base mode, then the modes measured against it, of {', '.join(MODES)}")
-    parser.add_argument("--trajectories", type=int, default=6, help="teacher trajectories mu warms up on")
+    parser.add_argument("--trajectories", type=int, default=4, help="teacher trajectories mu warms up on")
     parser.add_argument("--epochs", type=int, default=1, help="warm-up passes over them")
     parser.add_argument("--write-steps", type=int, default=4, help="steps whose criteria mu writes")
+    parser.add_argument("--repeats", type=int, default=2, help="passes over the modes, alternating; times are medians")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -154,11 +157,16 @@ def main() -> None:
     print(f"{len(notes)} trajectories, {sum(len(a.criteria) for a in notes)} steps; micro_batch "
           f"{params.arco.micro_batch}, {args.epochs} epoch(s)", flush=True)
 
-    outputs = {}
-    for mode in args.modes:
-        outputs[mode] = one_mode(params, mode, notes, args.write_steps, args.epochs)
-        row = outputs[mode]["row"]
-        print(f"{mode}: " + ", ".join(f"{k} {row[k]:.1f}" for k in PHASES), flush=True)
+    outputs: dict[str, dict[str, Any]] = {}
+    times: dict[str, list[dict[str, float]]] = {mode: [] for mode in args.modes}
+    for r in range(args.repeats):
+        for mode in args.modes:
+            got = one_mode(params, mode, notes, args.write_steps, args.epochs)
+            outputs.setdefault(mode, got)
+            times[mode].append({k: got["row"][k] for k in PHASES})
+            print(f"repeat {r + 1} {mode}: " + ", ".join(f"{k} {got['row'][k]:.1f}" for k in PHASES), flush=True)
+    for mode, passes in times.items():
+        outputs[mode]["row"].update({k: statistics.median(t[k] for t in passes) for k in PHASES})
 
     base_mode = args.modes[0]
     rows = [outputs[m]["row"] for m in args.modes]
@@ -180,9 +188,10 @@ def main() -> None:
                     "torch_threads": torch.get_num_threads(), "load_average_1m_after": os.getloadavg()[0]},
         "working_tree_head": head,
         "command": (f"python perf/bench_arco_mu.py --modes {' '.join(args.modes)} --trajectories {args.trajectories} "
-                    f"--epochs {args.epochs} --write-steps {args.write_steps}"),
+                    f"--epochs {args.epochs} --write-steps {args.write_steps} --repeats {args.repeats}"),
         "size": {"trajectories": len(notes), "steps": sum(len(a.criteria) for a in notes),
                  "micro_batch": params.arco.micro_batch, "epochs": args.epochs, "write_steps": args.write_steps,
+                 "repeats": args.repeats,
                  "lora_r": params.lora.r, "criteria_max_tokens": params.arco.criteria_max_tokens},
         "wall_s": time.perf_counter() - started,
         "results": rows,
