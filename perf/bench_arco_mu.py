@@ -10,7 +10,7 @@ Run (about 15 minutes on 2 cores; the ``sft_data`` stage's trajectories and the 
 ``--modes BASE OTHER ...``: of ``fp32`` (peft's forward over the fp32 base), ``fused`` (``grpo.fused_lora``, on by
 default), ``int8`` and ``int8+fused`` (``grpo.int8_base``); each OTHER is measured against BASE. Each mode builds mu
 as the ``arco`` variant does (:func:`components.methods.arco.model_setup.load_backbone` on ``arco.model_role``, mu's
-LoRA and score head under ``seed``) and runs, in this order:
+LoRA and score head under ``seed``: :func:`components.methods.arco.variants.build_mu`) and runs, in this order:
 
 - **warm-up**: :meth:`ArcoState.warm_up` on ``--trajectories`` of the ``sft_data`` stage's teacher trajectories
   (training questions), ``--epochs`` passes at ``arco.micro_batch`` trajectories an optimizer step, each step of a
@@ -77,22 +77,12 @@ def annotations(params: Any, n: int) -> list[Any]:
 def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs: int) -> dict[str, Any]:
     """Build mu in ``mode``, warm it up on ``notes``, score the warm-up samples, write criteria; times and outputs."""
     from components.methods.arco.criteria import step_messages, trajectory_steps, warmup_rows
-    from components.methods.arco.model_setup import load_backbone
-    from components.methods.arco.rubric_model import ADAPTER, RubricModel
-    from components.methods.arco.variants import ArcoState
-    from components.training.model import LoRASettings
+    from components.methods.arco.rubric_model import ADAPTER
+    from components.methods.arco.variants import ArcoState, build_mu
 
     s = params.arco.model_copy(update={"warmup_epochs": epochs})
-    lora = params.lora
-    settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
-
-    def factory() -> RubricModel:
-        model, tokenizer = load_backbone(params, s.model_role)
-        return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed,
-                           write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
-                           int8_base="int8" in mode, fused_lora="fused" in mode)
-
-    state = ArcoState(s, factory, teacher=object(), sparse_steps=s.warmup_steps, seed=params.seed)
+    state = ArcoState(s, lambda: build_mu(params, int8_base="int8" in mode, fused_lora="fused" in mode),
+                      teacher=object(), sparse_steps=s.warmup_steps, seed=params.seed)
     mu = state.mu
     state.annotations = list(notes)
     started = time.perf_counter()

@@ -80,7 +80,7 @@ from components.methods.arco.criteria import (
 )
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
 from components.variants import VARIANTS, VariantContext, VariantParts
-from components.params import ArcoParams, ParamsError
+from components.params import ArcoParams, Params, ParamsError
 from components.methods.arco.decomposition import (
     LOSSES,
     criteria_diversity,
@@ -96,7 +96,7 @@ from components.training.advantages import group_advantages
 from components.training.episodes import Episode, RewardOutput, StepContext
 from components.training.model import LoRASettings
 
-__all__ = ["ArcoReward", "ArcoState", "ScoredEpisode"]
+__all__ = ["ArcoReward", "ArcoState", "ScoredEpisode", "build_mu"]
 
 MU_FILE, MU_OPTIMIZER_FILE = "mu.safetensors", "mu_optimizer.pt"
 
@@ -384,22 +384,27 @@ class ArcoReward:
 # ------------------------------------------------------------------------------------------ building
 
 
+def build_mu(params: Params, *, int8_base: bool | None = None, fused_lora: bool | None = None) -> RubricModel:
+    """mu as the variants build it: ``arco.model_role``'s weights, the run's LoRA settings, mu's head and memory
+    options, under the run's seed; the speed options default to the run's ``grpo.int8_base`` / ``grpo.fused_lora``
+    (``perf/bench_arco_mu.py`` sets them per mode)."""
+    s, lora = params.arco, params.lora
+    settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
+    model, tokenizer = load_backbone(params, s.model_role)
+    return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed,
+                       write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
+                       int8_base=params.grpo.int8_base if int8_base is None else int8_base,
+                       fused_lora=params.grpo.fused_lora if fused_lora is None else fused_lora)
+
+
 def _build(ctx: VariantContext, *, loss: str, frozen: bool) -> VariantParts:
     params = ctx.params
     s = params.arco
     if params.profile == "paper" and (diff := check_setup(params)):
         raise ParamsError(f"arco.setup: the paper profile runs ARCO on its released setup; this run has {', '.join(diff)}. "
                           f"Add: {' '.join('--set ' + o for o in setup_overrides(s.setup))}")
-    lora = params.lora
-    settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
-
-    def factory() -> RubricModel:
-        model, tokenizer = load_backbone(params, s.model_role)
-        return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed,
-                           write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
-                           int8_base=params.grpo.int8_base, fused_lora=params.grpo.fused_lora)
-
-    state = ArcoState(s, factory, ctx.roles(s.teacher_role) if s.warmup_steps else None, loss=loss, frozen=frozen,
+    teacher = ctx.roles(s.teacher_role) if s.warmup_steps else None
+    state = ArcoState(s, lambda: build_mu(params), teacher, loss=loss, frozen=frozen,
                       sparse_steps=sparse_steps(params), normalize_std=params.grpo.std_normalize,
                       eps=params.grpo.adv_eps, seed=params.seed)
     return VariantParts(reward_fn=ArcoReward(state), advantage_fn=state.advantages, method=state)
