@@ -24,7 +24,8 @@ reward, loss and gradient norm, all in the JSON); where they do not, the generat
 The figures per side come from the revision's own ``outputs/train/<variant>/metrics.csv`` (the trainer's
 ``time/rollout``, ``time/reward`` and ``time/update``, the update including the hand-over of the new adapter to
 the rollout engine and the method's step-end work, ``time/method``, which newer revisions time apart and which is
-also reported alone as ``method_s``; ``memory/peak_rss_gb``) and the stage's wall time (model load, server start and the final
+also reported alone as ``method_s``; ``time/checkpoint`` as ``checkpoint_s`` where a revision records it, outside
+the step as before; ``memory/peak_rss_gb``) and the stage's wall time (model load, server start and the final
 save around the steps). Prints a table and writes JSON to ``perf/results/train_step.json`` (``--out``).
 """
 
@@ -94,7 +95,8 @@ def summarize(steps: list[dict[str, float]], group_size: int, prompts: int) -> d
         "loss": statistics.median(s.get("loss", float("nan")) for s in steps),
         "grad_norm": statistics.median(s.get("grad_norm", float("nan")) for s in steps),
         "peak_rss_gb": max(s.get("memory/peak_rss_gb", float("nan")) for s in steps),
-        "method_s": statistics.median(s["time/method"] for s in steps) if all("time/method" in s for s in steps) else None,
+        **{f"{p}_s": statistics.median(s[f"time/{p}"] for s in steps) if all(f"time/{p}" in s for s in steps) else None
+           for p in ("method", "checkpoint")},
         "steps": len(steps),
     }
 

@@ -47,14 +47,15 @@ def test_the_method_time_counts_in_the_update_as_older_revisions_counted_it(tmp_
     path = tmp_path / "m.csv"
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["step", "time/rollout", "time/reward", "time/update", "time/method"])
-        w.writerows([[1, 60.0, 2.0, 300.0, 40.0], [2, 50.0, 1.0, 200.0, 10.0]])
+        w.writerow(["step", "time/rollout", "time/reward", "time/update", "time/method", "time/checkpoint"])
+        w.writerows([[1, 60.0, 2.0, 300.0, 40.0, 0.0], [2, 50.0, 1.0, 200.0, 10.0, 8.0]])
     s = bench.summarize(bench.step_rows(path), group_size=4, prompts=1)
     assert s["update_s"] == 275.0 and s["method_s"] == 25.0   # medians of (340, 210) and (40, 10)
+    assert s["checkpoint_s"] == 4.0                            # reported, not counted in the step
     assert s["step_s"] == pytest.approx((402 + 261) / 2)
     old = bench.summarize(bench.step_rows(write_metrics(tmp_path / "o.csv", [[1, 0.5, 100, 60.0, 2.0, 300.0, 11.0,
                                                                               "", 0.1, 0.5]])), 4, 1)
-    assert old["method_s"] is None and old["update_s"] == 300.0
+    assert old["method_s"] is None and old["checkpoint_s"] is None and old["update_s"] == 300.0
 
 
 def test_rows_without_the_phase_times_are_not_steps(tmp_path):

@@ -21,8 +21,9 @@ One :meth:`GRPOTrainer.step`:
 6. the method's ``on_step_end`` hook, metrics to ``on_metrics(step, metrics)``, and a checkpoint every
    ``checkpoint_every`` steps (weights, extra modules, optimizer, scheduler, RNG, data position, method
    state). Wall-clock figures go to ``on_metrics`` only, never into the checkpointed history: ``time/rollout``,
-   ``time/reward``, ``time/update`` (with the hand-over to the engine), ``time/method`` (the hook) and whatever
-   the reward or method timed itself (:func:`wall_clock`).
+   ``time/reward``, ``time/update`` (with the hand-over to the engine), ``time/method`` (the hook),
+   ``time/checkpoint`` (0 between checkpoints) and whatever the reward or method timed itself
+   (:func:`wall_clock`).
 
 After the last step :meth:`GRPOTrainer.finish` runs the method's ``on_train_end`` hook, for work it deferred.
 
@@ -518,10 +519,13 @@ class GRPOTrainer:
         timings = {"time/rollout": timing["rollout"], "time/reward": timing["reward"], "time/update": t3 - t2,
                    "time/method": time.perf_counter() - t3, **method_timings,
                    "memory/rss_gb": memory.rss_gb() or float("nan"), "memory/peak_rss_gb": memory.peak_rss_gb()}
-        if self.on_metrics is not None:
-            self.on_metrics(self.step_count, {**metrics, **timings})
+        timings["time/checkpoint"] = 0.0
         if self.checkpoint_dir is not None and c.checkpoint_every and self.step_count % c.checkpoint_every == 0:
+            t4 = time.perf_counter()
             self.save()
+            timings["time/checkpoint"] = time.perf_counter() - t4
+        if self.on_metrics is not None:  # after the save: a run resumed from it rebuilds this row from the history
+            self.on_metrics(self.step_count, {**metrics, **timings})
         return metrics
 
     def train(self, num_steps: int, *, progress: str | None = None) -> list[dict[str, float]]:

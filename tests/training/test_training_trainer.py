@@ -364,10 +364,23 @@ def test_the_methods_step_end_work_is_timed_apart_from_the_update():
     trainer.step()
     assert logged[0]["time/method"] >= 0.5
     assert logged[0]["time/update"] < logged[0]["time/method"]
+    assert logged[0]["time/checkpoint"] == 0.0  # no checkpoint directory
     # the method's own wall-clock figure: logged as a timing, kept out of the checkpointed history
     assert logged[0]["time/method/warmup"] == 0.5 and "method/time/warmup" not in logged[0]
     assert trainer.history[0]["method/warm"] == 1.0
     assert not any("time" in k for k in trainer.history[0])
+
+
+def test_the_checkpoint_is_timed_and_written_before_the_steps_metrics_are_logged(tmp_path):
+    seen = []
+    trainer = make_trainer(GRPOParams(group_size=2, prompts_per_step=1, kl_coef=0.0, checkpoint_every=2),
+                           checkpoint_dir=tmp_path,
+                           on_metrics=lambda step, m: seen.append((step, m["time/checkpoint"], sorted(
+                               p.name for p in tmp_path.glob("step_*")))))
+    trainer.step()
+    trainer.step()
+    assert [(step, dirs) for step, _, dirs in seen] == [(1, []), (2, ["step_000002"])]
+    assert seen[0][1] == 0.0 and seen[1][1] > 0
 
 
 def test_on_train_end_lands_deferred_work_once_and_the_checkpoint_holds_it(tmp_path):
