@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,6 +39,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
+
+from perf.bench_int8_base import run_record, trainer_params
 
 RESULTS = Path(__file__).parent / "results" / "arco_mu.json"
 PHASES = ("warmup_s", "score_s", "write_s")
@@ -134,14 +133,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    import torch
-
     from components.io import write_json
-    from components.params import load_params
 
-    params = load_params()
-    if params.run.torch_threads:
-        torch.set_num_threads(params.run.torch_threads)
+    params = trainer_params()
     started = time.perf_counter()
     notes = annotations(params, args.trajectories)
     print(f"{len(notes)} trajectories, {sum(len(a.criteria) for a in notes)} steps; micro_batch "
@@ -171,12 +165,8 @@ def main() -> None:
     for mode, figures in numbers.items():
         print(f"{mode}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
 
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          check=False).stdout.strip()
     report = {
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "torch_threads": torch.get_num_threads(), "load_average_1m_after": os.getloadavg()[0]},
-        "working_tree_head": head,
+        **run_record(),
         "command": (f"python perf/bench_arco_mu.py --modes {' '.join(args.modes)} --trajectories {args.trajectories} "
                     f"--epochs {args.epochs} --write-steps {args.write_steps} --repeats {args.repeats}"),
         "size": {"trajectories": len(notes), "steps": sum(len(a.criteria) for a in notes),

@@ -49,6 +49,29 @@ PHASES = ("reference_s", "forward_s", "backward_s")
 MODES = ("fp32", "int8", "fused", "int8+fused")
 
 
+def trainer_params() -> Any:
+    """params.yaml, with torch's threads set as ``run.torch_threads`` says (as the training stages set them)."""
+    import torch
+
+    from components.params import load_params
+
+    params = load_params()
+    if params.run.torch_threads:
+        torch.set_num_threads(params.run.torch_threads)
+    return params
+
+
+def run_record() -> dict[str, Any]:
+    """The machine (load average at the end) and the working tree's HEAD, for a benchmark's report."""
+    import torch
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=False).stdout.strip()
+    return {"machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+                        "torch_threads": torch.get_num_threads(), "load_average_1m_after": os.getloadavg()[0]},
+            "working_tree_head": head}
+
+
 def agent_rows(params, tokenizer, n: int) -> list[Any]:
     """The ``n`` longest rows of the sft stage's trajectories, as that stage renders them (``SFTExample``)."""
     from components.io import read_jsonl
@@ -138,14 +161,11 @@ def main() -> None:
     import torch
 
     from components.io import write_json
-    from components.params import load_params
     from components.training.fused_lora import fuse_lora_forward, unfuse_lora_forward
     from components.training.int8_base import quantize_frozen_base, restore_fp32
     from components.training.warm_started import warm_started_policy
 
-    params = load_params()
-    if params.run.torch_threads:
-        torch.set_num_threads(params.run.torch_threads)
+    params = trainer_params()
     started = time.perf_counter()
     torch.manual_seed(args.seed)  # peft draws LoRA A from the global generator
     policy, tokenizer = warm_started_policy(params)
@@ -195,12 +215,8 @@ def main() -> None:
         for key, value in figures.items():
             print(f"{mode} {key}: {json.dumps(value) if isinstance(value, dict) else f'{value:.4g}'}")
 
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          check=False).stdout.strip()
     report = {
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "torch_threads": torch.get_num_threads(), "load_average_1m_after": os.getloadavg()[0]},
-        "working_tree_head": head,
+        **run_record(),
         "command": (f"python perf/bench_int8_base.py --modes {' '.join(args.modes)} --rows {args.rows} --repeats {args.repeats} "
                     f"--adapter-std {args.adapter_std} --seed {args.seed}"),
         "size": {"rows": len(rows), "tokens": tokens, "loss_tokens": loss_tokens, "lora_r": params.lora.r,
