@@ -2,7 +2,7 @@
 warm-up (with the teacher's annotations, 2,690 s of a 61-minute 2-step ARCO run; docs/results/method_health.md),
 scoring the same steps, and writing criteria with its generation head, and what each option changes in the numbers.
 
-Run (about 15 minutes on 2 cores; the ``sft_data`` stage's trajectories and the embedded 0.5B present)::
+Run (about 27 minutes on 2 cores at the defaults; the ``sft_data`` stage's trajectories and the embedded 0.5B present)::
 
     python perf/bench_arco_mu.py [--modes fp32 fused int8+fused] [--trajectories 4] [--write-steps 4] \
         [--repeats 2] [--out perf/results/arco_mu.json]
@@ -15,7 +15,7 @@ LoRA and score head under ``seed``: :func:`components.methods.arco.variants.buil
 - **warm-up**: :meth:`ArcoState.warm_up` on ``--trajectories`` of the ``sft_data`` stage's teacher trajectories
   (training questions), ``--epochs`` passes at ``arco.micro_batch`` trajectories an optimizer step, each step of a
   trajectory one sample of mu's prompt and three criteria. The teacher's annotations are not on disk, so the
-  criteria are written from the step itself (its query or answer, a reuse check, a no-guess check), about the
+  criteria are written from the step itself (its query or answer, a reuse check, a no-repeat check), about the
   teacher's length; what is timed is mu's arithmetic, not the criteria's wording;
 - **score**: :meth:`RubricModel.score` (no gradient) of the same samples after the warm-up;
 - **write**: :meth:`RubricModel.write` of the first ``--write-steps`` steps' criteria, greedy, at most
@@ -88,19 +88,20 @@ def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs:
     warm = state.warm_up()
     warmup_s = time.perf_counter() - started
 
-    samples = [mu.target_sample(r) for a in notes
-               for r in warmup_rows(a.question, trajectory_steps(a.trajectory), a.criteria, s.k, s.observation_chars)]
+    views = [trajectory_steps(a.trajectory) for a in notes]
+    samples = [mu.target_sample(r) for a, steps in zip(notes, views, strict=True)
+               for r in warmup_rows(a.question, steps, a.criteria, s.k, s.observation_chars)]
     started = time.perf_counter()
     rewards = mu.score(samples, micro_batch=s.micro_batch * 2)
     score_s = time.perf_counter() - started
 
-    prompts = [step_messages(a.question.question, trajectory_steps(a.trajectory), t, s.k, s.observation_chars)
-               for a in notes for t in range(len(trajectory_steps(a.trajectory)))][:write_steps]
+    prompts = [step_messages(a.question.question, steps, t, s.k, s.observation_chars)
+               for a, steps in zip(notes, views, strict=True) for t in range(len(steps))][:write_steps]
     started = time.perf_counter()
     written = mu.write(prompts, temperature=0.0, max_tokens=s.criteria_max_tokens)
     write_s = time.perf_counter() - started
 
-    adapter = {k: v.clone() for k, v in mu.adapter_state(ADAPTER).items()}
+    adapter = mu.adapter_state(ADAPTER)  # detached copies
     out = {
         "mode": mode, "warmup_s": warmup_s, "score_s": score_s, "write_s": write_s,
         "warmup_optimizer_steps": warm.get("mu/warmup_optimizer_steps"), "warmup_loss_nll": warm.get("mu/warmup_nll"),

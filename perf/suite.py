@@ -233,7 +233,7 @@ REGISTRY: list[Benchmark] = [
               "real 0.5B, the sft adapter and sft_data's trajectories; about 9 min", needs_models=True, minutes=9,
               extract=update_rows, recorded="perf/results/int8_base.json"),
     Benchmark("arco_mu", "perf/bench_arco_mu.py", quick_skip="needs the real 0.5B and sft_data's trajectories; "
-              "about 15 min", needs_models=True, minutes=15, extract=mu_rows, recorded="perf/results/arco_mu.json"),
+              "about 27 min", needs_models=True, minutes=27, extract=mu_rows, recorded="perf/results/arco_mu.json"),
     # 16 questions: 2N at N=8, as the bench asks, so the last episodes' tail does not weigh as it would at K=N
     Benchmark("serving", "perf/bench_serving.py", ["--questions", "16", "--n", "4", "8"],
               quick_skip="needs the real 0.5B and the sft stage's adapter; about 10 min", needs_models=True,
