@@ -7,12 +7,15 @@ Run (about 27 minutes on 2 cores at the defaults; the ``sft_data`` stage's traje
     python perf/bench_arco_mu.py [--modes fp32 fused int8+fused] [--trajectories 4] [--write-steps 4] \
         [--repeats 2] [--out perf/results/arco_mu.json]
 
-``--modes BASE OTHER ...``: of ``fp32`` (peft's forward over the fp32 base), ``fused`` (``grpo.fused_lora``, on by
-default), ``int8`` and ``int8+fused`` (``grpo.int8_base``); each OTHER is measured against BASE. Each mode builds mu
+``--modes BASE OTHER ...``: ``fp32`` (peft's forward over the fp32 base), or ``+``-joined parts: ``fused``
+(``grpo.fused_lora``, on by default), ``int8`` (``grpo.int8_base``), ``padded`` (``arco.micro_batch_tokens`` null:
+one pass over a micro-batch's steps, each padded to the longest), ``recompute`` (``arco.checkpoint_min_tokens``
+0: every micro-batch recomputes its activations) and ``kept`` (every micro-batch keeps them); what a mode does not name is as ``params.yaml`` has it. Each
+OTHER is measured against BASE. Each mode builds mu
 as the ``arco`` variant does (:func:`components.methods.arco.model_setup.load_backbone` on ``arco.model_role``, mu's
 LoRA and score head under ``seed``: :func:`components.methods.arco.variants.build_mu`) and runs, in this order:
 
-- **warm-up**: :meth:`ArcoState.warm_up` on ``--trajectories`` of the ``sft_data`` stage's teacher trajectories
+- **warm-up**: :meth:`ArcoState.warm_up` (its peak resident memory above the memory it started with, too) on ``--trajectories`` of the ``sft_data`` stage's teacher trajectories
   (training questions), ``--epochs`` passes at ``arco.micro_batch`` trajectories an optimizer step, each step of a
   trajectory one sample of mu's prompt and three criteria. The teacher's annotations are not on disk, so the
   criteria are written from the step itself (its query or answer, a reuse check, a no-repeat check), about the
@@ -40,11 +43,34 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
+from perf.bench_grpo_step import _reset_peak_rss, _rss_mib
 from perf.bench_int8_base import run_record, trainer_params
 
 RESULTS = Path(__file__).parent / "results" / "arco_mu.json"
 PHASES = ("warmup_s", "score_s", "write_s")
-MODES = ("fp32", "fused", "int8", "int8+fused")
+PARTS = ("fused", "int8", "padded", "recompute", "kept")
+
+
+def mode_name(text: str) -> str:
+    """``fp32`` or ``+``-joined :data:`PARTS` (argparse's type for ``--modes``)."""
+    parts = text.split("+")
+    if text != "fp32" and (not set(parts) <= set(PARTS) or len(set(parts)) != len(parts)
+                           or {"recompute", "kept"} <= set(parts)):
+        raise argparse.ArgumentTypeError(f"{text!r}: fp32, or parts joined by + of {', '.join(PARTS)}")
+    return text
+
+
+def mode_params(params: Any, mode: str) -> Any:
+    """params.yaml with ``mode``'s ``arco`` options (padded, recompute) applied."""
+    parts = set(mode.split("+"))
+    update = {}
+    if "padded" in parts:
+        update["micro_batch_tokens"] = None
+    if "recompute" in parts:
+        update["checkpoint_min_tokens"] = 0
+    if "kept" in parts:
+        update["checkpoint_min_tokens"] = 1 << 40
+    return params.model_copy(update={"arco": params.arco.model_copy(update=update)})
 
 
 def step_criteria(step: Any) -> list[str]:
@@ -79,14 +105,18 @@ def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs:
     from components.methods.arco.rubric_model import ADAPTER
     from components.methods.arco.variants import ArcoState, build_mu
 
+    params = mode_params(params, mode)
+    parts = set(mode.split("+"))
     s = params.arco.model_copy(update={"warmup_epochs": epochs})
-    state = ArcoState(s, lambda: build_mu(params, int8_base="int8" in mode, fused_lora="fused" in mode),
+    state = ArcoState(s, lambda: build_mu(params, int8_base="int8" in parts, fused_lora="fused" in parts),
                       teacher=object(), sparse_steps=s.warmup_steps, seed=params.seed)
     mu = state.mu
     state.annotations = list(notes)
+    rss_before, exact_peak = _rss_mib("VmRSS"), _reset_peak_rss()
     started = time.perf_counter()
     warm = state.warm_up()
     warmup_s = time.perf_counter() - started
+    peak = _rss_mib("VmHWM") if exact_peak else None
 
     views = [trajectory_steps(a.trajectory) for a in notes]
     samples = [mu.target_sample(r) for a, steps in zip(notes, views, strict=True)
@@ -104,6 +134,8 @@ def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs:
     adapter = mu.adapter_state(ADAPTER)  # detached copies
     out = {
         "mode": mode, "warmup_s": warmup_s, "score_s": score_s, "write_s": write_s,
+        "warmup_peak_above_start_mib": None if peak is None or rss_before is None else peak - rss_before,
+        "micro_batch_tokens": s.micro_batch_tokens, "checkpoint_min_tokens": s.checkpoint_min_tokens,
         "warmup_optimizer_steps": warm.get("mu/warmup_optimizer_steps"), "warmup_loss_nll": warm.get("mu/warmup_nll"),
         "samples": len(samples), "sample_tokens": sum(len(x.prompt_ids) + len(x.criteria_ids) for x in samples),
         "written_tokens": sum(len(w.criteria_ids) for w in written),
@@ -125,8 +157,9 @@ def changes(other: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=["fp32", "fused", "int8+fused"], metavar="MODE",
-                        help=f"the base mode, then the modes measured against it, of {', '.join(MODES)}")
+    parser.add_argument("--modes", nargs="+", type=mode_name, default=["fp32", "fused", "int8+fused"], metavar="MODE",
+                        help=f"the base mode, then the modes measured against it: fp32, or parts joined by + of "
+                             f"{', '.join(PARTS)}")
     parser.add_argument("--trajectories", type=int, default=4, help="teacher trajectories mu warms up on")
     parser.add_argument("--epochs", type=int, default=1, help="warm-up passes over them")
     parser.add_argument("--write-steps", type=int, default=4, help="steps whose criteria mu writes")
@@ -158,11 +191,13 @@ def main() -> None:
     ratios = {m: {k: outputs[m]["row"][k] / outputs[base_mode]["row"][k] for k in PHASES} for m in args.modes[1:]}
     numbers = {m: changes(outputs[m], outputs[base_mode]) for m in args.modes[1:]}
 
-    print(f"\n{'mode':14}" + "".join(f"{k:>12}" for k in PHASES))
+    w = max(len(f"{m} / {base_mode}") for m in args.modes) + 2
+    print(f"\n{'mode':{w}}" + "".join(f"{k:>12}" for k in PHASES) + f"{'warm-up peak MiB':>18}")
     for row in rows:
-        print(f"{row['mode']:14}" + "".join(f"{row[k]:>12.1f}" for k in PHASES))
+        peak = row["warmup_peak_above_start_mib"]
+        print(f"{row['mode']:{w}}" + "".join(f"{row[k]:>12.1f}" for k in PHASES) + f"{'-' if peak is None else f'+{peak:.0f}':>18}")
     for mode, ratio in ratios.items():
-        print(f"{mode + ' / ' + base_mode:14}" + "".join(f"{ratio[k]:>11.2f}x" for k in PHASES))
+        print(f"{mode + ' / ' + base_mode:{w}}" + "".join(f"{ratio[k]:>11.2f}x" for k in PHASES))
     for mode, figures in numbers.items():
         print(f"{mode}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
 

@@ -47,6 +47,7 @@ __all__ = [
     "SamplingParams",
     "VLLMRolloutEngine",
     "assemble",
+    "token_budget_groups",
 ]
 
 
@@ -132,6 +133,22 @@ class RolloutBatch:
             segment_ids=pick(self.segment_ids),
             old_logprobs=pick(self.old_logprobs),
         )
+
+
+def token_budget_groups(lengths: Sequence[int], budget: int | None) -> list[list[int]]:
+    """Positions of ``lengths`` in groups for one forward pass each: sorted by length and packed while rows x
+    longest row stays within ``budget`` padded tokens (a longer row goes alone), so short rows are not padded to
+    the longest; ``budget`` None: one group in order. The GRPO trainer's ``micro_batch_tokens`` and ARCO's
+    ``arco.micro_batch_tokens`` both group this way."""
+    if budget is None:
+        return [list(range(len(lengths)))] if len(lengths) else []
+    groups: list[list[int]] = []
+    for pos in sorted(range(len(lengths)), key=lambda i: lengths[i]):  # stable: ties keep their order
+        if groups and (len(groups[-1]) + 1) * lengths[pos] <= budget:
+            groups[-1].append(pos)  # ascending: this row is the group's new longest
+        else:
+            groups.append([pos])
+    return groups
 
 
 def assemble(

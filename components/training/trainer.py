@@ -70,7 +70,14 @@ from components.training.episodes import (
 from components.training.losses import policy_loss
 from components.training.model import Policy, kept_if_short
 from components.training.prompt_order import PromptSampler
-from components.training.rollout import RolloutBatch, RolloutEngine, RolloutSegment, SamplingParams, assemble
+from components.training.rollout import (
+    RolloutBatch,
+    RolloutEngine,
+    RolloutSegment,
+    SamplingParams,
+    assemble,
+    token_budget_groups,
+)
 from components.training.stepper import make_stepper
 
 __all__ = ["GRPOTrainer", "LossInputs", "reads_engine_logprobs", "rollout_sampling", "single_turn_rollout", "wall_clock"]
@@ -249,15 +256,8 @@ class GRPOTrainer:
         budget = self.config.micro_batch_tokens
         if budget is None:
             return self._chunks(index, self.config.micro_batch_size)
-        lengths = batch.attention_mask[index].sum(dim=1)
-        chunks: list[list[int]] = []
-        for pos in torch.argsort(lengths, stable=True).tolist():
-            row, width = int(index[pos]), int(lengths[pos])
-            if chunks and (len(chunks[-1]) + 1) * width <= budget:
-                chunks[-1].append(row)  # sorted ascending: this row is the new longest
-            else:
-                chunks.append([row])
-        return [torch.tensor(c, dtype=torch.long) for c in chunks]
+        lengths = batch.attention_mask[index].sum(dim=1).tolist()
+        return [index[torch.tensor(g, dtype=torch.long)] for g in token_budget_groups(lengths, budget)]
 
     def _trainable_parameters(self) -> list[nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]

@@ -191,3 +191,46 @@ def test_a_shared_base_keeps_the_policys_execution():
     policy = build_policy(tiny_qwen2(TOK.vocab_size, max_positions=2048, seed=0), lora=LORA)
     with pytest.raises(ValueError, match="shared base"):
         RubricModel(policy.model, TOK, lora=LORA, head_width=8, engine=MuWriter(), render=render, fused_lora=True)
+
+
+def test_grouped_passes_give_one_padded_pass_numbers_with_rows_back_in_order():
+    """``micro_batch_tokens``: each step in its own pass (the longer first, so sorting reorders them) computes
+    what one padded pass computes: log-probs, step rewards, KL and gradients, row for row."""
+    padded, grouped = own_mu(), own_mu(micro_batch_tokens=1)
+    samples = [padded.target_sample(r) for r in rows()][::-1]
+    lengths = [len(s.prompt_ids) + len(s.criteria_ids) for s in samples]
+    assert lengths[0] > lengths[1]
+    batch = grouped._batch(samples)
+    assert padded.groups(batch) == [[0, 1]] and grouped.groups(batch) == [[1], [0]]
+    assert padded.padded_tokens(samples) == 2 * lengths[0] and grouped.padded_tokens(samples) == sum(lengths)
+
+    def run(mu):
+        mu.model.train()
+        out = mu.forward(samples)
+        kl, tokens = mu.kl_to_reference(out)
+        (decomposition_loss([out.step_rewards], torch.tensor([1.0])) + kl / tokens).backward()
+        return out, kl.detach(), [p.grad.clone() for p in mu.parameters()]
+
+    (a, kl_a, g_a), (b, kl_b, g_b) = run(padded), run(grouped)
+    assert b.logp.shape == a.logp.shape and torch.equal(b.mask, a.mask) and torch.equal(b.valid, a.valid)
+    assert torch.allclose(a.logp, b.logp, atol=1e-5) and torch.allclose(a.scores, b.scores, atol=1e-5)
+    assert torch.allclose(a.step_rewards, b.step_rewards, atol=1e-5) and a.step_rewards[0] != a.step_rewards[1]
+    assert torch.allclose(kl_a, kl_b, atol=1e-5) and kl_a > 0
+    assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(g_a, g_b))
+
+
+def test_a_short_micro_batch_keeps_its_activations_for_the_same_gradient():
+    """``checkpoint_min_tokens``: under it mu's recomputing layers keep their activations; at or above, recompute."""
+    samples = None
+    saved, grads_by = {}, {}
+    for label, min_tokens in (("recompute", 0), ("kept", 10_000), ("too_long", 1)):
+        mu = own_mu(gradient_checkpointing=True, checkpoint_min_tokens=min_tokens)
+        samples = samples or [mu.target_sample(r) for r in rows()]
+        mu.model.train()
+        with saved_tensor_count() as count:
+            out = mu.forward(samples)
+        decomposition_loss([out.step_rewards], torch.tensor([1.0])).backward()
+        saved[label], grads_by[label] = count[0], [p.grad.clone() for p in mu.parameters()]
+    assert saved["kept"] > 2 * saved["recompute"] and saved["too_long"] == saved["recompute"]
+    assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(grads_by["kept"], grads_by["recompute"]))
+    assert any(f.is_nonzero() if f.numel() == 1 else bool(f.abs().sum()) for f in grads_by["kept"])

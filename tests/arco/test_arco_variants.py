@@ -64,3 +64,17 @@ def test_mu_on_its_own_base_takes_the_runs_speed_options(repo_root, tmp_path, mo
     layers = [m for m in mu.model.modules() if hasattr(m, "lora_A")]
     assert layers and all(("forward" in m.__dict__) == fused for m in layers)
     assert all(hasattr(m.get_base_layer(), "_int8_w_t") == int8 for m in layers)
+    assert (mu.micro_batch_tokens, mu.checkpoint_min_tokens) == (params.arco.micro_batch_tokens,
+                                                                 params.arco.checkpoint_min_tokens)
+
+
+def test_mu_takes_its_micro_batch_options(repo_root, tmp_path, monkeypatch):
+    from components.methods.arco import variants
+    from components.training.tiny import tiny_qwen2
+    from tests.arco.helpers import TOK
+
+    monkeypatch.setattr(variants, "load_backbone", lambda params, role: (tiny_qwen2(TOK.vocab_size, seed=0), TOK))
+    params = load_params(repo_root / "params.yaml",
+                         overrides=["arco.micro_batch_tokens=null", "arco.checkpoint_min_tokens=512"])
+    mu = get_variant("arco")(context(params, tmp_path)).method.mu
+    assert (mu.micro_batch_tokens, mu.checkpoint_min_tokens) == (None, 512)

@@ -54,6 +54,15 @@ class ArcoParams(Section):
         default=False, description="Recompute mu's decoder activations in its backward passes (mu on its own base): "
         "the same update; a looping trajectory's steps (about 12k tokens in one micro-batch) otherwise hold every "
         "layer's activations.", json_schema_extra={"execution": True})
+    micro_batch_tokens: int | None = Field(
+        default=1024, ge=1, description="mu's forward over a micro-batch's steps runs as passes over length-sorted "
+        "groups of at most this many padded tokens (a longer step alone); null: one pass, every step padded to the "
+        "longest. The same numbers: a trajectory's step prompts grow step by step, so one pass pads most of them.",
+        json_schema_extra={"execution": True})
+    checkpoint_min_tokens: int = Field(
+        default=0, ge=0, description="With gradient_checkpointing, a micro-batch whose steps come to fewer than "
+        "this many padded tokens keeps its activations (the same update, one forward fewer); 0: always recompute.",
+        json_schema_extra={"execution": True})
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm of mu's updates.")
     gamma: float = Field(default=1.0, ge=0, le=1, description="Discount of the step rewards' reward-to-go.")
     criteria_temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of mu's "

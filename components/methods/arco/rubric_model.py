@@ -34,13 +34,14 @@ from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segm
 from components.llm.base import Message
 from components.training.agent_rollout import chat_template_renderer
 from components.training.losses import kl_k3
-from components.training.model import LoRASettings, Policy, lora_execution, recompute_activations
+from components.training.model import LoRASettings, Policy, kept_if_short, lora_execution, recompute_activations
 from components.training.rollout import (
     HFRolloutEngine,
     RolloutBatch,
     RolloutSegment,
     SamplingParams,
     assemble,
+    token_budget_groups,
 )
 
 __all__ = ["ADAPTER", "REFERENCE", "CriteriaSample", "MuForward", "RubricModel", "ScoreHead"]
@@ -91,11 +92,18 @@ class RubricModel:
     that was active stays active outside :meth:`adapter`). ``engine`` samples criteria (default: transformers
     ``generate`` on the model itself, under mu's adapter). On its own base, ``int8_base`` and ``fused_lora`` are the
     policy's speed options (:func:`components.training.model.lora_execution`); the fused forward computes peft's
-    numbers, so it serves mu's adapter and its reference alike (one adapter is active at a time)."""
+    numbers, so it serves mu's adapter and its reference alike (one adapter is active at a time).
+
+    ``micro_batch_tokens`` splits one forward pass over samples into passes over length-sorted groups of at most
+    that many padded tokens (:func:`components.training.rollout.token_budget_groups`): a trajectory's step prompts
+    grow step by step, and one padded batch pads every step to its last. With ``gradient_checkpointing``, a
+    forward pass whose groups hold fewer than ``checkpoint_min_tokens`` padded tokens in all keeps its
+    activations instead of recomputing them (every group's graph lives until the caller's backward pass)."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, *, lora: LoRASettings | None = None, head_width: int = 128,
                  k: int = 3, engine: Any = None, render: Any = None, seed: int = 0, write_batch: int | None = None,
-                 gradient_checkpointing: bool = False, int8_base: bool = False, fused_lora: bool = False):
+                 gradient_checkpointing: bool = False, int8_base: bool = False, fused_lora: bool = False,
+                 micro_batch_tokens: int | None = None, checkpoint_min_tokens: int = 0):
         from peft import LoraConfig, PeftModel, get_peft_model
 
         lora = lora or LoRASettings()
@@ -119,6 +127,7 @@ class RubricModel:
             if f".{REFERENCE}." in n:
                 p.requires_grad_(False)
         self.model, self.tokenizer, self.k = model, tokenizer, k
+        self.micro_batch_tokens, self.checkpoint_min_tokens = micro_batch_tokens, checkpoint_min_tokens
         self.render = render or chat_template_renderer(tokenizer)
         self.pad_token_id = getattr(tokenizer, "pad_token_id", None) or 0
         device = next(model.parameters()).device
@@ -224,36 +233,63 @@ class RubricModel:
         rows = [[RolloutSegment(s.prompt_ids, False), RolloutSegment(s.criteria_ids, True)] for s in samples]
         return assemble(rows, pad_token_id=self.pad_token_id)
 
+    def groups(self, batch: RolloutBatch) -> list[list[int]]:
+        """The rows of ``batch`` that share one forward pass (``micro_batch_tokens``)."""
+        return token_budget_groups(batch.attention_mask.sum(dim=1).tolist(), self.micro_batch_tokens)
+
+    def padded_tokens(self, samples: Sequence[CriteriaSample]) -> int:
+        """Tokens, padding included, of the forward passes :meth:`forward` runs over ``samples``."""
+        lengths = [len(s.prompt_ids) + len(s.criteria_ids) for s in samples]
+        groups = token_budget_groups(lengths, self.micro_batch_tokens)
+        return sum(len(g) * max(lengths[i] for i in g) for g in groups)
+
+    def _logprobs_by_group(self, batch: RolloutBatch, *, hidden: bool) -> tuple[torch.Tensor, list[tuple]]:
+        """Reply log-probs ``[B, T]`` of the active adapter, one forward pass per group, rows back in order; and
+        per group ``(rows, its batch, last hidden states)`` when ``hidden``."""
+        device = self._lm.device
+        width = batch.input_ids.shape[1]
+        pieces, order, parts = [], [], []
+        for rows in self.groups(batch):
+            sub = batch.select(rows)
+            logp, states = self._lm.forward_logprobs(
+                sub.input_ids.to(device), sub.attention_mask.to(device), positions=sub.loss_mask,
+                output_hidden_states=hidden)
+            pieces.append(torch.nn.functional.pad(logp, (0, width - logp.shape[1])))
+            order += rows
+            parts.append((rows, sub, states))
+        logp = torch.cat(pieces)[torch.argsort(torch.tensor(order))] if len(pieces) > 1 else pieces[0]
+        return logp, parts
+
     def forward(self, samples: Sequence[CriteriaSample]) -> MuForward:
-        """Reply log-probs and criterion scores under mu's adapter, from one pass (gradient when grad mode is
-        on). Every sample must have at least one criterion."""
+        """Reply log-probs and criterion scores under mu's adapter (gradient when grad mode is on). Every sample
+        must have at least one criterion."""
         if any(not s.ends for s in samples):
             raise ValueError("a sample without criteria cannot be scored")
         batch = self._batch(samples)
         device = self._lm.device
-        with self.adapter(ADAPTER):
-            logp, hidden = self._lm.forward_logprobs(
-                batch.input_ids.to(device), batch.attention_mask.to(device), positions=batch.loss_mask,
-                output_hidden_states=True)
+        kept = kept_if_short(self.model, self.padded_tokens(samples), self.checkpoint_min_tokens)
+        with self.adapter(ADAPTER), kept:
+            logp, parts = self._logprobs_by_group(batch, hidden=True)
         width = max(len(s.ends) for s in samples)
-        index = torch.zeros((len(samples), width), dtype=torch.long)
-        valid = torch.zeros((len(samples), width), dtype=torch.bool)
-        for i, s in enumerate(samples):
-            index[i, : len(s.ends)] = torch.tensor([len(s.prompt_ids) + e for e in s.ends])
-            valid[i, : len(s.ends)] = True
-        index, valid = index.to(device), valid.to(device)
-        picked = hidden[torch.arange(len(samples), device=device)[:, None], index]  # [B, K, H]
-        scores = torch.where(valid, self.head(picked), torch.zeros((), device=device))
+        scores = torch.zeros((len(samples), width), device=device)
+        valid = torch.zeros((len(samples), width), dtype=torch.bool, device=device)
+        for rows, _, hidden in parts:
+            index = torch.zeros((len(rows), width), dtype=torch.long)
+            for j, i in enumerate(rows):
+                s = samples[i]
+                index[j, : len(s.ends)] = torch.tensor([len(s.prompt_ids) + e for e in s.ends])
+                valid[i, : len(s.ends)] = True
+            picked = hidden[torch.arange(len(rows), device=device)[:, None], index.to(device)]  # [b, K, H]
+            scores = scores.index_put((torch.tensor(rows, device=device),), self.head(picked))
+        scores = torch.where(valid, scores, torch.zeros((), device=device))
         step_rewards = scores.sum(dim=1) / valid.sum(dim=1)
         return MuForward(batch, logp, batch.loss_mask.to(device), scores, valid, step_rewards)
 
     def kl_to_reference(self, out: MuForward) -> tuple[torch.Tensor, int]:
         """Sum of the k3 KL (mu vs its warm-up reference) over the reply tokens of ``out``, and their count."""
-        batch = out.batch
         device = self._lm.device
         with self.adapter(REFERENCE), torch.no_grad():
-            ref, _ = self._lm.forward_logprobs(batch.input_ids.to(device), batch.attention_mask.to(device),
-                                               positions=batch.loss_mask)
+            ref, _ = self._logprobs_by_group(out.batch, hidden=False)
         mask = out.mask
         per_token = torch.where(mask, kl_k3(out.logp, ref), torch.zeros((), device=device))
         return per_token.sum(), int(mask.sum())
