@@ -129,7 +129,7 @@ def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs:
                for a, steps in zip(notes, views, strict=True) for t in range(len(steps))][:write_steps]
     started = time.perf_counter()
     written = mu.write(prompts, temperature=0.0, max_tokens=s.criteria_max_tokens)
-    write_s = time.perf_counter() - started
+    write_s = time.perf_counter() - started if prompts else None  # --write-steps 0: not measured
 
     adapter = mu.adapter_state(ADAPTER)  # detached copies
     out = {
@@ -177,27 +177,28 @@ def main() -> None:
 
     outputs: dict[str, dict[str, Any]] = {}
     times: dict[str, list[dict[str, float]]] = {mode: [] for mode in args.modes}
+    phases = [k for k in PHASES if k != "write_s" or args.write_steps]
     for r in range(args.repeats):
         for mode in args.modes:
             got = one_mode(params, mode, notes, args.write_steps, args.epochs)
             outputs.setdefault(mode, got)
-            times[mode].append({k: got["row"][k] for k in PHASES})
-            print(f"repeat {r + 1} {mode}: " + ", ".join(f"{k} {got['row'][k]:.1f}" for k in PHASES), flush=True)
+            times[mode].append({k: got["row"][k] for k in phases})
+            print(f"repeat {r + 1} {mode}: " + ", ".join(f"{k} {got['row'][k]:.1f}" for k in phases), flush=True)
     for mode, passes in times.items():
-        outputs[mode]["row"].update({k: statistics.median(t[k] for t in passes) for k in PHASES})
+        outputs[mode]["row"].update({k: statistics.median(t[k] for t in passes) for k in phases})
 
     base_mode = args.modes[0]
     rows = [outputs[m]["row"] for m in args.modes]
-    ratios = {m: {k: outputs[m]["row"][k] / outputs[base_mode]["row"][k] for k in PHASES} for m in args.modes[1:]}
+    ratios = {m: {k: outputs[m]["row"][k] / outputs[base_mode]["row"][k] for k in phases} for m in args.modes[1:]}
     numbers = {m: changes(outputs[m], outputs[base_mode]) for m in args.modes[1:]}
 
     w = max(len(f"{m} / {base_mode}") for m in args.modes) + 2
-    print(f"\n{'mode':{w}}" + "".join(f"{k:>12}" for k in PHASES) + f"{'warm-up peak MiB':>18}")
+    print(f"\n{'mode':{w}}" + "".join(f"{k:>12}" for k in phases) + f"{'warm-up peak MiB':>18}")
     for row in rows:
         peak = row["warmup_peak_above_start_mib"]
-        print(f"{row['mode']:{w}}" + "".join(f"{row[k]:>12.1f}" for k in PHASES) + f"{'-' if peak is None else f'+{peak:.0f}':>18}")
+        print(f"{row['mode']:{w}}" + "".join(f"{row[k]:>12.1f}" for k in phases) + f"{'-' if peak is None else f'+{peak:.0f}':>18}")
     for mode, ratio in ratios.items():
-        print(f"{mode + ' / ' + base_mode:{w}}" + "".join(f"{ratio[k]:>11.2f}x" for k in PHASES))
+        print(f"{mode + ' / ' + base_mode:{w}}" + "".join(f"{ratio[k]:>11.2f}x" for k in phases))
     for mode, figures in numbers.items():
         print(f"{mode}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
 

@@ -195,11 +195,15 @@ def mu_rows(d: dict) -> list[Row]:
     rows = []
     for row in d["results"][1:]:
         mode, r, f = row["mode"], d["ratios"][row["mode"]], d["fidelity"][row["mode"]]
+        peak = row.get("warmup_peak_above_start_mib")
         rows.append(info(f"ARCO mu warm-up, {mode} / {base['mode']}", r["warmup_s"], "x",
                          f"{row['warmup_s']:.1f} s vs {base['warmup_s']:.1f} s; adapter max abs diff "
-                         f"{f['adapter_max_abs_diff']:.3g}"))
-        rows.append(info(f"ARCO mu writing criteria, {mode} / {base['mode']}", r["write_s"], "x",
-                         f"{row['write_s']:.1f} s vs {base['write_s']:.1f} s; replies identical {f['replies_identical']}"))
+                         f"{f['adapter_max_abs_diff']:.3g}" + ("" if peak is None else
+                         f"; peak +{peak / 1024:.1f} vs +{base['warmup_peak_above_start_mib'] / 1024:.1f} GB")))
+        if r.get("write_s") is not None:  # --write-steps 0 measures no writing
+            rows.append(info(f"ARCO mu writing criteria, {mode} / {base['mode']}", r["write_s"], "x",
+                             f"{row['write_s']:.1f} s vs {base['write_s']:.1f} s; replies identical "
+                             f"{f['replies_identical']}"))
     return rows
 
 

@@ -260,6 +260,13 @@ def test_the_arco_mu_json_gives_warm_up_and_writing_of_each_mode_against_the_bas
     assert [(r["measure"], r["value"]) for r in rows] == [("ARCO mu warm-up, fused / fp32", 0.9),
                                                           ("ARCO mu writing criteria, fused / fp32", 1.0)]
     assert "adapter max abs diff 0" in rows[0]["figures"] and "4 of 4" in rows[1]["figures"]
+    # a run without writing (--write-steps 0) has no writing row; its warm-up row gives the peak memory
+    for row, peak in zip(results, (5120.0, 1024.0)):
+        row.update(write_s=None, warmup_peak_above_start_mib=peak)
+    del data["ratios"]["fused"]["write_s"]
+    rows = suite.read_rows(bench, data)
+    assert [r["measure"] for r in rows] == ["ARCO mu warm-up, fused / fp32"]
+    assert "peak +1.0 vs +5.0 GB" in rows[0]["figures"]
 
 
 def test_an_out_path_inside_the_repository_is_passed_relative_so_no_machine_path_is_recorded(tmp_path):
