@@ -260,5 +260,8 @@ class PolicyRun:
         its arenas; the second GRPO run of one sweep process was killed for memory at 24 GB)."""
         if self.engine is not None and hasattr(self.engine, "close"):
             self.engine.close()
+        method = getattr(self.trainer, "method", None)
+        if hasattr(method, "close"):  # a method's own engines (ARCO's mu writing on llama.cpp)
+            method.close()
         self.engine = self.policy = self.trainer = None  # dropped before the memory goes back
         release(min_growth_gb=0)

@@ -10,7 +10,8 @@ Run (about 27 minutes on 2 cores at the defaults; the ``sft_data`` stage's traje
 ``--modes BASE OTHER ...``: ``fp32`` (peft's forward over the fp32 base), or ``+``-joined parts: ``fused``
 (``grpo.fused_lora``, on by default), ``int8`` (``grpo.int8_base``), ``padded`` (``arco.micro_batch_tokens`` null:
 one pass over a micro-batch's steps, each padded to the longest), ``recompute`` (``arco.checkpoint_min_tokens``
-0: every micro-batch recomputes its activations) and ``kept`` (every micro-batch keeps them); what a mode does not name is as ``params.yaml`` has it. Each
+0: every micro-batch recomputes its activations), ``kept`` (every micro-batch keeps them) and ``KEY=VALUE`` (any
+``arco`` key, e.g. ``write_batch=8``); what a mode does not name is as ``params.yaml`` has it. Each
 OTHER is measured against BASE. Each mode builds mu
 as the ``arco`` variant does (:func:`components.methods.arco.model_setup.load_backbone` on ``arco.model_role``, mu's
 LoRA and score head under ``seed``: :func:`components.methods.arco.variants.build_mu`) and runs, in this order:
@@ -52,25 +53,33 @@ PARTS = ("fused", "int8", "padded", "recompute", "kept")
 
 
 def mode_name(text: str) -> str:
-    """``fp32`` or ``+``-joined :data:`PARTS` (argparse's type for ``--modes``)."""
+    """``fp32`` or ``+``-joined :data:`PARTS` and ``KEY=VALUE`` (an ``arco`` key); argparse's type for ``--modes``."""
+    from components.methods.arco.params import ArcoParams
+
     parts = text.split("+")
-    if text != "fp32" and (not set(parts) <= set(PARTS) or len(set(parts)) != len(parts)
-                           or {"recompute", "kept"} <= set(parts)):
-        raise argparse.ArgumentTypeError(f"{text!r}: fp32, or parts joined by + of {', '.join(PARTS)}")
+    named = [p for p in parts if "=" not in p]
+    keys = [p.split("=", 1)[0] for p in parts if "=" in p]
+    if text != "fp32" and (not set(named) <= set(PARTS) or len(set(parts)) != len(parts)
+                           or {"recompute", "kept"} <= set(parts) or not set(keys) <= set(ArcoParams.model_fields)):
+        raise argparse.ArgumentTypeError(f"{text!r}: fp32, or parts joined by + of {', '.join(PARTS)} and "
+                                         "KEY=VALUE for arco keys")
     return text
 
 
 def mode_params(params: Any, mode: str) -> Any:
-    """params.yaml with ``mode``'s ``arco`` options (padded, recompute) applied."""
+    """params.yaml with ``mode``'s ``arco`` options (padded, recompute, kept, KEY=VALUE) applied, validated."""
+    import yaml
+
     parts = set(mode.split("+"))
-    update = {}
+    update = {key: yaml.safe_load(value) for key, value in (p.split("=", 1) for p in parts if "=" in p)}
     if "padded" in parts:
         update["micro_batch_tokens"] = None
     if "recompute" in parts:
         update["checkpoint_min_tokens"] = 0
     if "kept" in parts:
         update["checkpoint_min_tokens"] = 1 << 40
-    return params.model_copy(update={"arco": params.arco.model_copy(update=update)})
+    arco = type(params.arco).model_validate({**params.arco.model_dump(), **update})
+    return params.model_copy(update={"arco": arco})
 
 
 def step_criteria(step: Any) -> list[str]:
@@ -127,19 +136,24 @@ def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs:
 
     prompts = [step_messages(a.question.question, steps, t, s.k, s.observation_chars)
                for a, steps in zip(notes, views, strict=True) for t in range(len(steps))][:write_steps]
+    rss_write, exact_peak = _rss_mib("VmRSS"), _reset_peak_rss()
     started = time.perf_counter()
     written = mu.write(prompts, temperature=0.0, max_tokens=s.criteria_max_tokens)
     write_s = time.perf_counter() - started if prompts else None  # --write-steps 0: not measured
+    write_peak = _rss_mib("VmHWM") if exact_peak and prompts else None
 
     adapter = mu.adapter_state(ADAPTER)  # detached copies
     out = {
         "mode": mode, "warmup_s": warmup_s, "score_s": score_s, "write_s": write_s,
         "warmup_peak_above_start_mib": None if peak is None or rss_before is None else peak - rss_before,
+        "write_peak_above_start_mib": None if write_peak is None or rss_write is None else write_peak - rss_write,
         "micro_batch_tokens": s.micro_batch_tokens, "checkpoint_min_tokens": s.checkpoint_min_tokens,
+        "write_batch": s.write_batch,
         "warmup_optimizer_steps": warm.get("mu/warmup_optimizer_steps"), "warmup_loss_nll": warm.get("mu/warmup_nll"),
         "samples": len(samples), "sample_tokens": sum(len(x.prompt_ids) + len(x.criteria_ids) for x in samples),
         "written_tokens": sum(len(w.criteria_ids) for w in written),
     }
+    state.close()  # mu's llama.cpp server, when it writes there
     del state, mu
     gc.collect()
     return {"row": out, "adapter": adapter, "rewards": rewards, "written": [list(w.criteria_ids) for w in written]}
@@ -161,7 +175,7 @@ def main() -> None:
                         help=f"the base mode, then the modes measured against it: fp32, or parts joined by + of "
                              f"{', '.join(PARTS)}")
     parser.add_argument("--trajectories", type=int, default=4, help="teacher trajectories mu warms up on")
-    parser.add_argument("--epochs", type=int, default=1, help="warm-up passes over them")
+    parser.add_argument("--epochs", type=int, default=1, help="warm-up passes over them (0: none, to time scoring and writing alone)")
     parser.add_argument("--write-steps", type=int, default=4, help="steps whose criteria mu writes")
     parser.add_argument("--repeats", type=int, default=2, help="passes over the modes, alternating; times are medians")
     parser.add_argument("--out", type=Path, default=RESULTS)

@@ -50,7 +50,7 @@ from components.embedded.lora_gguf import peft_to_gguf, save_adapter
 from components.embedded.native_server import NativeLlamaServer
 from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop, encode_prompt
 
-__all__ = ["LlamaCppRolloutEngine", "engine_for_policy"]
+__all__ = ["LlamaCppRolloutEngine", "engine_for_policy", "engine_for_role"]
 
 # every sampler the server would otherwise apply by default, switched off
 _NEUTRAL = {
@@ -103,14 +103,15 @@ class LlamaCppRolloutEngine:
 
     # -- weights ---------------------------------------------------------------------------------------
     def update_weights(self, policy: Any, step: int) -> None:
-        """Serve base + ``policy``'s current LoRA adapter from the next :meth:`generate` on."""
+        """Serve base + ``policy``'s current LoRA adapter (its model's active one) from the next :meth:`generate` on."""
         if not getattr(policy, "is_lora", False):
             raise NotImplementedError("LlamaCppRolloutEngine swaps LoRA adapters; full fine-tuning needs a GGUF export")
         t0 = time.perf_counter()
         path = self.adapter_dir / f"step_{step:06d}"
-        save_adapter(policy.model, path)
+        active = getattr(policy.model, "active_adapter", "default")
+        save_adapter(policy.model, path, selected_adapters=[active])
         t1 = time.perf_counter()
-        gguf = peft_to_gguf(path, path / "adapter.gguf")
+        gguf = peft_to_gguf(path if active == "default" else path / active, path / "adapter.gguf")
         t2 = time.perf_counter()
         restart_s = self.server.restart([*self.base_loras, gguf])
         self.last_update = {"save_s": t1 - t0, "convert_s": t2 - t1, "restart_s": restart_s,
@@ -259,21 +260,30 @@ def engine_for_policy(params: Any, policy: Any, tokenizer: Any,
     runtime adapter costs every decode step) under the adapter being trained, one slot per episode of a
     step. Until the first update it serves the merged base alone, which the fresh trained adapter (B = 0)
     equals."""
+    episodes = params.grpo.group_size * params.grpo.prompts_per_step
+    # the engine's log-probs are read by truncated importance sampling (grpo.tis_cap) and old_logprobs: engine;
+    # otherwise the trainer recomputes them and the server skips their cost
+    scored = params.grpo.tis_cap is not None or params.grpo.old_logprobs == "engine"
+    return engine_for_role(params, "trainable_policy", tokenizer, parallel=min(episodes, 8), logprobs=scored,
+                           base_adapters=base_adapters)
+
+
+def engine_for_role(params: Any, role: str, tokenizer: Any, *, parallel: int, logprobs: bool,
+                    base_adapters: Sequence[str | Path] = (), seed: int | None = None) -> LlamaCppRolloutEngine:
+    """An engine on ``role``'s embedded base (Q4_K_M GGUF; ``base_adapters`` merged into it once) for a LoRA
+    adapter trained on that role's weights: the policy's rollouts, ARCO's mu writing criteria."""
     from components.embedded.lora_gguf import ensure_lora_gguf
     from components.embedded.lora_merge import ensure_merged_gguf
     from components.embedded.models import ensure_gguf
 
-    cfg = params.llm.backends[params.llm.roles["trainable_policy"]]
+    cfg = params.llm.backends[params.llm.roles[role]]
     if not cfg.embedded:
-        raise ValueError("train_policy.engine: llamacpp serves an embedded model; bind trainable_policy to an "
-                         "'hf' backend with `embedded:` set, or use engine: hf")
+        raise ValueError(f"a llamacpp engine serves an embedded model; bind {role} to an 'hf' backend with "
+                         "`embedded:` set, or use engine: hf")
     cache_dir = params.run.cache_dir
-    episodes = params.grpo.group_size * params.grpo.prompts_per_step
     model = ensure_gguf(cfg.embedded, cache_dir)
     if base_adapters:
         model = ensure_merged_gguf(model, [ensure_lora_gguf(a, cache_dir) for a in base_adapters], cache_dir)
-    # the engine's log-probs are read by truncated importance sampling (grpo.tis_cap) and old_logprobs: engine;
-    # otherwise the trainer recomputes them and the server skips their cost
-    scored = params.grpo.tis_cap is not None or params.grpo.old_logprobs == "engine"
-    return LlamaCppRolloutEngine(model, tokenizer, parallel=min(episodes, 8), threads=cfg.threads or 2,
-                                 n_ctx=params.train_policy.n_ctx, seed=params.seed, logprobs=scored)
+    return LlamaCppRolloutEngine(model, tokenizer, parallel=parallel, threads=cfg.threads or 2,
+                                 n_ctx=params.train_policy.n_ctx, seed=params.seed if seed is None else seed,
+                                 logprobs=logprobs)

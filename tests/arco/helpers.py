@@ -75,6 +75,18 @@ class MuWriter:
 
     def __init__(self, junk_for: str | None = None):
         self.junk_for, self.calls = junk_for, 0
+        self.published: list[tuple[int, str, dict]] = []  # (step, the model's active adapter, its weights)
+        self.closed = False
+
+    def update_weights(self, policy, step):
+        from peft import get_peft_model_state_dict
+
+        active = policy.model.active_adapter
+        weights = {k: v.detach().clone() for k, v in get_peft_model_state_dict(policy.model, adapter_name=active).items()}
+        self.published.append((step, active, weights))
+
+    def close(self):
+        self.closed = True
 
     def generate(self, prompts, sampling):
         self.calls += 1

@@ -94,6 +94,20 @@ def test_warm_up_then_policy_and_mu_updates_alternate_as_configured(tmp_path):
     assert m[2]["mu/kl"] >= 0 and m[4]["mu/kl"] > 0
 
 
+def test_mu_s_adapter_is_handed_to_its_engine_after_the_warm_up_and_each_update(tmp_path):
+    """An engine that samples from a copy of mu (a llama.cpp server) is given mu's adapter, as it is then."""
+    trainer, state, _, snapshots = build(tmp_path / "ckpt")
+    trainer.train(5)
+    writer = state.mu.engine
+    assert [(step, active) for step, active, _ in writer.published] == [(0, "arco_mu"), (1, "arco_mu"), (2, "arco_mu")]
+    adapter = lambda snapshot: {k.removeprefix("adapter/"): v for k, v in snapshot[1].items() if k.startswith("adapter/")}
+    for (_, _, weights), at in zip(writer.published, (snapshots[0], snapshots[2], snapshots[4])):  # steps 1, 3, 5
+        assert set(weights) == set(adapter(at)) and not changed(weights, adapter(at))
+    assert changed(writer.published[0][2], writer.published[1][2])
+    state.close()
+    assert writer.closed
+
+
 def test_frozen_mu_is_never_updated_but_still_scores(tmp_path):
     trainer, state, shapes, snapshots = build(tmp_path / "ckpt", frozen=True, update_every=1)
     history = trainer.train(4)
@@ -120,6 +134,9 @@ def test_resume_restores_mu_exactly_and_continues_identically(tmp_path):
     restored = fresh_state.mu.state_tensors()
     assert set(restored) == set(at2[1]) and not changed(at2[1], restored)  # score head, LoRA, reference: exact
     assert fresh_state.warm and fresh_state.updates == 0
+    published = fresh_state.mu.engine.published  # the restored adapter, handed to the engine on resume
+    assert [s for s, _, _ in published] == [0] and not changed(published[0][2], {
+        k.removeprefix("adapter/"): v for k, v in at2[1].items() if k.startswith("adapter/")})
     fresh.train(3)  # step 3 updates mu again, from the restored optimizer state
     assert not changed(at3[1], fresh_snapshots[-1][1]) and not changed(at3[2], fresh_snapshots[-1][2])
     moments = fresh_state.optimizer.state_dict()["state"]

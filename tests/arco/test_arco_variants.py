@@ -59,7 +59,7 @@ def test_mu_on_its_own_base_takes_the_runs_speed_options(repo_root, tmp_path, mo
     from tests.arco.helpers import TOK
 
     monkeypatch.setattr(variants, "load_backbone", lambda params, role: (tiny_qwen2(TOK.vocab_size, seed=0), TOK))
-    params = load_params(repo_root / "params.yaml", overrides=overrides)
+    params = load_params(repo_root / "params.yaml", overrides=[*overrides, "arco.engine=hf"])
     mu = get_variant("arco")(context(params, tmp_path)).method.mu
     layers = [m for m in mu.model.modules() if hasattr(m, "lora_A")]
     assert layers and all(("forward" in m.__dict__) == fused for m in layers)
@@ -75,6 +75,28 @@ def test_mu_takes_its_micro_batch_options(repo_root, tmp_path, monkeypatch):
 
     monkeypatch.setattr(variants, "load_backbone", lambda params, role: (tiny_qwen2(TOK.vocab_size, seed=0), TOK))
     params = load_params(repo_root / "params.yaml",
-                         overrides=["arco.micro_batch_tokens=null", "arco.checkpoint_min_tokens=512"])
+                         overrides=["arco.micro_batch_tokens=null", "arco.checkpoint_min_tokens=512", "arco.engine=hf"])
     mu = get_variant("arco")(context(params, tmp_path)).method.mu
     assert (mu.micro_batch_tokens, mu.checkpoint_min_tokens) == (None, 512)
+
+
+@pytest.mark.parametrize(("overrides", "served"), [([], True), (["train_policy.engine=hf"], False),
+                                                   (["arco.engine=hf"], False),
+                                                   (["train_policy.engine=hf", "arco.engine=llamacpp"], True)])
+def test_mu_writes_on_llamacpp_as_the_policy_samples_unless_told(repo_root, tmp_path, monkeypatch, overrides, served):
+    from components.methods.arco import variants
+    from components.training import llamacpp_engine
+    from components.training.rollout import HFRolloutEngine
+    from components.training.tiny import tiny_qwen2
+    from tests.arco.helpers import TOK
+
+    monkeypatch.setattr(variants, "load_backbone", lambda params, role: (tiny_qwen2(TOK.vocab_size, seed=0), TOK))
+    asked = []
+    monkeypatch.setattr(llamacpp_engine, "engine_for_role", lambda params, role, tokenizer, **kw: asked.append((role, kw)) or "server")
+    params = load_params(repo_root / "params.yaml", overrides=overrides)
+    mu = get_variant("arco")(context(params, tmp_path)).method.mu
+    if served:
+        assert mu.engine == "server" and asked == [(params.arco.model_role, {"parallel": params.arco.write_batch,
+                                                                                "logprobs": False})]
+    else:
+        assert isinstance(mu.engine, HFRolloutEngine) and asked == []

@@ -190,3 +190,35 @@ def test_a_batch_invariant_continuation_depends_on_its_own_prompt_only(setup):
         crowded = engine.generate([prompts[1], prompts[0], prompts[2], prompts[3]], greedy)[1]
     assert crowded.token_ids == alone.token_ids
     assert crowded.logprobs == alone.logprobs  # exact: not one ulp of drift
+
+
+@pytest.mark.embedded
+@requires_native_server
+def test_the_model_s_active_adapter_is_the_one_served(setup):
+    """A model with two adapters (ARCO's mu beside its reference): update_weights hands over the active one."""
+    from peft import LoraConfig
+
+    policy, _, prompts, engine = setup
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    model = policy.model
+    model.add_adapter("other", LoraConfig(r=8, lora_alpha=16, target_modules=sorted(model.peft_config["default"].target_modules)))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B.other" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    try:
+        engine.update_weights(policy, 1)  # "default" active
+        served_default = engine.generate(prompts, greedy)
+        model.set_adapter("other")
+        engine.update_weights(policy, 2)
+        saved = engine.adapter_dir / "step_000002"
+        assert (saved / "other" / "adapter_model.safetensors").is_file() and not (saved / "adapter_model.safetensors").exists()
+        served_other = engine.generate(prompts, greedy)
+        assert any(a.token_ids != b.token_ids for a, b in zip(served_default, served_other, strict=True))
+        checked = [_teacher_forced(policy, s)[0] == len(s.token_ids) for s in served_other]  # HF under "other"
+        assert sum(checked) >= 3, checked
+    finally:
+        model.set_adapter("default")
+        model.delete_adapter("other")
+        engine.update_weights(policy, 3)

@@ -87,6 +87,8 @@ def test_a_run_folder_resumes_only_under_the_same_settings(tmp_path, repo_root):
     # a method field marked execution-only (how mu batches its generation) may change on resume; others may not
     batched = load_params(repo_root / "params.yaml", overrides=["arco.write_batch=1"])
     assert run_settings(batched, "arco") == run_settings(params, "arco")
+    for execution in ("arco.engine=hf", "arco.micro_batch_tokens=null", "arco.checkpoint_min_tokens=0"):
+        assert run_settings(load_params(repo_root / "params.yaml", overrides=[execution]), "arco") == run_settings(params, "arco")
     smaller = load_params(repo_root / "params.yaml", overrides=["arco.micro_batch=3"])
     assert run_settings(smaller, "arco") != run_settings(params, "arco")
 

@@ -50,6 +50,11 @@ class ArcoParams(Section):
     write_batch: int = Field(default=8, ge=1, description="Steps whose criteria mu writes in one generate call "
                              "(bounds the KV cache and kept logits of transformers' generate on CPU).",
                              json_schema_extra={"execution": True})
+    engine: Literal["hf", "llamacpp"] | None = Field(
+        default=None, description="What samples mu's criteria: hf (transformers' generate on mu's own weights) or "
+        "llamacpp (the role's embedded base on a llama.cpp server, mu's adapter handed over after its warm-up and "
+        "each update, as the policy's rollouts are); null: llamacpp when train_policy.engine is, else hf.",
+        json_schema_extra={"execution": True})
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute mu's decoder activations in its backward passes (mu on its own base): "
         "the same update; a looping trajectory's steps (about 12k tokens in one micro-batch) otherwise hold every "

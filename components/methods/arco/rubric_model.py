@@ -169,6 +169,18 @@ class RubricModel:
                              f"unexpected {sorted(set(state) - expected)[:3]}")
         set_peft_model_state_dict(self.model, state, adapter_name=name)
 
+    def publish(self, step: int) -> None:
+        """Hand mu's adapter as it is now to its engine: an engine that samples from a copy of the weights (a
+        llama.cpp server) serves it from the next :meth:`write` on; transformers' engine runs on the model itself
+        and has nothing to do."""
+        with self.adapter(ADAPTER):
+            self.engine.update_weights(self._lm, step)
+
+    def close(self) -> None:
+        """Stop an engine that runs outside this process."""
+        if hasattr(self.engine, "close"):
+            self.engine.close()
+
     def snapshot_reference(self) -> None:
         """The generation head's KL reference becomes a frozen copy of mu's adapter as it is now."""
         self.load_adapter_state(self.adapter_state(ADAPTER), REFERENCE)

@@ -256,6 +256,7 @@ class ArcoState:
                     sums["grad_norm"] = sums.get("grad_norm", 0.0) + self._step_optimizer()
                     steps += 1
         mu.snapshot_reference()
+        mu.publish(self.updates)  # what writes criteria from now on
         self.warm, self.annotations = True, []
         metrics = {f"mu/warmup_{k}": v / steps for k, v in sums.items()} if steps else {}
         return {**metrics, "mu/warmup_trajectories": float(len(trajectories)), "mu/warmup_optimizer_steps": float(steps)}
@@ -280,6 +281,7 @@ class ArcoState:
                         sums[k] = sums.get(k, 0.0) + v
                 sums["grad_norm"] = sums.get("grad_norm", 0.0) + self._step_optimizer()
         self.updates += 1
+        self.mu.publish(self.updates)
         metrics.update({f"mu/{k}": v / s.update_epochs for k, v in sums.items()})
         return metrics
 
@@ -357,6 +359,12 @@ class ArcoState:
 
         self.mu.load_state_tensors(load_file(str(path)))
         self.optimizer.load_state_dict(torch.load(Path(files_dir) / MU_OPTIMIZER_FILE, map_location="cpu", weights_only=True))
+        self.mu.publish(self.updates)
+
+    def close(self) -> None:
+        """Stop mu's engine when it runs outside this process (a llama.cpp server)."""
+        if self._mu is not None:
+            self._mu.close()
 
 
 class ArcoReward:
@@ -391,7 +399,12 @@ def build_mu(params: Params, *, int8_base: bool | None = None, fused_lora: bool 
     s, lora = params.arco, params.lora
     settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
     model, tokenizer = load_backbone(params, s.model_role)
-    return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed,
+    engine = None  # transformers' generate on mu itself
+    if (s.engine or ("llamacpp" if params.train_policy.engine == "llamacpp" else "hf")) == "llamacpp":
+        from components.training.llamacpp_engine import engine_for_role
+
+        engine = engine_for_role(params, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
+    return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed, engine=engine,
                        write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
                        micro_batch_tokens=s.micro_batch_tokens, checkpoint_min_tokens=s.checkpoint_min_tokens,
                        int8_base=params.grpo.int8_base if int8_base is None else int8_base,
