@@ -269,7 +269,7 @@ def engine_for_policy(params: Any, policy: Any, tokenizer: Any,
 
 
 def engine_for_role(params: Any, role: str, tokenizer: Any, *, parallel: int, logprobs: bool,
-                    base_adapters: Sequence[str | Path] = (), seed: int | None = None) -> LlamaCppRolloutEngine:
+                    base_adapters: Sequence[str | Path] = ()) -> LlamaCppRolloutEngine:
     """An engine on ``role``'s embedded base (Q4_K_M GGUF; ``base_adapters`` merged into it once) for a LoRA
     adapter trained on that role's weights: the policy's rollouts, ARCO's mu writing criteria."""
     from components.embedded.lora_gguf import ensure_lora_gguf
@@ -285,5 +285,4 @@ def engine_for_role(params: Any, role: str, tokenizer: Any, *, parallel: int, lo
     if base_adapters:
         model = ensure_merged_gguf(model, [ensure_lora_gguf(a, cache_dir) for a in base_adapters], cache_dir)
     return LlamaCppRolloutEngine(model, tokenizer, parallel=parallel, threads=cfg.threads or 2,
-                                 n_ctx=params.train_policy.n_ctx, seed=params.seed if seed is None else seed,
-                                 logprobs=logprobs)
+                                 n_ctx=params.train_policy.n_ctx, seed=params.seed, logprobs=logprobs)

@@ -257,7 +257,7 @@ class RubricModel:
 
     def _logprobs_by_group(self, batch: RolloutBatch, *, hidden: bool) -> tuple[torch.Tensor, list[tuple]]:
         """Reply log-probs ``[B, T]`` of the active adapter, one forward pass per group, rows back in order; and
-        per group ``(rows, its batch, last hidden states)`` when ``hidden``."""
+        per group ``(rows, last hidden states)`` (None unless ``hidden``)."""
         device = self._lm.device
         width = batch.input_ids.shape[1]
         pieces, order, parts = [], [], []
@@ -268,7 +268,7 @@ class RubricModel:
                 output_hidden_states=hidden)
             pieces.append(torch.nn.functional.pad(logp, (0, width - logp.shape[1])))
             order += rows
-            parts.append((rows, sub, states))
+            parts.append((rows, states))
         logp = torch.cat(pieces)[torch.argsort(torch.tensor(order))] if len(pieces) > 1 else pieces[0]
         return logp, parts
 
@@ -285,7 +285,7 @@ class RubricModel:
         width = max(len(s.ends) for s in samples)
         scores = torch.zeros((len(samples), width), device=device)
         valid = torch.zeros((len(samples), width), dtype=torch.bool, device=device)
-        for rows, _, hidden in parts:
+        for rows, hidden in parts:
             index = torch.zeros((len(rows), width), dtype=torch.long)
             for j, i in enumerate(rows):
                 s = samples[i]
