@@ -37,6 +37,8 @@ import gc
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,17 @@ def mode_params(params: Any, mode: str) -> Any:
     return params.model_copy(update={"arco": arco})
 
 
+@contextmanager
+def peak_above_start() -> Iterator[dict[str, float | None]]:
+    """After the block, ``["mib"]`` is the process's peak resident memory during it above its memory at the start
+    (Linux: the high-water mark reset first; None elsewhere)."""
+    start, exact = _rss_mib("VmRSS"), _reset_peak_rss()
+    out: dict[str, float | None] = {"mib": None}
+    yield out
+    peak = _rss_mib("VmHWM") if exact else None
+    out["mib"] = None if peak is None or start is None else peak - start
+
+
 def step_criteria(step: Any) -> list[str]:
     """Three criteria for one step, written from the step (the teacher's stand-in for timing)."""
     if step.finish:
@@ -121,11 +134,10 @@ def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs:
                       teacher=object(), sparse_steps=s.warmup_steps, seed=params.seed)
     mu = state.mu
     state.annotations = list(notes)
-    rss_before, exact_peak = _rss_mib("VmRSS"), _reset_peak_rss()
-    started = time.perf_counter()
-    warm = state.warm_up()
-    warmup_s = time.perf_counter() - started
-    peak = _rss_mib("VmHWM") if exact_peak else None
+    with peak_above_start() as warmup_peak:
+        started = time.perf_counter()
+        warm = state.warm_up()
+        warmup_s = time.perf_counter() - started
 
     views = [trajectory_steps(a.trajectory) for a in notes]
     samples = [mu.target_sample(r) for a, steps in zip(notes, views, strict=True)
@@ -136,17 +148,16 @@ def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs:
 
     prompts = [step_messages(a.question.question, steps, t, s.k, s.observation_chars)
                for a, steps in zip(notes, views, strict=True) for t in range(len(steps))][:write_steps]
-    rss_write, exact_peak = _rss_mib("VmRSS"), _reset_peak_rss()
-    started = time.perf_counter()
-    written = mu.write(prompts, temperature=0.0, max_tokens=s.criteria_max_tokens)
-    write_s = time.perf_counter() - started if prompts else None  # --write-steps 0: not measured
-    write_peak = _rss_mib("VmHWM") if exact_peak and prompts else None
+    with peak_above_start() as write_peak:
+        started = time.perf_counter()
+        written = mu.write(prompts, temperature=0.0, max_tokens=s.criteria_max_tokens)
+        write_s = time.perf_counter() - started if prompts else None  # --write-steps 0: not measured
 
     adapter = mu.adapter_state(ADAPTER)  # detached copies
     out = {
         "mode": mode, "warmup_s": warmup_s, "score_s": score_s, "write_s": write_s,
-        "warmup_peak_above_start_mib": None if peak is None or rss_before is None else peak - rss_before,
-        "write_peak_above_start_mib": None if write_peak is None or rss_write is None else write_peak - rss_write,
+        "warmup_peak_above_start_mib": warmup_peak["mib"],
+        "write_peak_above_start_mib": write_peak["mib"] if prompts else None,
         "micro_batch_tokens": s.micro_batch_tokens, "checkpoint_min_tokens": s.checkpoint_min_tokens,
         "write_batch": s.write_batch,
         "warmup_optimizer_steps": warm.get("mu/warmup_optimizer_steps"), "warmup_loss_nll": warm.get("mu/warmup_nll"),
