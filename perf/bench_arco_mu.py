@@ -8,8 +8,9 @@ Run (about 27 minutes on 2 cores at the defaults; the ``sft_data`` stage's traje
         [--repeats 2] [--out perf/results/arco_mu.json]
 
 ``--modes BASE OTHER ...``: ``fp32`` (peft's forward over the fp32 base), or ``+``-joined parts: ``fused``
-(``grpo.fused_lora``, on by default), ``int8`` (``grpo.int8_base``), ``padded`` (``arco.micro_batch_tokens`` null:
-one pass over a micro-batch's steps, each padded to the longest), ``recompute`` (``arco.checkpoint_min_tokens``
+(``grpo.fused_lora``, on by default), ``int8`` (``grpo.int8_base``), ``padded`` (``arco.micro_batch_tokens`` null
+and ``arco.prefix_packing`` false: one pass over a micro-batch's steps, each padded to the longest), ``grouped``
+(``arco.prefix_packing`` false: passes over length-sorted groups of steps instead of shared-prefix packs), ``recompute`` (``arco.checkpoint_min_tokens``
 0: every micro-batch recomputes its activations), ``kept`` (every micro-batch keeps them) and ``KEY=VALUE`` (any
 ``arco`` key, e.g. ``write_batch=8``); what a mode does not name is as ``params.yaml`` has it. Each
 OTHER is measured against BASE. Each mode builds mu
@@ -51,7 +52,7 @@ from perf.bench_int8_base import run_record, trainer_params
 
 RESULTS = Path(__file__).parent / "results" / "arco_mu.json"
 PHASES = ("warmup_s", "score_s", "write_s")
-PARTS = ("fused", "int8", "padded", "recompute", "kept")
+PARTS = ("fused", "int8", "padded", "grouped", "recompute", "kept")
 
 
 def mode_name(text: str) -> str:
@@ -69,13 +70,15 @@ def mode_name(text: str) -> str:
 
 
 def mode_params(params: Any, mode: str) -> Any:
-    """params.yaml with ``mode``'s ``arco`` options (padded, recompute, kept, KEY=VALUE) applied, validated."""
+    """params.yaml with ``mode``'s ``arco`` options (padded, grouped, recompute, kept, KEY=VALUE) applied, validated."""
     import yaml
 
     parts = set(mode.split("+"))
     update = {key: yaml.safe_load(value) for key, value in (p.split("=", 1) for p in parts if "=" in p)}
     if "padded" in parts:
         update["micro_batch_tokens"] = None
+    if parts & {"padded", "grouped"}:
+        update["prefix_packing"] = False
     if "recompute" in parts:
         update["checkpoint_min_tokens"] = 0
     if "kept" in parts:

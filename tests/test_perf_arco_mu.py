@@ -16,7 +16,10 @@ def params(repo_root):
 def test_each_part_sets_its_arco_key_and_the_rest_stays_as_params_yaml_has_it(params):
     base = params.arco
     padded = mode_params(params, mode_name("fused+padded+recompute")).arco
-    assert (padded.micro_batch_tokens, padded.checkpoint_min_tokens) == (None, 0)
+    assert (padded.micro_batch_tokens, padded.checkpoint_min_tokens, padded.prefix_packing) == (None, 0, False)
+    assert base.prefix_packing
+    grouped = mode_params(params, mode_name("grouped")).arco
+    assert not grouped.prefix_packing and grouped.micro_batch_tokens == base.micro_batch_tokens
     kept = mode_params(params, mode_name("kept")).arco
     assert kept.checkpoint_min_tokens > 10**9 and kept.micro_batch_tokens == base.micro_batch_tokens
     wide = mode_params(params, mode_name("fused+write_batch=8")).arco

@@ -188,11 +188,17 @@ class Policy:
         reference: bool = False,
         positions: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        position_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(logp, hidden)`` from one forward pass: ``logp`` as :meth:`token_logprobs`; ``hidden`` is
         the last hidden state ``[B, T, H]`` at every position (the final norm's output, which the LM head
         reads) when ``output_hidden_states``, else None. ``hidden`` carries gradient like ``logp``, so a
         loss hook can add a term from it (a score head) and backpropagate both through one graph.
+
+        ``attention_mask`` is the usual ``[B, T]`` padding mask, or a ``[B, 1, T, T]`` mask taken as given
+        with its ``position_ids`` (a shared-prefix pack: :mod:`components.training.prefix_pack`); the log-prob
+        at ``t`` is then still read from the output at ``t - 1``, so each position's predecessor must be the
+        token before it in the sequence.
         """
         if positions is not None:
             if positions.shape != input_ids.shape:
@@ -201,8 +207,10 @@ class Policy:
             positions[:, 0] = False
         if reference:
             with torch.no_grad(), self.reference() as ref:
-                return self._forward(ref, input_ids, attention_mask, temperature, positions, output_hidden_states)
-        return self._forward(self.model, input_ids, attention_mask, temperature, positions, output_hidden_states)
+                return self._forward(ref, input_ids, attention_mask, temperature, positions, output_hidden_states,
+                                     position_ids)
+        return self._forward(self.model, input_ids, attention_mask, temperature, positions, output_hidden_states,
+                             position_ids)
 
     @staticmethod
     def _forward(
@@ -212,6 +220,7 @@ class Policy:
         temperature: float,
         positions: torch.Tensor | None,
         output_hidden_states: bool,
+        position_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         keep: torch.Tensor | int = 0  # every position
         if positions is not None:
@@ -227,7 +236,9 @@ class Policy:
                 )
             )
         try:
-            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=keep)
+            extra = {} if position_ids is None else {"position_ids": position_ids}
+            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=keep,
+                        **extra)
         finally:
             if hook is not None:
                 hook.remove()

@@ -202,7 +202,7 @@ def test_grouped_passes_give_one_padded_pass_numbers_with_rows_back_in_order():
     assert lengths[0] > lengths[1]
     batch = grouped._batch(samples)
     assert padded.groups(batch) == [[0, 1]] and grouped.groups(batch) == [[1], [0]]
-    assert padded.padded_tokens(samples) == 2 * lengths[0] and grouped.padded_tokens(samples) == sum(lengths)
+    assert padded.pass_tokens(samples) == 2 * lengths[0] and grouped.pass_tokens(samples) == sum(lengths)
 
     def run(mu):
         mu.model.train()
@@ -217,6 +217,36 @@ def test_grouped_passes_give_one_padded_pass_numbers_with_rows_back_in_order():
     assert torch.allclose(a.step_rewards, b.step_rewards, atol=1e-5) and a.step_rewards[0] != a.step_rewards[1]
     assert torch.allclose(kl_a, kl_b, atol=1e-5) and kl_a > 0
     assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(g_a, g_b))
+
+
+def run_update(mu, samples):
+    """mu's forward, KL and backward over ``samples``: the outputs, the KL and the gradients."""
+    mu.model.train()
+    out = mu.forward(samples)
+    kl, tokens = mu.kl_to_reference(out)
+    (decomposition_loss([out.step_rewards], torch.tensor([1.0])) + kl / tokens).backward()
+    return out, kl.detach(), [p.grad.clone() for p in mu.parameters()]
+
+
+@pytest.mark.parametrize("budget", [None, 1])
+def test_shared_prefix_packs_give_the_padded_passes_numbers(budget):
+    """``prefix_packing``: the two steps share the system prompt and the question, computed once in one pack
+    (or, at a budget of 1 token, each step alone): log-probs, scores, step rewards, KL and gradients as one padded
+    pass computes them, row for row (the longer step second: the pack lays it out first)."""
+    padded, packed = own_mu(), own_mu(prefix_packing=True, micro_batch_tokens=budget)
+    samples = [padded.target_sample(r) for r in rows()]
+    lengths = [len(s.prompt_ids) + len(s.criteria_ids) for s in samples]
+    assert lengths[1] > lengths[0] and packed.packs(packed._batch(samples))[0].rows[0] == 1
+    shared = next(i for i, (a, b) in enumerate(zip(samples[0].prompt_ids, samples[1].prompt_ids)) if a != b)
+    assert shared > 100  # system prompt and question
+    assert packed.pass_tokens(samples) == (sum(lengths) - shared if budget is None else sum(lengths))
+    (a, kl_a, g_a), (b, kl_b, g_b) = run_update(padded, samples), run_update(packed, samples)
+    assert b.logp.shape == a.logp.shape and torch.equal(b.mask, a.mask) and torch.equal(b.valid, a.valid)
+    assert torch.allclose(a.logp, b.logp, atol=1e-5) and torch.allclose(a.scores, b.scores, atol=1e-5)
+    assert torch.allclose(a.step_rewards, b.step_rewards, atol=1e-5) and a.step_rewards[0] != a.step_rewards[1]
+    assert torch.allclose(kl_a, kl_b, atol=1e-5) and kl_a > 0
+    assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(g_a, g_b))
+    assert packed.score(samples) == pytest.approx(padded.score(samples), abs=1e-5)
 
 
 def test_a_short_micro_batch_keeps_its_activations_for_the_same_gradient():

@@ -62,7 +62,14 @@ class ArcoParams(Section):
     micro_batch_tokens: int | None = Field(
         default=1024, ge=1, description="mu's forward over a micro-batch's steps runs as passes over length-sorted "
         "groups of at most this many padded tokens (a longer step alone); null: one pass, every step padded to the "
-        "longest. The same numbers: a trajectory's step prompts grow step by step, so one pass pads most of them.",
+        "longest. The same numbers: a trajectory's step prompts grow step by step, so one pass pads most of them. "
+        "With prefix_packing, the most tokens a shared-prefix pack holds.",
+        json_schema_extra={"execution": True})
+    prefix_packing: bool = Field(
+        default=True, description="mu's passes run a micro-batch's steps as shared-prefix packs: the question and "
+        "the steps before step t, which every later step's prompt repeats, are computed once, and each step's own "
+        "tail and criteria attend to them through a 4D mask. The same numbers to float rounding, about 0.6x the "
+        "tokens on sft_data's trajectories; false: padded passes (micro_batch_tokens).",
         json_schema_extra={"execution": True})
     checkpoint_min_tokens: int = Field(
         default=0, ge=0, description="With gradient_checkpointing, a micro-batch whose steps come to fewer than "

@@ -30,11 +30,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segments
 from components.llm.base import Message
+from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segments
 from components.training.agent_rollout import chat_template_renderer
 from components.training.losses import kl_k3
-from components.training.model import LoRASettings, Policy, kept_if_short, lora_execution, recompute_activations
+from components.training.model import (
+    LoRASettings,
+    Policy,
+    kept_if_short,
+    lora_execution,
+    recompute_activations,
+)
+from components.training.prefix_pack import PrefixPack, pack_shared_prefixes
 from components.training.rollout import (
     HFRolloutEngine,
     RolloutBatch,
@@ -98,12 +105,17 @@ class RubricModel:
     that many padded tokens (:func:`components.training.rollout.token_budget_groups`): a trajectory's step prompts
     grow step by step, and one padded batch pads every step to its last. With ``gradient_checkpointing``, a
     forward pass whose groups hold fewer than ``checkpoint_min_tokens`` padded tokens in all keeps its
-    activations instead of recomputing them (every group's graph lives until the caller's backward pass)."""
+    activations instead of recomputing them (every group's graph lives until the caller's backward pass).
+
+    ``prefix_packing`` runs the steps instead as shared-prefix packs of at most ``micro_batch_tokens`` tokens
+    (:mod:`components.training.prefix_pack`): step t's prompt holds the question and steps 1..t-1, as step t+1's
+    does, so one pass computes that prefix once for every step that shares it, and each step's own tail and
+    criteria attend to it through a 4D mask. The numbers are the padded passes' to float rounding."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, *, lora: LoRASettings | None = None, head_width: int = 128,
                  k: int = 3, engine: Any = None, render: Any = None, seed: int = 0, write_batch: int | None = None,
                  gradient_checkpointing: bool = False, int8_base: bool = False, fused_lora: bool = False,
-                 micro_batch_tokens: int | None = None, checkpoint_min_tokens: int = 0):
+                 micro_batch_tokens: int | None = None, checkpoint_min_tokens: int = 0, prefix_packing: bool = False):
         from peft import LoraConfig, PeftModel, get_peft_model
 
         lora = lora or LoRASettings()
@@ -128,6 +140,7 @@ class RubricModel:
                 p.requires_grad_(False)
         self.model, self.tokenizer, self.k = model, tokenizer, k
         self.micro_batch_tokens, self.checkpoint_min_tokens = micro_batch_tokens, checkpoint_min_tokens
+        self.prefix_packing = prefix_packing
         self.render = render or chat_template_renderer(tokenizer)
         self.pad_token_id = getattr(tokenizer, "pad_token_id", None) or 0
         device = next(model.parameters()).device
@@ -246,31 +259,80 @@ class RubricModel:
         return assemble(rows, pad_token_id=self.pad_token_id)
 
     def groups(self, batch: RolloutBatch) -> list[list[int]]:
-        """The rows of ``batch`` that share one forward pass (``micro_batch_tokens``)."""
+        """The rows of ``batch`` that share one padded forward pass (``micro_batch_tokens``)."""
         return token_budget_groups(batch.attention_mask.sum(dim=1).tolist(), self.micro_batch_tokens)
 
-    def padded_tokens(self, samples: Sequence[CriteriaSample]) -> int:
+    def packs(self, batch: RolloutBatch) -> list[PrefixPack]:
+        """The rows of ``batch`` as shared-prefix packs of at most ``micro_batch_tokens`` tokens each. A row's
+        prompt is shared up to its last token, so its reply, and the token before each reply token, lie in its
+        own branch."""
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        seqs = [batch.input_ids[r, :n].tolist() for r, n in enumerate(lengths)]
+        first_reply = [int(batch.loss_mask[r].nonzero()[0]) if batch.loss_mask[r].any() else n
+                       for r, n in enumerate(lengths)]
+        return pack_shared_prefixes(seqs, self.micro_batch_tokens, [max(f - 1, 0) for f in first_reply])
+
+    def pass_tokens(self, samples: Sequence[CriteriaSample]) -> int:
         """Tokens, padding included, of the forward passes :meth:`forward` runs over ``samples``."""
+        if self.prefix_packing:
+            return sum(len(p) for p in self.packs(self._batch(samples)))
         lengths = [len(s.prompt_ids) + len(s.criteria_ids) for s in samples]
         groups = token_budget_groups(lengths, self.micro_batch_tokens)
         return sum(len(g) * max(lengths[i] for i in g) for g in groups)
 
-    def _logprobs_by_group(self, batch: RolloutBatch, *, hidden: bool) -> tuple[torch.Tensor, list[tuple]]:
-        """Reply log-probs ``[B, T]`` of the active adapter, one forward pass per group, rows back in order; and
-        per group ``(rows, last hidden states)`` (None unless ``hidden``)."""
-        device = self._lm.device
-        width = batch.input_ids.shape[1]
-        pieces, order, parts = [], [], []
+    def _passes(self, batch: RolloutBatch, picks: Sequence[Sequence[int]] | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Reply log-probs ``[B, T]`` of the active adapter and, given ``picks`` (token positions per row), the
+        last hidden states there ``[B, K, H]`` (a row with fewer than K reads its first token for the rest):
+        one forward pass per shared-prefix pack (``prefix_packing``) or per padded group, rows back in order."""
+        run = self._packed_passes if self.prefix_packing else self._padded_passes
+        pieces, order = run(batch, picks)
+        restore = torch.argsort(torch.tensor(order))
+        logp = torch.cat([lp for lp, _ in pieces])[restore]
+        picked = torch.cat([h for _, h in pieces])[restore] if picks is not None else None
+        return logp, picked
+
+    def _padded_passes(self, batch: RolloutBatch, picks: Sequence[Sequence[int]] | None) -> tuple[list, list[int]]:
+        device, width = self._lm.device, batch.input_ids.shape[1]
+        pieces, order = [], []
         for rows in self.groups(batch):
             sub = batch.select(rows)
             logp, states = self._lm.forward_logprobs(
                 sub.input_ids.to(device), sub.attention_mask.to(device), positions=sub.loss_mask,
-                output_hidden_states=hidden)
-            pieces.append(torch.nn.functional.pad(logp, (0, width - logp.shape[1])))
+                output_hidden_states=picks is not None)
+            picked = None
+            if picks is not None:
+                index = _pick_index([picks[r] for r in rows], width=self._pick_width(picks)).to(device)
+                picked = states[torch.arange(len(rows), device=device)[:, None], index]
+            pieces.append((torch.nn.functional.pad(logp, (0, width - logp.shape[1])), picked))
             order += rows
-            parts.append((rows, states))
-        logp = torch.cat(pieces)[torch.argsort(torch.tensor(order))] if len(pieces) > 1 else pieces[0]
-        return logp, parts
+        return pieces, order
+
+    def _packed_passes(self, batch: RolloutBatch, picks: Sequence[Sequence[int]] | None) -> tuple[list, list[int]]:
+        device, width = self._lm.device, batch.input_ids.shape[1]
+        dtype = self.model.get_input_embeddings().weight.dtype
+        pieces, order = [], []
+        for pack in self.packs(batch):
+            reply = torch.zeros(len(pack), dtype=torch.bool)
+            for r, index in zip(pack.rows, pack.index):
+                reply[torch.from_numpy(index)[batch.loss_mask[r, : len(index)].bool()]] = True
+            logp, states = self._lm.forward_logprobs(
+                pack.input_ids[None].to(device), pack.attention_mask(dtype).to(device), positions=reply[None],
+                position_ids=pack.position_ids[None].to(device), output_hidden_states=picks is not None)
+            rows = [torch.nn.functional.pad(logp[0, torch.from_numpy(index).to(device)], (0, width - len(index)))
+                    for index in pack.index]
+            picked = None
+            if picks is not None:
+                where = _pick_index([pack.index[j][list(picks[r])].tolist() for j, r in enumerate(pack.rows)],
+                                    width=self._pick_width(picks))
+                picked = states[0][where.to(device)]
+            pieces.append((torch.stack(rows), picked))
+            order += pack.rows
+        return pieces, order
+
+    @staticmethod
+    def _pick_width(picks: Sequence[Sequence[int]]) -> int:
+        return max(len(p) for p in picks)
 
     def forward(self, samples: Sequence[CriteriaSample]) -> MuForward:
         """Reply log-probs and criterion scores under mu's adapter (gradient when grad mode is on). Every sample
@@ -279,21 +341,13 @@ class RubricModel:
             raise ValueError("a sample without criteria cannot be scored")
         batch = self._batch(samples)
         device = self._lm.device
-        kept = kept_if_short(self.model, self.padded_tokens(samples), self.checkpoint_min_tokens)
+        kept = kept_if_short(self.model, self.pass_tokens(samples), self.checkpoint_min_tokens)
+        picks = [[len(s.prompt_ids) + e for e in s.ends] for s in samples]
         with self.adapter(ADAPTER), kept:
-            logp, parts = self._logprobs_by_group(batch, hidden=True)
-        width = max(len(s.ends) for s in samples)
-        scores = torch.zeros((len(samples), width), device=device)
-        valid = torch.zeros((len(samples), width), dtype=torch.bool, device=device)
-        for rows, hidden in parts:
-            index = torch.zeros((len(rows), width), dtype=torch.long)
-            for j, i in enumerate(rows):
-                s = samples[i]
-                index[j, : len(s.ends)] = torch.tensor([len(s.prompt_ids) + e for e in s.ends])
-                valid[i, : len(s.ends)] = True
-            picked = hidden[torch.arange(len(rows), device=device)[:, None], index.to(device)]  # [b, K, H]
-            scores = scores.index_put((torch.tensor(rows, device=device),), self.head(picked))
-        scores = torch.where(valid, scores, torch.zeros((), device=device))
+            logp, picked = self._passes(batch, picks)
+        width = self._pick_width(picks)
+        valid = torch.tensor([[j < len(p) for j in range(width)] for p in picks], device=device)
+        scores = torch.where(valid, self.head(picked), torch.zeros((), device=device))
         step_rewards = scores.sum(dim=1) / valid.sum(dim=1)
         return MuForward(batch, logp, batch.loss_mask.to(device), scores, valid, step_rewards)
 
@@ -301,7 +355,7 @@ class RubricModel:
         """Sum of the k3 KL (mu vs its warm-up reference) over the reply tokens of ``out``, and their count."""
         device = self._lm.device
         with self.adapter(REFERENCE), torch.no_grad():
-            ref, _ = self._logprobs_by_group(out.batch, hidden=False)
+            ref, _ = self._passes(out.batch, None)
         mask = out.mask
         per_token = torch.where(mask, kl_k3(out.logp, ref), torch.zeros((), device=device))
         return per_token.sum(), int(mask.sum())
@@ -322,3 +376,11 @@ class RubricModel:
         finally:
             self.model.train(was_training)
         return out
+
+
+def _pick_index(picks: Sequence[Sequence[int]], width: int) -> torch.Tensor:
+    """``[len(picks), width]`` positions, each row padded with 0 (read, then masked out by the caller)."""
+    index = torch.zeros((len(picks), width), dtype=torch.long)
+    for j, p in enumerate(picks):
+        index[j, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
+    return index

@@ -407,6 +407,7 @@ def build_mu(params: Params, *, int8_base: bool | None = None, fused_lora: bool 
     return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed, engine=engine,
                        write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
                        micro_batch_tokens=s.micro_batch_tokens, checkpoint_min_tokens=s.checkpoint_min_tokens,
+                       prefix_packing=s.prefix_packing,
                        int8_base=params.grpo.int8_base if int8_base is None else int8_base,
                        fused_lora=params.grpo.fused_lora if fused_lora is None else fused_lora)
 

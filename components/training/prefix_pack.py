@@ -1,0 +1,106 @@
+"""Shared-prefix packing: token sequences that begin alike run as one sequence, each shared prefix computed once.
+
+A causal LM's state at a token depends only on the tokens before it, so rows that start with the same tokens (a
+trajectory's step prompts, which each hold the steps before them) can share those tokens' computation. A pack lays
+out the longest row whole and, for each further row, only the tokens after its longest common prefix with a row
+already in the pack; a 4D attention mask lets each token see exactly the tokens of its own row before it, and
+position ids restart each branch where its prefix ends. One forward pass over the pack gives every row's hidden
+states and next-token logits as separate passes would (to float rounding).
+
+    packs = pack_shared_prefixes([[1, 2, 3, 4], [1, 2, 5]], budget=None)
+    p = packs[0]            # p.input_ids [1, 2, 3, 4, 5]; p.position_ids [0, 1, 2, 3, 2]
+    p.index[1]              # row 1's tokens in the pack: [0, 1, 4]
+    model(input_ids=p.input_ids[None], position_ids=p.position_ids[None], attention_mask=p.attention_mask(dtype))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+__all__ = ["PrefixPack", "pack_shared_prefixes"]
+
+
+@dataclass
+class PrefixPack:
+    """Rows ``rows`` (indices into the packed sequences) laid out as one sequence; ``index[j]`` holds, for each
+    token of row ``rows[j]``, its place in the pack."""
+
+    rows: list[int] = field(default_factory=list)
+    index: list[np.ndarray] = field(default_factory=list)
+    _ids: list[int] = field(default_factory=list)
+    _pos: list[int] = field(default_factory=list)
+    _seqs: list[np.ndarray] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return torch.tensor(self._ids, dtype=torch.long)
+
+    @property
+    def position_ids(self) -> torch.Tensor:
+        return torch.tensor(self._pos, dtype=torch.long)
+
+    def visible(self) -> torch.Tensor:
+        """``[L, L]`` bool: token ``q`` may attend to token ``k`` (``k`` is on ``q``'s row, at or before it)."""
+        n = len(self)
+        seen = np.zeros((n, n), dtype=bool)
+        for idx in self.index:
+            causal = np.tril(np.ones((len(idx), len(idx)), dtype=bool))
+            seen[idx[:, None], idx[None, :]] |= causal
+        return torch.from_numpy(seen)
+
+    def attention_mask(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The additive ``[1, 1, L, L]`` mask transformers takes as given (0 where visible, the dtype's minimum
+        elsewhere); additive rather than boolean, so eager attention reads it as sdpa does."""
+        blocked = torch.zeros((len(self), len(self)), dtype=dtype).masked_fill(~self.visible(), torch.finfo(dtype).min)
+        return blocked[None, None]
+
+    def _add(self, row: int, seq: np.ndarray, parent: int | None, shared: int) -> None:
+        start = len(self._ids)
+        prefix = self.index[parent][:shared] if parent is not None else np.zeros(0, dtype=np.int64)
+        self.rows.append(row)
+        self._seqs.append(seq)
+        self.index.append(np.concatenate([prefix, np.arange(start, start + len(seq) - shared)]).astype(np.int64))
+        self._ids += seq[shared:].tolist()
+        self._pos += list(range(shared, len(seq)))
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+def pack_shared_prefixes(seqs: Sequence[Sequence[int]], budget: int | None,
+                         share_limit: Sequence[int] | None = None) -> list[PrefixPack]:
+    """Packs of ``seqs``, longest first, each row joining the pack where it shares the most leading tokens with a
+    row already there and where it fits ``budget`` packed tokens (None: no limit; a row longer than the budget
+    gets a pack of its own). ``share_limit[i]`` caps how many of row ``i``'s tokens may be shared, so that the
+    tokens from there on (and the one before each of them) lie contiguously in the pack."""
+    arrays = [np.asarray(s, dtype=np.int64) for s in seqs]
+    limits = [len(a) for a in arrays] if share_limit is None else list(share_limit)
+    if len(limits) != len(arrays):
+        raise ValueError(f"share_limit has {len(limits)} entries for {len(arrays)} sequences")
+    packs: list[PrefixPack] = []
+    for i in sorted(range(len(arrays)), key=lambda i: (-len(arrays[i]), i)):
+        seq, best = arrays[i], None
+        for pack in packs:
+            shared, parent = max(((min(_common_prefix(seq, other), limits[i], len(seq) - 1), j)
+                                  for j, other in enumerate(pack._seqs)), key=lambda t: (t[0], -t[1]))
+            fits = budget is None or len(pack) + len(seq) - shared <= budget
+            if fits and (best is None or shared > best[1]):
+                best = (pack, max(shared, 0), parent)
+        if best is None:
+            pack = PrefixPack()
+            pack._add(i, seq, None, 0)
+            packs.append(pack)
+        else:
+            pack, shared, parent = best
+            pack._add(i, seq, parent if shared else None, shared)
+    return packs
