@@ -280,6 +280,11 @@ class GRPOParams(Section):
     micro_batch_tokens: int | None = Field(
         default=None, ge=1, description="Instead of micro_batch_size: rows sorted by length and packed into "
         "micro-batches of at most this many padded tokens (verl's dynamic batch size); less padding on CPU.")
+    prefix_packing: bool = Field(
+        default=True, description="With micro_batch_tokens: micro-batches are shared-prefix packs of at most that "
+        "many tokens, a prefix that several rows share (the prompt of a group) computed once and each row's "
+        "own tokens attending to it through a 4D mask (components/training/prefix_pack.py). The same numbers to "
+        "float rounding; a micro-batch of one row runs as before.")
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute each decoder layer's activations in the backward pass (train_policy's "
         "policy): the same update for about a third more update time, and a 2k-token micro-batch of the 0.5B "

@@ -25,7 +25,7 @@ from components.training.warm_started import warm_start_adapter, warm_start_meth
 
 # grpo keys that change how an update is computed, never what it computes: not keyed, and free to differ on resume
 GRPO_EXECUTION_KEYS = ("steps", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing",
-                       "checkpoint_min_tokens", "fused_lora")
+                       "checkpoint_min_tokens", "fused_lora", "prefix_packing")
 
 
 def run_settings(params: Params, variant: str, agent: str = "react") -> dict:

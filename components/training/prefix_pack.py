@@ -11,17 +11,27 @@ states and next-token logits as separate passes would (to float rounding).
     p = packs[0]            # p.input_ids [1, 2, 3, 4, 5]; p.position_ids [0, 1, 2, 3, 2]
     p.index[1]              # row 1's tokens in the pack: [0, 1, 4]
     model(input_ids=p.input_ids[None], position_ids=p.position_ids[None], attention_mask=p.attention_mask(dtype))
+
+A trainer packs rows of a :class:`~components.training.rollout.RolloutBatch` (:func:`pack_rows`: each row shared at
+most up to the token before its first loss token) and runs a pack through its policy (:func:`packed_logprobs`):
+the GRPO trainer's micro-batches of rows that share a prompt (the rubric generator's groups) and ARCO's mu (a
+trajectory's step prompts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-__all__ = ["PrefixPack", "pack_shared_prefixes"]
+if TYPE_CHECKING:
+    from components.training.model import Policy
+    from components.training.rollout import RolloutBatch
+
+__all__ = ["PrefixPack", "pack_rows", "pack_shared_prefixes", "packed_logprobs"]
 
 
 @dataclass
@@ -104,3 +114,40 @@ def pack_shared_prefixes(seqs: Sequence[Sequence[int]], budget: int | None,
             pack, shared, parent = best
             pack._add(i, seq, parent if shared else None, shared)
     return packs
+
+
+def pack_rows(batch: RolloutBatch, rows: Sequence[int], budget: int | None) -> list[PrefixPack]:
+    """Rows ``rows`` of ``batch`` as packs (``pack.rows`` are row indices of ``batch``). A row's tokens are
+    shared at most up to the one before its first loss token, so its loss tokens, and the token before each,
+    lie contiguously in its own branch (where a forward pass reads their log-probs)."""
+    rows = list(rows)
+    seqs, limits = [], []
+    for r in rows:
+        n = int(batch.attention_mask[r].sum())
+        loss = batch.loss_mask[r, :n].nonzero()
+        seqs.append(batch.input_ids[r, :n].tolist())
+        limits.append(max(int(loss[0]) - 1, 0) if len(loss) else n)
+    packs = pack_shared_prefixes(seqs, budget, limits)
+    for pack in packs:
+        pack.rows = [rows[i] for i in pack.rows]
+    return packs
+
+
+def packed_logprobs(policy: Policy, batch: RolloutBatch, pack: PrefixPack, *, temperature: float = 1.0,
+                    reference: bool = False, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One forward pass of ``policy`` over ``pack``: the log-probs of its rows' loss tokens ``[len(rows), W]``
+    in ``pack.rows`` order, aligned with ``batch``'s ``W`` columns (zero elsewhere), and the pack's last hidden
+    states ``[L, H]`` (None unless ``hidden``; row ``j``'s are at ``pack.index[j]``)."""
+    device = policy.device
+    loss = torch.zeros(len(pack), dtype=torch.bool)
+    for r, index in zip(pack.rows, pack.index, strict=True):
+        loss[torch.from_numpy(index)[batch.loss_mask[r, : len(index)].bool()]] = True
+    dtype = policy.model.get_input_embeddings().weight.dtype
+    logp, states = policy.forward_logprobs(
+        pack.input_ids[None].to(device), pack.attention_mask(dtype).to(device), temperature=temperature,
+        reference=reference, positions=loss[None], output_hidden_states=hidden,
+        position_ids=pack.position_ids[None].to(device))
+    width = batch.input_ids.shape[1]
+    rows = [torch.nn.functional.pad(logp[0, torch.from_numpy(index).to(device)], (0, width - len(index)))
+            for index in pack.index]
+    return torch.stack(rows), None if states is None else states[0]

@@ -69,6 +69,7 @@ from components.training.episodes import (
 )
 from components.training.losses import policy_loss
 from components.training.model import Policy, kept_if_short
+from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs
 from components.training.prompt_order import PromptSampler
 from components.training.rollout import (
     RolloutBatch,
@@ -252,12 +253,28 @@ class GRPOTrainer:
     def _micro_batches(self, index: torch.Tensor, batch: RolloutBatch) -> list[torch.Tensor]:
         """Micro-batches of rows ``index``: ``micro_batch_size`` rows in order, or, with
         ``micro_batch_tokens``, rows sorted by length and packed while rows x longest row stays within the
-        budget (one row may exceed it alone), so short rows are not padded to the longest of the batch."""
+        budget (one row may exceed it alone), so short rows are not padded to the longest of the batch; with
+        ``prefix_packing`` too, shared-prefix packs of at most that many tokens (rows sampled from one prompt
+        share it: :mod:`components.training.prefix_pack`)."""
         budget = self.config.micro_batch_tokens
         if budget is None:
             return self._chunks(index, self.config.micro_batch_size)
+        if self.config.prefix_packing:
+            return [torch.tensor(p.rows, dtype=torch.long) for p in pack_rows(batch, index.tolist(), budget)]
         lengths = batch.attention_mask[index].sum(dim=1).tolist()
         return [index[torch.tensor(g, dtype=torch.long)] for g in token_budget_groups(lengths, budget)]
+
+    def _pack(self, sub: RolloutBatch) -> PrefixPack | None:
+        """A micro-batch of several rows as one shared-prefix pack (``prefix_packing``); None: a padded pass."""
+        c = self.config
+        if not (c.prefix_packing and c.micro_batch_tokens is not None and len(sub) > 1):
+            return None
+        (pack,) = pack_rows(sub, range(len(sub)), None)
+        return pack
+
+    def _pass_tokens(self, sub: RolloutBatch) -> int:
+        pack = self._pack(sub)
+        return sub.input_ids.numel() if pack is None else len(pack)
 
     def _trainable_parameters(self) -> list[nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -268,12 +285,26 @@ class GRPOTrainer:
         c = self.config
         return c.ppo_epochs == 1 and (c.mini_batch_size is None or c.mini_batch_size >= batch_rows)
 
-    def _forward(self, sub: RolloutBatch, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs at the micro-batch's loss-mask positions only (zeros elsewhere), and the last hidden
-        states when a loss hook needs them, from one forward pass."""
-        return self.policy.forward_logprobs(
-            sub.input_ids.to(self.policy.device), sub.attention_mask.to(self.policy.device),
-            temperature=self._temperature, positions=sub.loss_mask, output_hidden_states=hidden)
+    def _forward(self, sub: RolloutBatch, hidden: bool, reference: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs at the micro-batch's loss-mask positions only (zeros elsewhere) ``[b, w]``, and the last
+        hidden states ``[b, w, H]`` when a loss hook needs them, from one forward pass (padded, or over the
+        micro-batch's shared-prefix pack)."""
+        pack = self._pack(sub)
+        if pack is None:
+            return self.policy.forward_logprobs(
+                sub.input_ids.to(self.policy.device), sub.attention_mask.to(self.policy.device),
+                temperature=self._temperature, reference=reference, positions=sub.loss_mask,
+                output_hidden_states=hidden)
+        logp, states = packed_logprobs(self.policy, sub, pack, temperature=self._temperature, reference=reference,
+                                       hidden=hidden)
+        order = torch.argsort(torch.tensor(pack.rows))
+        if states is None:
+            return logp[order], None
+        width = sub.input_ids.shape[1]
+        rows = [torch.nn.functional.pad(states[torch.from_numpy(i).to(states.device)], (0, 0, 0, width - len(i)))
+                for i in pack.index]
+        return logp[order], torch.stack(rows)[order]
 
     @torch.no_grad()
     def _logprobs(self, batch: RolloutBatch, reference: bool) -> torch.Tensor:
@@ -282,13 +313,7 @@ class GRPOTrainer:
         self.policy.model.eval()
         for idx in self._micro_batches(torch.arange(len(batch)), batch):
             sub = batch.select(idx)
-            lp = self.policy.token_logprobs(
-                sub.input_ids.to(self.policy.device),
-                sub.attention_mask.to(self.policy.device),
-                temperature=self._temperature,
-                reference=reference,
-                positions=sub.loss_mask,
-            )
+            lp, _ = self._forward(sub, hidden=False, reference=reference)
             out[idx, : lp.shape[1]] = lp.float().cpu()
         self.policy.model.train(was_training)
         return out
@@ -345,7 +370,7 @@ class GRPOTrainer:
                 for k, micro in enumerate(micros):
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
-                    with kept_if_short(self.policy.model, sub.input_ids.numel(), c.checkpoint_min_tokens):
+                    with kept_if_short(self.policy.model, self._pass_tokens(sub), c.checkpoint_min_tokens):
                         logp, hidden = self._forward(sub, hidden=loss_fn is not None)
                     old_sub = logp.detach() if old is None else old[micro, :w].to(device)
                     loss, m = policy_loss(

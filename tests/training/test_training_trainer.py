@@ -518,7 +518,7 @@ def test_token_budget_micro_batches_pack_by_length_and_give_the_same_update():
     rows = [[RolloutSegment(list(range(1, n)), False), RolloutSegment([3, 4], True)] for n in (5, 1, 8, 2, 4)]
     batch = assemble(rows, pad_token_id=0)
     assert batch.attention_mask.sum(dim=1).tolist() == [6, 2, 9, 3, 5]
-    packed = make_trainer(GRPOParams(group_size=4, micro_batch_tokens=12, kl_coef=0.0))
+    packed = make_trainer(GRPOParams(group_size=4, micro_batch_tokens=12, kl_coef=0.0, prefix_packing=False))
     chunks = [c.tolist() for c in packed._micro_batches(torch.arange(len(batch)), batch)]
     # by length 2, 3 | 5, 6 | 9: each chunk's rows x its longest row <= 12 (2x3, 2x6), 9 alone
     assert chunks == [[1, 3], [4, 0], [2]]
@@ -532,6 +532,51 @@ def test_token_budget_micro_batches_pack_by_length_and_give_the_same_update():
     assert any(not torch.equal(before[n], after_whole[n]) for n in before)  # the update did something
     for name in after_whole:
         assert torch.allclose(after_whole[name], after_packed[name], atol=1e-6)
+
+
+def test_rows_sharing_a_prompt_run_as_one_pack_and_give_the_same_update():
+    """``prefix_packing``: a group's rows (one prompt, four completions) are one micro-batch, the prompt
+    computed once; the reference pass, the loss and a loss hook reading the hidden states come out as a
+    padded pass over the whole batch computes them, and so does the update."""
+    from components.training.rollout import assemble
+
+    prompt = [5, 9, 2, 7, 11, 3, 8, 6]
+    rows = [[RolloutSegment(prompt, False), RolloutSegment(c, True)] for c in ([3, 4], [3, 5, 6], [7], [4, 4, 2])]
+    rows.append([RolloutSegment([1, 2, 3], False), RolloutSegment([6, 5], True)])  # another prompt: its own tree
+    batch = assemble(rows, pad_token_id=0)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0])[:, None] * batch.loss_mask.float()
+
+    def hook(inputs):  # a term on the last hidden states at the loss tokens, as a score head adds one
+        picked = inputs.hidden[inputs.batch.loss_mask.bool().to(inputs.hidden.device)]
+        return 0.01 * picked.pow(2).sum() / inputs.num_tokens, {"hidden_sq": float(picked.pow(2).sum())}
+
+    config = dict(group_size=4, kl_coef=0.05, old_logprobs="recompute")
+    packed = make_trainer(GRPOParams(micro_batch_tokens=64, **config))
+    whole = make_trainer(GRPOParams(**config))
+    micros = packed._micro_batches(torch.arange(len(batch)), batch)
+    assert [sorted(m.tolist()) for m in micros] == [[0, 1, 2, 3, 4]]
+    # the trunk (prompt and a 3-token completion), each other row its completion and the prompt's last token
+    # (where its first log-prob is read), the other prompt's row alone
+    assert packed._pass_tokens(batch.select(micros[0])) == len(prompt) + 3 + (1 + 3) + (1 + 2) + (1 + 1) + 5
+    with torch.no_grad():  # the adapter away from the reference, so the KL term is not zero
+        for t in (packed, whole):
+            for n, p in t.policy.model.named_parameters():
+                if "lora_B" in n:
+                    p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(n))) * 0.1)
+    with torch.no_grad():  # rows in batch order, which is not the pack's (it lays the longest out first)
+        (lp_whole, h_whole), (lp_packed, h_packed) = (t._forward(batch, hidden=True) for t in (whole, packed))
+    assert packed._pack(batch).rows != list(range(len(batch)))
+    loss = batch.loss_mask.bool()
+    assert torch.allclose(lp_whole, lp_packed, atol=1e-5) and torch.allclose(h_whole[loss], h_packed[loss], atol=1e-5)
+    before = lora_weights(whole)
+    m_whole, m_packed = (t.update(batch, advantages, loss_fn=hook) for t in (whole, packed))
+    assert m_whole["kl"] > 0 and m_whole["old_logprob_pass"] == 1.0
+    for key in ("loss", "kl", "loss_fn/hidden_sq"):
+        assert m_packed[key] == pytest.approx(m_whole[key], rel=1e-5, abs=1e-6), key
+    after_whole, after_packed = lora_weights(whole), lora_weights(packed)
+    assert any(not torch.equal(before[n], after_whole[n]) for n in before)
+    for name in after_whole:
+        assert torch.allclose(after_whole[name], after_packed[name], atol=1e-6), name
 
 
 def test_gradient_checkpointing_gives_the_same_update():

@@ -41,7 +41,7 @@ from components.training.model import (
     lora_execution,
     recompute_activations,
 )
-from components.training.prefix_pack import PrefixPack, pack_shared_prefixes
+from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs
 from components.training.rollout import (
     HFRolloutEngine,
     RolloutBatch,
@@ -263,14 +263,8 @@ class RubricModel:
         return token_budget_groups(batch.attention_mask.sum(dim=1).tolist(), self.micro_batch_tokens)
 
     def packs(self, batch: RolloutBatch) -> list[PrefixPack]:
-        """The rows of ``batch`` as shared-prefix packs of at most ``micro_batch_tokens`` tokens each. A row's
-        prompt is shared up to its last token, so its reply, and the token before each reply token, lie in its
-        own branch."""
-        lengths = batch.attention_mask.sum(dim=1).tolist()
-        seqs = [batch.input_ids[r, :n].tolist() for r, n in enumerate(lengths)]
-        first_reply = [int(batch.loss_mask[r].nonzero()[0]) if batch.loss_mask[r].any() else n
-                       for r, n in enumerate(lengths)]
-        return pack_shared_prefixes(seqs, self.micro_batch_tokens, [max(f - 1, 0) for f in first_reply])
+        """The rows of ``batch`` as shared-prefix packs of at most ``micro_batch_tokens`` tokens each."""
+        return pack_rows(batch, range(len(batch)), self.micro_batch_tokens)
 
     def pass_tokens(self, samples: Sequence[CriteriaSample]) -> int:
         """Tokens, padding included, of the forward passes :meth:`forward` runs over ``samples``."""
@@ -309,24 +303,15 @@ class RubricModel:
         return pieces, order
 
     def _packed_passes(self, batch: RolloutBatch, picks: Sequence[Sequence[int]] | None) -> tuple[list, list[int]]:
-        device, width = self._lm.device, batch.input_ids.shape[1]
-        dtype = self.model.get_input_embeddings().weight.dtype
         pieces, order = [], []
         for pack in self.packs(batch):
-            reply = torch.zeros(len(pack), dtype=torch.bool)
-            for r, index in zip(pack.rows, pack.index):
-                reply[torch.from_numpy(index)[batch.loss_mask[r, : len(index)].bool()]] = True
-            logp, states = self._lm.forward_logprobs(
-                pack.input_ids[None].to(device), pack.attention_mask(dtype).to(device), positions=reply[None],
-                position_ids=pack.position_ids[None].to(device), output_hidden_states=picks is not None)
-            rows = [torch.nn.functional.pad(logp[0, torch.from_numpy(index).to(device)], (0, width - len(index)))
-                    for index in pack.index]
+            logp, states = packed_logprobs(self._lm, batch, pack, hidden=picks is not None)
             picked = None
             if picks is not None:
                 where = _pick_index([pack.index[j][list(picks[r])].tolist() for j, r in enumerate(pack.rows)],
                                     width=self._pick_width(picks))
-                picked = states[0][where.to(device)]
-            pieces.append((torch.stack(rows), picked))
+                picked = states[where.to(states.device)]
+            pieces.append((logp, picked))
             order += pack.rows
         return pieces, order
 
