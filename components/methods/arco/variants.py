@@ -78,9 +78,6 @@ from components.methods.arco.criteria import (
     trajectory_steps,
     warmup_rows,
 )
-from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
-from components.variants import VARIANTS, VariantContext, VariantParts
-from components.params import ArcoParams, Params, ParamsError
 from components.methods.arco.decomposition import (
     LOSSES,
     criteria_diversity,
@@ -89,12 +86,15 @@ from components.methods.arco.decomposition import (
     step_diagnostics,
     terminal_reward,
 )
-from components.rewards.outcome import OutcomeReward
+from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
 from components.methods.arco.rubric_model import ADAPTER, CriteriaSample, RubricModel
+from components.params import ArcoParams, Params, ParamsError
+from components.rewards.outcome import OutcomeReward
 from components.schemas import Criterion, Rubric
 from components.training.advantages import group_advantages
 from components.training.episodes import Episode, RewardOutput, StepContext
 from components.training.model import LoRASettings
+from components.variants import VARIANTS, VariantContext, VariantParts
 
 __all__ = ["ArcoReward", "ArcoState", "ScoredEpisode", "build_mu"]
 
