@@ -207,6 +207,15 @@ def mu_rows(d: dict) -> list[Row]:
     return rows
 
 
+def packing_rows(d: dict) -> list[Row]:
+    """perf/bench_prefix_packing.py: the GRPO update over a group's rows, shared-prefix packs against padded."""
+    padded, packed = d["modes"]
+    return [info("GRPO update of the rubric generator's groups, packed / padded", d["ratio_packed_over_padded"], "x",
+                 f"{packed['update_s']:.1f} s vs {padded['update_s']:.1f} s; {packed['pass_tokens']} vs "
+                 f"{padded['pass_tokens']} pass tokens; LoRA after it max abs diff "
+                 f"{d['changes']['lora_max_abs_diff']:.3g}")]
+
+
 def determinism_rows(d: dict) -> list[Row]:
     rows = [info("invariant / batched evaluation wall time", d["invariant_over_batched_wall"], "x")]
     rows += [info(f"questions whose answer changed, {mode}", s["questions_changed"], "questions",
@@ -238,6 +247,9 @@ REGISTRY: list[Benchmark] = [
               extract=update_rows, recorded="perf/results/int8_base.json"),
     Benchmark("arco_mu", "perf/bench_arco_mu.py", quick_skip="needs the real 0.5B and sft_data's trajectories; "
               "about 27 min", needs_models=True, minutes=27, extract=mu_rows, recorded="perf/results/arco_mu.json"),
+    Benchmark("prefix_packing", "perf/bench_prefix_packing.py", quick_skip="needs the real 0.5B, the sft adapter, "
+              "collect's branching points and the listwise generator's rubrics; about 10 min", needs_models=True,
+              minutes=10, extract=packing_rows, recorded="perf/results/prefix_packing.json"),
     # 16 questions: 2N at N=8, as the bench asks, so the last episodes' tail does not weigh as it would at K=N
     Benchmark("serving", "perf/bench_serving.py", ["--questions", "16", "--n", "4", "8"],
               quick_skip="needs the real 0.5B and the sft stage's adapter; about 10 min", needs_models=True,

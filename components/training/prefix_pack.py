@@ -31,7 +31,16 @@ if TYPE_CHECKING:
     from components.training.model import Policy
     from components.training.rollout import RolloutBatch
 
-__all__ = ["PrefixPack", "pack_rows", "pack_shared_prefixes", "packed_logprobs"]
+__all__ = ["PrefixPack", "pack_rows", "pack_shared_prefixes", "packed_logprobs", "takes_packs"]
+
+# attention implementations that apply a given 4D mask (flash-attention kernels take padding masks only)
+_MASKED_ATTENTION = ("eager", "sdpa")
+
+
+def takes_packs(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s attention applies a 4D mask as given (eager or sdpa), so a pack can run through it."""
+    config = getattr(model, "config", None)
+    return getattr(config, "_attn_implementation", "eager") in _MASKED_ATTENTION
 
 
 @dataclass

@@ -69,7 +69,7 @@ from components.training.episodes import (
 )
 from components.training.losses import policy_loss
 from components.training.model import Policy, kept_if_short
-from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs
+from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs, takes_packs
 from components.training.prompt_order import PromptSampler
 from components.training.rollout import (
     RolloutBatch,
@@ -259,7 +259,7 @@ class GRPOTrainer:
         budget = self.config.micro_batch_tokens
         if budget is None:
             return self._chunks(index, self.config.micro_batch_size)
-        if self.config.prefix_packing:
+        if self.config.prefix_packing and self._takes_packs:
             return [torch.tensor(p.rows, dtype=torch.long) for p in pack_rows(batch, index.tolist(), budget)]
         lengths = batch.attention_mask[index].sum(dim=1).tolist()
         return [index[torch.tensor(g, dtype=torch.long)] for g in token_budget_groups(lengths, budget)]
@@ -267,10 +267,14 @@ class GRPOTrainer:
     def _pack(self, sub: RolloutBatch) -> PrefixPack | None:
         """A micro-batch of several rows as one shared-prefix pack (``prefix_packing``); None: a padded pass."""
         c = self.config
-        if not (c.prefix_packing and c.micro_batch_tokens is not None and len(sub) > 1):
+        if not (c.prefix_packing and c.micro_batch_tokens is not None and len(sub) > 1 and self._takes_packs):
             return None
         (pack,) = pack_rows(sub, range(len(sub)), None)
         return pack
+
+    @property
+    def _takes_packs(self) -> bool:
+        return takes_packs(self.policy.model)
 
     def _pass_tokens(self, sub: RolloutBatch) -> int:
         pack = self._pack(sub)

@@ -66,3 +66,15 @@ def test_one_pass_over_a_pack_gives_each_row_its_own_passs_logits(attention):
     for r, index in zip(pack.rows, pack.index):
         alone = model(input_ids=torch.tensor([rows[r]]), use_cache=False).logits[0]
         assert torch.allclose(out[torch.from_numpy(index)], alone, atol=1e-5), (attention, r)
+
+
+def test_only_attention_that_applies_a_given_mask_takes_packs():
+    from types import SimpleNamespace
+
+    from components.training.prefix_pack import takes_packs
+
+    def model(attention):
+        return SimpleNamespace(config=SimpleNamespace(_attn_implementation=attention))
+
+    assert takes_packs(model("sdpa")) and takes_packs(model("eager"))
+    assert not takes_packs(model("flash_attention_2")) and not takes_packs(model("flex_attention"))

@@ -41,7 +41,7 @@ from components.training.model import (
     lora_execution,
     recompute_activations,
 )
-from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs
+from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs, takes_packs
 from components.training.rollout import (
     HFRolloutEngine,
     RolloutBatch,
@@ -140,7 +140,7 @@ class RubricModel:
                 p.requires_grad_(False)
         self.model, self.tokenizer, self.k = model, tokenizer, k
         self.micro_batch_tokens, self.checkpoint_min_tokens = micro_batch_tokens, checkpoint_min_tokens
-        self.prefix_packing = prefix_packing
+        self.prefix_packing = prefix_packing and takes_packs(model)  # a flash-attention model runs padded passes
         self.render = render or chat_template_renderer(tokenizer)
         self.pad_token_id = getattr(tokenizer, "pad_token_id", None) or 0
         device = next(model.parameters()).device
