@@ -17,8 +17,10 @@ recomputing its activations), advantages of +1 / -1 within each group. The polic
 from its reference; the generator's own backbone is the same architecture.
 
 Modes alternate over ``--repeats`` (padded, packed, padded, packed, ...), each from the same LoRA weights with a
-fresh optimizer; times are medians. What packing changes: the loss and KL the update reports, and the LoRA weights
-after it (largest difference). Prints a table and writes JSON.
+fresh optimizer; times are medians. What packing changes: the loss and KL the update reports, the LoRA gradient
+(cosine, and largest difference against the largest entry) and the LoRA weights after the optimizer step (largest
+difference; AdamW's first step moves every weight by about the learning rate whatever its gradient's size, so a
+weight whose gradient is next to nothing can move either way). Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -91,9 +93,11 @@ def one_update(policy: Any, tokenizer: Any, config: Any, start: dict[str, Any], 
     started = time.perf_counter()
     metrics = trainer.update(batch, advantages)
     seconds = time.perf_counter() - started
-    after = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+    trained = [(n, p) for n, p in policy.model.named_parameters() if p.requires_grad]
+    after = {n: p.detach().clone() for n, p in trained}
+    grad = torch.cat([p.grad.flatten() for _, p in trained])  # the update's one optimizer step leaves it in place
     return {"update_s": seconds, "loss": metrics["loss"], "kl": metrics["kl"], "pass_tokens": tokens,
-            "micro_batches": len(micros), "after": after}
+            "micro_batches": len(micros), "after": after, "grad": grad}
 
 
 def main() -> None:
@@ -101,6 +105,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=2, help="branching points, each one group of rows")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--adapter-std", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=1234, help="the fresh LoRA's A (peft's draw)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -110,6 +115,7 @@ def main() -> None:
     from components.training.warm_started import warm_started_policy
 
     params = trainer_params()
+    torch.manual_seed(args.seed)
     policy, tokenizer = warm_started_policy(params)
     with torch.no_grad():
         for n, p in policy.model.named_parameters():
@@ -139,8 +145,11 @@ def main() -> None:
                      "update_s_all": [x["update_s"] for x in r], "pass_tokens": r[0]["pass_tokens"],
                      "micro_batches": r[0]["micro_batches"], "loss": r[0]["loss"], "kl": r[0]["kl"]})
     padded, packed = runs["padded"][0], runs["packed"][0]
+    g, h = packed["grad"].double(), padded["grad"].double()
     change = {
         "loss_abs_diff": abs(packed["loss"] - padded["loss"]), "kl_abs_diff": abs(packed["kl"] - padded["kl"]),
+        "grad_cosine": torch.nn.functional.cosine_similarity(g, h, dim=0).item(),
+        "grad_max_abs_diff_over_max": ((g - h).abs().max() / h.abs().max()).item(),
         "lora_max_abs_diff": max((packed["after"][n] - padded["after"][n]).abs().max().item() for n in start),
         "lora_max_abs_step": max((padded["after"][n] - start[n]).abs().max().item() for n in start),
     }

@@ -94,6 +94,8 @@ def summarize(steps: list[dict[str, float]], group_size: int, prompts: int) -> d
         "reward_mean": statistics.median(s.get("reward/mean", float("nan")) for s in steps),
         "loss": statistics.median(s.get("loss", float("nan")) for s in steps),
         "grad_norm": statistics.median(s.get("grad_norm", float("nan")) for s in steps),
+        # tokens through the update's forward passes, padding included (revisions before 2026-11-30 do not log it)
+        "update_pass_tokens": statistics.median(s.get("pass_tokens", float("nan")) for s in steps),
         "peak_rss_gb": max(s.get("memory/peak_rss_gb", float("nan")) for s in steps),
         **{f"{p}_s": statistics.median(s[f"time/{p}"] for s in steps) if all(f"time/{p}" in s for s in steps) else None
            for p in ("method", "checkpoint")},

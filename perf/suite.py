@@ -212,8 +212,8 @@ def packing_rows(d: dict) -> list[Row]:
     padded, packed = d["modes"]
     return [info("GRPO update of the rubric generator's groups, packed / padded", d["ratio_packed_over_padded"], "x",
                  f"{packed['update_s']:.1f} s vs {padded['update_s']:.1f} s; {packed['pass_tokens']} vs "
-                 f"{padded['pass_tokens']} pass tokens; LoRA after it max abs diff "
-                 f"{d['changes']['lora_max_abs_diff']:.3g}")]
+                 f"{padded['pass_tokens']} pass tokens; LoRA gradient cosine "
+                 f"{d['changes'].get('grad_cosine', float('nan')):.6f}")]
 
 
 def determinism_rows(d: dict) -> list[Row]:

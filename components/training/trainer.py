@@ -364,6 +364,7 @@ class GRPOTrainer:
             weighted.update(tis_weight_mean=0.0, tis_capped_fraction=0.0)
         extra_sums: dict[str, float] = {}
         ratio_min, ratio_max, tokens, grad_norms = float("inf"), float("-inf"), 0, []
+        pass_tokens = 0  # through the model in the forward passes with gradient, padding included
         for _ in range(c.ppo_epochs):
             for mini in self._chunks(torch.arange(len(batch)), c.mini_batch_size):
                 mask = batch.loss_mask[mini]
@@ -374,7 +375,9 @@ class GRPOTrainer:
                 for k, micro in enumerate(micros):
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
-                    with kept_if_short(self.policy.model, self._pass_tokens(sub), c.checkpoint_min_tokens):
+                    through = self._pass_tokens(sub)
+                    pass_tokens += through
+                    with kept_if_short(self.policy.model, through, c.checkpoint_min_tokens):
                         logp, hidden = self._forward(sub, hidden=loss_fn is not None)
                     old_sub = logp.detach() if old is None else old[micro, :w].to(device)
                     loss, m = policy_loss(
@@ -420,6 +423,7 @@ class GRPOTrainer:
             lr=self.optimizer.param_groups[0]["lr"],
             optimizer_steps=float(n_updates),
             tokens=float(tokens / c.ppo_epochs),
+            pass_tokens=float(pass_tokens / c.ppo_epochs),
             old_logprob_pass=float(old is not None and c.old_logprobs != "engine"),
         )
         if c.tis_cap is not None:

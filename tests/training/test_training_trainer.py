@@ -573,6 +573,7 @@ def test_rows_sharing_a_prompt_run_as_one_pack_and_give_the_same_update():
     assert m_whole["kl"] > 0 and m_whole["old_logprob_pass"] == 1.0
     for key in ("loss", "kl", "loss_fn/hidden_sq"):
         assert m_packed[key] == pytest.approx(m_whole[key], rel=1e-5, abs=1e-6), key
+    assert (m_whole["pass_tokens"], m_packed["pass_tokens"]) == (5 * 11, 25)  # padded to the longest; the pack
     after_whole, after_packed = lora_weights(whole), lora_weights(packed)
     assert any(not torch.equal(before[n], after_whole[n]) for n in before)
     for name in after_whole:
