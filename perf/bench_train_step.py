@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import shutil
@@ -109,6 +110,11 @@ def ratios(new: dict[str, Any], old: dict[str, Any]) -> dict[str, float | None]:
     return {k: (new[k] / old[k] if new.get(k) and old.get(k) else None) for k in keys}
 
 
+def _pass_tokens_note(row: dict[str, Any]) -> str:
+    tokens = row.get("update_pass_tokens")
+    return "" if tokens is None or math.isnan(tokens) else f"; {tokens:.0f} tokens through the update's passes"
+
+
 def target_rows(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The suite's rows: each later side's step time over the first side's, against :data:`TARGET`."""
     base = rows[0]
@@ -121,7 +127,8 @@ def target_rows(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) ->
             "met": ratio is not None and ratio <= TARGET,
             "figures": (f"{new['step_s']:.0f} s vs {base['step_s']:.0f} s (rollout {new['rollout_s']:.0f} vs "
                         f"{base['rollout_s']:.0f}, update {new['update_s']:.0f} vs {base['update_s']:.0f}); "
-                        f"{new['generated_tokens']:.0f} vs {base['generated_tokens']:.0f} generated tokens"),
+                        f"{new['generated_tokens']:.0f} vs {base['generated_tokens']:.0f} generated tokens"
+                        + _pass_tokens_note(new)),
         })
     return out
 
