@@ -282,7 +282,8 @@ class GRPOParams(Section):
         "micro-batches of at most this many padded tokens (verl's dynamic batch size); less padding on CPU.")
     prefix_packing: bool = Field(
         default=True, description="With micro_batch_tokens: micro-batches are shared-prefix packs of at most that "
-        "many tokens, a prefix that several rows share (the prompt of a group) computed once and each row's "
+        "many tokens, a prefix that several rows share (a group's prompt; an episode's history, which each of its "
+        "turn rows repeats under the scratchpad agent) computed once and each row's "
         "own tokens attending to it through a 4D mask (components/training/prefix_pack.py). The same numbers to "
         "float rounding; a micro-batch of one row runs as before.")
     gradient_checkpointing: bool = Field(
