@@ -254,8 +254,8 @@ class GRPOTrainer:
         """Micro-batches of rows ``index``: ``micro_batch_size`` rows in order, or, with
         ``micro_batch_tokens``, rows sorted by length and packed while rows x longest row stays within the
         budget (one row may exceed it alone), so short rows are not padded to the longest of the batch; with
-        ``prefix_packing`` too, shared-prefix packs of at most that many tokens (rows sampled from one prompt
-        share it: :mod:`components.training.prefix_pack`)."""
+        ``prefix_packing`` too, shared-prefix packs of at most that many tokens (:mod:`components.training.prefix_pack`):
+        a group's rows share their prompt, and a scratchpad episode's turn rows each repeat the turns before it."""
         budget = self.config.micro_batch_tokens
         if budget is None:
             return self._chunks(index, self.config.micro_batch_size)
