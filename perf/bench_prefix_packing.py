@@ -89,7 +89,8 @@ def one_update(policy: Any, tokenizer: Any, config: Any, start: dict[str, Any], 
                 p.copy_(start[n])
     trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tokenizer), lambda episodes, ctx: [], [{}], config)
     micros = trainer._micro_batches(torch.arange(len(batch)), batch)
-    tokens = sum(trainer._pass_tokens(batch.select(m)) for m in micros)
+    subs = [batch.select(m) for m in micros]
+    tokens = sum(trainer._pass_tokens(sub, trainer._pack(sub)) for sub in subs)
     started = time.perf_counter()
     metrics = trainer.update(batch, advantages)
     seconds = time.perf_counter() - started

@@ -276,8 +276,9 @@ class GRPOTrainer:
     def _takes_packs(self) -> bool:
         return takes_packs(self.policy.model)
 
-    def _pass_tokens(self, sub: RolloutBatch) -> int:
-        pack = self._pack(sub)
+    @staticmethod
+    def _pass_tokens(sub: RolloutBatch, pack: PrefixPack | None) -> int:
+        """Tokens through the model in ``sub``'s forward pass: its pack's, or ``sub`` padded."""
         return sub.input_ids.numel() if pack is None else len(pack)
 
     def _trainable_parameters(self) -> list[nn.Parameter]:
@@ -289,12 +290,11 @@ class GRPOTrainer:
         c = self.config
         return c.ppo_epochs == 1 and (c.mini_batch_size is None or c.mini_batch_size >= batch_rows)
 
-    def _forward(self, sub: RolloutBatch, hidden: bool, reference: bool = False
+    def _forward(self, sub: RolloutBatch, pack: PrefixPack | None, hidden: bool, reference: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs at the micro-batch's loss-mask positions only (zeros elsewhere) ``[b, w]``, and the last
-        hidden states ``[b, w, H]`` when a loss hook needs them, from one forward pass (padded, or over the
-        micro-batch's shared-prefix pack)."""
-        pack = self._pack(sub)
+        hidden states ``[b, w, H]`` when a loss hook needs them, from one forward pass: over ``pack`` (the
+        micro-batch's shared-prefix pack, :meth:`_pack`), or padded when it is None."""
         if pack is None:
             return self.policy.forward_logprobs(
                 sub.input_ids.to(self.policy.device), sub.attention_mask.to(self.policy.device),
@@ -317,7 +317,7 @@ class GRPOTrainer:
         self.policy.model.eval()
         for idx in self._micro_batches(torch.arange(len(batch)), batch):
             sub = batch.select(idx)
-            lp, _ = self._forward(sub, hidden=False, reference=reference)
+            lp, _ = self._forward(sub, self._pack(sub), hidden=False, reference=reference)
             out[idx, : lp.shape[1]] = lp.float().cpu()
         self.policy.model.train(was_training)
         return out
@@ -375,10 +375,11 @@ class GRPOTrainer:
                 for k, micro in enumerate(micros):
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
-                    through = self._pass_tokens(sub)
+                    pack = self._pack(sub)
+                    through = self._pass_tokens(sub, pack)
                     pass_tokens += through
                     with kept_if_short(self.policy.model, through, c.checkpoint_min_tokens):
-                        logp, hidden = self._forward(sub, hidden=loss_fn is not None)
+                        logp, hidden = self._forward(sub, pack, hidden=loss_fn is not None)
                     old_sub = logp.detach() if old is None else old[micro, :w].to(device)
                     loss, m = policy_loss(
                         logp,

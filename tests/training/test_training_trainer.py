@@ -550,21 +550,23 @@ def test_rows_sharing_a_prompt_run_as_one_pack_and_give_the_same_update():
         picked = inputs.hidden[inputs.batch.loss_mask.bool().to(inputs.hidden.device)]
         return 0.01 * picked.pow(2).sum() / inputs.num_tokens, {"hidden_sq": float(picked.pow(2).sum())}
 
-    config = dict(group_size=4, kl_coef=0.05, old_logprobs="recompute")
+    config = {"group_size": 4, "kl_coef": 0.05, "old_logprobs": "recompute"}
     packed = make_trainer(GRPOParams(micro_batch_tokens=64, **config))
     whole = make_trainer(GRPOParams(**config))
     micros = packed._micro_batches(torch.arange(len(batch)), batch)
     assert [sorted(m.tolist()) for m in micros] == [[0, 1, 2, 3, 4]]
     # the trunk (prompt and a 3-token completion), each other row its completion and the prompt's last token
     # (where its first log-prob is read), the other prompt's row alone
-    assert packed._pass_tokens(batch.select(micros[0])) == len(prompt) + 3 + (1 + 3) + (1 + 2) + (1 + 1) + 5
+    sub = batch.select(micros[0])
+    assert packed._pass_tokens(sub, packed._pack(sub)) == len(prompt) + 3 + (1 + 3) + (1 + 2) + (1 + 1) + 5
     with torch.no_grad():  # the adapter away from the reference, so the KL term is not zero
         for t in (packed, whole):
             for n, p in t.policy.model.named_parameters():
                 if "lora_B" in n:
                     p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(n))) * 0.1)
     with torch.no_grad():  # rows in batch order, which is not the pack's (it lays the longest out first)
-        (lp_whole, h_whole), (lp_packed, h_packed) = (t._forward(batch, hidden=True) for t in (whole, packed))
+        (lp_whole, h_whole), (lp_packed, h_packed) = (t._forward(batch, t._pack(batch), hidden=True)
+                                                      for t in (whole, packed))
     assert packed._pack(batch).rows != list(range(len(batch)))
     loss = batch.loss_mask.bool()
     assert torch.allclose(lp_whole, lp_packed, atol=1e-5) and torch.allclose(h_whole[loss], h_packed[loss], atol=1e-5)
