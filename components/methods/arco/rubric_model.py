@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -82,7 +82,7 @@ class CriteriaSample:
 class MuForward:
     """One forward pass of mu over samples: per-token log-probs of the reply tokens (``mask``), the score of
     each criterion ``[B, K]`` (``valid`` marks real criteria), the step rewards ``[B]`` (mean of valid scores),
-    and the assembled batch (for the reference pass)."""
+    and the assembled batch with the passes it ran in (for the reference pass)."""
 
     batch: RolloutBatch
     logp: torch.Tensor
@@ -90,6 +90,7 @@ class MuForward:
     scores: torch.Tensor
     valid: torch.Tensor
     step_rewards: torch.Tensor
+    units: list = field(default_factory=list)
 
 
 class RubricModel:
@@ -266,30 +267,38 @@ class RubricModel:
         """The rows of ``batch`` as shared-prefix packs of at most ``micro_batch_tokens`` tokens each."""
         return pack_rows(batch, range(len(batch)), self.micro_batch_tokens)
 
+    def _units(self, batch: RolloutBatch) -> list:
+        """The forward passes over ``batch``: its shared-prefix packs (``prefix_packing``) or its padded groups."""
+        return self.packs(batch) if self.prefix_packing else self.groups(batch)
+
+    def _unit_tokens(self, batch: RolloutBatch, units: list) -> int:
+        if self.prefix_packing:
+            return sum(len(p) for p in units)
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        return sum(len(g) * max(lengths[i] for i in g) for g in units)
+
     def pass_tokens(self, samples: Sequence[CriteriaSample]) -> int:
         """Tokens, padding included, of the forward passes :meth:`forward` runs over ``samples``."""
-        if self.prefix_packing:
-            return sum(len(p) for p in self.packs(self._batch(samples)))
-        lengths = [len(s.prompt_ids) + len(s.criteria_ids) for s in samples]
-        groups = token_budget_groups(lengths, self.micro_batch_tokens)
-        return sum(len(g) * max(lengths[i] for i in g) for g in groups)
+        batch = self._batch(samples)
+        return self._unit_tokens(batch, self._units(batch))
 
-    def _passes(self, batch: RolloutBatch, picks: Sequence[Sequence[int]] | None
+    def _passes(self, batch: RolloutBatch, units: list, picks: Sequence[Sequence[int]] | None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Reply log-probs ``[B, T]`` of the active adapter and, given ``picks`` (token positions per row), the
         last hidden states there ``[B, K, H]`` (a row with fewer than K reads its first token for the rest):
         one forward pass per shared-prefix pack (``prefix_packing``) or per padded group, rows back in order."""
         run = self._packed_passes if self.prefix_packing else self._padded_passes
-        pieces, order = run(batch, picks)
+        pieces, order = run(batch, units, picks)
         restore = torch.argsort(torch.tensor(order))
         logp = torch.cat([lp for lp, _ in pieces])[restore]
         picked = torch.cat([h for _, h in pieces])[restore] if picks is not None else None
         return logp, picked
 
-    def _padded_passes(self, batch: RolloutBatch, picks: Sequence[Sequence[int]] | None) -> tuple[list, list[int]]:
+    def _padded_passes(self, batch: RolloutBatch, groups: list[list[int]], picks: Sequence[Sequence[int]] | None
+                       ) -> tuple[list, list[int]]:
         device, width = self._lm.device, batch.input_ids.shape[1]
         pieces, order = [], []
-        for rows in self.groups(batch):
+        for rows in groups:
             sub = batch.select(rows)
             logp, states = self._lm.forward_logprobs(
                 sub.input_ids.to(device), sub.attention_mask.to(device), positions=sub.loss_mask,
@@ -302,9 +311,10 @@ class RubricModel:
             order += rows
         return pieces, order
 
-    def _packed_passes(self, batch: RolloutBatch, picks: Sequence[Sequence[int]] | None) -> tuple[list, list[int]]:
+    def _packed_passes(self, batch: RolloutBatch, packs: list[PrefixPack], picks: Sequence[Sequence[int]] | None
+                       ) -> tuple[list, list[int]]:
         pieces, order = [], []
-        for pack in self.packs(batch):
+        for pack in packs:
             logp, states = packed_logprobs(self._lm, batch, pack, hidden=picks is not None)
             picked = None
             if picks is not None:
@@ -326,21 +336,22 @@ class RubricModel:
             raise ValueError("a sample without criteria cannot be scored")
         batch = self._batch(samples)
         device = self._lm.device
-        kept = kept_if_short(self.model, self.pass_tokens(samples), self.checkpoint_min_tokens)
+        units = self._units(batch)
+        kept = kept_if_short(self.model, self._unit_tokens(batch, units), self.checkpoint_min_tokens)
         picks = [[len(s.prompt_ids) + e for e in s.ends] for s in samples]
         with self.adapter(ADAPTER), kept:
-            logp, picked = self._passes(batch, picks)
+            logp, picked = self._passes(batch, units, picks)
         width = self._pick_width(picks)
         valid = torch.tensor([[j < len(p) for j in range(width)] for p in picks], device=device)
         scores = torch.where(valid, self.head(picked), torch.zeros((), device=device))
         step_rewards = scores.sum(dim=1) / valid.sum(dim=1)
-        return MuForward(batch, logp, batch.loss_mask.to(device), scores, valid, step_rewards)
+        return MuForward(batch, logp, batch.loss_mask.to(device), scores, valid, step_rewards, units)
 
     def kl_to_reference(self, out: MuForward) -> tuple[torch.Tensor, int]:
         """Sum of the k3 KL (mu vs its warm-up reference) over the reply tokens of ``out``, and their count."""
         device = self._lm.device
         with self.adapter(REFERENCE), torch.no_grad():
-            ref, _ = self._passes(out.batch, None)
+            ref, _ = self._passes(out.batch, out.units or self._units(out.batch), None)
         mask = out.mask
         per_token = torch.where(mask, kl_k3(out.logp, ref), torch.zeros((), device=device))
         return per_token.sum(), int(mask.sum())
