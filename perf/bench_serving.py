@@ -28,6 +28,8 @@ Run (needs the real 0.5B; the adapter from ``outputs/sft/adapter``, i.e. after t
 to a temporary ``run.cache_dir`` whose ``models/`` links to ``.cache/models``. Prints a table and writes JSON:
 ``rows`` (ours / limit per N, with ``target`` and ``met`` for ``python -m perf``), ``per_n`` (every run of both
 sides and the gap breakdown), the workload, and the load average before and after.
+``step_cost`` fits a decode step's time to the tokens it carries on the limit's runs and reads ours' steps through
+it (:func:`step_costs`); ``--analyse FILE`` adds it to a JSON written before it existed, running nothing.
 """
 
 from __future__ import annotations
@@ -183,12 +185,60 @@ def gap(limit_runs: Sequence[dict], ours: Sequence[dict]) -> dict:
     return out
 
 
+def step_costs(per_n: dict) -> dict | None:
+    """A decode step's time against the tokens it carries, fitted on the limit's runs and read against ours'.
+
+    llama-server puts every busy slot's next token and the prompt tokens waiting to be read into one batch, so a
+    step costs about ``fixed + per_token x tokens``: the fixed part reads the weights, the per-token part is the
+    matmuls. Fitted by least squares (numpy) on the limit's runs (two or more concurrencies, else None), the fit
+    says how much of ours' slower steps the tokens in them explain; what is left (``unexplained_s``) is the rest:
+    attention over ours' longer contexts, scheduling. A step's time is the run's wall time over its decode steps,
+    so a run's idle stretches count against its steps. Ours / limit tokens/s is then ``occupancy`` (busy slots a
+    step, ours / limit) times ``step_speed`` (the limit's seconds a step / ours'), as each busy slot decodes one
+    token a step."""
+    import numpy as np
+
+    def per_step(run: dict) -> dict | None:
+        s = run.get("server") or {}
+        steps = s.get("decode_steps")
+        if not steps:
+            return None
+        return {"tokens": (s["generated_tokens"] + s["prompt_tokens_processed"]) / steps,
+                "prompt": s["prompt_tokens_processed"] / steps, "busy": s.get("busy_slots_per_decode"),
+                "s": run["wall_s"] / steps}
+
+    limits = [p for d in per_n.values() for p in map(per_step, d["limit"]) if p]
+    if len({round(p["tokens"], 6) for p in limits}) < 2:
+        return None
+    per_token, fixed = np.polyfit([p["tokens"] for p in limits], [p["s"] for p in limits], 1)
+    out: dict = {"fit": {"fixed_s": round(float(fixed), 4), "per_token_s": round(float(per_token), 5),
+                         "points": len(limits)}, "per_n": {}}
+    for n, d in sorted(per_n.items(), key=lambda kv: int(kv[0])):
+        sides = {side: [p for p in map(per_step, d[side]) if p] for side in ("limit", "ours")}
+        if not all(sides.values()):
+            continue
+        med = {side: {k: statistics.median(p[k] for p in runs) for k in ("tokens", "prompt", "s")}
+               | {"busy": statistics.median(p["busy"] for p in runs if p["busy"] is not None)}
+               for side, runs in sides.items()}
+        row = {}
+        for side, m in med.items():
+            fitted = float(fixed + per_token * m["tokens"])
+            row[side] = {"tokens_per_step": round(m["tokens"], 2), "prompt_tokens_per_step": round(m["prompt"], 2),
+                         "busy_slots_per_step": round(m["busy"], 2), "s_per_step": round(m["s"], 4),
+                         "fitted_s_per_step": round(fitted, 4), "unexplained_s": round(m["s"] - fitted, 4) + 0.0}
+        row["occupancy"] = round(med["ours"]["busy"] / med["limit"]["busy"], 3)
+        row["step_speed"] = round(med["limit"]["s"] / med["ours"]["s"], 3)
+        row["step_speed_from_tokens"] = round(med["limit"]["s"] / row["ours"]["fitted_s_per_step"], 3)
+        out["per_n"][str(n)] = row
+    return out
+
+
 def report(per_n: dict[int, dict], workload: dict, machine: dict, meta: dict) -> dict:
     rows = [compare(n, d["limit"], d["ours"]) for n, d in sorted(per_n.items())]
     for d in per_n.values():
         d["gap"] = gap(d["limit"], d["ours"])
     return {**meta, "workload": workload, "machine": machine, "rows": rows,
-            "per_n": {str(n): d for n, d in sorted(per_n.items())}}
+            "per_n": {str(n): d for n, d in sorted(per_n.items())}, "step_cost": step_costs(per_n)}
 
 
 def fmt(v) -> str:
@@ -215,7 +265,23 @@ def table(rep: dict) -> str:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
-    return render(lines) + "\n\nwhere the gap goes (medians over rounds):\n" + render(gaps)
+    text = render(lines) + "\n\nwhere the gap goes (medians over rounds):\n" + render(gaps)
+    cost = rep.get("step_cost")
+    if cost:
+        fit = cost["fit"]
+        steps = [["N", "side", "tokens/step", "of them prompt", "busy slots", "s/step", "fitted s/step", "unexplained s"]]
+        for n, row in cost["per_n"].items():
+            for side in ("limit", "ours"):
+                r = row[side]
+                steps.append([n, side, fmt(r["tokens_per_step"]), fmt(r["prompt_tokens_per_step"]),
+                              fmt(r["busy_slots_per_step"]), fmt(r["s_per_step"]), fmt(r["fitted_s_per_step"]),
+                              fmt(r["unexplained_s"])])
+        text += (f"\n\na decode step's cost, fitted on the limit's {fit['points']} runs: {fit['fixed_s']} s + "
+                 f"{fit['per_token_s']} s a token in the batch\n" + render(steps) + "\n" + "\n".join(
+                     f"N={n}: ours / limit = occupancy {row['occupancy']} x step speed {row['step_speed']} "
+                     f"(the tokens in ours' steps alone give {row['step_speed_from_tokens']})"
+                     for n, row in cost["per_n"].items()))
+    return text
 
 
 def load() -> dict:
@@ -392,7 +458,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--no-adapter", action="store_true", help="serve the base 0.5B (before the sft stage has run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--analyse", type=Path, metavar="JSON",
+                        help="run nothing: add the step-cost fit to a JSON this script wrote, and print its tables")
     args = parser.parse_args(argv)
+    if args.analyse:
+        rep = json.loads(args.analyse.read_text())
+        rep["step_cost"] = step_costs(rep["per_n"])
+        print(table(rep))
+        write_json(args.analyse, rep, sort_keys=False)
+        print(f"wrote {args.analyse}")
+        return 0
     os.chdir(REPO)
     os.environ["LLAMA_ARG_ENDPOINT_METRICS"] = "1"  # the servers the pool starts inherit it: /metrics on
 

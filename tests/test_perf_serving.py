@@ -112,3 +112,31 @@ def test_report_table_and_the_rows_the_suite_reads(tmp_path):
     assert [(r["measure"], r["value"], r["target"], r["met"]) for r in rows] == [
         ("ours / native llama-server, generated tokens/s, N=4", 0.85, ">= 0.8", True),
         ("ours / native llama-server, generated tokens/s, N=8", 0.5, ">= 0.8", False)]
+
+
+def steps_run(wall_s: float, steps: int, generated: int, prompt: int) -> dict:
+    return {"wall_s": wall_s, "server": {"decode_steps": steps, "generated_tokens": generated,
+                                         "prompt_tokens_processed": prompt, "busy_slots_per_decode": generated / steps}}
+
+
+def test_step_costs_fit_the_limit_and_split_ours_ratio_into_occupancy_and_step_speed():
+    # the limit's steps cost exactly 0.05 s + 0.005 s a token: 10 tokens a step at N=4, 20 at N=8
+    per_n = {4: {"limit": [steps_run(10.0, 100, 400, 600)], "ours": [steps_run(30.0, 200, 600, 2400)]},
+             8: {"limit": [steps_run(15.0, 100, 800, 1200)], "ours": [steps_run(15.0, 100, 600, 1400)]}}
+    cost = serving.step_costs(per_n)
+    assert cost["fit"] == {"fixed_s": pytest.approx(0.05), "per_token_s": pytest.approx(0.005), "points": 2}
+    four = cost["per_n"]["4"]
+    # ours at N=4: 15 tokens a step (12 of them prompt) -> 0.125 s fitted, 0.15 s measured
+    assert four["ours"]["tokens_per_step"] == 15.0 and four["ours"]["prompt_tokens_per_step"] == 12.0
+    assert four["ours"]["fitted_s_per_step"] == pytest.approx(0.125) and four["ours"]["unexplained_s"] == pytest.approx(0.025)
+    assert four["limit"]["unexplained_s"] == pytest.approx(0.0)
+    # tokens/s: ours 20 against the limit's 40, i.e. 3 of 4 slots busy x steps at 0.1 / 0.15 s
+    assert (four["occupancy"], four["step_speed"], four["step_speed_from_tokens"]) == (0.75, 0.667, 0.8)
+    assert four["occupancy"] * four["step_speed"] == pytest.approx((600 / 30) / (400 / 10), abs=1e-3)
+    eight = cost["per_n"]["8"]
+    assert eight["ours"]["unexplained_s"] == pytest.approx(0.0) and eight["step_speed"] == 1.0
+    text = serving.table({"rows": [], "per_n": {}, "step_cost": cost})
+    assert "0.05 s + 0.005 s a token" in text and "N=4: ours / limit = occupancy 0.75 x step speed 0.667" in text
+    # one concurrency gives one point, too few for a line; no server figures, nothing to fit
+    assert serving.step_costs({4: per_n[4]}) is None
+    assert serving.step_costs({4: fake(4, [20.0], [17.0]), 8: fake(8, [30.0], [15.0])}) is None
