@@ -458,6 +458,10 @@ class SFTParams(Section):
     fused_lora: bool = Field(
         default=True, description="As grpo.fused_lora: the LoRA linears' leaner forward (bit for bit peft's when "
         "lora.alpha / lora.r is a power of two, as here). Not keyed.")
+    prefix_packing: bool = Field(
+        default=False, description="Each micro-batch as one shared-prefix pack (as grpo.prefix_packing): no padding, "
+        "and a history two rows share computed once; the same loss to float rounding (perf/bench_sft_step.py). Off "
+        "by default because the locked warm starts were trained padded. Not keyed; left out of dumps while off.")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps (None: `epochs` passes).")
     samples_per_question: int = Field(default=2, ge=1, description="Teacher trajectories per question.")
     min_f1: float = Field(default=1.0, ge=0, le=1, description="Rejection sampling keeps trajectories at or above this F1.")
@@ -480,7 +484,7 @@ class SFTParams(Section):
 
     @model_serializer(mode="wrap")
     def _int8_keyed_when_set(self, handler):
-        return _drop_when_off(handler(self), self, "int8_base")
+        return _drop_when_off(_drop_when_off(handler(self), self, "int8_base"), self, "prefix_packing")
 
 
 class DeployParams(Section):

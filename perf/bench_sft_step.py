@@ -1,6 +1,7 @@
 """Time SFT steps of the embedded 0.5B on the warm start's own rows, with activation recomputation off, on,
 and on only for micro-batches of at least ``sft.checkpoint_min_tokens`` padded tokens, and the last again with the
-frozen base's matmuls in int8 (``sft.int8_base``), side by side in one process and on the same rows.
+frozen base's matmuls in int8 (``sft.int8_base``) and with each micro-batch as one shared-prefix pack
+(``sft.prefix_packing``), side by side in one process and on the same rows.
 
 Run (after ``python -m tasks.sft_data``; a few minutes on 2 cores)::
 
@@ -10,8 +11,9 @@ Each configuration builds a fresh LoRA policy on the same weights and takes one 
 ``--steps`` timed steps over the same rows (a seeded sampler, so every configuration sees the same
 batches). Prints median seconds per step, the ratio to "off", and the peak RSS growth over the timed steps;
 writes ``perf/results/sft_step.json``. The recomputation settings change speed and memory, never the update
-(tests/training/test_sft_checkpointing.py); the int8 base changes the update by int8 rounding
-(tests/training/test_int8_base.py, perf/bench_int8_base.py).
+(tests/training/test_sft_checkpointing.py), nor do packs, to float rounding (tests/training/test_sft_packing.py;
+each row's ``losses`` are in the JSON); the int8 base changes the update by int8 rounding
+(tests/training/test_int8_base.py, perf/bench_int8_base.py). ``pass_tokens``: tokens through the model.
 """
 
 from __future__ import annotations
@@ -61,29 +63,34 @@ def main() -> None:
     lengths = sorted(len(e.input_ids) for e in examples)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     threshold = params.sft.checkpoint_min_tokens or 2048
-    configs = {"off": (False, 0, False), "on": (True, 0, False), f"on below {threshold} kept": (True, threshold, False),
-               f"on below {threshold} kept, int8 base": (True, threshold, True)}
+    configs = {"off": (False, 0, False, False), "on": (True, 0, False, False),
+               f"on below {threshold} kept": (True, threshold, False, False),
+               f"on below {threshold} kept, int8 base": (True, threshold, True, False),
+               f"on below {threshold} kept, packed": (True, threshold, False, True)}
     rows = []
-    for name, (checkpointing, min_tokens, int8_base) in configs.items():
+    for name, (checkpointing, min_tokens, int8_base, packing) in configs.items():
         model.load_state_dict(state)
         torch.manual_seed(params.seed)
         policy = build_policy(model, lora=LoRASettings(r=params.lora.r, alpha=params.lora.alpha),
                               gradient_checkpointing=checkpointing, int8_base=int8_base)
         config = params.sft.model_copy(update={"gradient_checkpointing": checkpointing,
-                                               "checkpoint_min_tokens": min_tokens})
+                                               "checkpoint_min_tokens": min_tokens, "prefix_packing": packing})
         trainer = SFTTrainer(policy, examples, config, pad_token_id=tokenizer.pad_token_id or 0, seed=params.seed)
         trainer.step()
         before = rss_mib()
         peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        times, tokens = [], 0
+        times, tokens, pass_tokens, losses = [], 0, 0, []
         for _ in range(args.steps):
             started = time.perf_counter()
             metrics = trainer.step()
             times.append(time.perf_counter() - started)
             tokens += metrics["tokens"]
+            pass_tokens += metrics["pass_tokens"]
+            losses.append(metrics["loss"])
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         rows.append({"config": name, "median_s": statistics.median(times), "steps": args.steps,
-                     "trained_tokens": tokens, "rss_before_mib": round(before),
+                     "trained_tokens": tokens, "pass_tokens": pass_tokens, "losses": losses,
+                     "rss_before_mib": round(before),
                      "peak_growth_mib": round(max(0.0, peak - max(before, peak_before)))})
         restore_fp32(policy.model)  # the next configuration starts from the fp32 base again
         model = policy.model.unload() if hasattr(policy.model, "unload") else policy.model
@@ -92,10 +99,11 @@ def main() -> None:
     base = rows[0]["median_s"]
     print(f"rows: {len(examples)}, tokens per row: median {lengths[len(lengths) // 2]}, max {lengths[-1]}; "
           f"batch_size {params.sft.batch_size}; load {os.getloadavg()[0]:.2f}")
-    print(f"{'recomputation':<36}{'s/step':>8}{'vs off':>8}{'peak growth MiB':>17}")
+    print(f"{'recomputation':<40}{'s/step':>8}{'vs off':>8}{'pass tokens':>13}{'peak growth MiB':>17}")
     for r in rows:
         r["ratio_to_off"] = r["median_s"] / base
-        print(f"{r['config']:<36}{r['median_s']:>8.1f}{r['ratio_to_off']:>8.2f}{r['peak_growth_mib']:>17}")
+        print(f"{r['config']:<40}{r['median_s']:>8.1f}{r['ratio_to_off']:>8.2f}{r['pass_tokens']:>13.0f}"
+              f"{r['peak_growth_mib']:>17}")
     write_json(args.out, {"method": args.method, "rows": len(examples), "row_tokens_median": lengths[len(lengths) // 2],
                           "row_tokens_max": lengths[-1], "loadavg_1m": os.getloadavg()[0], "results": rows},
                sort_keys=False)

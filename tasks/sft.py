@@ -77,7 +77,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     # a checkpoint is resumed only by a run of the same settings and data (a max_steps=3 run once resumed a
     # max_steps=1 run's checkpoint); how rows are batched and recomputed may change
     execution = {"micro_batch_size", "gradient_checkpointing", "checkpoint_min_tokens", "checkpoint_every",
-                 "fused_lora"}
+                 "fused_lora", "prefix_packing"}
     keyed_folder(folder, {
         "method": method, "seed": params.seed, "sft": params.sft.model_dump(exclude=execution),
         "lora": params.lora.model_dump(), "agent": params.agent.model_dump(),

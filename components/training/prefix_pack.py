@@ -12,24 +12,31 @@ states and next-token logits as separate passes would (to float rounding).
     p.index[1]              # row 1's tokens in the pack: [0, 1, 4]
     model(input_ids=p.input_ids[None], position_ids=p.position_ids[None], attention_mask=p.attention_mask(dtype))
 
-A trainer packs rows of a :class:`~components.training.rollout.RolloutBatch` (:func:`pack_rows`: each row shared at
-most up to the token before its first loss token) and runs a pack through its policy (:func:`packed_logprobs`):
-the GRPO trainer's micro-batches of rows that share a prompt (the rubric generator's groups) and ARCO's mu (a
-trajectory's step prompts).
+A trainer packs rows of a :class:`~components.training.rollout.RolloutBatch` or an SFT batch (:func:`pack_rows`: each
+row shared at most up to the token before its first loss token) and runs a pack through its policy
+(:func:`packed_logprobs`): the GRPO trainer's micro-batches of rows that share a prompt (the rubric generator's
+groups), ARCO's mu (a trajectory's step prompts) and, with ``sft.prefix_packing``, the SFT trainer's micro-batches.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:
     from components.training.model import Policy
-    from components.training.rollout import RolloutBatch
+
+
+class Rows(Protocol):
+    """Right-padded rows ``[B, W]`` as a trainer holds them: a RolloutBatch, an SFT batch."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
 
 __all__ = ["PrefixPack", "pack_rows", "pack_shared_prefixes", "packed_logprobs", "takes_packs"]
 
@@ -125,7 +132,7 @@ def pack_shared_prefixes(seqs: Sequence[Sequence[int]], budget: int | None,
     return packs
 
 
-def pack_rows(batch: RolloutBatch, rows: Sequence[int], budget: int | None) -> list[PrefixPack]:
+def pack_rows(batch: Rows, rows: Sequence[int], budget: int | None) -> list[PrefixPack]:
     """Rows ``rows`` of ``batch`` as packs (``pack.rows`` are row indices of ``batch``). A row's tokens are
     shared at most up to the one before its first loss token, so its loss tokens, and the token before each,
     lie contiguously in its own branch (where a forward pass reads their log-probs)."""
@@ -142,7 +149,7 @@ def pack_rows(batch: RolloutBatch, rows: Sequence[int], budget: int | None) -> l
     return packs
 
 
-def packed_logprobs(policy: Policy, batch: RolloutBatch, pack: PrefixPack, *, temperature: float = 1.0,
+def packed_logprobs(policy: Policy, batch: Rows, pack: PrefixPack, *, temperature: float = 1.0,
                     reference: bool = False, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One forward pass of ``policy`` over ``pack``: the log-probs of its rows' loss tokens ``[len(rows), W]``
     in ``pack.rows`` order, aligned with ``batch``'s ``W`` columns (zero elsewhere), and the pack's last hidden

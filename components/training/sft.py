@@ -11,8 +11,8 @@ Usage::
 
     ex = build_sft_example([("Q: ...\\n", False), ("Action: search[...]\\n", True)], tokenizer)
     batch = collate_sft([ex], pad_token_id=tokenizer.pad_token_id)
-    loss = sft_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
-                    batch["input_ids"], batch["loss_mask"])
+    loss = sft_loss(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
+                    batch.input_ids, batch.loss_mask)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 
 from components.training.losses import LossAgg, aggregate, token_logprobs
 
-__all__ = ["SFTExample", "build_sft_example", "collate_sft", "sft_loss"]
+__all__ = ["SFTBatch", "SFTExample", "build_sft_example", "collate_sft", "sft_loss"]
 
 
 @dataclass
@@ -62,8 +62,17 @@ def build_sft_example(
     return SFTExample(ids, mask)
 
 
-def collate_sft(examples: Sequence[SFTExample], *, pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad examples into ``input_ids``, ``attention_mask`` and boolean ``loss_mask`` ``[B, T]``."""
+@dataclass
+class SFTBatch:
+    """Right-padded rows ``[B, T]``: token ids, 0/1 attention mask and boolean loss mask."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+
+
+def collate_sft(examples: Sequence[SFTExample], *, pad_token_id: int) -> SFTBatch:
+    """Right-pad examples into an :class:`SFTBatch`."""
     width = max(max(len(e.input_ids) for e in examples), 1)
     input_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
     attention = torch.zeros((len(examples), width), dtype=torch.long)
@@ -73,7 +82,7 @@ def collate_sft(examples: Sequence[SFTExample], *, pad_token_id: int) -> dict[st
         input_ids[i, :n] = torch.tensor(e.input_ids, dtype=torch.long)
         attention[i, :n] = 1
         loss_mask[i, :n] = torch.tensor(e.loss_mask, dtype=torch.bool)
-    return {"input_ids": input_ids, "attention_mask": attention, "loss_mask": loss_mask}
+    return SFTBatch(input_ids, attention, loss_mask)
 
 
 def sft_loss(

@@ -8,7 +8,9 @@ batch loss); rows are shuffled with a seed each epoch; the LR warms up linearly 
 decays along a half cosine to 0 at the last step (ARBOR B.2, RubricEM F.1.1: cosine after a 10% warm-up);
 checkpoints hold weights, optimizer, scheduler, RNG and the data position, through the same atomic
 checkpoint code as GRPO. With ``gradient_checkpointing``, micro-batches under ``checkpoint_min_tokens`` padded
-tokens keep their activations (:func:`components.training.model.kept_if_short`).
+tokens keep their activations (:func:`components.training.model.kept_if_short`). With ``prefix_packing`` a
+micro-batch runs as one shared-prefix pack (:mod:`components.training.prefix_pack`) instead of a padded batch: no
+padding, and a history two rows share is computed once; the same rows and loss, to float rounding.
 
     trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=params.seed,
                          checkpoint_dir="outputs/sft/ckpt", on_metrics=log)
@@ -29,6 +31,7 @@ from components.params import DeepSpeedParams, SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.losses import aggregate
 from components.training.model import Policy, kept_if_short
+from components.training.prefix_pack import pack_rows, packed_logprobs, takes_packs
 from components.training.prompt_order import PromptSampler
 from components.training.sft import SFTExample, collate_sft
 from components.training.stepper import make_stepper
@@ -92,6 +95,7 @@ class SFTTrainer:
         self.optimizer = self.stepper.optimizer  # DeepSpeed's ZeRO optimizer when zero names a stage
         self.step_count = 0
         self.history: list[dict[str, float]] = []
+        self.packs = config.prefix_packing and takes_packs(policy.model)
 
     @property
     def total_steps(self) -> int:
@@ -111,20 +115,27 @@ class SFTTrainer:
         device = self.policy.device
         size = c.micro_batch_size or c.batch_size
         starts = range(0, len(rows), size)
-        for start in starts:
-            chunk = rows[start : start + size]
-            batch = collate_sft(chunk, pad_token_id=self.pad_token_id)
-            with kept_if_short(self.policy.model, batch["input_ids"].numel(), c.checkpoint_min_tokens):
-                logp = self.policy.token_logprobs(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                                                  positions=batch["loss_mask"])
-            loss = aggregate(-logp, batch["loss_mask"].to(device), c.loss_agg,
-                             num_tokens=num_tokens, num_seqs=num_seqs)
+        passes = [(start, collate_sft(rows[start : start + size], pad_token_id=self.pad_token_id)) for start in starts]
+        pass_tokens = 0
+        for start, batch in passes:
+            if self.packs:
+                (pack,) = pack_rows(batch, range(len(batch.input_ids)), None)
+                with kept_if_short(self.policy.model, len(pack), c.checkpoint_min_tokens):
+                    logp, _ = packed_logprobs(self.policy, batch, pack)
+                mask, pass_tokens = batch.loss_mask[pack.rows], pass_tokens + len(pack)
+            else:
+                with kept_if_short(self.policy.model, batch.input_ids.numel(), c.checkpoint_min_tokens):
+                    logp = self.policy.token_logprobs(batch.input_ids.to(device), batch.attention_mask.to(device),
+                                                      positions=batch.loss_mask)
+                mask, pass_tokens = batch.loss_mask, pass_tokens + batch.input_ids.numel()
+            loss = aggregate(-logp, mask.to(device), c.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs)
             self.stepper.backward(loss, boundary=start == starts[-1])
             total += float(loss.detach())
         grad_norm = self.stepper.step(self.policy.trainable_parameters(), c.max_grad_norm)
         self.scheduler.step()
         self.step_count += 1
         metrics = {"step": float(self.step_count), "loss": total, "tokens": num_tokens, "rows": float(len(rows)),
+                   "pass_tokens": float(pass_tokens),
                    "grad_norm": grad_norm, "lr": lr, "epoch": self.step_count * c.batch_size / len(self.examples)}
         self.history.append(metrics)
         if self.on_metrics is not None:

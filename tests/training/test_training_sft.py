@@ -33,22 +33,22 @@ def test_sft_loss_counts_only_trainable_tokens():
     ids = ex.input_ids
     # tokens at positions 2, 3, 6 are trainable; each is predicted from the logits one position earlier
     expected = -sum(_log_softmax(rows[t - 1], ids[t]) for t in (2, 3, 6)) / 3
-    got = sft_loss(logits, batch["input_ids"], batch["loss_mask"])
+    got = sft_loss(logits, batch.input_ids, batch.loss_mask)
     assert got.item() == pytest.approx(expected, abs=1e-12)
 
     # logits that predict prompt/observation tokens (positions 0, 3, 4) do not matter
     changed = logits.clone()
     changed[0, [0, 3, 4]] = 100.0 * torch.randn(3, TOK.vocab_size, generator=gen, dtype=torch.float64)
-    assert sft_loss(changed, batch["input_ids"], batch["loss_mask"]).item() == pytest.approx(
+    assert sft_loss(changed, batch.input_ids, batch.loss_mask).item() == pytest.approx(
         expected, abs=1e-12
     )
     # but the ones predicting trainable tokens do
     changed[0, 1] += 5.0 * torch.randn(TOK.vocab_size, generator=gen, dtype=torch.float64)
-    assert sft_loss(changed, batch["input_ids"], batch["loss_mask"]).item() != pytest.approx(expected)
+    assert sft_loss(changed, batch.input_ids, batch.loss_mask).item() != pytest.approx(expected)
 
 
 def test_collate_right_pads_and_masks_padding():
     batch = collate_sft([SFTExample([2, 3, 4], [0, 1, 1]), SFTExample([5, 6], [0, 1])], pad_token_id=0)
-    assert batch["input_ids"].tolist() == [[2, 3, 4], [5, 6, 0]]
-    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
-    assert batch["loss_mask"].tolist() == [[False, True, True], [False, True, False]]
+    assert batch.input_ids.tolist() == [[2, 3, 4], [5, 6, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch.loss_mask.tolist() == [[False, True, True], [False, True, False]]
