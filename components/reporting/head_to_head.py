@@ -248,13 +248,22 @@ def collect_scope(out_dir: str | Path, sweep_name: str | None = "sweep", main_se
     inference-time method -> the models it serves that a stage of its own trained, each as (the stage's run
     folder relative to ``out_dir``, e.g. ``train_rubric_generator/listwise``; its health figures): those runs
     are the method's training compute, seed by seed as a variant's are; a seed folder that links to a run already
-    counted (a sweep's seeds serve the main job's generator) is that one run, counted once."""
+    counted (a sweep's seeds serve the main job's generator) is that one run, counted once. A variant's training
+    run for a seed is the one beside that seed's evaluation (``<folder>/train/<v>`` for ``<folder>/eval/<v>``), the
+    run whose policy it evaluated, though the main job's folder holds a run of that seed too (a run extended to more
+    steps keeps its key, so a sweep's seed of the main seed may be another run of it)."""
     evaluations = {m: [load_evaluation(m, s, f) for s, f in runs]
                    for m, runs in seed_folders(out_dir, "eval", sweep_name, main_seed, "per_question.csv").items()
                    if all((f / "metrics.json").is_file() for _, f in runs)}
-    trainings = {v: [Training(v, s, f, training_compute(f, (health or {}).get(v, ()))) for s, f in runs]
-                 for v, runs in seed_folders(out_dir, "train", sweep_name, main_seed, "timings.json").items()
-                 if v in variants}
+    trained = {v: dict(runs) for v, runs in seed_folders(out_dir, "train", sweep_name, main_seed, "timings.json").items()
+               if v in variants}
+    for v in variants:  # a seed's run is the one whose policy its evaluation served: the one beside it
+        for e in evaluations.get(v, []):
+            beside = e.folder.parent.parent / "train" / v
+            if (beside / "timings.json").is_file():
+                trained.setdefault(v, {})[e.seed] = beside
+    trainings = {v: [Training(v, s, f, training_compute(f, (health or {}).get(v, ()))) for s, f in runs.items()]
+                 for v, runs in sorted(trained.items())}
     for method, trained in (components or {}).items():
         if method not in evaluations or method in variants:
             continue

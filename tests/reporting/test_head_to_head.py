@@ -165,6 +165,21 @@ def test_a_sweep_folder_of_the_main_seed_is_the_same_run(out):
     assert table_of(out).loc["coreact", "seeds"] == 2  # not counted twice
 
 
+def test_a_seed_s_training_compute_is_the_run_beside_its_evaluation(out):
+    # the main job's folder holds a 3-step run of arbor's main seed, but the seed's evaluation is a sweep's, of
+    # the 2-step run beside it (a run extended to more steps keeps its key): that run is the seed's compute
+    sweep = seed_dir(out / "sweep", MAIN_SEED)
+    (out / "eval" / "arbor").rename(out / "eval" / "arbor_moved")
+    write_evaluation(sweep / "eval" / "arbor", EM["arbor"][str(MAIN_SEED)])
+    make_run(sweep / "train" / "arbor", [0.1, 0.2], wall_s=40.0)
+    arbor = table_of(out).loc["arbor"]
+    assert arbor["train.seeds"] == 2 and arbor["train.steps"] == 2.5  # (2 + 3) / 2 over seeds 1234 and 7
+    assert arbor["train.wall_s"] == 170  # (40 + 300) / 2, not the main folder's 100
+    # evaluated in the main folder, the main folder's run counts, whatever a sweep's folder holds
+    (out / "eval" / "arbor_moved").rename(out / "eval" / "arbor")
+    assert table_of(out).loc["arbor", "train.wall_s"] == 200
+
+
 def test_unjudged_questions_are_left_out_of_judge_accuracy(tmp_path):
     out = tmp_path / "out"
     write_evaluation(out / "eval" / "sft", [1, 0, 1, 0], judge=[True, None, False, None])
