@@ -30,6 +30,11 @@ import torch
 if TYPE_CHECKING:
     from components.training.model import Policy
 
+__all__ = ["PrefixPack", "Rows", "pack_rows", "pack_shared_prefixes", "packed_logprobs", "takes_packs"]
+
+# attention implementations that apply a given 4D mask (flash-attention kernels take padding masks only)
+_MASKED_ATTENTION = ("eager", "sdpa")
+
 
 class Rows(Protocol):
     """Right-padded rows ``[B, W]`` as a trainer holds them: a RolloutBatch, an SFT batch."""
@@ -37,11 +42,6 @@ class Rows(Protocol):
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
-
-__all__ = ["PrefixPack", "pack_rows", "pack_shared_prefixes", "packed_logprobs", "takes_packs"]
-
-# attention implementations that apply a given 4D mask (flash-attention kernels take padding masks only)
-_MASKED_ATTENTION = ("eager", "sdpa")
 
 
 def takes_packs(model: torch.nn.Module) -> bool:

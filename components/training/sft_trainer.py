@@ -115,9 +115,9 @@ class SFTTrainer:
         device = self.policy.device
         size = c.micro_batch_size or c.batch_size
         starts = range(0, len(rows), size)
-        passes = [(start, collate_sft(rows[start : start + size], pad_token_id=self.pad_token_id)) for start in starts]
         pass_tokens = 0
-        for start, batch in passes:
+        for start in starts:
+            batch = collate_sft(rows[start : start + size], pad_token_id=self.pad_token_id)
             if self.packs:
                 (pack,) = pack_rows(batch, range(len(batch.input_ids)), None)
                 with kept_if_short(self.policy.model, len(pack), c.checkpoint_min_tokens):
