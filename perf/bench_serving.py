@@ -204,7 +204,7 @@ def step_costs(per_n: dict) -> dict | None:
         if not steps:
             return None
         return {"tokens": (s["generated_tokens"] + s["prompt_tokens_processed"]) / steps,
-                "prompt": s["prompt_tokens_processed"] / steps, "busy": s.get("busy_slots_per_decode"),
+                "prompt": s["prompt_tokens_processed"] / steps, "busy": s["busy_slots_per_decode"],
                 "s": run["wall_s"] / steps}
 
     limits = [p for d in per_n.values() for p in map(per_step, d["limit"]) if p]
@@ -217,8 +217,7 @@ def step_costs(per_n: dict) -> dict | None:
         sides = {side: [p for p in map(per_step, d[side]) if p] for side in ("limit", "ours")}
         if not all(sides.values()):
             continue
-        med = {side: {k: statistics.median(p[k] for p in runs) for k in ("tokens", "prompt", "s")}
-               | {"busy": statistics.median(p["busy"] for p in runs if p["busy"] is not None)}
+        med = {side: {k: statistics.median(p[k] for p in runs) for k in ("tokens", "prompt", "s", "busy")}
                for side, runs in sides.items()}
         row = {}
         for side, m in med.items():
