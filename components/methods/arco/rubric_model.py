@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -90,7 +90,7 @@ class MuForward:
     scores: torch.Tensor
     valid: torch.Tensor
     step_rewards: torch.Tensor
-    units: list = field(default_factory=list)
+    units: list
 
 
 class RubricModel:
@@ -351,7 +351,7 @@ class RubricModel:
         """Sum of the k3 KL (mu vs its warm-up reference) over the reply tokens of ``out``, and their count."""
         device = self._lm.device
         with self.adapter(REFERENCE), torch.no_grad():
-            ref, _ = self._passes(out.batch, out.units or self._units(out.batch), None)
+            ref, _ = self._passes(out.batch, out.units, None)
         mask = out.mask
         per_token = torch.where(mask, kl_k3(out.logp, ref), torch.zeros((), device=device))
         return per_token.sum(), int(mask.sum())
