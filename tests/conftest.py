@@ -30,3 +30,18 @@ def embedded_available() -> bool:
 
 
 requires_embedded = pytest.mark.skipif(not embedded_available(), reason="needs the [embedded] extra")
+
+
+@pytest.fixture
+def conformance(request):
+    """Our result beside a reference's within a stated tolerance, recorded for the conformance table
+    (tests/conformance/check.py)."""
+    from tests.conformance.check import Conformance
+
+    return Conformance(request.node.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests.conformance.check import write_rows
+
+    write_rows()

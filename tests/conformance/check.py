@@ -1,5 +1,6 @@
 """The conformance suite's one check: our result beside a reference's on the same inputs, within a stated
-tolerance, recorded so ``scripts/conformance_table.py`` can print every row's measured maximum difference.
+tolerance, recorded so ``scripts/conformance_table.py`` can print every row's measured maximum difference. The
+``conformance`` fixture (tests/conftest.py) hands one to any test, so engine tests elsewhere record rows too.
 
     def test_k3_matches_verl(conformance):
         conformance.check("k3 KL", "verl core_algos.kl_penalty low_var_kl", ours, theirs, tol=1e-6)
@@ -12,7 +13,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 ROWS: list[dict] = []
 
@@ -50,12 +50,8 @@ class Conformance:
         return diff
 
 
-@pytest.fixture
-def conformance(request) -> Conformance:
-    return Conformance(request.node.nodeid)
-
-
-def pytest_sessionfinish(session, exitstatus):
+def write_rows() -> None:
+    """At the end of a test session: the recorded rows to ``$RUBRICFLOW_CONFORMANCE_JSON`` when it is set."""
     out = os.environ.get("RUBRICFLOW_CONFORMANCE_JSON")
     if out and ROWS:
         Path(out).write_text(json.dumps(ROWS, indent=1))
