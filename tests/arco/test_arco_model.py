@@ -21,10 +21,11 @@ def rows():
             WarmupRow(step_messages(Q.question, steps, 1, 3), ["Looks up the town", "Uses Kestrow"])]
 
 
-def shared_mu():
+def shared_mu(**options):
     policy = build_policy(tiny_qwen2(TOK.vocab_size, max_positions=2048, seed=0), lora=LORA)
     before = {id(p) for p in policy.trainable_parameters()}
-    mu = RubricModel(policy.model, TOK, lora=LORA, head_width=8, k=3, engine=MuWriter(), render=render, seed=1)
+    mu = RubricModel(policy.model, TOK, lora=LORA, head_width=8, k=3, engine=MuWriter(), render=render, seed=1,
+                     **options)
     assert {id(p) for p in policy.trainable_parameters()} == before  # the policy's optimizer never sees mu
     return policy, mu
 
@@ -34,8 +35,8 @@ def grads(model, tag):
 
 
 @torch.no_grad()
-def test_score_head_shapes_and_read_positions():
-    _, mu = shared_mu()
+def test_criterion_end_scores_each_criterion_at_its_last_token():
+    _, mu = shared_mu(score_readout="criterion_end", score_head="mlp2")
     samples = [mu.target_sample(r) for r in rows()]
     assert [len(s.ends) for s in samples] == [3, 2]
     # each end is the last character of its criterion in the reply
@@ -54,6 +55,23 @@ def test_score_head_shapes_and_read_positions():
     assert mu.model.active_adapter == "default"  # the policy's adapter is active again after mu's pass
 
 
+@torch.no_grad()
+def test_mean_pool_gives_k_bounded_scores_from_every_token_of_the_step():
+    """The released readout: one vector per step (every token's last hidden state averaged), K tanh scores."""
+    _, mu = shared_mu()
+    assert [type(m).__name__ for m in mu.head.net] == ["Linear", "GELU", "Linear", "GELU", "Linear", "Tanh"]
+    samples = [mu.target_sample(r) for r in rows()]
+    out = mu.forward(samples)
+    assert out.scores.shape == (2, 3) and out.valid.all() and (out.scores.abs() < 1).all()
+    assert torch.allclose(out.step_rewards, out.scores.mean(dim=1))
+    # a prompt token far from the criteria moves every score (the mean reads it), a criterion without a readable
+    # end is still scored
+    edited = CriteriaSample(list(samples[0].prompt_ids), samples[0].criteria_ids, [], [])
+    edited.prompt_ids[5] = TOK.encode("Q")[0]
+    again = mu.forward([edited])
+    assert (again.scores[0] - out.scores[0]).abs().min() > 0
+
+
 def test_decomposition_gradient_reaches_mu_adapter_and_head_only():
     policy, mu = shared_mu()
     before = {id(p) for p in policy.trainable_parameters()}
@@ -68,8 +86,9 @@ def test_decomposition_gradient_reaches_mu_adapter_and_head_only():
     assert all(g is None for g in grads(mu.model, lambda n: "lora_" not in n))  # base weights
 
 
-def test_kl_is_zero_at_the_reference_and_its_gradient_skips_the_head():
-    _, mu = shared_mu()
+@pytest.mark.parametrize("estimator", ["full", "k3"])
+def test_kl_is_zero_at_the_reference_and_its_gradient_skips_the_head(estimator):
+    _, mu = shared_mu(kl_estimator=estimator)
     samples = [mu.target_sample(r) for r in rows()]
     kl, tokens = mu.kl_to_reference(mu.forward(samples))
     assert float(kl.detach()) == pytest.approx(0.0, abs=1e-6) and tokens == sum(len(s.criteria_ids) for s in samples)
@@ -96,7 +115,7 @@ def test_own_backbone_trains_only_its_adapter_and_head():
 
 
 def test_write_parses_mu_replies_and_marks_unreadable_ones():
-    _, mu = shared_mu()
+    _, mu = shared_mu(score_readout="criterion_end")
     mu.engine = MuWriter(junk_for="step 2")
     steps = trajectory_steps(trajectory(GOOD))
     samples = mu.write([step_messages(Q.question, steps, t, 3) for t in range(2)])
@@ -106,6 +125,8 @@ def test_write_parses_mu_replies_and_marks_unreadable_ones():
     assert samples[1].criteria == [] and samples[1].ends == []
     rewards = mu.score(samples)
     assert rewards[1] is None and isinstance(rewards[0], float)
+    _, pooled = shared_mu()  # the released readout scores the step from its tokens alone
+    assert all(isinstance(r, float) for r in pooled.score(samples))
 
 
 def test_state_tensors_round_trip_exactly():

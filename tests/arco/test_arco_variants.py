@@ -100,3 +100,56 @@ def test_mu_writes_on_llamacpp_as_the_policy_samples_unless_told(repo_root, tmp_
                                                                                 "logprobs": False})]
     else:
         assert isinstance(mu.engine, HFRolloutEngine) and asked == []
+
+
+def test_mu_takes_its_score_head_kl_and_optimizer_options(repo_root, tmp_path, monkeypatch):
+    from components.methods.arco import variants
+    from components.training.tiny import tiny_qwen2
+    from tests.arco.helpers import TOK
+
+    monkeypatch.setattr(variants, "load_backbone", lambda params, role: (tiny_qwen2(TOK.vocab_size, seed=0), TOK))
+    released = get_variant("arco")(context(load_params(repo_root / "params.yaml", overrides=["arco.engine=hf"]),
+                                            tmp_path)).method
+    mu = released.mu
+    assert (mu.score_readout, mu.kl_estimator, mu.head.net[-1].__class__.__name__) == ("mean_pool", "full", "Tanh")
+    assert mu.head.net[-2].out_features == 3  # one output per criterion slot
+    groups = released.optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-4, 1e-4] and [g["weight_decay"] for g in groups] == [0.01, 0.01]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in mu.head.parameters()}
+    params = load_params(repo_root / "params.yaml", overrides=[
+        "arco.engine=hf", "arco.score_head=mlp2", "arco.score_readout=criterion_end", "arco.kl_estimator=k3",
+        "arco.head_lr=5e-4", "arco.weight_decay=0"])
+    ours = get_variant("arco")(context(params, tmp_path)).method
+    assert (ours.mu.score_readout, ours.mu.kl_estimator, ours.mu.head.net[-1].out_features) == ("criterion_end", "k3", 1)
+    assert [g["lr"] for g in ours.optimizer.param_groups] == [1e-4, 5e-4]
+    assert [g["weight_decay"] for g in ours.optimizer.param_groups] == [0.0, 0.0]
+
+
+def test_the_dense_advantages_and_fit_weights_follow_their_options(repo_root, tmp_path):
+    from types import SimpleNamespace
+
+    import torch
+
+    from components.methods.arco.criteria import trajectory_steps
+    from components.methods.arco.decomposition import class_balanced_weights, position_bucket_advantages, step_advantages
+    from tests.arco.helpers import BAD, GOOD, trajectory
+
+    steps = [trajectory_steps(trajectory(GOOD)), trajectory_steps(trajectory(BAD)), trajectory_steps(trajectory(GOOD[:2]))]
+    episodes = [SimpleNamespace(group=g, info={"arco": SimpleNamespace(steps=s)}) for g, s in zip([0, 0, 1], steps)]
+    scores = torch.tensor([[0.2, 0.3, 0.4], [0.1, -0.2, 0.0], [0.5, 0.1, float("nan")]])
+    lengths = [3, 3, 2]
+
+    def state(*overrides):
+        params = load_params(repo_root / "params.yaml", overrides=["arco.sparse_epochs=0", "arco.warmup_steps=0", *overrides])
+        return get_variant("arco")(context(params, tmp_path)).method
+
+    released, ctx = state(), SimpleNamespace(step=1)
+    assert released.dense(1)
+    buckets = [["search_1", "search_2", "terminal"]] * 2 + [["search_1", "terminal"]]
+    expected = position_bucket_advantages(scores, lengths, buckets, scale=0.5)
+    assert torch.allclose(released.advantages(episodes, scores, ctx), expected, equal_nan=True)
+    ours = state("arco.dense_baseline=step_index", "arco.dense_scale=1", "arco.dense_std=true")
+    expected = step_advantages(scores, lengths, [0, 0, 1], normalize_std=True)
+    assert torch.allclose(ours.advantages(episodes, scores, ctx), expected, equal_nan=True)
+    assert torch.equal(released.fit_weights([1.0, 0.0, 0.0]), class_balanced_weights([1.0, 0.0, 0.0]))
+    assert state("arco.decomposition_weighting=none").fit_weights([1.0, 0.0, 0.0]) is None

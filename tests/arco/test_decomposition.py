@@ -8,12 +8,15 @@ import torch
 from components.evaluation.metrics import exact_match, exact_match_yes_no_first3
 from components.methods.arco.criteria import trajectory_steps
 from components.methods.arco.decomposition import (
+    class_balanced_weights,
     criteria_diversity,
     decomposition_loss,
     oracle_step_quality,
     per_step_outcome_loss,
+    position_bucket_advantages,
     reward_to_go,
     step_advantages,
+    step_buckets,
     step_diagnostics,
     terminal_reward,
 )
@@ -33,6 +36,23 @@ def test_decomposition_loss_by_hand():
     leaf = torch.tensor([0.2, 0.5, 0.1], requires_grad=True)
     decomposition_loss([leaf], torch.tensor([1.0])).backward()
     assert leaf.grad.tolist() == pytest.approx([-0.4, -0.4, -0.4])
+
+
+def test_class_balanced_weights_and_the_weighted_fits_by_hand():
+    # one success in four: 4 / (2 x 1) = 2 for it, 4 / (2 x 3) for each failure; each class weighs n / 2 = 2
+    w = class_balanced_weights([1.0, 0.0, 0.3, 0.5])
+    assert w.tolist() == pytest.approx([2.0, 2 / 3, 2 / 3, 2 / 3])  # 0.5 is not above the threshold
+    assert class_balanced_weights([0.0, 0.0]).tolist() == pytest.approx([0.5, 0.5])  # no success: n_pos counts 1
+    r = [torch.tensor([0.2, 0.5, 0.1]), torch.tensor([0.3, -0.1])]
+    outcomes = torch.tensor([1.0, 0.0])
+    w = class_balanced_weights(outcomes)  # one of each: 1, 1
+    assert float(decomposition_loss(r, outcomes, weights=w)) == pytest.approx(float(decomposition_loss(r, outcomes)))
+    w = torch.tensor([3.0, 0.5])
+    assert float(decomposition_loss(r, outcomes, weights=w)) == pytest.approx((3 * 0.04 + 0.5 * 0.04) / 2)
+    per = [(0.64 + 0.25 + 0.81) / 3, 0.05]
+    assert float(per_step_outcome_loss(r, outcomes, weights=w)) == pytest.approx((3 * per[0] + 0.5 * per[1]) / 2)
+    with pytest.raises(ValueError, match="weights"):
+        decomposition_loss(r, outcomes, weights=torch.ones(3))
 
 
 def test_per_step_outcome_loss_by_hand():
@@ -61,6 +81,38 @@ def test_step_advantages_per_step_baseline_by_hand():
     std = torch.tensor([0.7, 0.5, 0.1]).std(unbiased=False)
     scaled = step_advantages(r, [2, 1, 1], [0, 0, 1])
     assert scaled[0, 0] == pytest.approx(0.3 / (float(std) + 1e-6))
+    assert step_advantages(r, [2, 1, 1], [0, 0, 1], normalize_std=False, scale=0.5)[0, 0] == pytest.approx(0.15)
+
+
+def test_step_buckets_rank_searches_and_call_the_rest_terminal():
+    assert step_buckets(trajectory_steps(trajectory(GOOD))) == ["search_1", "search_2", "terminal"]
+    # out of turns after two searches: the forced answer is the last step; a trajectory that ends on a search
+    # ends on a terminal step; an unreadable action mid-way is terminal and does not count as a search
+    forced = trajectory(GOOD[:2], forced=True)
+    assert step_buckets(trajectory_steps(forced)) == ["search_1", "search_2", "terminal"]
+    assert step_buckets(trajectory_steps(trajectory(GOOD[:2]))) == ["search_1", "terminal"]
+    steps = trajectory_steps(trajectory(GOOD))
+    unreadable = [steps[0], type(steps[1])(index=1, thought="", action="(unreadable)"), *steps[1:]]
+    assert step_buckets(unreadable) == ["search_1", "terminal", "search_2", "terminal"]
+
+
+def test_position_bucket_advantages_by_hand():
+    r = torch.tensor([[0.2, 0.5, 0.1], [0.4, 0.0, NAN], [0.6, NAN, NAN]])
+    buckets = [["search_1", "search_2", "terminal"], ["search_1", "terminal"], ["terminal"]]
+    # G = [[0.8, 0.6, 0.1], [0.4, 0.0], [0.6]]; batch mean 2.5 / 6; search_1 mean 0.6; search_2 alone -> the
+    # batch mean; terminal mean (0.1 + 0.0 + 0.6) / 3
+    a = position_bucket_advantages(r, [3, 2, 1], buckets, scale=0.5)
+    mean, terminal = 2.5 / 6, 0.7 / 3
+    assert a[0].tolist() == pytest.approx([0.1, (0.6 - mean) / 2, (0.1 - terminal) / 2])
+    assert a[1, :2].tolist() == pytest.approx([-0.1, -terminal / 2]) and math.isnan(a[1, 2])
+    assert a[2, 0] == pytest.approx((0.6 - terminal) / 2) and math.isnan(a[2, 1])
+    std = torch.tensor([0.8, 0.6, 0.1, 0.4, 0.0, 0.6]).std(unbiased=False)
+    scaled = position_bucket_advantages(r, [3, 2, 1], buckets, normalize_std=True)
+    assert scaled[0, 0] == pytest.approx(0.2 / (float(std) + 1e-6))
+    # a missing reward leaves its step and the steps before it out of the buckets
+    gap = position_bucket_advantages(torch.tensor([[NAN, 0.5], [0.1, 0.3]]), [2, 2], [["search_1", "terminal"]] * 2)
+    assert math.isnan(gap[0, 0]) and gap[1, 0] == pytest.approx(0.4 - (0.5 + 0.4 + 0.3) / 3)
+    assert position_bucket_advantages(torch.full((1, 1), NAN), [1], [["terminal"]]).isnan().all()
 
 
 def test_terminal_reward_and_oracle_step_quality():

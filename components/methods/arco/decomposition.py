@@ -2,26 +2,30 @@
 the policy receives, and the diagnostics that say whether the credit is step-level at all.
 
 Decomposition constraint (no step labels): trajectory ``i`` with step rewards ``r_i1 .. r_iT`` and terminal
-reward ``R_i`` (EM or F1 of its answer) costs ``(sum_t r_it - R_i)^2``; :func:`decomposition_loss` sums that
+reward ``R_i`` (EM or F1 of its answer) costs ``w_i (sum_t r_it - R_i)^2``; :func:`decomposition_loss` sums that
 over trajectories and divides by ``denominator`` (the number of trajectories of the update, so micro-batches
-add up to the batch mean). The ablation without it, :func:`per_step_outcome_loss`, regresses every step's
-reward to ``R_i`` on its own (``mean_t (r_it - R_i)^2``): each step predicts the outcome, nothing is shared
-out between steps.
+add up to the batch mean). The weights are 1, or the released code's class balance
+(:func:`class_balanced_weights`: ``n / (2 n_pos)`` for ``R_i > 0.5``, ``n / (2 n_neg)`` for the others). The
+ablation without the constraint, :func:`per_step_outcome_loss`, regresses every step's reward to ``R_i`` on its
+own (``mean_t (r_it - R_i)^2``): each step predicts the outcome, nothing is shared out between steps.
 
-Dense advantages (:func:`step_advantages`): reward-to-go ``G_it = sum_{t' >= t} gamma^(t'-t) r_it'`` with a
-baseline per step index within the group: ``b_gt`` is the mean of ``G_jt`` over the group's trajectories
-that have step ``t`` when at least two do, otherwise the mean of every ``G`` of the group; the advantage is
-``G_it - b_gt``, divided by the group's std of ``G`` when ``normalize_std``. A step whose reward is missing
-(mu wrote no readable criterion) has no reward-to-go, and neither has any step before it: a missing value is
-never a 0.
+Dense advantages: reward-to-go ``G_it = sum_{t' >= t} gamma^(t'-t) r_it'`` minus a baseline, times ``scale``.
+:func:`position_bucket_advantages` (the released code's) takes the mean of ``G`` over the whole batch within the
+step's bucket (:func:`step_buckets`: ``search_k`` for the k-th search of a trajectory, ``terminal`` for the
+answering, last or unreadable step), the batch mean of every ``G`` for a bucket of one.
+:func:`step_advantages` takes a baseline per step index within the group: ``b_gt`` is the mean of ``G_jt`` over
+the group's trajectories that have step ``t`` when at least two do, otherwise the mean of every ``G`` of the
+group. Either divides by the std of ``G`` (the group's, the batch's) when ``normalize_std``. A step whose reward
+is missing (mu wrote no readable criterion) has no reward-to-go, and neither has any step before it: a missing
+value is never a 0.
 
 Diagnostics: :func:`oracle_step_quality` (from the world oracle: a step is good when it retrieves the next
 gold paragraph, or answers once all were retrieved), :func:`step_diagnostics` (within-trajectory variance
 of the step rewards, their Pearson correlation with the oracle quality overall and within trajectories,
 the decomposition gap) and :func:`criteria_diversity` (distinct criteria and lexical spread per step).
 
-    loss = decomposition_loss([r_traj0, r_traj1], torch.tensor([1.0, 0.0]))
-    adv = step_advantages(rewards, lengths=[3, 2], groups=[0, 0])          # [n, K], NaN where no step
+    loss = decomposition_loss([r_traj0, r_traj1], outcomes, weights=class_balanced_weights(outcomes))
+    adv = position_bucket_advantages(rewards, [3, 2], [step_buckets(s) for s in steps], scale=0.5)  # [n, K]
 """
 
 from __future__ import annotations
@@ -39,12 +43,15 @@ from components.world.oracle import OracleError, gold_next_query, gold_search_qu
 
 __all__ = [
     "LOSSES",
+    "class_balanced_weights",
     "criteria_diversity",
     "decomposition_loss",
     "oracle_step_quality",
     "per_step_outcome_loss",
+    "position_bucket_advantages",
     "reward_to_go",
     "step_advantages",
+    "step_buckets",
     "step_diagnostics",
     "terminal_reward",
 ]
@@ -56,21 +63,39 @@ def terminal_reward(trajectory: Trajectory, question: Question, metric: str = "f
     return float(fn(trajectory.final_answer, question.answers))
 
 
-def decomposition_loss(step_rewards: Sequence[torch.Tensor], outcomes: torch.Tensor,
-                       denominator: float | None = None) -> torch.Tensor:
-    """``sum_i (sum_t r_it - R_i)^2 / denominator`` (default: the number of trajectories)."""
+def class_balanced_weights(outcomes: Sequence[float] | torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """The released code's minority-class weights of a batch of trajectories: ``n / (2 n_pos)`` for a terminal
+    reward above ``threshold``, ``n / (2 n_neg)`` for the others (each count at least 1), so both classes weigh
+    ``n / 2`` in all."""
+    outcomes = torch.as_tensor(outcomes, dtype=torch.float32)
+    positive = outcomes > threshold
+    n, n_pos = len(outcomes), int(positive.sum())
+    return torch.where(positive, n / (2.0 * max(n_pos, 1)), n / (2.0 * max(n - n_pos, 1)))
+
+
+def _checked(step_rewards: Sequence[torch.Tensor], outcomes: torch.Tensor, weights: torch.Tensor | None) -> None:
     if len(step_rewards) != len(outcomes):
         raise ValueError(f"{len(step_rewards)} trajectories but {len(outcomes)} outcomes")
+    if weights is not None and len(weights) != len(outcomes):
+        raise ValueError(f"{len(weights)} weights for {len(outcomes)} trajectories")
+
+
+def decomposition_loss(step_rewards: Sequence[torch.Tensor], outcomes: torch.Tensor,
+                       denominator: float | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """``sum_i w_i (sum_t r_it - R_i)^2 / denominator`` (default: the number of trajectories; weights 1)."""
+    _checked(step_rewards, outcomes, weights)
     sums = torch.stack([r.sum() for r in step_rewards])
-    return ((sums - outcomes.to(sums)) ** 2).sum() / (denominator or len(step_rewards))
+    per = (sums - outcomes.to(sums)) ** 2
+    per = per if weights is None else per * weights.to(per)
+    return per.sum() / (denominator or len(step_rewards))
 
 
 def per_step_outcome_loss(step_rewards: Sequence[torch.Tensor], outcomes: torch.Tensor,
-                          denominator: float | None = None) -> torch.Tensor:
-    """The ablation: ``sum_i mean_t (r_it - R_i)^2 / denominator``; every step regressed to the outcome."""
-    if len(step_rewards) != len(outcomes):
-        raise ValueError(f"{len(step_rewards)} trajectories but {len(outcomes)} outcomes")
+                          denominator: float | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The ablation: ``sum_i w_i mean_t (r_it - R_i)^2 / denominator``; every step regressed to the outcome."""
+    _checked(step_rewards, outcomes, weights)
     per = torch.stack([((r - outcomes[i].to(r)) ** 2).mean() for i, r in enumerate(step_rewards)])
+    per = per if weights is None else per * weights.to(per)
     return per.sum() / (denominator or len(step_rewards))
 
 
@@ -92,10 +117,49 @@ def reward_to_go(rewards: torch.Tensor, lengths: Sequence[int], gamma: float = 1
     return out
 
 
+def step_buckets(steps: Sequence[ArcoStep]) -> list[str]:
+    """The released code's bucket of each step: ``search_k`` for a trajectory's k-th search (a step with a tool
+    call), ``terminal`` for the answering step, the last step and a step with neither."""
+    out, searches = [], 0
+    for i, step in enumerate(steps):
+        if i == len(steps) - 1 or step.finish or step.query is None:
+            out.append("terminal")
+        else:
+            searches += 1
+            out.append(f"search_{searches}")
+    return out
+
+
+def position_bucket_advantages(rewards: torch.Tensor, lengths: Sequence[int], buckets: Sequence[Sequence[str]], *,
+                               gamma: float = 1.0, scale: float = 1.0, normalize_std: bool = False,
+                               eps: float = 1e-6) -> torch.Tensor:
+    """Reward-to-go minus the batch-wide mean of its bucket (``buckets[i][t]`` for step ``t`` of trajectory
+    ``i``; a bucket of one value: the batch mean), over the batch's std when ``normalize_std``, times ``scale``;
+    ``[n, K]``, NaN where there is no reward-to-go."""
+    g = reward_to_go(rewards, lengths, gamma)
+    out = torch.full_like(g, math.nan)
+    cells = [(i, t, buckets[i][t]) for i, n in enumerate(lengths) for t in range(n) if not math.isnan(g[i, t])]
+    if not cells:
+        return out
+    values = torch.stack([g[i, t] for i, t, _ in cells])
+    overall = values.mean()
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}
+    for (_, _, label), v in zip(cells, values):
+        sums[label] = sums.get(label, 0.0) + v
+        counts[label] = counts.get(label, 0) + 1
+    for i, t, label in cells:
+        out[i, t] = g[i, t] - (overall if counts[label] == 1 else sums[label] / counts[label])
+    if normalize_std:
+        std = values.std(unbiased=False)
+        out = out / ((std if std > 0 else torch.ones_like(std)) + eps)
+    return out * scale
+
+
 def step_advantages(rewards: torch.Tensor, lengths: Sequence[int], groups: Sequence[int], *, gamma: float = 1.0,
-                    normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """Reward-to-go minus a per-step-index group baseline (see the module docstring); ``[n, K]``, NaN where
-    there is no reward-to-go. A group with a single reward-to-go value gets 0 there."""
+                    normalize_std: bool = True, eps: float = 1e-6, scale: float = 1.0) -> torch.Tensor:
+    """Reward-to-go minus a per-step-index group baseline (see the module docstring), times ``scale``; ``[n, K]``,
+    NaN where there is no reward-to-go. A group with a single reward-to-go value gets 0 there."""
     g = reward_to_go(rewards, lengths, gamma)
     out = torch.full_like(g, math.nan)
     groups_t = torch.as_tensor(list(groups), dtype=torch.long)
@@ -115,7 +179,7 @@ def step_advantages(rewards: torch.Tensor, lengths: Sequence[int], groups: Seque
             std = block[valid].std(unbiased=False)
             centred = centred / ((std if std > 0 else torch.ones_like(std)) + eps)
         out[rows] = torch.where(valid, centred, block)
-    return out
+    return out * scale
 
 
 # ------------------------------------------------------------------------------------------ diagnostics

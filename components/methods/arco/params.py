@@ -32,12 +32,50 @@ class ArcoParams(Section):
     model_role: str = Field(default="trainable_policy", description="Role (an hf backend) whose weights are mu's "
                             "backbone: the same scale as the policy.")
     teacher_role: str = Field(default="teacher", description="Role that writes the warm-up criteria.")
-    head_width: int = Field(default=128, ge=1, description="Hidden width of the score head's MLP.")
-    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate of mu (LoRA and score head).")
-    kl_coef: float = Field(default=0.05, ge=0, description="Weight of the k3 KL keeping the generation head near "
-                           "its warm-up reference.")
-    terminal_metric: Literal["f1", "em"] = Field(default="f1", description="Terminal reward the step rewards of a "
-                                                 "trajectory must sum to.")
+    score_head: Literal["mlp3_tanh", "mlp2"] = Field(
+        default="mlp3_tanh", description="The score head's MLP. mlp3_tanh (the released code): H-512-GELU-128-GELU-n "
+        "and a tanh, each score in [-1, 1] (525,315 weights at H=896, n=3); mlp2: H-head_width-tanh-n, unbounded "
+        "(114,945 at H=896, width 128, n=1). n is K under score_readout=mean_pool, else 1.")
+    score_readout: Literal["mean_pool", "criterion_end"] = Field(
+        default="mean_pool", description="What the score head reads. mean_pool (the released code): the last hidden "
+        "state averaged over every token of the step's [prompt | criteria], one vector giving K scores (one per "
+        "criterion slot), so a step is scored even when no criterion could be read from mu's reply; criterion_end: "
+        "the hidden state at each criterion's last token, one score per criterion written (a reply without a "
+        "readable criterion leaves its step unscored). The step reward is the mean of the scores either way.")
+    head_width: int = Field(default=128, ge=1, description="Hidden width of the score head under score_head=mlp2 "
+                            "(mlp3_tanh's widths are the released 512 and 128).")
+    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate of mu's LoRA (and of the score head "
+                      "when head_lr is null).")
+    head_lr: float | None = Field(default=None, gt=0, description="AdamW learning rate of the score head; null: lr.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay of mu's LoRA and score head.")
+    kl_coef: float = Field(default=0.05, ge=0, description="Weight of the KL keeping the generation head near its "
+                           "warm-up reference.")
+    kl_estimator: Literal["full", "k3"] = Field(
+        default="full", description="The generation head's KL to its reference at each criteria token. full (the "
+        "released code): the exact KL(ref || mu) summed over the whole vocabulary; k3: the k3 sample estimate of "
+        "KL(mu || ref) at the token mu wrote.")
+    kl_reduction: Literal["step", "token"] = Field(
+        default="step", description="How the per-token KL becomes the loss term. step (the released code): the mean "
+        "over each step's criteria tokens, summed over a trajectory's steps, averaged over the update's "
+        "trajectories; token: the mean over every criteria token of the update.")
+    terminal_metric: Literal["f1", "em"] = Field(default="em", description="Terminal reward the step rewards of a "
+                                                 "trajectory must sum to (the released code: EM).")
+    decomposition_weighting: Literal["class_balanced", "none"] = Field(
+        default="class_balanced", description="Weights of the trajectories in mu's fit loss. class_balanced (the "
+        "released code): n / (2 n_pos) for a trajectory whose terminal reward is above 0.5 and n / (2 n_neg) for "
+        "the others, counted over the trajectories of one update (of the warm-up: all of them), so the minority "
+        "class weighs as much as the majority; none: every trajectory weighs 1.")
+    dense_baseline: Literal["position_bucket", "step_index"] = Field(
+        default="position_bucket", description="Baseline of the dense step advantages (reward-to-go minus it). "
+        "position_bucket (the released code): the mean over the whole batch of the reward-to-go in the step's "
+        "bucket (search_1, search_2, ... by the rank of a search step; terminal for the answering, the last or an "
+        "unreadable step), the batch mean for a bucket of one; step_index: the mean within the group at the same "
+        "step index when at least two trajectories have it, else the group's mean.")
+    dense_scale: float = Field(default=0.5, gt=0, description="Factor on the dense step advantages (the released "
+                               "code: 0.5).")
+    dense_std: bool = Field(default=False, description="Divide the dense step advantages by the std of the "
+                            "reward-to-go (of the group under step_index, of the batch under position_bucket); the "
+                            "released code does not. The sparse phase follows grpo.std_normalize.")
     warmup_steps: int = Field(default=2, ge=0, description="Trainer steps whose trajectories the teacher annotates; "
                               "mu's warm-up SFT runs at the end of the last one (0: no warm-up).")
     warmup_epochs: int = Field(default=2, ge=1, description="Passes of mu's warm-up over the annotated steps.")

@@ -2,22 +2,25 @@
 
 - **generation head**: the LM head, writing K numbered criteria for a step (prompt from
   :func:`components.methods.arco.criteria.step_messages`);
-- **score head**: :class:`ScoreHead`, a small MLP on the backbone's last hidden state read at the last token of
-  each criterion (in one forward pass over ``[prompt | criteria]``): one score per criterion, their mean is
-  the step reward.
+- **score head**: :class:`ScoreHead`, an MLP on the backbone's last hidden state (in one forward pass over
+  ``[prompt | criteria]``): by default the released code's, H-512-GELU-128-GELU-K-tanh on the hidden states
+  averaged over the step's tokens, K scores in [-1, 1] (``score_readout="mean_pool"``); or one score per
+  criterion read at its last token (``"criterion_end"``). The step reward is the mean of the scores.
 
 mu's weights are the peft adapter ``arco_mu`` plus the score head. A second adapter, ``arco_mu_ref``, holds a
 frozen copy of ``arco_mu`` taken by :meth:`RubricModel.snapshot_reference` after the warm-up: the generation
-head's KL term is measured against it (k3 estimator on the criteria tokens mu wrote). Nothing else trains:
+head's KL term is measured against it at the criteria tokens mu wrote (``kl_estimator``: the exact KL(ref || mu)
+over the vocabulary, as the released code, or the k3 estimate of KL(mu || ref) at the written token). Nothing
+else trains:
 base weights stay frozen, and when mu shares a base with the policy (``model`` is the policy's
 ``PeftModel``; mu's adapters are added beside the policy's and the active adapter is switched only inside
 :meth:`RubricModel.adapter`, in which mu's forward *and backward* passes run), gradients reach neither the
 policy's adapter nor the reference.
 
-    mu = RubricModel(model, tokenizer, lora=LoRASettings(r=8, alpha=16), head_width=128, k=3)
+    mu = RubricModel(model, tokenizer, lora=LoRASettings(r=8, alpha=16), k=3)
     samples = mu.write([step_messages(q, steps, t, 3) for t in range(len(steps))], temperature=0.7)
     out = mu.forward(samples)                 # out.step_rewards [B], out.scores [B, K], out.logp [B, T]
-    kl = mu.kl_to_reference(samples, out)     # mean k3 over the criteria tokens
+    kl, tokens = mu.kl_per_sample(out)        # per step: KL summed over its criteria tokens, and their count
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from components.llm.base import Message
 from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segments
 from components.training.agent_rollout import chat_template_renderer
 from components.training.losses import kl_k3
+from torch.utils.checkpoint import checkpoint
 from components.training.model import (
     LoRASettings,
     Policy,
@@ -51,20 +55,52 @@ from components.training.rollout import (
     token_budget_groups,
 )
 
-__all__ = ["ADAPTER", "REFERENCE", "CriteriaSample", "MuForward", "RubricModel", "ScoreHead"]
+__all__ = ["ADAPTER", "REFERENCE", "CriteriaSample", "MuForward", "RubricModel", "ScoreHead", "full_vocab_kl"]
 
 ADAPTER, REFERENCE = "arco_mu", "arco_mu_ref"
+RELEASED_WIDTHS = (512, 128)  # zihangtian/ARCO@5974454e src/training/dual_head_mu.py:29-36
+KL_CHUNK = 128  # criteria tokens whose [tokens, vocabulary] log-probs exist at once in full_vocab_kl
 
 
 class ScoreHead(nn.Module):
-    """``Linear(H, width) -> tanh -> Linear(width, 1)``: a score per hidden-state vector ``[..., H] -> [...]``."""
+    """Scores per hidden-state vector, ``[..., H] -> [..., outputs]``, computed in the head's own dtype (float32).
 
-    def __init__(self, hidden_size: int, width: int):
+    ``form="mlp3_tanh"``: ``Linear(H, 512) -> GELU -> Linear(512, 128) -> GELU -> Linear(128, outputs) -> tanh``,
+    the released code's head (each score in [-1, 1]); ``form="mlp2"``: ``Linear(H, width) -> tanh ->
+    Linear(width, outputs)``, unbounded."""
+
+    def __init__(self, hidden_size: int, width: int = 128, *, form: str = "mlp3_tanh", outputs: int = 1):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(hidden_size, width), nn.Tanh(), nn.Linear(width, 1))
+        if form == "mlp3_tanh":
+            a, b = RELEASED_WIDTHS
+            layers = [nn.Linear(hidden_size, a), nn.GELU(), nn.Linear(a, b), nn.GELU(), nn.Linear(b, outputs), nn.Tanh()]
+        elif form == "mlp2":
+            layers = [nn.Linear(hidden_size, width), nn.Tanh(), nn.Linear(width, outputs)]
+        else:
+            raise ValueError(f"arco.score_head: unknown form {form!r} (mlp3_tanh or mlp2)")
+        self.net = nn.Sequential(*layers)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.net(hidden).squeeze(-1)
+        return self.net(hidden.to(self.net[0].weight.dtype))
+
+
+def full_vocab_kl(hidden: torch.Tensor, ref_hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+    """``KL(ref || mu)`` over the whole vocabulary at each of ``N`` positions, ``[N, H] x 2 -> [N]``: the LM head
+    applied to mu's and the reference's last hidden states there, ``sum_v p_ref(v) (log p_ref(v) - log p_mu(v))``
+    (what ``F.kl_div(logp_mu, logp_ref, log_target=True).sum(-1)`` computes). Gradient reaches ``hidden`` only;
+    the ``[N, V]`` log-probs are recomputed in backward, a chunk of tokens at a time, never all kept."""
+
+    def chunk(h: torch.Tensor, h_ref: torch.Tensor) -> torch.Tensor:
+        logq = torch.log_softmax(lm_head(h).float(), dim=-1)
+        with torch.no_grad():
+            logr = torch.log_softmax(lm_head(h_ref).float(), dim=-1)
+        return (logr.exp() * (logr - logq)).sum(dim=-1)
+
+    parts = []
+    for start in range(0, hidden.shape[0], KL_CHUNK):
+        h, h_ref = hidden[start : start + KL_CHUNK], ref_hidden[start : start + KL_CHUNK]
+        parts.append(checkpoint(chunk, h, h_ref, use_reentrant=False) if h.requires_grad else chunk(h, h_ref))
+    return torch.cat(parts) if parts else hidden.new_zeros(0)
 
 
 @dataclass
@@ -80,9 +116,11 @@ class CriteriaSample:
 
 @dataclass
 class MuForward:
-    """One forward pass of mu over samples: per-token log-probs of the reply tokens (``mask``), the score of
-    each criterion ``[B, K]`` (``valid`` marks real criteria), the step rewards ``[B]`` (mean of valid scores),
-    and the assembled batch with the passes it ran in (for the reference pass)."""
+    """One forward pass of mu over samples: per-token log-probs of the reply tokens (``mask``), the scores
+    ``[B, K]`` (``valid`` marks real ones: every slot under mean pooling, the criteria written under
+    criterion_end), the step rewards ``[B]`` (mean of valid scores), the assembled batch with the passes it ran
+    in (for the reference pass) and, for the full-vocabulary KL, the last hidden states that predict each reply
+    token ``[B, R, H]`` (None under k3)."""
 
     batch: RolloutBatch
     logp: torch.Tensor
@@ -91,6 +129,7 @@ class MuForward:
     valid: torch.Tensor
     step_rewards: torch.Tensor
     units: list
+    reply_hidden: torch.Tensor | None = None
 
 
 class RubricModel:
@@ -111,12 +150,16 @@ class RubricModel:
     ``prefix_packing`` runs the steps instead as shared-prefix packs of at most ``micro_batch_tokens`` tokens
     (:mod:`components.training.prefix_pack`): step t's prompt holds the question and steps 1..t-1, as step t+1's
     does, so one pass computes that prefix once for every step that shares it, and each step's own tail and
-    criteria attend to it through a 4D mask. The numbers are the padded passes' to float rounding."""
+    criteria attend to it through a 4D mask. The numbers are the padded passes' to float rounding.
+
+    ``score_head``, ``score_readout`` and ``kl_estimator`` are ``arco``'s options of those names (the released
+    code's by default)."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, *, lora: LoRASettings | None = None, head_width: int = 128,
                  k: int = 3, engine: Any = None, render: Any = None, seed: int = 0, write_batch: int | None = None,
                  gradient_checkpointing: bool = False, int8_base: bool = False, fused_lora: bool = False,
-                 micro_batch_tokens: int | None = None, checkpoint_min_tokens: int = 0, prefix_packing: bool = False):
+                 micro_batch_tokens: int | None = None, checkpoint_min_tokens: int = 0, prefix_packing: bool = False,
+                 score_head: str = "mlp3_tanh", score_readout: str = "mean_pool", kl_estimator: str = "full"):
         from peft import LoraConfig, PeftModel, get_peft_model
 
         lora = lora or LoRASettings()
@@ -139,7 +182,14 @@ class RubricModel:
         for n, p in model.named_parameters():
             if f".{REFERENCE}." in n:
                 p.requires_grad_(False)
+        if score_readout not in ("mean_pool", "criterion_end"):
+            raise ValueError(f"arco.score_readout: unknown readout {score_readout!r} (mean_pool or criterion_end)")
+        if kl_estimator not in ("full", "k3"):
+            raise ValueError(f"arco.kl_estimator: unknown estimator {kl_estimator!r} (full or k3)")
+        if kl_estimator == "full" and hasattr(model.get_output_embeddings(), "lora_A"):
+            raise ValueError("arco.kl_estimator=full reads the LM head outside mu's adapter: it must carry no LoRA")
         self.model, self.tokenizer, self.k = model, tokenizer, k
+        self.score_readout, self.kl_estimator = score_readout, kl_estimator
         self.micro_batch_tokens, self.checkpoint_min_tokens = micro_batch_tokens, checkpoint_min_tokens
         self.prefix_packing = prefix_packing and takes_packs(model)  # a flash-attention model runs padded passes
         self.render = render or chat_template_renderer(tokenizer)
@@ -147,7 +197,8 @@ class RubricModel:
         device = next(model.parameters()).device
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.head = ScoreHead(model.get_base_model().config.hidden_size, head_width).to(device)
+            self.head = ScoreHead(model.get_base_model().config.hidden_size, head_width, form=score_head,
+                                  outputs=k if score_readout == "mean_pool" else 1).to(device)
         self._lm = Policy(model, is_lora=True)
         self.engine = engine if engine is not None else HFRolloutEngine(model, tokenizer, max_batch_size=write_batch)
         self.snapshot_reference()
@@ -201,8 +252,11 @@ class RubricModel:
 
     def parameters(self) -> list[nn.Parameter]:
         """What mu's optimizer trains: its adapter's LoRA weights and the score head."""
-        lora = [p for n, p in self.model.named_parameters() if f".{ADAPTER}." in n]
-        return lora + list(self.head.parameters())
+        return self.lora_parameters() + list(self.head.parameters())
+
+    def lora_parameters(self) -> list[nn.Parameter]:
+        """mu's adapter's LoRA weights."""
+        return [p for n, p in self.model.named_parameters() if f".{ADAPTER}." in n]
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Adapter, reference and score head, as one flat tensor dict (for a safetensors file)."""
@@ -243,7 +297,7 @@ class RubricModel:
     def write(self, conversations: Sequence[list[Message]], *, temperature: float = 0.7,
               max_tokens: int = 96) -> list[CriteriaSample]:
         """mu's generation head writes criteria for each conversation (one batch, under mu's adapter). A reply
-        with no readable numbered criterion gives a sample with no criteria (its step goes unscored)."""
+        with no readable numbered criterion gives a sample with no criteria (scored under mean pooling only)."""
         if not conversations:
             return []
         prompts = [self._encode(self.render(list(m), True)) for m in conversations]
@@ -282,19 +336,20 @@ class RubricModel:
         batch = self._batch(samples)
         return self._unit_tokens(batch, self._units(batch))
 
-    def _passes(self, batch: RolloutBatch, units: list, picks: Sequence[Sequence[int]] | None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Reply log-probs ``[B, T]`` of the active adapter and, given ``picks`` (token positions per row), the
-        last hidden states there ``[B, K, H]`` (a row with fewer than K reads its first token for the rest):
-        one forward pass per shared-prefix pack (``prefix_packing``) or per padded group, rows back in order."""
+    def _passes(self, batch: RolloutBatch, units: list, reads: Sequence[Sequence[Sequence[int]]] = ()
+                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Reply log-probs ``[B, T]`` of the active adapter and, for each read (token positions per row), the
+        last hidden states there ``[B, P, H]`` (P: the read's longest row; a shorter row reads its first token for
+        the rest): one forward pass per shared-prefix pack (``prefix_packing``) or per padded group, rows back in
+        order."""
         run = self._packed_passes if self.prefix_packing else self._padded_passes
-        pieces, order = run(batch, units, picks)
+        pieces, order = run(batch, units, reads)
         restore = torch.argsort(torch.tensor(order))
         logp = torch.cat([lp for lp, _ in pieces])[restore]
-        picked = torch.cat([h for _, h in pieces])[restore] if picks is not None else None
-        return logp, picked
+        read = [torch.cat([got[i] for _, got in pieces])[restore] for i in range(len(reads))]
+        return logp, read
 
-    def _padded_passes(self, batch: RolloutBatch, groups: list[list[int]], picks: Sequence[Sequence[int]] | None
+    def _padded_passes(self, batch: RolloutBatch, groups: list[list[int]], reads: Sequence[Sequence[Sequence[int]]]
                        ) -> tuple[list, list[int]]:
         device, width = self._lm.device, batch.input_ids.shape[1]
         pieces, order = [], []
@@ -302,65 +357,103 @@ class RubricModel:
             sub = batch.select(rows)
             logp, states = self._lm.forward_logprobs(
                 sub.input_ids.to(device), sub.attention_mask.to(device), positions=sub.loss_mask,
-                output_hidden_states=picks is not None)
-            picked = None
-            if picks is not None:
-                index = _pick_index([picks[r] for r in rows], width=self._pick_width(picks)).to(device)
-                picked = states[torch.arange(len(rows), device=device)[:, None], index]
-            pieces.append((torch.nn.functional.pad(logp, (0, width - logp.shape[1])), picked))
+                output_hidden_states=bool(reads))
+            got = []
+            for picks in reads:
+                index = _pick_index([picks[r] for r in rows], width=_width(picks)).to(device)
+                got.append(states[torch.arange(len(rows), device=device)[:, None], index])
+            pieces.append((torch.nn.functional.pad(logp, (0, width - logp.shape[1])), got))
             order += rows
         return pieces, order
 
-    def _packed_passes(self, batch: RolloutBatch, packs: list[PrefixPack], picks: Sequence[Sequence[int]] | None
+    def _packed_passes(self, batch: RolloutBatch, packs: list[PrefixPack], reads: Sequence[Sequence[Sequence[int]]]
                        ) -> tuple[list, list[int]]:
         pieces, order = [], []
         for pack in packs:
-            logp, states = packed_logprobs(self._lm, batch, pack, hidden=picks is not None)
-            picked = None
-            if picks is not None:
+            logp, states = packed_logprobs(self._lm, batch, pack, hidden=bool(reads))
+            got = []
+            for picks in reads:
                 where = _pick_index([pack.index[j][list(picks[r])].tolist() for j, r in enumerate(pack.rows)],
-                                    width=self._pick_width(picks))
-                picked = states[where.to(states.device)]
-            pieces.append((logp, picked))
+                                    width=_width(picks))
+                got.append(states[where.to(states.device)])
+            pieces.append((logp, got))
             order += pack.rows
         return pieces, order
 
     @staticmethod
-    def _pick_width(picks: Sequence[Sequence[int]]) -> int:
-        return max(len(p) for p in picks)
+    def _reply_reads(batch: RolloutBatch) -> list[list[int]]:
+        """Per row, the positions whose last hidden state predicts a reply token (each reply token's predecessor)."""
+        return [(torch.nonzero(row, as_tuple=True)[0] - 1).tolist() for row in batch.loss_mask.bool()]
+
+    def scorable(self, sample: CriteriaSample) -> bool:
+        """Whether the score head can score ``sample``: always under mean pooling, with a criterion otherwise."""
+        return self.score_readout == "mean_pool" or bool(sample.ends)
 
     def forward(self, samples: Sequence[CriteriaSample]) -> MuForward:
-        """Reply log-probs and criterion scores under mu's adapter (gradient when grad mode is on). Every sample
-        must have at least one criterion."""
-        if any(not s.ends for s in samples):
-            raise ValueError("a sample without criteria cannot be scored")
+        """Reply log-probs and scores under mu's adapter (gradient when grad mode is on). Under criterion_end every
+        sample must have at least one criterion.
+
+        mean_pool averages the last hidden states over each row's tokens, prompt and reply (the released
+        ``DualHeadMu.forward_score``), and the head gives K scores from that one vector; criterion_end reads the
+        hidden state at each criterion's last token, a score each."""
+        if not all(self.scorable(s) for s in samples):
+            raise ValueError("a sample without criteria cannot be scored (arco.score_readout=criterion_end)")
         batch = self._batch(samples)
         device = self._lm.device
         units = self._units(batch)
         kept = kept_if_short(self.model, self._unit_tokens(batch, units), self.checkpoint_min_tokens)
-        picks = [[len(s.prompt_ids) + e for e in s.ends] for s in samples]
+        pooled = self.score_readout == "mean_pool"
+        lengths = [len(s.prompt_ids) + len(s.criteria_ids) for s in samples]
+        picks = [list(range(n)) for n in lengths] if pooled else [[len(s.prompt_ids) + e for e in s.ends] for s in samples]
+        reads = [picks] + ([self._reply_reads(batch)] if self.kl_estimator == "full" else [])
         with self.adapter(ADAPTER), kept:
-            logp, picked = self._passes(batch, units, picks)
-        width = self._pick_width(picks)
-        valid = torch.tensor([[j < len(p) for j in range(width)] for p in picks], device=device)
-        scores = torch.where(valid, self.head(picked), torch.zeros((), device=device))
+            logp, got = self._passes(batch, units, reads)
+        picked = got[0]
+        width = _width(picks)
+        real = torch.tensor([[j < len(p) for j in range(width)] for p in picks], device=device)
+        if pooled:
+            n = torch.tensor(lengths, device=device, dtype=picked.dtype)[:, None]
+            scores = self.head((picked * real[..., None]).sum(dim=1) / n)
+            valid = torch.ones_like(scores, dtype=torch.bool)
+        else:
+            valid = real
+            scores = torch.where(valid, self.head(picked)[..., 0], torch.zeros((), device=device))
         step_rewards = scores.sum(dim=1) / valid.sum(dim=1)
-        return MuForward(batch, logp, batch.loss_mask.to(device), scores, valid, step_rewards, units)
+        return MuForward(batch, logp, batch.loss_mask.to(device), scores, valid, step_rewards, units,
+                         got[1] if self.kl_estimator == "full" else None)
+
+    def kl_per_sample(self, out: MuForward) -> tuple[torch.Tensor, torch.Tensor]:
+        """The generation head's KL to its warm-up reference, summed over each sample's reply tokens ``[B]``, and
+        their counts ``[B]``: the exact KL(ref || mu) over the vocabulary at each token (``full``) or the k3
+        estimate of KL(mu || ref) at the written token (``k3``). Gradient reaches mu's adapter only."""
+        device = self._lm.device
+        mask = out.mask
+        if self.kl_estimator == "k3":
+            with self.adapter(REFERENCE), torch.no_grad():
+                ref, _ = self._passes(out.batch, out.units)
+            per_token = torch.where(mask, kl_k3(out.logp, ref), torch.zeros((), device=device))
+            return per_token.sum(dim=1), mask.sum(dim=1)
+        if out.reply_hidden is None:
+            raise ValueError("kl_estimator=full needs the hidden states mu.forward keeps under it")
+        reads = self._reply_reads(out.batch)
+        with self.adapter(REFERENCE), torch.no_grad():
+            _, (ref_hidden,) = self._passes(out.batch, out.units, [reads])
+        width = _width(reads)
+        real = torch.tensor([[j < len(p) for j in range(width)] for p in reads], device=device)
+        kl = full_vocab_kl(out.reply_hidden[real], ref_hidden[real], self.model.get_output_embeddings())
+        per_token = torch.zeros(real.shape, device=device, dtype=kl.dtype).masked_scatter(real, kl)
+        return per_token.sum(dim=1), real.sum(dim=1)
 
     def kl_to_reference(self, out: MuForward) -> tuple[torch.Tensor, int]:
-        """Sum of the k3 KL (mu vs its warm-up reference) over the reply tokens of ``out``, and their count."""
-        device = self._lm.device
-        with self.adapter(REFERENCE), torch.no_grad():
-            ref, _ = self._passes(out.batch, out.units, None)
-        mask = out.mask
-        per_token = torch.where(mask, kl_k3(out.logp, ref), torch.zeros((), device=device))
-        return per_token.sum(), int(mask.sum())
+        """The KL of :meth:`kl_per_sample` summed over every reply token of ``out``, and their count."""
+        sums, counts = self.kl_per_sample(out)
+        return sums.sum(), int(counts.sum())
 
     @torch.no_grad()
     def score(self, samples: Sequence[CriteriaSample], micro_batch: int = 8) -> list[float | None]:
-        """Step rewards without gradient (eval mode); None for a sample without criteria."""
+        """Step rewards without gradient (eval mode); None for a sample it cannot score (:meth:`scorable`)."""
         out: list[float | None] = [None] * len(samples)
-        ready = [i for i, s in enumerate(samples) if s.ends]
+        ready = [i for i, s in enumerate(samples) if self.scorable(s)]
         was_training = self.model.training
         self.model.eval()
         try:
@@ -372,6 +465,10 @@ class RubricModel:
         finally:
             self.model.train(was_training)
         return out
+
+
+def _width(picks: Sequence[Sequence[int]]) -> int:
+    return max((len(p) for p in picks), default=0)
 
 
 def _pick_index(picks: Sequence[Sequence[int]], width: int) -> torch.Tensor:

@@ -12,14 +12,14 @@ The run, step by step (``s`` = trainer step; ``W = arco.warmup_steps``; ``S`` = 
    on the teacher's criteria (generation head) plus the decomposition loss on the same trajectories (score
    head); then mu's adapter is copied to its frozen KL reference.
 2. ``s > W``: in the reward, mu writes K criteria for every step of every trajectory and scores them (step
-   reward = mean of the criterion scores); diagnostics are logged (``reward/arco/...``). Up to step S the
-   policy still gets the outcome reward; after S it gets per-step scores, turned into dense advantages by
-   reward-to-go minus a per-step-index group baseline
-   (:func:`components.methods.arco.decomposition.step_advantages`), placed on each step's tokens.
+   reward = mean of the scores); diagnostics are logged (``reward/arco/...``). Up to step S the policy still
+   gets the outcome reward (group-centred); after S it gets per-step scores, turned into dense advantages by
+   reward-to-go minus a baseline (``arco.dense_baseline``: the released code's batch-wide position buckets, or
+   per step index within the group; :mod:`components.methods.arco.decomposition`), placed on each step's tokens.
 3. after the policy's update of step s, every ``arco.update_every`` steps, mu is updated on that step's
    trajectories with the criteria it wrote for them: decomposition loss (sum of a trajectory's step rewards
-   vs its terminal EM/F1; no step labels) + ``arco.kl_coef`` x k3 KL of the generation head to its warm-up
-   reference. So the order inside a step is pi_s (with mu_{s-1}'s rewards), then mu_s: the two alternate.
+   vs its terminal EM/F1, class-balanced by default; no step labels) + ``arco.kl_coef`` x the KL of the
+   generation head to its warm-up reference (``arco.kl_estimator``, ``kl_reduction``). So the order inside a step is pi_s (with mu_{s-1}'s rewards), then mu_s: the two alternate.
 
 Variants: ``arco`` (all of the above), ``arco_frozen`` (mu warmed up, never updated: no co-evolution),
 ``arco_no_decomp`` (mu's score head regressed to the terminal reward at every step instead of the sum
@@ -42,12 +42,13 @@ policy's rollouts; the paper describes mu as a model of its own, so the memory i
 trainer: its objective is not the clipped surrogate, so neither ``loss_fn`` (which sees the policy's hidden
 states, not mu's) nor ``extra_modules`` (whose parameters join the policy's optimizer) nor a second
 ``trainer.update()`` fits. mu has its own AdamW at a constant LR, stepped in ``on_step_end``; the trainer's
-scheduler still steps once per trainer step. mu's adapter, reference, score head and optimizer are saved in
+scheduler still steps once per trainer step (its LoRA at ``arco.lr``, its score head at ``arco.head_lr``).
+mu's adapter, reference, score head and optimizer are saved in
 every checkpoint (``method/files/mu.safetensors``, ``mu_optimizer.pt``) and restored exactly on resume; mu
 is built under a fixed seed with the global RNG untouched, so a resumed run samples as the uninterrupted one.
 
-Choices the summary leaves open: the step reward is the mean of the K criterion scores, each read at its
-criterion's last token; the score is unbounded (a step may be negative); the teacher annotates a whole
+Choices the summary leaves open: the score head, its readout, the KL, the fit weights and the dense baseline
+follow the released code by default (``arco``'s options; docs/methods/arco.md); the teacher annotates a whole
 trajectory in one call (sees the reference answer; criteria must be checkable without later steps); the
 forced final answer is a step of its own; a trajectory with an unscored step is left out of mu's update;
 the warm-up takes one optimizer step per micro-batch, an update one per epoch over the step's trajectories.
@@ -80,9 +81,12 @@ from components.methods.arco.criteria import (
 )
 from components.methods.arco.decomposition import (
     LOSSES,
+    class_balanced_weights,
     criteria_diversity,
     oracle_step_quality,
+    position_bucket_advantages,
     step_advantages,
+    step_buckets,
     step_diagnostics,
     terminal_reward,
 )
@@ -151,7 +155,10 @@ class ArcoState:
             with torch.random.fork_rng(devices=[]):  # LoRA init draws from the global RNG; keep rollouts unchanged
                 torch.manual_seed(self.seed)
                 self._mu = self._factory()
-            self.optimizer = torch.optim.AdamW(self.mu.parameters(), lr=self.settings.lr)
+            s = self.settings
+            self.optimizer = torch.optim.AdamW(
+                [{"params": self._mu.lora_parameters(), "lr": s.lr},
+                 {"params": list(self._mu.head.parameters()), "lr": s.head_lr or s.lr}], weight_decay=s.weight_decay)
         return self._mu
 
     def dense(self, step: int) -> bool:
@@ -194,18 +201,32 @@ class ArcoState:
         return {f"arco/{k}": v for k, v in metrics.items()}
 
     def advantages(self, episodes: list[Episode], scores: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        """The trainer's ``advantage_fn``: group-normalised outcome in the sparse phase, dense step advantages after."""
+        """The trainer's ``advantage_fn``: the group-centred outcome in the sparse phase (over the group std when
+        ``grpo.std_normalize``), dense step advantages after (``arco.dense_baseline``, ``dense_scale``,
+        ``dense_std``)."""
+        s = self.settings
         groups = [e.group for e in episodes]
         if not self.dense(ctx.step):
             return group_advantages(scores, groups, normalize_std=self.normalize_std, eps=self.eps)
-        lengths = [len(e.info["arco"].steps) for e in episodes]
-        return step_advantages(scores, lengths, groups, gamma=self.settings.gamma, normalize_std=self.normalize_std,
-                               eps=self.eps)
+        steps = [e.info["arco"].steps for e in episodes]
+        lengths = [len(x) for x in steps]
+        if s.dense_baseline == "position_bucket":
+            return position_bucket_advantages(scores, lengths, [step_buckets(x) for x in steps], gamma=s.gamma,
+                                              scale=s.dense_scale, normalize_std=s.dense_std, eps=self.eps)
+        return step_advantages(scores, lengths, groups, gamma=s.gamma, normalize_std=s.dense_std, eps=self.eps,
+                               scale=s.dense_scale)
+
+    def fit_weights(self, outcomes: list[float]) -> torch.Tensor | None:
+        """Per-trajectory weights of mu's fit loss over one update's (or the warm-up's) trajectories."""
+        return class_balanced_weights(outcomes) if self.settings.decomposition_weighting == "class_balanced" else None
 
     # -- mu's training --------------------------------------------------------------------------------------
     def _loss_pass(self, batch: list[tuple[list[CriteriaSample], float]], denominator: float, *, nll: bool,
-                   kl_tokens: int) -> dict[str, float]:
-        """Forward and backward one micro-batch of trajectories; returns its loss parts."""
+                   kl_tokens: int, weights: torch.Tensor | None = None) -> dict[str, float]:
+        """Forward and backward one micro-batch of trajectories (``weights``: theirs in the fit loss); returns its
+        loss parts. The KL term (when ``kl_tokens``) is the mean over the update's ``kl_tokens`` criteria tokens
+        (``kl_reduction=token``) or each step's token mean summed over its trajectory, over ``denominator``
+        trajectories (``step``)."""
         mu = self.mu
         flat = [smp for samples, _ in batch for smp in samples]
         out = mu.forward(flat)
@@ -214,16 +235,20 @@ class ArcoState:
             split.append(out.step_rewards[start : start + len(samples)])
             start += len(samples)
         outcomes = torch.tensor([o for _, o in batch], dtype=torch.float32)
-        fit = LOSSES[self.loss](split, outcomes, denominator)
+        fit = LOSSES[self.loss](split, outcomes, denominator, weights)
         loss, parts = fit, {"fit": float(fit.detach())}
         if nll:
             ce = -(out.logp * out.mask).sum() / out.mask.sum()
             loss = loss + ce * len(batch) / denominator
             parts["nll"] = float(ce.detach()) * len(batch) / denominator
         if kl_tokens and self.settings.kl_coef > 0:
-            kl_sum, _ = mu.kl_to_reference(out)
-            loss = loss + self.settings.kl_coef * kl_sum / kl_tokens
-            parts["kl"] = float(kl_sum.detach()) / kl_tokens
+            sums, counts = mu.kl_per_sample(out)
+            if self.settings.kl_reduction == "token":
+                kl = sums.sum() / kl_tokens
+            else:
+                kl = (sums / counts.clamp(min=1)).sum() / denominator
+            loss = loss + self.settings.kl_coef * kl
+            parts["kl"] = float(kl.detach())
         loss.backward()
         return parts
 
@@ -242,6 +267,7 @@ class ArcoState:
             rows = warmup_rows(a.question, trajectory_steps(a.trajectory), a.criteria, s.k, s.observation_chars)
             trajectories.append(([mu.target_sample(r) for r in rows],
                                  terminal_reward(a.trajectory, a.question, s.terminal_metric)))
+        weights = self.fit_weights([o for _, o in trajectories])
         sums: dict[str, float] = {}
         steps = 0
         mu.model.train()
@@ -250,8 +276,10 @@ class ArcoState:
                 order = list(range(len(trajectories)))
                 random.Random(f"{self.seed}/arco-warmup/{epoch}").shuffle(order)
                 for start in range(0, len(order), s.micro_batch):
-                    chunk = [trajectories[i] for i in order[start : start + s.micro_batch]]
-                    for k, v in self._loss_pass(chunk, len(chunk), nll=True, kl_tokens=0).items():
+                    picked = order[start : start + s.micro_batch]
+                    chunk = [trajectories[i] for i in picked]
+                    w = None if weights is None else weights[picked]
+                    for k, v in self._loss_pass(chunk, len(chunk), nll=True, kl_tokens=0, weights=w).items():
                         sums[k] = sums.get(k, 0.0) + v
                     sums["grad_norm"] = sums.get("grad_norm", 0.0) + self._step_optimizer()
                     steps += 1
@@ -266,6 +294,7 @@ class ArcoState:
         s = self.settings
         scored = [e.info["arco"] for e in episodes if "arco" in e.info]
         usable = [(x.samples, x.outcome) for x in scored if x.samples and all(r is not None for r in x.rewards)]
+        weights = self.fit_weights([o for _, o in usable])
         metrics = {"mu/update_trajectories": float(len(usable)), "mu/update_skipped": float(len(scored) - len(usable))}
         if not usable:
             return metrics
@@ -276,7 +305,8 @@ class ArcoState:
             for _ in range(s.update_epochs):
                 for start in range(0, len(usable), s.micro_batch):
                     parts = self._loss_pass(usable[start : start + s.micro_batch], len(usable), nll=False,
-                                            kl_tokens=tokens)
+                                            kl_tokens=tokens,
+                                            weights=None if weights is None else weights[start : start + s.micro_batch])
                     for k, v in parts.items():
                         sums[k] = sums.get(k, 0.0) + v
                 sums["grad_norm"] = sums.get("grad_norm", 0.0) + self._step_optimizer()
@@ -405,6 +435,7 @@ def build_mu(params: Params, *, int8_base: bool | None = None, fused_lora: bool 
 
         engine = engine_for_role(params, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
     return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed, engine=engine,
+                       score_head=s.score_head, score_readout=s.score_readout, kl_estimator=s.kl_estimator,
                        write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
                        micro_batch_tokens=s.micro_batch_tokens, checkpoint_min_tokens=s.checkpoint_min_tokens,
                        prefix_packing=s.prefix_packing,
