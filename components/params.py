@@ -29,6 +29,7 @@ from pydantic import Field, ValidationError, model_serializer, model_validator
 OUT_DIR = "{out_dir}"  # in a backend's lora path: run.out_dir
 
 
+from components.lab.params import LabParams
 from components.methods.arbor.params import ArborParams
 from components.methods.arco.params import ArcoParams, ArcoSetup
 from components.methods.coreact.params import (
@@ -576,6 +577,7 @@ class Params(Section):
     )
     deploy: DeployParams = Field(default_factory=DeployParams)
     sweep: SweepParams = Field(default_factory=SweepParams)
+    lab: LabParams = Field(default_factory=LabParams, description="The lab (components/lab): nano policy, simulated judges' dial.")
 
     @model_validator(mode="after")
     def _adapters_follow_out_dir(self) -> Params:

@@ -113,6 +113,8 @@ class LLMPool:
         elif cfg.type == "llamacpp":
             path = ensure_gguf(cfg.embedded, cache_dir) if cfg.embedded else cfg.options["model_path"]
             model = cls(model_path=str(path), n_ctx=cfg.n_ctx, threads=cfg.threads, name=cfg.model or None)
+        elif hasattr(cls, "from_params"):  # a backend that reads its settings from the run's params (simulated)
+            model = cls.from_params(self.params, name=cfg.model or name, options=cfg.options)
         else:
             model = cls(model=cfg.model, **cfg.options)
             if cfg.type == "vllm" and cfg.adapters:  # vLLM applies one LoRA per request over its base

@@ -1,0 +1,162 @@
+"""The lab's experiment: train the nano policy by SFT, run GRPO from it with the exact outcome reward for each of
+``lab.seeds``, and write the learning curves to docs/results/lab.md with a plot beside it. Every figure on that
+page is an experiment about the mechanism under a known reward, in a fictional world, with a few-million-parameter
+policy: never a row of the real-model tables.
+
+    python -m components.lab.experiment sft  --overlay lab      # outputs/lab/sft/ (weights, tokenizer, sft.json)
+    python -m components.lab.experiment grpo --overlay lab --seed 0   # outputs/lab/grpo_seed0.json
+    python -m components.lab.experiment report --overlay lab    # docs/results/lab.md, docs/results/lab_grpo.png
+
+Each command reads the params with the ``lab`` overlay (pass ``--overlay lab``) and runs on ``run.torch_threads``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from components.io import read_json, write_json
+from components.lab.policy import NanoPolicy, evaluate, grpo_run, lab_seed, sft_corpus, train_nano
+from components.lab.world import build_lab_world
+from components.params import Params
+from components.params_cli import params_from_args, stage_argparser
+
+RESULTS = Path("docs/results")
+
+
+def lab_dir(params: Params) -> Path:
+    return Path(params.run.out_dir)
+
+
+def run_sft(params: Params, seed: int) -> dict:
+    started = time.perf_counter()
+    corpus = sft_corpus(params)
+    data_s = time.perf_counter() - started
+    nano = train_nano(params, corpus, seed=seed, progress="nano sft")
+    lab = build_lab_world(params, lab_seed(params))
+    split = lab.split(params.lab.n_dev, params.lab.n_test)
+    t0 = time.perf_counter()
+    test = evaluate(nano, lab, split["test"], params.agent)
+    info = {**nano.info, "data_s": data_s, "eval_s": time.perf_counter() - t0, "parameters": nano.parameters(),
+            "skipped": dict(corpus.counts), "seed": seed, "threads": torch.get_num_threads(),
+            **{f"test_{k}": v for k, v in test.items()}}
+    nano.save(lab_dir(params) / "sft")
+    write_json(lab_dir(params) / "sft" / "sft.json", info)
+    return info
+
+
+def run_grpo(params: Params, seed: int) -> dict:
+    start = NanoPolicy.load(lab_dir(params) / "sft")
+    lab = build_lab_world(params, lab_seed(params))
+    started = time.perf_counter()
+    curve = grpo_run(params, start, lab, seed=seed,
+                     on_metrics=lambda step, m: print(f"step {step} reward {m.get('reward/mean', float('nan')):.3f}",
+                                                       flush=True))
+    wall = time.perf_counter() - started
+    split = lab.split(params.lab.n_dev, params.lab.n_test)
+    test = evaluate(start, lab, split["test"], params.agent)  # start.model was trained in place
+    out = {"seed": seed, "wall_s": wall, "curve": curve, **{f"test_{k}": v for k, v in test.items()}}
+    write_json(lab_dir(params) / f"grpo_seed{seed}.json", out)
+    return out
+
+
+def _plot(runs: list[dict], sft_em: float, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.6))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for run in runs:
+        steps = [p["step"] for p in run["curve"]]
+        ax.plot(steps, [p["dev_em"] for p in run["curve"]], marker="o", ms=3, label=f"seed {run['seed']}")
+    ax.axhline(sft_em, color="grey", ls="--", lw=1, label="SFT start (test)")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("dev EM (greedy)")
+    ax.set_title("Lab: nano policy, GRPO with the exact outcome reward")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def report(params: Params) -> Path:
+    sft = read_json(lab_dir(params) / "sft" / "sft.json")
+    runs = [read_json(p) for p in sorted(lab_dir(params).glob("grpo_seed*.json"))]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    png = RESULTS / "lab_grpo.png"
+    if runs:
+        _plot(runs, sft["test_em"], png)
+    g = params.grpo
+    lines = [
+        "# The lab: a nano policy, GRPO with the exact outcome reward",
+        "",
+        "Written by `python -m components.lab.experiment report --overlay lab`. **Lab results**: a "
+        f"{sft['parameters'] / 1e6:.2f}M-parameter Qwen2 trained from scratch in a fictional world; they say what the "
+        "training mechanism does under a reward of known quality, never how a real model does. Do not mix these "
+        "rows into the real-model tables.",
+        "",
+        "## The nano policy after SFT",
+        "",
+        f"- size: {sft['parameters']:,} parameters ({params.lab.nano.num_layers} layers, width "
+        f"{params.lab.nano.hidden_size}, MLP {params.lab.nano.intermediate_size}, tied embeddings), random init "
+        f"(seed {sft['seed']});",
+        f"- tokenizer: byte-level BPE fitted to the SFT rows, {sft['vocab']} tokens;",
+        f"- data: {sft['episodes']} compact oracle episodes from {params.lab.sft_worlds} other worlds "
+        f"({sft['rows']} chat rows, mean {sft['row_tokens_mean']:.0f} tokens, longest {sft['row_tokens_max']}); "
+        f"built in {sft['data_s']:.0f} s;",
+        f"- SFT: {sft['sft_steps']} steps of {params.sft.batch_size} rows, lr {params.sft.lr:g}, "
+        f"{sft['sft_s'] / 60:.1f} min on {sft['threads']} thread(s), final loss {sft['final_loss']:.3f};",
+        f"- world test split ({int(sft['test_n'])} questions, greedy): EM **{sft['test_em']:.3f}**, F1 "
+        f"{sft['test_f1']:.3f}, answered {sft['test_answered']:.2f}, {sft['test_turns']:.1f} turns per episode.",
+        "",
+    ]
+    if runs:
+        lines += [
+            "## GRPO from the SFT start",
+            "",
+            f"{params.lab.grpo_steps} steps of {g.prompts_per_step} questions x {g.group_size} attempts, lr {g.lr:g}, "
+            f"KL {g.kl_coef:g}, temperature {g.temperature:g}; reward 1 for an exact-match answer, else 0; greedy "
+            f"dev EM on {params.lab.n_dev} questions every {params.lab.eval_every} steps.",
+            "",
+            "![learning curves](lab_grpo.png)",
+            "",
+            "| seed | dev EM at 0 | dev EM at end | best dev EM | test EM after | wall (min) | rollout / update (s) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in runs:
+            c = r["curve"]
+            lines.append(f"| {r['seed']} | {c[0]['dev_em']:.3f} | {c[-1]['dev_em']:.3f} | "
+                         f"{max(p['dev_em'] for p in c):.3f} | {r['test_em']:.3f} | {r['wall_s'] / 60:.1f} | "
+                         f"{c[-1].get('time/rollout', math.nan):.0f} / {c[-1].get('time/update', math.nan):.0f} |")
+        gains = [r["test_em"] - sft["test_em"] for r in runs]
+        mean = sum(gains) / len(gains)
+        sd = (sum((x - mean) ** 2 for x in gains) / max(len(gains) - 1, 1)) ** 0.5
+        lines += ["", f"Test EM change against the SFT start: mean {mean:+.3f} (sd {sd:.3f} over {len(runs)} seeds; "
+                  f"{int(sft['test_n'])} test questions each).", ""]
+    (RESULTS / "lab.md").write_text("\n".join(lines) + "\n")
+    return RESULTS / "lab.md"
+
+
+def main() -> None:
+    parser = stage_argparser(__doc__)
+    parser.add_argument("command", choices=["sft", "grpo", "report"])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    params = params_from_args(args)
+    if params.run.torch_threads:
+        torch.set_num_threads(params.run.torch_threads)
+    if args.command == "sft":
+        print(json.dumps(run_sft(params, args.seed), indent=1))
+    elif args.command == "grpo":
+        out = run_grpo(params, args.seed)
+        print(json.dumps({k: v for k, v in out.items() if k != "curve"}, indent=1))
+    else:
+        print(report(params))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The nano policy: a byte-level BPE tokenizer fitted to the lab's rendered trajectories, wrapped as a transformers
+fast tokenizer with a minimal chat template, and a randomly initialised Qwen2 of a few million parameters built
+from ``lab.nano``. Nothing is downloaded; the same texts give the same vocabulary and the same seed the same
+weights.
+
+    tok = fit_tokenizer(texts, vocab_size=1024)
+    model = nano_qwen2(params.lab.nano, tok, seed=0)
+
+The chat template writes ``<|role|>content<|end|>`` per message and ``<|assistant|>`` as the generation prompt, so
+each turn's prompt extends the previous one (what chat-history SFT rows and rollouts need) and ``<|end|>`` is the
+end-of-turn token the policy learns to stop on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from components.lab.params import NanoParams
+
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "fit_tokenizer", "load_tokenizer", "nano_qwen2"]
+
+SPECIAL_TOKENS = ["<pad>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def _wrap(raw):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<|end|>")
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def fit_tokenizer(texts: Iterable[str], vocab_size: int):
+    """A byte-level BPE fitted to ``texts`` (deterministic: the same texts in the same order give the same merges),
+    as a ``PreTrainedTokenizerFast`` with the lab's chat template; ids 0-4 are :data:`SPECIAL_TOKENS`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    raw.train_from_iterator(list(texts), trainer=trainer)
+    return _wrap(raw)
+
+
+def load_tokenizer(path: str | Path):
+    """A tokenizer saved with ``save_pretrained`` by :func:`fit_tokenizer`'s caller."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def nano_qwen2(config: NanoParams, tokenizer, *, seed: int = 0) -> torch.nn.Module:
+    """A randomly initialised ``Qwen2ForCausalLM`` of ``config``'s size over ``tokenizer``'s vocabulary (tied
+    embeddings); the same ``seed`` gives the same weights and the global torch RNG is left untouched."""
+    from components.embedded.tiny import tiny_qwen2
+
+    model = tiny_qwen2(len(tokenizer), hidden_size=config.hidden_size, num_layers=config.num_layers,
+                       num_heads=config.num_heads, num_kv_heads=config.num_kv_heads,
+                       intermediate_size=config.intermediate_size, max_positions=config.max_positions,
+                       initializer_range=config.initializer_range, seed=seed,
+                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model

@@ -1,0 +1,79 @@
+"""The ``lab`` section of params.yaml: the nano policy's size, the world it learns, its SFT and GRPO budgets, and the
+simulated judges' quality dial. Read by :mod:`components.lab` only; nothing outside the lab looks at it, so its
+values change no other stage's run key. A pydantic leaf (it imports only ``params_section``), composed in
+``components.params.Params`` like the methods' sections.
+
+    python -m components.lab.experiment --set lab.judge.flip_rate=0.2
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from components.params_section import Section
+
+
+class NanoParams(Section):
+    """The nano policy: a Qwen2 built from this config (random init) over a tokenizer fitted to the world."""
+
+    vocab_size: int = Field(default=1024, ge=300, description="BPE vocabulary fitted to the rendered trajectories "
+                            "(byte-level, so unseen names still encode).")
+    hidden_size: int = Field(default=128, ge=16, description="Model width.")
+    num_layers: int = Field(default=4, ge=1, description="Decoder layers.")
+    num_heads: int = Field(default=4, ge=1, description="Attention heads.")
+    num_kv_heads: int = Field(default=2, ge=1, description="Key/value heads (grouped-query attention).")
+    intermediate_size: int = Field(default=384, ge=16, description="MLP width.")
+    max_positions: int = Field(default=2048, ge=64, description="Longest row (prompt and episode) in tokens.")
+    initializer_range: float = Field(default=0.02, gt=0, description="Std of the random init (transformers' default).")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> NanoParams:
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(f"lab.nano: hidden_size {self.hidden_size} must split into num_heads {self.num_heads}, "
+                             f"which num_kv_heads {self.num_kv_heads} must divide")
+        return self
+
+
+class LabJudgeParams(Section):
+    """The simulated judges' quality dial (components/llm/backends/simulated.py): each verdict is the oracle's,
+    then biased, then flipped."""
+
+    flip_rate: float = Field(default=0.0, ge=0, le=1, description="Chance that a verdict is inverted (a yes/no "
+                             "flipped, a pairwise winner swapped, a score mirrored, a ranking reversed).")
+    position_bias: float = Field(default=0.0, ge=0, le=1, description="Chance that a pairwise or slate judgment "
+                                 "picks the first-shown option whatever the oracle says.")
+    bias: Literal["none", "length", "keyword"] = Field(default="none", description="A systematic bias: `length` "
+                                                       "prefers the longer trajectory, `keyword` the one that writes "
+                                                       "`keyword` (and passes any answer or criterion holding it).")
+    bias_rate: float = Field(default=0.0, ge=0, le=1, description="Chance that the systematic bias decides a "
+                             "judgment instead of the oracle.")
+    keyword: str = Field(default="certainly", min_length=1, description="The word the keyword bias rewards.")
+    seed: int = Field(default=0, description="Seed of the dial's coin flips (each judgment's flips are a function of "
+                      "this seed and the prompt, so a repeated call gets the same verdict).")
+
+
+class LabParams(Section):
+    world_seed: int | None = Field(default=None, description="Seed of the world the nano policy is evaluated and "
+                                   "trained on by GRPO (None: params.seed).")
+    n_questions: int = Field(default=400, ge=10, description="Questions generated in that world (train, dev, test "
+                             "are slices, see n_test / n_dev).")
+    n_dev: int = Field(default=50, ge=0, description="Dev questions (GRPO's learning curve).")
+    n_test: int = Field(default=100, ge=1, description="Test questions (EM after SFT and after GRPO).")
+    sft_worlds: int = Field(default=6, ge=0, description="Other worlds (seeds world_seed+1..) whose oracle episodes "
+                            "the nano policy is trained on, beside the train split of its own world.")
+    sft_questions_per_world: int = Field(default=300, ge=1, description="Questions drawn in each of those worlds.")
+    sft_own_world: bool = Field(default=False, description="Also train on oracle episodes of the lab world's train "
+                                "split (the facts of test questions can then be memorised; off by default).")
+    retrieval_top_k: int = Field(default=2, ge=1, description="Search hits per call in the lab (compact observations).")
+    snippet_chars: int = Field(default=160, ge=20, description="Characters of each hit shown.")
+    browse_chars: int = Field(default=400, ge=50, description="Characters of a browsed paragraph shown.")
+    nano: NanoParams = Field(default_factory=NanoParams)
+    judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
+    sft_minutes: float = Field(default=15.0, gt=0, description="Wall-clock cap of the nano SFT (stops after the step "
+                               "that passes it; sft.max_steps / sft.epochs bound it too).")
+    grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")
+    eval_every: int = Field(default=10, ge=1, description="GRPO steps between greedy dev evaluations (the curve).")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="GRPO seeds of the lab "
+                             "experiment (one run each, on the same SFT start).")

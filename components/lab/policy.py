@@ -1,0 +1,173 @@
+"""The nano policy trained and measured through the project's own trainers: SFT from scratch on compact oracle
+episodes (:class:`components.training.sft_trainer.SFTTrainer`), greedy evaluation through the rollout engine the
+trainers use (:class:`components.training.rollout.HFRolloutEngine`, batched ``generate`` with a KV cache), and GRPO
+with the exact outcome reward (:class:`components.training.trainer.GRPOTrainer` with the agent rollout: ``grpo
+.group_size`` attempts per question, every episode of a step decoded in one batch).
+
+    data = sft_corpus(params)                        # rows of the compact oracle episodes, other worlds
+    nano = train_nano(params, data, seed=0)          # fitted tokenizer, random init, SFT; same seed, same weights
+    nano.save("outputs/lab/sft")
+    em = evaluate(nano, lab, lab.split(50, 100)["test"], params.agent)["em"]
+    curve = grpo_run(params, NanoPolicy.load("outputs/lab/sft"), lab, seed=0)
+
+``torch.set_num_threads`` is the caller's (``run.torch_threads``; the lab runs on one thread).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from components.lab.nano import fit_tokenizer, load_tokenizer, nano_qwen2
+from components.lab.world import LabWorld, build_lab_world, compact_episodes, lab_agent, sft_rows
+from components.params import AgentParams, Params
+from components.rewards.outcome import OutcomeReward
+from components.schemas import Question
+from components.training.agent_rollout import make_agent_rollout
+from components.training.model import build_policy
+from components.training.rollout import HFRolloutEngine, SamplingParams
+from components.training.sft import build_sft_example
+from components.training.sft_trainer import SFTTrainer
+from components.training.trainer import GRPOTrainer
+
+__all__ = ["NanoPolicy", "SFTCorpus", "evaluate", "grpo_run", "lab_seed", "sft_corpus", "train_nano"]
+
+
+def lab_seed(params: Params) -> int:
+    return params.seed if params.lab.world_seed is None else params.lab.world_seed
+
+
+@dataclass
+class NanoPolicy:
+    model: torch.nn.Module
+    tokenizer: object
+    info: dict = field(default_factory=dict)
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        self.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> NanoPolicy:
+        from transformers import AutoModelForCausalLM
+
+        return cls(AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32), load_tokenizer(folder))
+
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+@dataclass
+class SFTCorpus:
+    rows: list[list[tuple[str, bool]]]
+    episodes: int
+    counts: Counter
+
+
+def sft_corpus(params: Params) -> SFTCorpus:
+    """Compact oracle episodes of ``lab.sft_worlds`` other worlds (seeds lab seed + 1 ..) and, with
+    ``lab.sft_own_world``, of the lab world's train split, as chat-history SFT rows."""
+    lab, seed = params.lab, lab_seed(params)
+    rows, episodes, counts = [], 0, Counter()
+    sources = [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None)
+               for i in range(1, lab.sft_worlds + 1)]
+    if lab.sft_own_world:
+        own = build_lab_world(params, seed)
+        sources.append((own, own.split(lab.n_dev, lab.n_test)["train"]))
+    for world, questions in sources:
+        found, skipped = compact_episodes(world, world.questions if questions is None else questions, params.agent)
+        rows += sft_rows(found, params.agent)
+        episodes += len(found)
+        counts.update(skipped)
+    return SFTCorpus(rows, episodes, counts)
+
+
+def train_nano(params: Params, corpus: SFTCorpus, *, seed: int = 0,
+               on_metrics: Callable[[int, dict], None] | None = None, progress: str | None = None) -> NanoPolicy:
+    """Fit the tokenizer on ``corpus``, build the nano Qwen2 (random init from ``seed``) and train it from scratch
+    with the SFT trainer and ``params.sft`` (full fine-tuning: every weight is trained)."""
+    tok = fit_tokenizer(["".join(text for text, _ in row) for row in corpus.rows], params.lab.nano.vocab_size)
+    examples = [build_sft_example(row, tok, max_length=params.sft.max_length) for row in corpus.rows]
+    model = nano_qwen2(params.lab.nano, tok, seed=seed)
+    policy = build_policy(model, lora=None)
+    trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=seed,
+                         on_metrics=on_metrics)
+    started = time.perf_counter()
+    history = trainer.train(progress=progress)
+    tokens = [len(e.input_ids) for e in examples]
+    info = {"sft_s": time.perf_counter() - started, "sft_steps": trainer.step_count, "rows": len(examples),
+            "episodes": corpus.episodes, "row_tokens_mean": sum(tokens) / len(tokens), "row_tokens_max": max(tokens),
+            "final_loss": history[-1]["loss"], "vocab": len(tok)}
+    model.eval()
+    return NanoPolicy(model, tok, info)
+
+
+def _rollout(nano_tokenizer, toolbox, settings: AgentParams):
+    return make_agent_rollout(lambda policy: lab_agent(policy, toolbox, settings), nano_tokenizer)
+
+
+def evaluate(nano: NanoPolicy, lab: LabWorld, questions: list[Question], settings: AgentParams,
+             engine: HFRolloutEngine | None = None) -> dict[str, float]:
+    """Greedy episodes of every question, decoded together: EM, F1, answered rate, mean turns."""
+    from components.evaluation.metrics import exact_match, f1_score
+
+    engine = engine or HFRolloutEngine(nano.model, nano.tokenizer)
+    episodes = _rollout(nano.tokenizer, lab.toolbox, settings)(
+        engine, questions, 1, SamplingParams(max_new_tokens=settings.max_tokens, temperature=0.0, logprobs=False))
+    trajectories = [e.info["trajectory"] for e in episodes]
+    n = len(trajectories)
+    return {"em": sum(exact_match(t.final_answer, q.answers) for t, q in zip(trajectories, questions)) / n,
+            "f1": sum(f1_score(t.final_answer, q.answers) for t, q in zip(trajectories, questions)) / n,
+            "answered": sum(t.finish_reason == "answer" for t in trajectories) / n,
+            "turns": sum(len(t.steps) for t in trajectories) / n, "n": float(n)}
+
+
+def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, steps: int | None = None,
+             eval_every: int | None = None, on_metrics: Callable[[int, dict], None] | None = None
+             ) -> list[dict[str, float]]:
+    """GRPO of ``start`` (full fine-tuning, KL to ``start`` as ``grpo.kl_coef`` says) on the lab world's train split
+    with the exact-match outcome reward (0 for a wrong or missing answer), ``steps`` steps (``lab.grpo_steps``);
+    greedy dev EM every ``eval_every`` steps and at step 0. One dict per evaluation point: step, dev EM/F1/answered,
+    the mean training reward since the last point, and the seconds spent in rollout, reward and update."""
+    lab_params = params.lab
+    steps, eval_every = steps or lab_params.grpo_steps, eval_every or lab_params.eval_every
+    split = lab.split(lab_params.n_dev, lab_params.n_test)
+    torch.manual_seed(seed)
+    policy = build_policy(start.model, lora=None)
+    engine = HFRolloutEngine(policy.model, start.tokenizer)
+    curve, since, timing, started = [], [], Counter(), time.perf_counter()
+
+    def record(step: int, metrics: dict) -> None:  # the trainer hands its wall-clock figures to on_metrics only
+        since.append(metrics.get("reward/mean", float("nan")))
+        for key in ("rollout", "reward", "update"):
+            timing[key] += metrics.get(f"time/{key}", 0.0)
+        if on_metrics is not None:
+            on_metrics(step, metrics)
+
+    trainer = GRPOTrainer(policy, engine, OutcomeReward(format_penalty=0.0, metric="em"), split["train"],
+                          params.grpo, rollout_fn=_rollout(start.tokenizer, lab.toolbox, params.agent),
+                          pad_token_id=start.tokenizer.pad_token_id, seed=seed, on_metrics=record)
+    nano = NanoPolicy(policy.model, start.tokenizer)
+
+    def point(step: int) -> None:
+        policy.model.eval()
+        dev = evaluate(nano, lab, split["dev"], params.agent, engine)
+        curve.append({"step": float(step), **{f"dev_{k}": v for k, v in dev.items()},
+                      "reward": sum(since) / len(since) if since else float("nan"),
+                      "wall_s": time.perf_counter() - started, **{f"time/{k}": v for k, v in timing.items()}})
+        since.clear()
+
+    point(0)
+    while trainer.step_count < steps:
+        trainer.step()
+        if trainer.step_count % eval_every == 0 or trainer.step_count == steps:
+            point(trainer.step_count)
+    trainer.finish()
+    return curve

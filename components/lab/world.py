@@ -1,0 +1,134 @@
+"""The lab's worlds and the compact oracle episodes the nano policy learns from.
+
+A lab world is the embedded world generator's (``params.world`` sizes, ``lab.n_questions`` questions) with a BM25
+index and a compact toolbox (``lab.retrieval_top_k`` hits of ``lab.snippet_chars`` characters, browsed paragraphs
+cut at ``lab.browse_chars``), in ``retrieval.scope``. A compact episode is the world oracle's plan
+(:func:`components.warmstart.oracle.plan_turns`: the same searches, browses and answer) with each thought cut to a
+few words (the fact just learned: ``Thought: Torvel Ashmere``; ``Thought: start`` on the first turn; the compared
+values before a comparison's answer), replayed through the unchanged ReAct agent with the lab's short system prompt
+(:data:`LAB_PROMPT`) and checked by rejection sampling like any warm-start episode. What changed against the
+embedded warm start: the system prompt (one line instead of a worked example), the thoughts (a few words instead of
+a sentence), the observations (fewer, shorter hits), and the chat template (:mod:`components.lab.nano`).
+
+    lab = build_lab_world(params, seed=1234)
+    episodes, failures = compact_episodes(lab, lab.questions[:50], params.agent)
+    rows = sft_rows(episodes, params.agent)          # [(text, trainable), ...] per episode (chat history)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from components.agents.react import ReActAgent
+from components.llm.base import Message
+from components.params import AgentParams, Params
+from components.retrieval.bm25 import BM25Index
+from components.retrieval.scope import world_question_paragraphs
+from components.retrieval.tools import Toolbox, make_toolbox
+from components.schemas import Question, Trajectory
+from components.training.trajectory_sft import trajectory_rows
+from components.warmstart.oracle import PlannedTurn, ReplayPolicy, plan_turns
+from components.warmstart.rejection import problems
+from components.world import World, generate_world
+from components.world.oracle import OracleError
+
+__all__ = ["LAB_PROMPT", "LabWorld", "build_lab_world", "compact_episodes", "compact_replies", "lab_agent",
+           "render_chat", "sft_rows"]
+
+LAB_PROMPT = "Answer by looking names up. One Thought: line, then Action: search[name], browse[doc_id] or finish[answer]."
+
+
+def render_chat(messages: list[Message], add_generation_prompt: bool) -> str:
+    """The lab's chat template in Python (:data:`components.lab.nano.CHAT_TEMPLATE` renders the same text)."""
+    text = "".join(f"<|{m.role}|>{m.content}<|end|>\n" for m in messages)
+    return text + ("<|assistant|>" if add_generation_prompt else "")
+
+
+@dataclass
+class LabWorld:
+    seed: int
+    world: World
+    questions: list[Question]
+    toolbox: Toolbox
+
+    def split(self, n_dev: int, n_test: int) -> dict[str, list[Question]]:
+        """Test first, then dev, then the rest as train (so a larger world keeps the same test questions)."""
+        test, dev = self.questions[:n_test], self.questions[n_test:n_test + n_dev]
+        return {"test": test, "dev": dev, "train": self.questions[n_test + n_dev:]}
+
+
+def build_lab_world(params: Params, seed: int, n_questions: int | None = None) -> LabWorld:
+    """The world of ``seed`` with its compact toolbox (module doc)."""
+    lab, w = params.lab, params.world
+    world = generate_world(seed=seed, n_people=w.n_people, n_films=w.n_films, n_cities=w.n_cities,
+                           n_companies=w.n_companies, distractors_per_entity=w.distractors_per_entity,
+                           question_mix=w.question_mix, n_questions=n_questions or lab.n_questions)
+    questions = [q.model_copy(update={"metadata": {**q.metadata, "world_seed": seed}})
+                 for q in world_question_paragraphs(world)]
+    index = BM25Index(world.documents, snippet_chars=lab.snippet_chars)
+    toolbox = make_toolbox(index, world.documents, top_k=lab.retrieval_top_k, snippet_chars=lab.snippet_chars,
+                           browse_chars=lab.browse_chars, scope=params.retrieval.scope)
+    return LabWorld(seed, world, questions, toolbox)
+
+
+def lab_agent(policy, toolbox, settings: AgentParams) -> ReActAgent:
+    """The ReAct agent as the lab runs it: the unchanged loop with :data:`LAB_PROMPT`."""
+    return ReActAgent(policy, toolbox, settings, system_prompt=LAB_PROMPT)
+
+
+def compact_replies(question: Question, turns: Sequence[PlannedTurn]) -> list[str]:
+    """The oracle's planned turns with a few-word thought each (module doc)."""
+    chain, out = question.gold_chain, []
+    for i, turn in enumerate(turns):
+        if turn.action.startswith("finish["):
+            values = [h.answer for h in chain[-2:]] if question.metadata.get("compare") else [chain[-1].answer]
+            thought = ", ".join(values)
+        elif i == 0:
+            thought = "start"
+        elif turn.action.startswith("browse["):
+            thought = "read"
+        elif turns[i - 1].hop == turn.hop:  # a refined search for the same hop
+            thought = "refine"
+        else:
+            thought = chain[turn.hop - 1].answer if turn.hop > 0 else "start"
+        out.append(f"Thought: {thought}\nAction: {turn.action}")
+    return out
+
+
+async def _episode(question: Question, toolbox, settings: AgentParams) -> Trajectory:
+    tools = toolbox.for_question(question)
+    turns = plan_turns(question, tools, settings, random.Random(f"lab-oracle:{question.id}"))
+    if len(turns) > settings.max_turns or len(turns) - 1 > settings.max_search_calls:
+        raise OracleError(f"{question.id}: over the agent's budget")
+    traj = await lab_agent(ReplayPolicy(compact_replies(question, turns)), toolbox, settings).run(question)
+    found = problems(traj, question, min_f1=1.0)
+    if found:
+        raise OracleError(f"{question.id}: {found}")
+    return traj
+
+
+def compact_episodes(lab: LabWorld, questions: Sequence[Question], settings: AgentParams
+                     ) -> tuple[list[tuple[Trajectory, Question]], Counter]:
+    """Compact oracle episodes of ``questions`` in ``lab``'s world; questions the oracle cannot do within the
+    agent's budgets are skipped and counted."""
+    async def run() -> list:
+        out = []
+        for q in questions:
+            try:
+                out.append((await _episode(q, lab.toolbox, settings), q))
+            except OracleError:
+                out.append(None)
+        return out
+
+    results = asyncio.run(run())
+    return [r for r in results if r is not None], Counter({"skipped": sum(r is None for r in results)})
+
+
+def sft_rows(episodes: Sequence[tuple[Trajectory, Question]], settings: AgentParams) -> list[list[tuple[str, bool]]]:
+    """Training rows of the episodes as the lab agent prompts the policy (chat template of the lab)."""
+    agent = lab_agent(None, None, settings)
+    return [row for traj, q in episodes for row in trajectory_rows(agent, traj, q, render_chat)]
