@@ -186,3 +186,19 @@ def test_params_reach_the_agent_and_roles_are_bound(repo_root: Path):
     asked.clear()
     build_agent("coreact", roles, DictToolbox(), SETTINGS, agent_options(params, params.methods["coreact_untrained"]))
     assert "rubric_generator" in asked
+
+
+def test_the_generator_is_prompted_as_its_format_term_trained_it(repo_root: Path):
+    """The schema format keeps the options (and so the evaluations' run keys) as they were; count_weights asks
+    the agent's generator for the released weights summing to 1."""
+    def roles(name):
+        return {"policy": policy(react_turns), "verifier": verifier(judge_bad_first)}.get(name, generator())
+
+    embedded = load_params(repo_root / "params.yaml")
+    options = agent_options(embedded, embedded.methods["coreact"])
+    assert "format_reward" not in options["generator_settings"]
+    assert build_agent("coreact", roles, DictToolbox(), SETTINGS, options).generator.format_reward == "schema"
+    paper = load_params(repo_root / "params.yaml", overrides=["rubric_generator.format_reward=count_weights"])
+    options = agent_options(paper, paper.methods["coreact"])
+    assert options["generator_settings"]["format_reward"] == "count_weights"
+    assert build_agent("coreact", roles, DictToolbox(), SETTINGS, options).generator.format_reward == "count_weights"

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from components.methods.coreact.rubric_generator import RubricGenerator, parse_rubric, render_rubric, rubric_schema
+from components.methods.coreact.rubric_generator import (RubricGenerator, generator_messages, parse_rubric,
+                                                        render_rubric, rubric_schema)
 from components.methods.coreact.rubric_eval import parse_satisfied
 from components.methods.coreact.verifier import parse_verdicts, verify_action
 from components.llm.backends.scripted import ScriptedChatModel
@@ -61,6 +62,30 @@ def test_generator_counts_failed_calls_and_bad_replies_and_sends_the_schema():
     # the length limit is in the prompt and in the schema, so structured output cannot run a criterion on
     assert "at most 160 characters" in messages[0].content
     assert sampling.json_schema["properties"]["criteria"]["items"]["properties"]["criterion"]["maxLength"] == 160
+
+
+def test_raw_weights_are_kept_beside_the_normalised_ones():
+    p = parse_rubric(OK, max_criteria=4, max_chars=LIMIT)
+    assert p.raw_weights == (3.0, 1.0) and sum(c.weight for c in p.rubric.criteria) == pytest.approx(1.0)
+    assert parse_rubric("none", 4, max_chars=LIMIT).raw_weights == ()
+
+
+def test_the_prompt_asks_for_what_the_format_term_rewards():
+    schema = generator_messages("Q?", [], 4, max_chars=LIMIT)[0].content
+    assert "3 = essential, 2 = important, 1 = helpful" in schema and "between 1 and 4 criteria" in schema
+    assert '"weight": <1-3>' in schema
+    released = generator_messages("Q?", [], 5, max_chars=LIMIT, format_reward="count_weights")[0].content
+    assert "the weights add up to 1" in released and "between 3 and 5 criteria" in released
+    assert '"weight": <share>' in released and "3 = essential" not in released
+    # the range never asks for more than max_criteria, nor more than the released 5
+    assert "between 2 and 2 criteria" in generator_messages("Q?", [], 2, max_chars=LIMIT,
+                                                           format_reward="count_weights")[0].content
+    assert "between 3 and 5 criteria" in generator_messages("Q?", [], 8, max_chars=LIMIT,
+                                                           format_reward="count_weights")[0].content
+    model = ScriptedChatModel([OK])
+    asyncio.run(RubricGenerator(model, max_criteria=5, max_chars=LIMIT, format_reward="count_weights")
+                .generate("Q?", []))
+    assert model.requests[0][0][0].content == released
 
 
 def test_a_criterion_at_the_length_limit_parses():

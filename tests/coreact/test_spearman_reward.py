@@ -1,6 +1,7 @@
 """Co-ReAct's rubric reward by hand: perfect / reversed / random rankings, ties on either side, the atomicity and
-format terms, the repetition gate, the pairwise ablation, and an evaluator that fails on some calls (its rubrics
-leave the group; nothing is scored 0)."""
+format terms (the rule and the judge's count; the schema and the released count-and-weights), the repetition gate
+on the reply or the criteria, the fewest criteria scored, the pairwise ablation, and an evaluator that fails on
+some calls (its rubrics leave the group; nothing is scored 0)."""
 
 import asyncio
 import itertools
@@ -50,8 +51,9 @@ def rubric_text(*criteria, weights=None):
 GOOD = rubric_text("Looks up the film named in the question", "Uses a search action")
 
 
-def evaluator(verdicts: dict[str, list[bool]], fail=lambda action, rubric: False, calls=None):
-    """Scripted evaluator: the verdicts of each action; ``fail(action, rubric)`` makes that call fail."""
+def evaluator(verdicts: dict[str, list[bool]], fail=lambda action, rubric: False, calls=None, count=None):
+    """Scripted evaluator: the verdicts of each action; ``fail(action, rubric)`` makes that call fail; ``count``
+    (an int, or ``count(action)``) is the atomic count its replies carry, as the judge-atomicity schema asks."""
 
     def respond(messages, sampling):
         body = messages[1].content
@@ -61,7 +63,10 @@ def evaluator(verdicts: dict[str, list[bool]], fail=lambda action, rubric: False
             calls.append(action)
         if fail(action, checklist):
             raise TransientLLMError("evaluator down")
-        return json.dumps({"satisfied": verdicts[action]})
+        reply = {"satisfied": verdicts[action]}
+        if count is not None:
+            reply["atomic_count"] = count(action) if callable(count) else count
+        return json.dumps(reply)
 
     return ScriptedChatModel(respond)
 
@@ -133,18 +138,127 @@ def test_format_term_and_unparseable_rubrics():
     assert calls == []  # an unparseable rubric is never sent to the evaluator
 
 
+CRITERIA_GATE = RubricGeneratorParams(repetition_scope="criteria")
+
+
 def test_repetition_gate_zeroes_the_reward():
     assert repetition_rate("a b c d a b c d") == pytest.approx(1 - 4 / 5)
     assert repetition_rate("three words only") == 0.0
     calls = []
-    # the same 8-word check three times: 21 4-grams, 8 distinct -> 1 - 8/21 = 0.62 > 0.4
     looping = rubric_text(*["Search for the director of the film now"] * 3, weights=[1, 1, 1])
-    parts = score(evaluator(IN_ORDER, calls=calls), looping)
+    # the criteria alone: the same 8-word check three times, 21 4-grams, 8 distinct -> 1 - 8/21 = 0.62 > 0.4
+    parts = asyncio.run(RubricReward(evaluator(IN_ORDER, calls=calls), CRITERIA_GATE).score(point(), looping))
     assert parts.repetition == pytest.approx(1 - 8 / 21) and parts.gated and parts.total == 0.0 and calls == []
-    # twice: 13 4-grams, 8 distinct -> 0.38, under the gate
-    assert not score(evaluator(IN_ORDER), rubric_text(*["Search for the director of the film now"] * 2)).gated
+    # the whole reply (the default): "criteria", then 3 x (criterion, the 8 words, weight, 1): 34 words, 31 4-grams,
+    # 1 + 11 distinct (the first, then one period of 11) -> 1 - 12/31
+    parts = score(evaluator(IN_ORDER, calls=calls), looping)
+    assert parts.repetition == pytest.approx(1 - 12 / 31) and parts.gated and calls == []
+    # twice, weights 2 and 1: 13 4-grams, 8 distinct -> 0.38 on the criteria; on the reply 23 words, 20 4-grams, of
+    # which the second copy repeats 7 (the 6 from "criterion" to "now" and "the film now weight") -> 0.35
+    twice = rubric_text(*["Search for the director of the film now"] * 2)
+    assert asyncio.run(RubricReward(evaluator(IN_ORDER), CRITERIA_GATE).score(point(), twice)).repetition == \
+        pytest.approx(1 - 8 / 13)
+    assert score(evaluator(IN_ORDER), twice).repetition == pytest.approx(7 / 20)
+    assert not score(evaluator(IN_ORDER), twice).gated
     below = rubric_text("Search for the director of the film", "Then read the paragraph about the director")
     assert not score(evaluator(IN_ORDER), below).gated
+
+
+def test_the_reply_gate_sees_a_loop_outside_the_json_that_the_criteria_gate_does_not():
+    reply = GOOD + "\n" + "I hope this helps you. " * 6
+    on_reply = score(evaluator(IN_ORDER), reply)
+    on_criteria = asyncio.run(RubricReward(evaluator(IN_ORDER), CRITERIA_GATE).score(point(), reply))
+    assert on_reply.gated and on_reply.total == 0.0
+    assert not on_criteria.gated and on_criteria.total == pytest.approx(0.75 + 0.15 + 0.10 * 0.5)
+
+
+# ----------------------------------------------------------------------------------- the released code's terms
+
+JUDGE = RubricGeneratorParams(evaluator_mode="action", atomicity="judge")
+
+
+def test_judge_atomicity_is_the_count_from_the_scoring_calls_over_the_criteria():
+    asked = []
+    model = evaluator(IN_ORDER, count=1)
+    parts = asyncio.run(RubricReward(model, JUDGE).score(point(), GOOD))
+    assert parts.atomicity == 0.5 and parts.total == pytest.approx(0.75 + 0.15 * 0.5 + 0.10)
+    messages, sampling = model.requests[0]
+    assert "atomic_count" in messages[0].content  # the same call that scores the action is asked to count
+    assert sampling.json_schema["properties"]["atomic_count"] == {"type": "integer", "minimum": 0, "maximum": 2}
+    assert "atomic_count" in sampling.json_schema["required"]
+    # one count per action call: the term is their mean over the criteria ((2 + 2 + 1 + 1) / 4 / 2)
+    varied = asyncio.run(RubricReward(evaluator(IN_ORDER, count=lambda a: 2 if a in ACTIONS[:2] else 1,
+                                                calls=asked), JUDGE).score(point(), GOOD))
+    assert varied.atomicity == pytest.approx(0.75) and len(asked) == 4
+    # the rule sees both criteria atomic: the two measures are not the same term
+    assert score(evaluator(IN_ORDER), GOOD).atomicity == 1.0
+
+
+@pytest.mark.parametrize("count", [None, -1, 3, 1.5, "2", True])
+def test_a_missing_or_impossible_count_is_an_evaluator_failure_never_zero(count):
+    def respond(messages, sampling):
+        reply = {"satisfied": [True, False]}
+        if count is not None:
+            reply["atomic_count"] = count
+        return json.dumps(reply)
+
+    tally = Tally()
+    assert asyncio.run(RubricReward(ScriptedChatModel(respond), JUDGE).score(point(), GOOD, tally=tally)) is None
+    assert tally.unparsed == 4
+
+
+def test_judge_atomicity_in_slate_mode_averages_the_orders_counts():
+    orders = iter([2, 1, 1, 2])
+
+    def respond(messages, sampling):
+        body = messages[1].content
+        shown = re.findall(r"^[A-Z]\. (.+)$", body.split("Proposed next actions", 1)[1].split("Checklist")[0],
+                           re.MULTILINE)
+        assert "atomic_count" in messages[0].content and "atomic_count" in sampling.json_schema["required"]
+        return json.dumps({"verdicts": [[IN_ORDER[a][c] for a in shown] for c in range(2)],
+                           "atomic_count": next(orders)})
+
+    settings = RubricGeneratorParams(evaluator_mode="slate", atomicity="judge")
+    parts = asyncio.run(RubricReward(ScriptedChatModel(respond), settings, seed=3).score(point(), GOOD))
+    assert parts.rho == pytest.approx(1.0) and parts.atomicity == pytest.approx(1.5 / 2)
+
+
+def test_judge_atomicity_needs_a_structured_evaluator_reply():
+    with pytest.raises(ValueError, match="atomicity: judge needs evaluator_mode action or slate"):
+        RubricGeneratorParams(evaluator_mode="criterion", atomicity="judge")
+
+
+def test_count_weights_format_rewards_three_to_five_criteria_and_weights_summing_to_one():
+    settings = RubricGeneratorParams(format_reward="count_weights", max_criteria=6)
+
+    def fmt(*weights, around=""):
+        text = rubric_text(*[f"Looks up fact {i}" for i in range(len(weights))], weights=list(weights))
+        return asyncio.run(RubricReward(evaluator({a: [True] * len(weights) for a in ACTIONS}), settings)
+                           .score(point(), around + text + around)).format
+
+    assert fmt(0.5, 0.3, 0.2) == 1.0
+    assert fmt(0.5, 0.3, 0.2, around="Here: ") == 1.0  # text around the JSON costs nothing under this rule
+    assert fmt(3, 2, 1) == 0.5  # 3 criteria, weights summing to 6
+    assert fmt(0.6, 0.4) == 0.5  # weights sum to 1, only 2 criteria
+    assert fmt(2, 1) == 0.0
+    assert fmt(0.3, 0.3, 0.3) == 1.0 and fmt(0.28, 0.28, 0.28) == 0.5  # |0.9 - 1| < 0.15; |0.84 - 1| is not
+    assert fmt(*[1 / 6] * 6) == 0.5  # 6 criteria are one too many
+    assert asyncio.run(RubricReward(evaluator(IN_ORDER), settings).score(point(), "no rubric")).format == 0.0
+
+
+def test_a_rubric_under_min_criteria_earns_only_its_format_and_is_not_evaluated():
+    calls = []
+    settings = RubricGeneratorParams(min_criteria=2, format_reward="count_weights")
+    one = rubric_text("Looks up the film named in the question", weights=[1.0])
+    parts = asyncio.run(RubricReward(evaluator(IN_ORDER, calls=calls), settings).score(point(), one))
+    assert calls == [] and parts.too_few and parts.rank is None and parts.atomicity is None
+    assert parts.format == 0.5 and parts.total == pytest.approx(0.10 * 0.5)  # weight 1.0, but one criterion
+    assert asyncio.run(RubricReward(evaluator(IN_ORDER), settings).score(point(), GOOD)).rank == 1.0
+    # the default scores a one-criterion rubric like any other
+    assert not score(evaluator({a: v[:1] for a, v in IN_ORDER.items()}), one).too_few
+    episodes = [Episode(prompt={"prompt": "p", "point": point()}, group=0, rows=[], text=t) for t in [one, GOOD]]
+    out = asyncio.run(RubricReward(evaluator(IN_ORDER), settings)(episodes, StepContext(step=1, groups=[0, 0])))
+    assert out.metrics["too_few_criteria"] == 1 and out.scores[0] == pytest.approx(0.05)
 
 
 def test_pairwise_variant_evaluates_one_pair_shared_by_the_group():

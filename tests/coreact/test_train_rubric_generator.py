@@ -267,6 +267,27 @@ def test_generator_checkpoints_on_its_own_schedule(repo_root, tmp_path):
         update={"checkpoint_every": 0})}), 6).checkpoint_every == 0
 
 
+def test_generator_advantages_divide_by_the_std_its_section_names(repo_root):
+    """rubric_generator.adv_std reaches the trainer's config whatever grpo.adv_std says: the released code's verl
+    divides by the sample std, so G=4 rewards [1, 0, 0, 0] give 0.75 / 0.5 = 1.5, not 0.75 / 0.433 = 1.732."""
+    import torch
+
+    from components.methods.coreact.rubric_training import generator_config
+    from components.training.advantages import group_advantages
+
+    params = load_params(repo_root / "params.yaml", overrides=["grpo.adv_std=population"])
+    assert params.rubric_generator.adv_std == "sample" and generator_config(params, 4).adv_std == "sample"
+    assert load_params(repo_root / "params.yaml", "paper").rubric_generator.adv_std == "sample"
+    population = load_params(repo_root / "params.yaml", overrides=["rubric_generator.adv_std=population"])
+    assert generator_config(population, 4).adv_std == "population"
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    # mean 0.25; sample std sqrt(0.75 / 3) = 0.5, population std sqrt(0.75 / 4) = 0.433
+    for config, first in ((generator_config(params, 4), 0.75 / 0.5),
+                          (generator_config(population, 4), 0.75 / (0.75 / 4) ** 0.5)):
+        adv = group_advantages(rewards, [0] * 4, eps=0.0, unbiased_std=config.adv_std == "sample")
+        assert adv[0].item() == pytest.approx(first)
+
+
 def gold_questions():
     """Every test point's question, with one hop whose answer no prefix shows: each oracle rubric is the same text."""
     from components.schemas import Question, SubQuestion

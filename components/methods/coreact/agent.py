@@ -112,7 +112,10 @@ class GuidedAgent(ReActAgent):
                 "judge_max_tokens": c.judge_max_tokens,
                 "generator_settings": {"max_criteria": g.max_criteria, "temperature": g.temperature,
                                        "top_p": g.top_p, "max_tokens": g.max_tokens,
-                                       "max_chars": g.max_criterion_chars}}
+                                       "max_chars": g.max_criterion_chars,
+                                       # the prompt the generator was trained with; named only when it is not
+                                       # the schema one, so evaluations keyed before the option keep their keys
+                                       **({} if g.format_reward == "schema" else {"format_reward": g.format_reward})}}
 
     @classmethod
     def from_roles(cls, roles, toolbox, settings, options: dict[str, Any]) -> GuidedAgent:

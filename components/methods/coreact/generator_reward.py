@@ -18,20 +18,27 @@ For a sampled rubric R at a branching point with slate actions a_1..a_k:
   drawn per (seed, step, branching point) and shared by the whole group; ``r_rank`` is 1 when R's scores
   order the pair as the council does, 0.5 when they tie it, 0 when they reverse it. Only the two actions are
   evaluated.
-- **atomicity**: the share of criteria that check one thing. Measured by a rule, not a model: a criterion
-  is atomic when it has at most :data:`ATOMIC_MAX_WORDS` words and, outside brackets and quotes (where
-  entity names such as "Tom and Jerry" live), none of the joiners " and ", " or ", ";", " as well as ",
-  " also ", " both ", " then ", " while " - the usual ways two checks get fused into one.
-- **format**: 1 when the reply is the rubric's JSON object alone, 0.5 when it parses with other text around
-  it, 0 when it does not parse (:attr:`ParsedRubric.format_score`).
+- **atomicity**: the share of criteria that check one thing. With ``atomicity: rule`` it is measured by a
+  rule, not a model: a criterion is atomic when it has at most :data:`ATOMIC_MAX_WORDS` words and, outside
+  brackets and quotes (where entity names such as "Tom and Jerry" live), none of the joiners " and ", " or ",
+  ";", " as well as ", " also ", " both ", " then ", " while " - the usual ways two checks get fused into one.
+  With ``atomicity: judge`` (the released code) the evaluator calls that score the actions also count the
+  rubric's atomic criteria; the term is that count over the number of criteria, averaged over the calls.
+- **format**: with ``format_reward: schema``, 1 when the reply is the rubric's JSON object alone, 0.5 when
+  it parses with other text around it, 0 when it does not parse (:attr:`ParsedRubric.format_score`); with
+  ``count_weights`` (the released code), 0.5 for 3 to 5 criteria plus 0.5 for weights, as written, that sum to
+  1 within 0.15 (:func:`format_term`).
 
 ``r = w_rank r_rank + w_atom r_atom + w_fmt r_fmt`` (params ``rubric_generator.reward_weights``, paper
-0.75 / 0.15 / 0.10). The **repetition gate** sets r = 0 when the rate of repeated word n-grams of the
-rubric's criteria (``1 - distinct / total`` over n-grams, n = ``repetition_ngram``) exceeds
-``repetition_max_rate``; a gated or unparseable rubric is not sent to the evaluator (its reward is 0
-whatever the evaluator would say). An unparseable rubric scores 0 on all three terms: it is the generator's
-own failure. An **evaluator failure** on any action the rubric needs (a failed call or an unparseable reply)
-leaves the rubric without a score: the reward is ``None``, the episode leaves its group, and it is counted.
+0.75 / 0.15 / 0.10). The **repetition gate** sets r = 0 when the rate of repeated word n-grams
+(``1 - distinct / total`` over n-grams, n = ``repetition_ngram``) of the whole reply (``repetition_scope:
+reply``) or of the rubric's criteria (``criteria``) exceeds ``repetition_max_rate``; a gated or unparseable
+rubric is not sent to the evaluator (its reward is 0 whatever the evaluator would say). An unparseable rubric
+scores 0 on all three terms: it is the generator's own failure. A rubric with fewer than ``min_criteria``
+criteria is not evaluated either: its rank and atomicity terms are 0 and only its format term counts (the
+released code's rule for fewer than 2). An **evaluator failure** on any action the rubric needs (a failed call
+or an unparseable reply, one without the atomic count it was asked for included) leaves the rubric without a
+score: the reward is ``None``, the episode leaves its group, and it is counted.
 
     reward = RubricReward(evaluator_model(pool.role, params.rubric_generator), params.rubric_generator)
     trainer = GRPOTrainer(..., reward_fn=reward, prompts=[{"prompt": text, "point": bp}, ...])
@@ -55,16 +62,17 @@ from components.judges.orders import balanced_orders
 from components.judges.render import render_prefix
 from components.llm.base import ChatModel
 from components.methods.coreact.rubric_eval import evaluate_actions, evaluate_criteria, evaluate_slate
-from components.methods.coreact.rubric_generator import ParsedRubric, parse_rubric
+from components.methods.coreact.rubric_generator import COUNT_RANGE, ParsedRubric, parse_rubric
 from components.params import RubricGeneratorParams
 from components.schemas import BranchingPoint, Rubric
 from components.training.episodes import Episode, RewardOutput, StepContext
 
-__all__ = ["ATOMIC_MAX_WORDS", "RewardParts", "RubricReward", "atomicity", "combine", "consensus_scores",
-           "evaluator_model", "is_atomic", "listwise_rank_reward", "pairwise_rank_reward", "rank_correlation",
-           "repetition_rate", "slate_actions"]
+__all__ = ["ATOMIC_MAX_WORDS", "WEIGHT_SUM_TOLERANCE", "RewardParts", "RubricReward", "atomicity", "combine",
+           "consensus_scores", "evaluator_model", "format_term", "is_atomic", "listwise_rank_reward",
+           "pairwise_rank_reward", "rank_correlation", "repetition_rate", "slate_actions"]
 
 ATOMIC_MAX_WORDS = 25
+WEIGHT_SUM_TOLERANCE = 0.15  # |sum of weights - 1| below this earns the weight half (reward_fn.py:92)
 _JOINERS = re.compile(r"\b(?:and|or|as well as|also|both|then|while)\b|;", re.IGNORECASE)
 _QUOTED = re.compile(r"\[[^\]]*\]|\([^)]*\)|\"[^\"]*\"|'[^']*'|`[^`]*`")
 
@@ -107,6 +115,17 @@ def atomicity(rubric: Rubric) -> float:
     return sum(is_atomic(c.text) for c in rubric.criteria) / len(rubric.criteria) if rubric.criteria else 0.0
 
 
+def format_term(parsed: ParsedRubric, rule: str) -> float:
+    """The format term of a parsed reply under ``rubric_generator.format_reward`` (see the module doc); 0 when
+    it did not parse."""
+    if not parsed.ok:
+        return 0.0
+    if rule == "schema":
+        return parsed.format_score
+    count_ok = COUNT_RANGE[0] <= len(parsed.rubric.criteria) <= COUNT_RANGE[1]
+    return 0.5 * count_ok + 0.5 * (abs(sum(parsed.raw_weights) - 1.0) < WEIGHT_SUM_TOLERANCE)
+
+
 def repetition_rate(text: str, n: int = 4) -> float:
     """``1 - distinct / total`` over the word n-grams of ``text`` (0 for texts shorter than n words)."""
     words = re.findall(r"\w+", text.lower())
@@ -116,16 +135,18 @@ def repetition_rate(text: str, n: int = 4) -> float:
 
 @dataclass(frozen=True)
 class RewardParts:
-    """One rubric's reward and its terms; ``rank``/``rho`` are None when the rubric was not evaluated."""
+    """One rubric's reward and its terms; ``rank``/``rho`` are None when the rubric was not evaluated, and
+    ``atomicity`` when it was not measured (the judge's count not asked for, or fewer than ``min_criteria``)."""
 
     total: float
     rank: float | None
-    atomicity: float
+    atomicity: float | None
     format: float
     repetition: float
     gated: bool = False
     rho: float | None = None
     flat: bool = False  # the evaluator scored every evaluated action alike: the rubric induced no order
+    too_few: bool = False  # fewer than min_criteria criteria: not evaluated, only the format term counts
 
 
 def combine(rank: float, atom: float, fmt: float, weights: Mapping[str, float], repetition: float,
@@ -193,29 +214,36 @@ class RubricReward:
     async def score(self, point: BranchingPoint, text: str, *, step: int = 0,
                     tally: Tally | None = None) -> RewardParts | None:
         """The reward of rubric ``text`` at ``point``; None when the evaluator failed on an action it needed."""
-        s = self.settings
-        parsed = parse_rubric(text or "", s.max_criteria, max_chars=s.max_criterion_chars)
-        repetition = repetition_rate(_criteria_text(parsed, text or ""), s.repetition_ngram)
+        s, text = self.settings, text or ""
+        parsed = parse_rubric(text, s.max_criteria, max_chars=s.max_criterion_chars)
+        gate_text = text if s.repetition_scope == "reply" else _criteria_text(parsed, text)
+        repetition = repetition_rate(gate_text, s.repetition_ngram)
         if not parsed.ok:
             return RewardParts(0.0, None, 0.0, 0.0, repetition)
-        atom, fmt = atomicity(parsed.rubric), parsed.format_score
+        judged = s.atomicity == "judge"
+        atom, fmt = None if judged else atomicity(parsed.rubric), format_term(parsed, s.format_reward)
         if repetition > s.repetition_max_rate:
             return RewardParts(0.0, None, atom, fmt, repetition, gated=True)
+        n = len(parsed.rubric.criteria)
+        if n < s.min_criteria:
+            total = combine(0.0, 0.0, fmt, s.reward_weights, repetition, s.repetition_max_rate)
+            return RewardParts(total, None, None, fmt, repetition, too_few=True)
         actions, borda = slate_actions(point), consensus_scores(point)
         positions = list(self.pair_for(point, step)) if self.pairwise else list(range(len(actions)))
         prefix, shown = render_prefix(point.prefix, self.observation_chars), [actions[p] for p in positions]
+        asked = {"max_tokens": s.evaluator_max_tokens, "tally": tally}
         if s.evaluator_mode == "slate":
             outcomes = await evaluate_slate(self.evaluator, point.question, prefix, shown, parsed.rubric,
-                                            orders=self.slate_orders(point, len(shown)),
-                                            max_tokens=s.evaluator_max_tokens, tally=tally)
-        elif s.evaluator_mode == "criterion":
-            outcomes = await evaluate_criteria(self.evaluator, point.question, prefix, shown, parsed.rubric,
-                                               max_tokens=s.evaluator_max_tokens, tally=tally)
+                                            orders=self.slate_orders(point, len(shown)), count_atomic=judged, **asked)
+        elif s.evaluator_mode == "criterion":  # params refuse atomicity: judge here (no count in a yes/no)
+            outcomes = await evaluate_criteria(self.evaluator, point.question, prefix, shown, parsed.rubric, **asked)
         else:
             outcomes = await evaluate_actions(self.evaluator, point.question, prefix, shown, parsed.rubric,
-                                              max_tokens=s.evaluator_max_tokens, tally=tally)
+                                              count_atomic=judged, **asked)
         if any(o.score is None for o in outcomes):
             return None
+        if judged:
+            atom = sum(o.atomic_count for o in outcomes) / len(outcomes) / n
         scores = [o.score for o in outcomes]
         rho = None if self.pairwise else rank_correlation(scores, borda)
         rank = pairwise_rank_reward(scores[0], scores[1]) if self.pairwise else (rho + 1.0) / 2.0
@@ -259,12 +287,13 @@ def _metrics(parts: list[RewardParts | None], tally: Tally) -> dict[str, float]:
         "rho_mean": _mean([p.rho for p in evaluated if p.rho is not None]),
         # evaluated rubrics whose actions all scored alike: their rank term is chance, whatever the rubric says
         "flat_rate": _mean([float(p.flat) for p in evaluated]),
-        "atomicity_mean": _mean([p.atomicity for p in parsed]),
+        "atomicity_mean": _mean([p.atomicity for p in parsed if p.atomicity is not None]),
         "format_mean": _mean([p.format for p in scored]),
         "repetition_mean": _mean([p.repetition for p in scored]),
         "rubric_parse_failures": float(sum(p.format == 0 for p in scored)),
         "rubric_parse_failure_rate": sum(p.format == 0 for p in scored) / n,
         "gated": float(sum(p.gated for p in scored)),
+        "too_few_criteria": float(sum(p.too_few for p in scored)),
         "evaluator_dropped": float(len(parts) - len(scored)),
         "evaluator_dropped_rate": (len(parts) - len(scored)) / n,
         # <who>/calls and <who>/tokens, as every reward names its judge's accounting (the head-to-head's training compute)

@@ -94,7 +94,8 @@ def oracle_warm_start(params: Params, policy, points: list[BranchingPoint], inpu
         return adapter, read_json(folder / "metrics.json")
     from_trajectories = [p for t in inputs.trajectories for p in trajectory_points(t)]
     rows, skipped = warm_start_rows([*points, *from_trajectories], inputs.questions, render, s.max_criteria,
-                                    params.coreact.observation_chars, max_chars=s.max_criterion_chars)
+                                    params.coreact.observation_chars, max_chars=s.max_criterion_chars,
+                                    format_reward=s.format_reward)
     if not rows:
         raise ValueError(f"rubric_generator.warm_start=oracle: no row from {len(points)} training points ({skipped})")
     examples = [build_sft_example(r, inputs.tokenizer, max_length=params.sft.max_length) for r in rows]
@@ -169,8 +170,9 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     if not train:  # collect kept no usable point: no step to take, and the stage says so
         return untrained_result(policy, points, dropped, len(held_out), folder, reward)
     obs = params.coreact.observation_chars
-    train_items = prompt_items(train, render, s.max_criteria, obs, max_chars=s.max_criterion_chars)
-    held_items = prompt_items(held_out, render, s.max_criteria, obs, max_chars=s.max_criterion_chars)
+    asked = {"max_chars": s.max_criterion_chars, "format_reward": s.format_reward}
+    train_items = prompt_items(train, render, s.max_criteria, obs, **asked)
+    held_items = prompt_items(held_out, render, s.max_criteria, obs, **asked)
     reward_fn = RubricReward(evaluator, s, pairwise=reward == "pairwise", seed=params.seed, observation_chars=obs)
     scorer = RubricReward(evaluator, s, seed=params.seed, observation_chars=obs)  # held-out Spearman is listwise
     config = generator_config(params, len(train))

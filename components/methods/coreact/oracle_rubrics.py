@@ -55,7 +55,8 @@ def trajectory_points(trajectory: Trajectory) -> list[BranchingPoint]:
 
 def warm_start_rows(points: Sequence[BranchingPoint], questions: Mapping[str, Question],
                     render: Callable[[list[Message], bool], str], max_criteria: int, observation_chars: int = 400,
-                    *, max_chars: int) -> tuple[list[list[tuple[str, bool]]], dict[str, int]]:
+                    *, max_chars: int,
+                    format_reward: str = "schema") -> tuple[list[list[tuple[str, bool]]], dict[str, int]]:
     """SFT rows ``[(prompt, False), (oracle rubric + end of turn, True)]``, one per distinct (question, prefix)
     among ``points``, and how many points were skipped for each reason: ``no_gold_chain`` (the question is not in
     ``questions`` or has no chain), ``rubric_too_long`` (a hop's question makes a criterion longer than
@@ -75,6 +76,7 @@ def warm_start_rows(points: Sequence[BranchingPoint], questions: Mapping[str, Qu
         if not parse_rubric(rubric, max_criteria, max_chars=max_chars).ok:
             skipped["rubric_too_long"] += 1
             continue
-        messages = generator_messages(p.question, p.prefix, max_criteria, observation_chars, max_chars=max_chars)
+        messages = generator_messages(p.question, p.prefix, max_criteria, observation_chars, max_chars=max_chars,
+                                      format_reward=format_reward)
         rows.append(reply_row(messages, rubric, render))
     return rows, skipped

@@ -83,6 +83,34 @@ class RubricGeneratorParams(Section):
     repetition_ngram: int = Field(default=4, ge=1, description="n of the repetition gate's n-grams.")
     repetition_max_rate: float = Field(default=0.4, ge=0, le=1, description="Rubrics whose repeated n-gram rate exceeds "
                                        "this get reward 0.")
+    repetition_scope: Literal["reply", "criteria"] = Field(
+        default="reply", description="What the repetition gate reads: 'reply' = the generator's whole reply, as the "
+        "released code does (ZBWpro/Co-ReAct@ff5540a6 rubric_rl/reward_fn.py:240, is_repetitive(solution_str)), so a "
+        "reply that loops outside its JSON is gated too; 'criteria' = the parsed criteria' text alone (the paper's "
+        "'4-gram repetition rate of the rubric', appendix A).")
+    atomicity: Literal["rule", "judge"] = Field(
+        default="rule", description="How the atomicity term is measured: 'judge' = the evaluator's count of atomic "
+        "criteria divided by their number, from the same call that scores the actions (the released code, "
+        "reward_fn.py:135-145, 287, 303; the count is part of the reply's schema and a reply without it is a failed "
+        "call, never an atomicity of 0; in action mode the mean over the slate's calls); 'rule' = a criterion is "
+        "atomic when it has at most 25 words and no joining word outside brackets and quotes (no call; the paper "
+        "does not say how it measures atomicity, 3.2.1). 'judge' needs evaluator_mode action or slate.")
+    format_reward: Literal["schema", "count_weights"] = Field(
+        default="schema", description="The format term: 'count_weights' = 0.5 when the rubric has 3 to 5 criteria plus "
+        "0.5 when its weights as written sum to 1 within 0.15 (the released code, reward_fn.py:75-95; the generator's "
+        "prompt then asks for 3 to max_criteria criteria with weights that add up to 1, as the released prompt does); "
+        "'schema' = 1 for the JSON object alone, 0.5 with other text around it, 0 unparsed (the paper's 'format "
+        "reward that enforces the expected schema', 3.2.1; the prompt asks for weights 1-3). An unparsed rubric "
+        "scores 0 either way.")
+    min_criteria: int = Field(
+        default=1, ge=1, description="Rubrics with fewer criteria are not evaluated: their rank and atomicity terms "
+        "are 0 and only the format term counts (the released code needs 2, reward_fn.py:271; the paper scores every "
+        "rubric). A rubric that parses always has at least 1.")
+    adv_std: Literal["population", "sample"] = Field(
+        default="sample", description="The group std the generator's GRPO advantages divide by (grpo.adv_std for "
+        "this stage): 'sample' = Bessel's G - 1, as the released code's verl does (volcengine/verl@b178a3cd "
+        "verl/trainer/ppo/core_algos.py:320, torch.std; rubric_rl/train_grpo.sh:88 norm_adv_by_std_in_grpo=True); "
+        "'population' = divide by G (the paper's Eq. 5 names only a std).")
     held_out_fraction: float = Field(default=0.25, ge=0, lt=1, description="Share of the questions whose branching "
                                      "points are held out to measure Spearman before and after training.")
     heldout_samples: int = Field(default=0, ge=0, description="Rubrics sampled per held-out point (at temperature "
@@ -120,4 +148,7 @@ class RubricGeneratorParams(Section):
             raise ValueError("reward_weights must name rank, atomicity and format")
         if any(w < 0 for w in self.reward_weights.values()) or sum(self.reward_weights.values()) <= 0:
             raise ValueError("reward_weights must be non-negative with a positive sum")
+        if self.atomicity == "judge" and self.evaluator_mode == "criterion":
+            raise ValueError("atomicity: judge needs evaluator_mode action or slate: the criterion mode's yes/no "
+                             "replies carry no count of atomic criteria (set atomicity: rule)")
         return self

@@ -37,6 +37,14 @@ each criterion as the judge's probability of yes: the action's score is then the
 probabilities, while ``satisfied`` keeps the sampled answers.
 
     outcomes = await evaluate_criteria(evaluator, question, prefix_text, actions, rubric)
+
+With ``count_atomic`` (``rubric_generator.atomicity: judge``, the released code's atomicity) the action and slate
+modes ask the same call to count the rubric's atomic criteria too, and its reply carries the count beside the
+verdicts (``{"satisfied": [true, false], "atomic_count": 1}``; ZBWpro/Co-ReAct@ff5540a6 rubric_rl/rubric_judge.py:25,
+51, whose one call ranks the slate and counts). The count is part of the reply's schema: a reply without it, or
+with a count that is not an integer from 0 to the number of criteria, is unparseable like any other (the action
+unscored, never an atomicity of 0). :attr:`ActionScore.atomic_count` is that call's count (slate mode: the mean
+over its orders). The criterion mode's yes/no replies carry no count.
 """
 
 from __future__ import annotations
@@ -54,10 +62,10 @@ from components.llm.json_reply import outer_json
 from components.methods.coreact.rubric_generator import render_rubric
 from components.schemas import Rubric
 
-__all__ = ["YES_NO", "ActionScore", "criterion_messages", "evaluate_action", "evaluate_actions", "evaluate_criteria",
-           "evaluate_slate", "evaluator_call", "evaluator_messages", "failure_reason", "parse_satisfied",
-           "parse_verdicts", "parse_yes_no", "satisfied_schema", "slate_messages", "verdicts_schema",
-           "weighted_fraction"]
+__all__ = ["ATOMIC_COUNT", "YES_NO", "ActionScore", "counted", "criterion_messages", "evaluate_action",
+           "evaluate_actions", "evaluate_criteria", "evaluate_slate", "evaluator_call", "evaluator_messages",
+           "failure_reason", "parse_atomic_count", "parse_satisfied", "parse_verdicts", "parse_yes_no",
+           "satisfied_schema", "slate_messages", "verdicts_schema", "weighted_fraction", "with_atomic_count"]
 
 SYSTEM_PROMPT = (
     "You check one proposed next action of a research agent against a checklist. The agent answers questions "
@@ -84,6 +92,14 @@ SLATE_PROMPT = (
     "criterion in order, each with one value per action in label order."
 )
 
+ATOMIC_COUNT = (
+    " Also count the atomic criteria of the checklist: a criterion is atomic when it states one concrete condition "
+    "that the action itself (its tool, its search words, its document id, its answer) settles with a plain yes or "
+    "no; a vague quality (thorough, reliable, relevant) or two conditions in one criterion is not atomic. Put that "
+    'number in the same JSON object as "atomic_count": an integer from 0 to the number of criteria.'
+)
+"""What the action and slate prompts add with ``count_atomic``."""
+
 YES_NO = Choice({"yes": 1.0, "no": 0.0}, label=lambda satisfied: "yes" if satisfied else "no")
 """The criterion mode's answer: the reply's first word, worth 1 for yes and 0 for no."""
 
@@ -104,9 +120,17 @@ def satisfied_schema(n: int) -> dict:
     }
 
 
-def evaluator_messages(question: str, prefix_text: str, action: str, rubric: Rubric) -> list[Message]:
+def with_atomic_count(schema: dict, n: int) -> dict:
+    """``schema`` whose object also requires ``atomic_count``, an integer from 0 to ``n``."""
+    return {**schema, "properties": {**schema["properties"],
+                                     "atomic_count": {"type": "integer", "minimum": 0, "maximum": n}},
+            "required": [*schema["required"], "atomic_count"]}
+
+
+def evaluator_messages(question: str, prefix_text: str, action: str, rubric: Rubric, *,
+                       count_atomic: bool = False) -> list[Message]:
     history = prefix_text.strip() or "(nothing yet: this is the first action)"
-    return [system(SYSTEM_PROMPT), user(
+    return [system(SYSTEM_PROMPT + (ATOMIC_COUNT if count_atomic else "")), user(
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
         f"Proposed next action:\n{untrusted(' '.join(action.split()))}\n\n"
         f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
@@ -133,10 +157,11 @@ def verdicts_schema(n: int, k: int) -> dict:
     }
 
 
-def slate_messages(question: str, prefix_text: str, actions: Sequence[str], rubric: Rubric) -> list[Message]:
+def slate_messages(question: str, prefix_text: str, actions: Sequence[str], rubric: Rubric, *,
+                   count_atomic: bool = False) -> list[Message]:
     history = prefix_text.strip() or "(nothing yet: this is the first action)"
     listed = "\n".join(f"{letter(i)}. {untrusted(' '.join(a.split()))}" for i, a in enumerate(actions))
-    return [system(SLATE_PROMPT), user(
+    return [system(SLATE_PROMPT + (ATOMIC_COUNT if count_atomic else "")), user(
         f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
         f"Proposed next actions ({len(actions)}):\n{listed}\n\n"
         f"Checklist ({len(rubric.criteria)} criteria):\n{render_rubric(rubric)}"
@@ -179,6 +204,32 @@ def parse_verdicts(text: str, n: int, k: int) -> list[list[bool]] | str:
     return rows
 
 
+def parse_atomic_count(text: str, n: int) -> int | str:
+    """The reply's ``atomic_count`` (an integer from 0 to ``n``), or a one-line reason the reply is unusable."""
+    obj = _json_object(text or "")
+    if obj is None:
+        return "no JSON object in the reply"
+    count = obj.get("atomic_count")
+    if isinstance(count, bool) or not isinstance(count, int):
+        return f"'atomic_count' must be an integer, got {count!r}"
+    if not 0 <= count <= n:
+        return f"atomic_count {count} for {n} criteria"
+    return count
+
+
+def counted(parse: Callable[[str], Any], n: int) -> Callable[[str], Any]:
+    """``parse`` that also reads the reply's atomic count: ``(verdict, count)``, or the first reason either
+    part of the reply is unusable."""
+    def parse_counted(text: str) -> Any:
+        value = parse(text)
+        if isinstance(value, str):
+            return value
+        count = parse_atomic_count(text, n)
+        return count if isinstance(count, str) else (value, count)
+
+    return parse_counted
+
+
 def parse_yes_no(text: str) -> bool | str:
     """The reply's first word as a verdict (case, quotes and punctuation ignored), or why it is not one."""
     words = (text or "").split()
@@ -206,6 +257,7 @@ class ActionScore:
     score: float | None
     satisfied: tuple[bool, ...] | None = None
     error: str | None = None
+    atomic_count: float | None = None  # the call's count of atomic criteria, when it was asked for one
 
 
 def evaluator_call(messages: list[Message], parse: Callable[[str], Any], schema: dict | None,
@@ -224,21 +276,28 @@ def failure_reason(failure: Failure) -> str:
 
 
 async def evaluate_action(evaluator: ChatModel, question: str, prefix_text: str, action: str, rubric: Rubric,
-                          *, max_tokens: int = 128, tally: Tally | None = None) -> ActionScore:
+                          *, max_tokens: int = 128, tally: Tally | None = None,
+                          count_atomic: bool = False) -> ActionScore:
     n = len(rubric.criteria)
-    call = evaluator_call(evaluator_messages(question, prefix_text, action, rubric),
-                          lambda text: parse_satisfied(text, n), satisfied_schema(n), max_tokens)
+    parse, schema = (lambda text: parse_satisfied(text, n)), satisfied_schema(n)
+    if count_atomic:
+        parse, schema = counted(parse, n), with_atomic_count(schema, n)
+    call = evaluator_call(evaluator_messages(question, prefix_text, action, rubric, count_atomic=count_atomic),
+                          parse, schema, max_tokens)
     result = await ask(evaluator, call, tally)
     if not result.ok:
         return ActionScore(None, error=failure_reason(result))
-    return ActionScore(weighted_fraction(rubric, result.value), tuple(result.value))
+    satisfied, count = result.value if count_atomic else (result.value, None)
+    return ActionScore(weighted_fraction(rubric, satisfied), tuple(satisfied), atomic_count=count)
 
 
 async def evaluate_actions(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
-                           rubric: Rubric, *, max_tokens: int = 128, tally: Tally | None = None) -> list[ActionScore]:
+                           rubric: Rubric, *, max_tokens: int = 128, tally: Tally | None = None,
+                           count_atomic: bool = False) -> list[ActionScore]:
     """Every action scored concurrently against one rubric (the middleware bounds the concurrency)."""
     return list(await asyncio.gather(*(
-        evaluate_action(evaluator, question, prefix_text, a, rubric, max_tokens=max_tokens, tally=tally)
+        evaluate_action(evaluator, question, prefix_text, a, rubric, max_tokens=max_tokens, tally=tally,
+                        count_atomic=count_atomic)
         for a in actions)))
 
 
@@ -263,7 +322,7 @@ async def evaluate_criteria(evaluator: ChatModel, question: str, prefix_text: st
 
 async def evaluate_slate(evaluator: ChatModel, question: str, prefix_text: str, actions: Sequence[str],
                          rubric: Rubric, *, orders: Sequence[Sequence[int]] | None = None, max_tokens: int = 128,
-                         tally: Tally | None = None) -> list[ActionScore]:
+                         tally: Tally | None = None, count_atomic: bool = False) -> list[ActionScore]:
     """Every action scored side by side (the slate mode), one call per order in ``orders`` (each a permutation
     of ``actions`` shown as A, B, ...; default: as given, once). An action's score is the mean of its weighted
     fractions over the orders, its ``satisfied`` the per-criterion majority (a tie is not satisfied). Scores
@@ -274,20 +333,25 @@ async def evaluate_slate(evaluator: ChatModel, question: str, prefix_text: str, 
         raise ValueError(f"orders {orders} are not permutations of {k} actions")
     if k > 26:
         raise ValueError(f"a slate of {k} actions has more than 26 labels")
+    parse, schema = (lambda text: parse_verdicts(text, n, k)), verdicts_schema(n, k)
+    if count_atomic:
+        parse, schema = counted(parse, n), with_atomic_count(schema, n)
     results = await asyncio.gather(*(
-        ask(evaluator, evaluator_call(slate_messages(question, prefix_text, [actions[i] for i in order], rubric),
-                                      lambda text: parse_verdicts(text, n, k), verdicts_schema(n, k), max_tokens),
+        ask(evaluator, evaluator_call(slate_messages(question, prefix_text, [actions[i] for i in order], rubric,
+                                                     count_atomic=count_atomic), parse, schema, max_tokens),
             tally) for order in orders))
     failed = next((r for r in results if not r.ok), None)
     if failed is not None:
         return [ActionScore(None, error=failure_reason(failed))] * k
+    replies = [r.value if count_atomic else (r.value, None) for r in results]
+    count = sum(c for _, c in replies) / len(replies) if count_atomic else None
     verdicts: list[list[tuple[bool, ...]]] = [[] for _ in range(k)]
-    for order, result in zip(orders, results):
+    for order, (rows, _) in zip(orders, replies):
         for shown, action in enumerate(order):
-            verdicts[action].append(tuple(row[shown] for row in result.value))
+            verdicts[action].append(tuple(row[shown] for row in rows))
     scores = []
     for seen in verdicts:
         fraction = sum(weighted_fraction(rubric, v) for v in seen) / len(seen)
         majority = tuple(2 * sum(v[c] for v in seen) > len(seen) for c in range(n))
-        scores.append(ActionScore(fraction, majority))
+        scores.append(ActionScore(fraction, majority, atomic_count=count))
     return scores

@@ -11,8 +11,10 @@ Parsing is strict: 1..max_criteria items, each with exactly a non-empty ``criter
 numeric ``weight`` (at most 10); weights are normalised to sum to 1. The length limit is in the schema too, so a
 backend with structured output cannot run a criterion on (the 0.5B copies whole observations into criteria and
 is cut off at ``max_tokens``, leaving no JSON). A reply that does not meet it is a failure with a one-line reason,
-counted by the caller; it never raises. :attr:`ParsedRubric.format_score` is the format term of the reward: 1 for
-the object alone, 0.5 when it parses but has other text around it, 0 otherwise.
+counted by the caller; it never raises. :attr:`ParsedRubric.format_score` is the schema format term of the reward: 1
+for the object alone, 0.5 when it parses but has other text around it, 0 otherwise; :attr:`ParsedRubric.raw_weights`
+keeps the weights as written, which the released code's format term reads (``rubric_generator.format_reward:
+count_weights``, whose prompt asks for :data:`COUNT_RANGE` criteria with weights summing to 1).
 
     generator = RubricGenerator(pool.role("rubric_generator"), max_criteria=4, max_chars=160)
     out = await generator.generate(question, steps, seed=7)
@@ -31,10 +33,13 @@ from components.judges.render import render_prefix, untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.schemas import Criterion, Rubric, Step
 
-__all__ = ["GeneratedRubric", "ParsedRubric", "RubricGenerator", "generator_messages", "parse_rubric",
+__all__ = ["COUNT_RANGE", "GeneratedRubric", "ParsedRubric", "RubricGenerator", "generator_messages", "parse_rubric",
            "render_rubric", "rubric_schema"]
 
 MAX_WEIGHT = 10.0
+COUNT_RANGE = (3, 5)
+"""The number of criteria the released generator is asked for and its format term rewards
+(ZBWpro/Co-ReAct@ff5540a6 rubric_rl/reward_fn.py:87, rubric_rl/rubric_prompt.py:17)."""
 
 SYSTEM_PROMPT = """\
 You coach a research agent that answers questions by looking facts up in an encyclopedia. The agent acts with \
@@ -46,11 +51,16 @@ should meet: what that one action has to target for the agent to make progress. 
 - it is specific to this question and this point of the search (name the entity or fact to look up next);
 - it is one short sentence of at most {max_chars} characters: never copy the history or an observation into it;
 - no criterion repeats another.
-Give each criterion a weight: 3 = essential, 2 = important, 1 = helpful. Write between 1 and {max_criteria} \
-criteria.
+{weights} Write between {least} and {most} criteria.
 
 Reply with one JSON object and nothing else:
-{{"criteria": [{{"criterion": "<one check>", "weight": <1-3>}}, ...]}}"""
+{{"criteria": [{{"criterion": "<one check>", "weight": <{weight}>}}, ...]}}"""
+
+_WEIGHTS = {  # the weight convention each format term rewards: (the instruction, the placeholder of the template)
+    "schema": ("Give each criterion a weight: 3 = essential, 2 = important, 1 = helpful.", "1-3"),
+    "count_weights": (("Give each criterion a positive weight, its share of the whole: the weights add up to 1 "
+                       "(for example 0.5, 0.3 and 0.2)."), "share"),
+}
 
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
@@ -77,10 +87,15 @@ def rubric_schema(max_criteria: int, *, max_chars: int) -> dict[str, Any]:
 
 
 def generator_messages(question: str, steps: Sequence[Step], max_criteria: int,
-                       observation_chars: int = 400, *, max_chars: int) -> list[Message]:
-    """The generator's prompt for the next step after ``steps`` (the history as the council saw it)."""
+                       observation_chars: int = 400, *, max_chars: int,
+                       format_reward: str = "schema") -> list[Message]:
+    """The generator's prompt for the next step after ``steps`` (the history as the council saw it); its weight
+    convention and number of criteria are the ones ``format_reward`` (``rubric_generator.format_reward``) rewards."""
     history = render_prefix(steps, observation_chars).strip() or "(nothing yet: the next action is the first one)"
-    return [system(SYSTEM_PROMPT.format(max_criteria=max_criteria, max_chars=max_chars)),
+    weights, weight = _WEIGHTS[format_reward]
+    least = 1 if format_reward == "schema" else min(COUNT_RANGE[0], max_criteria)
+    most = max_criteria if format_reward == "schema" else max(least, min(COUNT_RANGE[1], max_criteria))
+    return [system(SYSTEM_PROMPT.format(max_chars=max_chars, weights=weights, weight=weight, least=least, most=most)),
             user(f"Question:\n{question}\n\nWhat the agent has done so far:\n{history}\n\n"
                  "Write the checklist for the agent's next action.")]
 
@@ -92,6 +107,7 @@ class ParsedRubric:
     rubric: Rubric | None
     error: str | None = None
     exact: bool = False  # the reply was the JSON object alone (fence allowed)
+    raw_weights: tuple[float, ...] = ()  # the weights as written, before they are normalised to sum to 1
 
     @property
     def ok(self) -> bool:
@@ -138,8 +154,12 @@ def _criteria(obj: dict, max_criteria: int, max_chars: int) -> list[Criterion] |
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= MAX_WEIGHT:
             return f"criterion {i + 1}: 'weight' must be a number in (0, {MAX_WEIGHT:g}], got {weight!r}"
         out.append(Criterion(text=" ".join(text.split()), weight=float(weight)))
-    total = sum(c.weight for c in out)
-    return [c.model_copy(update={"weight": c.weight / total}) for c in out]
+    return out
+
+
+def _normalised(criteria: list[Criterion]) -> list[Criterion]:
+    total = sum(c.weight for c in criteria)
+    return [c.model_copy(update={"weight": c.weight / total}) for c in criteria]
 
 
 def parse_rubric(text: str, max_criteria: int, source: str = "", *, max_chars: int) -> ParsedRubric:
@@ -153,7 +173,8 @@ def parse_rubric(text: str, max_criteria: int, source: str = "", *, max_chars: i
     criteria = _criteria(obj, max_criteria, max_chars)
     if isinstance(criteria, str):
         return ParsedRubric(None, criteria)
-    return ParsedRubric(Rubric(criteria=criteria, source=source, raw=text), exact=whole)
+    return ParsedRubric(Rubric(criteria=_normalised(criteria), source=source, raw=text), exact=whole,
+                        raw_weights=tuple(c.weight for c in criteria))
 
 
 def render_rubric(rubric: Rubric) -> str:
@@ -183,8 +204,9 @@ class RubricGenerator:
     """The ``rubric_generator`` role behind the strict format; counts its calls, failed calls and bad replies."""
 
     def __init__(self, model: ChatModel, *, max_criteria: int = 4, temperature: float = 0.7, top_p: float = 0.95,
-                 max_tokens: int = 256, observation_chars: int = 400, max_chars: int):
+                 max_tokens: int = 256, observation_chars: int = 400, max_chars: int, format_reward: str = "schema"):
         self.model, self.max_criteria, self.max_chars = model, max_criteria, max_chars
+        self.format_reward = format_reward  # the prompt asks for what the generator's format term rewarded
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.observation_chars = observation_chars
         self.calls = self.failed_calls = self.unparsed = 0
@@ -196,7 +218,7 @@ class RubricGenerator:
     async def generate(self, question: str, steps: Sequence[Step], seed: int | None = None) -> GeneratedRubric:
         self.calls += 1
         messages = generator_messages(question, steps, self.max_criteria, self.observation_chars,
-                                      max_chars=self.max_chars)
+                                      max_chars=self.max_chars, format_reward=self.format_reward)
         out = await self.model.chat(messages, self.sampling(seed))
         if not out.ok:
             self.failed_calls += 1

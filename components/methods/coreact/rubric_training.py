@@ -85,9 +85,10 @@ def split_points(points: Sequence[BranchingPoint], held_out_fraction: float,
 
 
 def prompt_items(points: Sequence[BranchingPoint], render: Render, max_criteria: int,
-                 observation_chars: int = 400, *, max_chars: int) -> list[dict[str, Any]]:
+                 observation_chars: int = 400, *, max_chars: int,
+                 format_reward: str = "schema") -> list[dict[str, Any]]:
     return [{"prompt": render(generator_messages(p.question, p.prefix, max_criteria, observation_chars,
-                                                 max_chars=max_chars), True),
+                                                 max_chars=max_chars, format_reward=format_reward), True),
              "point": p} for p in points]
 
 
@@ -95,10 +96,12 @@ def generator_config(params: Params, n_train_points: int) -> GRPOParams:
     """``params.grpo`` with the rubric generator's own values; steps cover ``epochs`` passes over the points.
     Checkpoints follow ``rubric_generator.checkpoint_every``, not ``grpo``'s: an embedded run has 3-6 steps of
     ~6 minutes, and with grpo's 10 a run killed at step 5 (out of memory) had saved nothing to resume. Its
-    micro-batches never keep their activations (``grpo.checkpoint_min_tokens`` is measured for policy rows)."""
+    micro-batches never keep their activations (``grpo.checkpoint_min_tokens`` is measured for policy rows). Its
+    advantages divide by the std ``rubric_generator.adv_std`` names (the released code's verl: the sample std)."""
     s = params.rubric_generator
     steps = max(1, math.ceil(s.epochs * n_train_points / s.prompts_per_step))
     return params.grpo.model_copy(update={
+        "adv_std": s.adv_std,
         "group_size": s.group_size, "prompts_per_step": s.prompts_per_step, "lr": s.lr, "kl_coef": s.kl_coef,
         "temperature": s.temperature, "top_p": s.top_p, "max_new_tokens": s.max_tokens, "steps": steps,
         "checkpoint_every": s.checkpoint_every, "micro_batch_tokens": s.micro_batch_tokens,
