@@ -305,6 +305,18 @@ class GRPOParams(Section):
     )
     std_normalize: bool = Field(default=True, description="Divide group-centred rewards by the group std (False: Dr. GRPO).")
     adv_eps: float = Field(default=1e-6, gt=0, description="Epsilon in the std division.")
+    adv_std: Literal["population", "sample"] = Field(
+        default="population", description="The group std the advantages divide by: population (divide by G; "
+        "numpy's, RubricEM's open-instruct) or sample (Bessel's G - 1: verl, TRL and slime; advantages "
+        "sqrt((G-1)/G) as large, /1.069 at G=8). Left out of dumps (and so of run keys) while population.")
+    dual_clip_c: float | None = Field(
+        default=None, gt=1, json_schema_extra={"keyed_when_set": True},
+        description="Dual-clip PPO (Ye et al. 2019; verl's clip_ratio_c, 3.0 there): a token with a negative "
+        "advantage has its policy-gradient loss capped at -dual_clip_c * A, however far its ratio rose. None: off.")
+    kl_clamp: float | None = Field(
+        default=None, gt=0, json_schema_extra={"keyed_when_set": True},
+        description="Cap on each token's k3 KL term in the loss (verl clamps its low_var_kl to 10; no gradient "
+        "beyond the cap). None: off.")
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
     temperature: float = Field(default=1.0, ge=0, description="Rollout sampling temperature (0: greedy).")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Rollout nucleus sampling.")
@@ -354,7 +366,10 @@ class GRPOParams(Section):
 
     @model_serializer(mode="wrap")
     def _int8_keyed_when_set(self, handler):
-        return _drop_when_off(handler(self), self, "int8_base")
+        out = _drop_when_off(handler(self), self, "int8_base")
+        if self.adv_std == "population":  # every run keyed before the option divided by the population std
+            out.pop("adv_std", None)
+        return out
 
     @model_validator(mode="after")
     def _tis_reads_engine_logprobs(self) -> GRPOParams:

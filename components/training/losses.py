@@ -14,6 +14,9 @@ With ``tis_cap`` C and the rollout engine's log-probs (token-level truncated imp
 each token's surrogate term is weighted by ``w = min(exp(old_logp - rollout_logp), C)`` (no gradient): the
 old policy's probability as the trainer computes it over the probability the inference engine sampled with,
 capped so a token the engine under-scored cannot dominate the update. The KL term is not weighted.
+Two of verl's guards are options (``verl/trainer/ppo/core_algos.py``): the dual clip ``dual_clip_c`` c caps a
+negative-advantage token's loss at ``-c * A`` (Ye et al. 2019; verl's ``clip_ratio_c``), and ``kl_clamp`` caps
+each token's k3 term (verl clamps its ``low_var_kl`` to [-10, 10]); both are off by default.
 
 Log-probabilities come from a *selective* log-softmax: the log-sum-exp is taken in chunks of rows and only
 the target logit is gathered, so no fp32 ``[B, T, V]`` log-softmax is ever materialised (bf16 logits are
@@ -68,6 +71,7 @@ class LossMetrics:
     num_tokens: int
     tis_weight_mean: float = 1.0  # truncated importance weights (1 and 0 when TIS is off)
     tis_capped_fraction: float = 0.0
+    dual_clip_fraction: float = 0.0  # tokens whose loss the dual clip capped (verl's pg_clipfrac_lower)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -190,10 +194,14 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
     return torch.nn.functional.pad(picked, (1, 0), value=0.0)
 
 
-def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (always >= 0)."""
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor, clamp: float | None = None) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (always >= 0).
+
+    ``clamp`` caps each value at ``clamp`` (no gradient beyond it), as verl's ``low_var_kl`` does at 10.
+    """
     delta = ref_logp - logp
-    return torch.exp(delta) - delta - 1.0
+    k3 = torch.exp(delta) - delta - 1.0
+    return k3 if clamp is None else k3.clamp(max=float(clamp))
 
 
 def clipped_surrogate(
@@ -202,15 +210,23 @@ def clipped_surrogate(
     advantages: torch.Tensor,
     clip_low: float,
     clip_high: float,
+    dual_clip_c: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token PPO loss ``-min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)``.
 
-    Returns ``(loss, ratio, clipped)`` where ``clipped`` marks tokens whose gradient the clip removed.
+    With ``dual_clip_c`` c (> 1), a token with ``A < 0`` has its loss capped at ``-c * A`` (dual-clip PPO):
+    a ratio far above 1 on a bad token no longer grows the loss without bound.
+    Returns ``(loss, ratio, clipped)`` where ``clipped`` marks tokens whose gradient a clip removed.
     """
     ratio = torch.exp(logp - old_logp)
     unclipped = ratio * advantages
     clipped_obj = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-    return -torch.minimum(unclipped, clipped_obj), ratio, clipped_obj < unclipped
+    loss, clipped = -torch.minimum(unclipped, clipped_obj), clipped_obj < unclipped
+    if dual_clip_c is not None:
+        cap = -float(dual_clip_c) * advantages
+        dual = (advantages < 0) & (loss > cap)
+        loss, clipped = torch.where(dual, cap, loss), clipped | dual
+    return loss, ratio, clipped
 
 
 def aggregate(
@@ -262,6 +278,8 @@ def policy_loss(
     num_seqs: float | None = None,
     rollout_logp: torch.Tensor | None = None,
     tis_cap: float | None = None,
+    dual_clip_c: float | None = None,
+    kl_clamp: float | None = None,
 ) -> tuple[torch.Tensor, LossMetrics]:
     """Clipped surrogate plus ``kl_coef`` times the k3 KL to the reference, aggregated by ``agg``.
 
@@ -269,6 +287,8 @@ def policy_loss(
     defaults to ``clip_eps`` (set it higher for DAPO's clip-higher). ``ref_logp`` may be None only when
     ``kl_coef`` is 0. ``tis_cap`` (with ``rollout_logp``, the engine's sampling log-probs) weights each token's
     surrogate term by ``min(exp(old_logp - rollout_logp), tis_cap)``; None leaves the loss as it is.
+    ``dual_clip_c`` (> 1) caps a negative-advantage token's surrogate loss at ``-dual_clip_c * A`` before the TIS
+    weight; ``kl_clamp`` caps each token's k3 term (see :func:`clipped_surrogate`, :func:`kl_k3`).
     """
     if not (logp.shape == old_logp.shape == advantages.shape == loss_mask.shape):
         raise ValueError(
@@ -280,6 +300,10 @@ def policy_loss(
     if tis_cap is not None and (rollout_logp is None or rollout_logp.shape != logp.shape):
         raise ValueError("tis_cap needs the rollout engine's log-probs, shaped like logp "
                          f"(got {None if rollout_logp is None else tuple(rollout_logp.shape)})")
+    if dual_clip_c is not None and dual_clip_c <= 1.0:
+        raise ValueError(f"dual_clip_c must be > 1 (the cap -c * A lies beyond the clip's), got {dual_clip_c}")
+    if kl_clamp is not None and kl_clamp <= 0:
+        raise ValueError(f"kl_clamp must be > 0, got {kl_clamp}")
     mask = loss_mask.bool()
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     # Zero the inputs at masked positions before any arithmetic: torch.where alone would still let an
@@ -289,7 +313,8 @@ def policy_loss(
     adv_m = torch.where(mask, advantages.detach().to(logp.dtype), zero)
 
     high = clip_eps if clip_eps_high is None else clip_eps_high
-    pg_tok, ratio, clipped = clipped_surrogate(logp_m, old_m, adv_m, clip_eps, high)
+    pg_tok, ratio, clipped = clipped_surrogate(logp_m, old_m, adv_m, clip_eps, high, dual_clip_c)
+    dual = (adv_m < 0) & (pg_tok == -float(dual_clip_c) * adv_m) if dual_clip_c is not None else None
     tis = None
     if tis_cap is not None:
         rollout_m = torch.where(mask, rollout_logp.detach().to(old_m.dtype), zero)
@@ -299,7 +324,7 @@ def policy_loss(
 
     if ref_logp is not None:
         ref_m = torch.where(mask, ref_logp.detach(), zero)
-        kl = aggregate(kl_k3(logp_m, ref_m), mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+        kl = aggregate(kl_k3(logp_m, ref_m, kl_clamp), mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
     else:
         kl = zero
     loss = pg + kl_coef * kl if kl_coef != 0.0 else pg
@@ -307,7 +332,7 @@ def policy_loss(
     with torch.no_grad():
         n = int(mask.sum())
         sel_ratio = ratio[mask]
-        kl_tok = kl_k3(logp_m, ref_m)[mask].mean() if ref_logp is not None and n else zero
+        kl_tok = kl_k3(logp_m, ref_m, kl_clamp)[mask].mean() if ref_logp is not None and n else zero
         metrics = LossMetrics(
             loss=float(loss),
             pg_loss=float(pg),
@@ -320,5 +345,6 @@ def policy_loss(
             num_tokens=n,
             tis_weight_mean=float(tis[mask].mean()) if tis is not None and n else 1.0,
             tis_capped_fraction=float((tis[mask] >= float(tis_cap)).float().mean()) if tis is not None and n else 0.0,
+            dual_clip_fraction=float(dual[mask].float().mean()) if dual is not None and n else 0.0,
         )
     return loss, metrics

@@ -244,8 +244,8 @@ class GRPOTrainer:
         return t if t > 0 else 1.0
 
     def _default_advantages(self, episodes: list[Episode], scores: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        return group_advantages(scores, [e.group for e in episodes],
-                                normalize_std=self.config.std_normalize, eps=self.config.adv_eps)
+        return group_advantages(scores, [e.group for e in episodes], normalize_std=self.config.std_normalize,
+                                eps=self.config.adv_eps, unbiased_std=self.config.adv_std == "sample")
 
     def _chunks(self, index: torch.Tensor, size: int | None) -> list[torch.Tensor]:
         return list(index.split(size or len(index)))
@@ -362,6 +362,8 @@ class GRPOTrainer:
         weighted = {"kl": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0}
         if rollout is not None:
             weighted.update(tis_weight_mean=0.0, tis_capped_fraction=0.0)
+        if c.dual_clip_c is not None:
+            weighted.update(dual_clip_fraction=0.0)
         extra_sums: dict[str, float] = {}
         ratio_min, ratio_max, tokens, grad_norms = float("inf"), float("-inf"), 0, []
         pass_tokens = 0  # through the model in the forward passes with gradient, padding included
@@ -395,6 +397,8 @@ class GRPOTrainer:
                         num_seqs=num_seqs,
                         rollout_logp=None if rollout is None else rollout[micro, :w].to(device),
                         tis_cap=None if rollout is None else c.tis_cap,
+                        dual_clip_c=c.dual_clip_c,
+                        kl_clamp=c.kl_clamp,
                     )
                     if loss_fn is not None:
                         extra, extra_metrics = loss_fn(LossInputs(

@@ -89,3 +89,47 @@ def test_place_episode_advantages_masks_missing_and_refuses_untagged_tokens():
     assert adv[keep].tolist() == [0.5] * int(mask.sum())
     with pytest.raises(ValueError, match="outside"):
         place_episode_advantages(values, [0, 1], torch.tensor([[-1, -1, 0, 1, 1], [-1, 0, 1, 1, -1]]), mask)
+
+
+def test_adv_std_sample_is_bessels_std_at_every_group_size():
+    # G=4: rewards 0..3, mean 1.5, population std sqrt(1.25), sample std sqrt(5/3): advantages x sqrt(3/4)
+    rewards = torch.tensor([0.0, 1.0, 2.0, 3.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    groups = [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]  # and G=6: one 1 among six
+    population = group_advantages(rewards, groups, eps=0.0)
+    sample = group_advantages(rewards, groups, eps=0.0, unbiased_std=True)
+    assert sample[:4].tolist() == pytest.approx([x / math.sqrt(5 / 3) for x in (-1.5, -0.5, 0.5, 1.5)])
+    assert population[:4].tolist() == pytest.approx([x / math.sqrt(1.25) for x in (-1.5, -0.5, 0.5, 1.5)])
+    m, var_pop = 2 / 6, (2 / 6) * (4 / 6)  # two 1s among six
+    assert population[4].item() == pytest.approx((1 - m) / math.sqrt(var_pop))
+    assert sample[4].item() == pytest.approx((1 - m) / math.sqrt(var_pop * 6 / 5))
+
+
+def test_the_trainer_divides_by_the_std_grpo_adv_std_names():
+    from types import SimpleNamespace
+
+    from components.params import GRPOParams
+    from components.training.trainer import GRPOTrainer
+
+    episodes = [SimpleNamespace(group=g) for g in (0, 0, 0, 0)]
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0])
+
+    def advantages(adv_std):
+        fake = SimpleNamespace(config=GRPOParams(adv_std=adv_std, adv_eps=1e-6))
+        return GRPOTrainer._default_advantages(fake, episodes, scores, None)
+
+    assert advantages("population").tolist() == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)  # std 0.5
+    a = 0.5 / math.sqrt(1 / 3)
+    assert advantages("sample").tolist() == pytest.approx([a, -a, -a, a], abs=1e-5)
+
+
+def test_adv_std_is_left_out_of_dumps_while_population():
+    """Runs keyed before the option (all of them divided by the population std) keep their run keys."""
+    from pydantic import ValidationError
+
+    from components.params import GRPOParams
+
+    assert "adv_std" not in GRPOParams().model_dump()
+    assert GRPOParams(adv_std="sample").model_dump()["adv_std"] == "sample"
+    assert GRPOParams.model_validate(GRPOParams(adv_std="sample").model_dump()).adv_std == "sample"
+    with pytest.raises(ValidationError, match="adv_std"):
+        GRPOParams(adv_std="bessel")

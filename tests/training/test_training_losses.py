@@ -1,5 +1,6 @@
-"""Clipped surrogate, k3 KL, aggregation and masking checked against numbers computed by hand; the
-selective log-softmax checked against the full fp32 log-softmax it replaced (values and gradients)."""
+"""Clipped surrogate (with the dual clip), k3 KL (with its clamp), aggregation and masking checked against numbers
+computed by hand; the selective log-softmax checked against the full fp32 log-softmax it replaced (values and
+gradients); the trainer passing the grpo options on."""
 
 import math
 
@@ -280,3 +281,123 @@ def test_masked_logprobs_are_the_full_values_at_the_mask_and_zero_elsewhere():
         masked_logprobs(logits[keep], ids, first)
     with pytest.raises(ValueError, match="one row per masked position"):
         masked_logprobs(logits[keep][:-1], ids, mask)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "adv", "expected_loss", "expected_grad", "capped"),
+    [
+        # A < 0, ratio 5 past c = 3: the loss -ratio * A = 5 is capped at -c * A = 3, and has no gradient
+        (5.0, -1.0, 3.0, 0.0, True),
+        (4.0, -0.5, 1.5, 0.0, True),
+        # A < 0, ratio 2 below c: the dual clip is idle (loss -ratio * A = 2, gradient -ratio * A)
+        (2.0, -1.0, 2.0, 2.0, False),
+        # A > 0 is never dual-clipped: ratio 5 stays at the upper clip 1.2 * A
+        (5.0, 1.0, -1.2, 0.0, False),
+    ],
+)
+def test_dual_clip_caps_negative_advantage_losses(ratio, adv, expected_loss, expected_grad, capped):
+    logp = torch.tensor([math.log(ratio)], dtype=torch.float64, requires_grad=True)
+    old = torch.zeros(1, dtype=torch.float64)
+    a = torch.tensor([adv], dtype=torch.float64)
+    loss, _, clipped = clipped_surrogate(logp, old, a, EPS, EPS, dual_clip_c=3.0)
+    loss.sum().backward()
+    assert loss.item() == pytest.approx(expected_loss, abs=1e-12)
+    assert logp.grad.item() == pytest.approx(expected_grad, abs=1e-12)
+    plain = clipped_surrogate(logp.detach(), old, a, EPS, EPS)[0].item()
+    assert (plain != pytest.approx(expected_loss)) is capped  # without the option the loss is -ratio * A
+    if capped:
+        assert bool(clipped.item())
+
+
+def test_dual_clip_in_the_policy_loss():
+    logp, old, adv, mask = _batch()
+    logp = logp.clone()
+    logp[0, 3] = math.log(4.0)  # A = -1 at ratio 4: -ratio * A = 4, capped at 3
+    loss, m = policy_loss(logp, old, adv, mask, clip_eps=EPS, dual_clip_c=3.0)
+    row0 = [-2.2, -1.2, 3.0]
+    row1 = _hand_token_losses()[1]
+    assert loss.item() == pytest.approx((sum(row0) + sum(row1)) / 5, abs=1e-12)
+    assert m.dual_clip_fraction == pytest.approx(1 / 5)
+    off, m_off = policy_loss(logp, old, adv, mask, clip_eps=EPS)
+    assert off.item() == pytest.approx((-2.2 - 1.2 + 4.0 + sum(row1)) / 5, abs=1e-12)
+    assert m_off.dual_clip_fraction == 0.0
+    with pytest.raises(ValueError, match="dual_clip_c"):
+        policy_loss(logp, old, adv, mask, dual_clip_c=1.0)
+
+
+def test_kl_clamp_caps_the_k3_term():
+    logp = torch.zeros(1, 3, dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-12.0, 0.5, 3.0]], dtype=torch.float64)
+    # k3 = exp(d) - d - 1: 11.000006 (capped at 10, no gradient), 0.1487, 16.0855 (capped)
+    k3 = kl_k3(logp, ref, clamp=10.0)
+    assert k3[0].tolist() == pytest.approx([10.0, math.exp(0.5) - 1.5, 10.0], abs=1e-12)
+    k3.sum().backward()
+    assert logp.grad[0].tolist() == pytest.approx([0.0, -(math.exp(0.5) - 1.0), 0.0], abs=1e-12)
+    assert kl_k3(logp, ref)[0, 0].item() == pytest.approx(math.exp(-12.0) + 11.0, abs=1e-12)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    zero = torch.zeros(1, 3, dtype=torch.float64)
+    loss, m = policy_loss(logp.detach(), logp.detach(), zero, mask, ref, kl_coef=0.1, kl_clamp=10.0)
+    assert m.kl == pytest.approx((20.0 + math.exp(0.5) - 1.5) / 3, abs=1e-12)
+    assert loss.item() == pytest.approx(0.1 * m.kl, abs=1e-12)
+    with pytest.raises(ValueError, match="kl_clamp"):
+        policy_loss(logp, logp, zero, mask, ref, kl_coef=0.1, kl_clamp=0.0)
+
+
+def test_the_options_off_are_exactly_todays_loss():
+    logp, old, adv, mask = _batch()
+    ref = logp - 0.3
+    today, m_today = policy_loss(logp, old, adv, mask, ref, clip_eps=EPS, kl_coef=0.1)
+    off, m_off = policy_loss(logp, old, adv, mask, ref, clip_eps=EPS, kl_coef=0.1, dual_clip_c=None, kl_clamp=None)
+    assert torch.equal(today, off) and m_today == m_off
+    idle, _ = policy_loss(logp, old, adv, mask, ref, clip_eps=EPS, kl_coef=0.1, dual_clip_c=3.0, kl_clamp=10.0)
+    assert torch.equal(today, idle)  # ratios <= 1.5 and k3 < 10: neither binds
+
+
+def test_grpo_options_reach_the_loss_and_the_advantages(monkeypatch, one_thread):
+    """The trainer passes grpo.dual_clip_c and grpo.kl_clamp to the loss, and grpo.adv_std to the advantages:
+    on-policy (ratio 1) the policy gradient is linear in A, so the sample std's step has sqrt(3/4) the gradient
+    norm of the population std's at G = 4."""
+    from pydantic import ValidationError
+
+    import components.training.trainer as trainer_module
+    from components.params import GRPOParams
+    from components.training.model import LoRASettings, build_policy
+    from components.training.rollout import HFRolloutEngine, SamplingParams
+    from components.training.tiny import CharTokenizer, tiny_qwen2
+
+    tok = CharTokenizer("abcdefghijklmn")
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["dual_clip_c"], kwargs["kl_clamp"]))
+        return policy_loss(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "policy_loss", spy)
+
+    def step(**options):
+        torch.manual_seed(0)
+        policy = build_policy(tiny_qwen2(tok.vocab_size, seed=0), lora=LoRASettings(r=8, alpha=16))
+        target = tok.encode("e")[0]
+
+        def reward(episodes, ctx):
+            return [float(i % 2) + sum(t == target for t in e.response_ids) for i, e in enumerate(episodes)]
+
+        config = GRPOParams(group_size=4, prompts_per_step=2, lr=1e-2, kl_coef=1e-3, **options)
+        trainer = trainer_module.GRPOTrainer(policy, HFRolloutEngine(policy.model, tok), reward, ["abc", "bcd"],
+                                             config, sampling=SamplingParams(max_new_tokens=4, temperature=1.0))
+        torch.manual_seed(1)
+        return trainer.step()
+
+    population = step()
+    assert seen[-1] == (None, None) and "dual_clip_fraction" not in population
+    sample = step(adv_std="sample", dual_clip_c=3.0, kl_clamp=10.0)
+    assert seen[-1] == (3.0, 10.0) and sample["dual_clip_fraction"] == 0.0  # ratio 1: the cap never binds
+    assert population["grad_norm"] > 1e-3
+    assert sample["grad_norm"] == pytest.approx(math.sqrt(3 / 4) * population["grad_norm"], rel=1e-3)
+    with pytest.raises(ValidationError, match="dual_clip_c"):
+        GRPOParams(dual_clip_c=1.0)
+    with pytest.raises(ValidationError, match="kl_clamp"):
+        GRPOParams(kl_clamp=0.0)
+    keyed_when_set = {name for name, f in GRPOParams.model_fields.items()
+                      if (f.json_schema_extra or {}).get("keyed_when_set")}
+    assert {"dual_clip_c", "kl_clamp"} <= keyed_when_set  # left out of run keys while None
