@@ -1,18 +1,18 @@
 """LlamaCppRolloutEngine: log-prob bookkeeping (no server), and against the HF reference engine for the same
 LoRA adapter on the embedded 0.5B (needs .venv/bin/llama-server; skipped when it is absent).
 
-Tolerance of the engine comparison: llama.cpp runs the Q4_K_M weights with 8-bit quantized activations,
-transformers runs the same weights dequantized to fp32, so logits differ by a few hundredths and a greedy
-continuation flips wherever the top two tokens are that close; after a flip the texts diverge for good.
-Measured here (8 chat prompts, 24 greedy tokens, this adapter): base + adapter agreed token for token on
-all 8, the base alone on 6 of 8 (flips after 9 and 16 tokens); log-prob gap on agreed tokens mean 0.008,
-max 0.12 nats. The test asks for 12 identical tokens on at least 3 of 4 prompts (one flip allowed), a mean
-gap under 0.05 and a max under 0.5 nats. HF's greedy continuation is checked teacher-forced: it equals the
-served one exactly when, at every position, the argmax of HF's logits given the served prefix is the served
-token, which one forward pass shows (12 sequential generate steps would take most of a minute here).
+The engines are compared by the log-probabilities they give the same tokens, never by exact greedy ties:
+llama.cpp runs the Q4_K_M weights with 8-bit quantized activations, transformers the same weights dequantized to
+fp32, so logits differ by a few hundredths and a greedy continuation flips wherever the top two tokens are that
+close, which depends on the CPU (a clean clone on another machine matched 2 of 4 continuations where this one
+matched 4). So each served continuation is scored teacher-forced by HF and the two engines' log-probs of those
+tokens are compared: measured here (4 prompts x 12 greedy tokens) a mean gap of about 0.01 nats, max about
+0.1; the tests ask for a mean under 0.05 and a max under 0.5 nats. Which adapter is served is told apart the
+same way: the served tokens' log-probs sit closer to HF under the served adapter than under the other one.
 """
 
 import math
+from statistics import mean
 
 import pytest
 import torch
@@ -82,24 +82,32 @@ def _gap_to_trained_weights(policy, gens, temperature):
     return sum(diffs) / len(diffs)
 
 
+def _gaps(policy, gens, temperature=1.0):
+    """|served log-prob - HF's teacher-forced log-prob| of every served token."""
+    out = []
+    for g in gens:
+        assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
+        out += [abs(a - b) for a, b in zip(g.logprobs, _teacher_forced(policy, g, temperature)[1], strict=True)]
+    return out
+
+
 @pytest.mark.embedded
 @requires_native_server
-def test_greedy_continuations_match_hf_with_the_same_adapter(setup):
+def test_greedy_continuations_score_as_hf_with_the_same_adapter(setup, conformance):
     policy, _, prompts, engine = setup
     greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
-    base = engine.generate(prompts, greedy)
     engine.update_weights(policy, 0)
     assert set(engine.last_update) == {"save_s", "convert_s", "restart_s", "swap_s"}
     served = engine.generate(prompts, greedy)
 
-    assert any(b.token_ids != s.token_ids for b, s in zip(base, served, strict=True))  # the adapter is applied
-    checked = [_teacher_forced(policy, s) for s in served]
-    assert sum(n == len(s.token_ids) for (n, _), s in zip(checked, served, strict=True)) >= 3, checked
-    gaps = []
-    for s, (n, ref) in zip(served, checked, strict=True):
-        assert s.logprobs is not None and len(s.logprobs) == len(s.token_ids)
-        gaps += [abs(a - b) for a, b in zip(s.logprobs[: n + 1], ref[: n + 1])]
-    assert sum(gaps) / len(gaps) < 0.05 and max(gaps) < 0.5, gaps
+    gaps = _gaps(policy, served)
+    conformance.check("llama.cpp rollout log-probs (mean gap, nats)", "HF transformers, teacher-forced, same adapter",
+                      mean(gaps), 0.0, tol=0.05, note="Q4_K_M + 8-bit activations vs fp32 dequantized")
+    conformance.check("llama.cpp rollout log-probs (max gap, nats)", "HF transformers, teacher-forced, same adapter",
+                      max(gaps), 0.0, tol=0.5)
+    with policy.model.disable_adapter():  # the adapter is applied: HF without it scores the served tokens worse
+        unadapted = _gaps(policy, served)
+    assert mean(unadapted) > 2 * mean(gaps), (unadapted, gaps)
 
 
 @pytest.mark.embedded
@@ -119,8 +127,10 @@ def test_sampling_is_seeded_scored_and_stops_on_strings(setup):
         assert _gap_to_trained_weights(policy, gens, sampling.temperature) < 0.1
     for g in engine.generate([prompts[2]] * 4, SamplingParams(max_new_tokens=24, stop_strings=(".",))):
         text = tok.decode(g.token_ids)
-        if g.finish_reason == "stop":
-            assert "." in text and "." not in g.text and text.startswith(g.text)
+        if g.finish_reason == "stop" and "." in text:  # the stop string: trimmed from the text
+            assert "." not in g.text and text.startswith(g.text)
+        elif g.finish_reason == "stop":  # an end-of-turn token before any "." (a sample may answer in a line)
+            assert g.token_ids[-1] in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}, text
         else:
             assert len(g.token_ids) == 24
     [full] = engine.generate([prompts[1]], SamplingParams(max_new_tokens=8, temperature=0.0))
@@ -215,9 +225,13 @@ def test_the_model_s_active_adapter_is_the_one_served(setup):
         saved = engine.adapter_dir / "step_000002"
         assert (saved / "other" / "adapter_model.safetensors").is_file() and not (saved / "adapter_model.safetensors").exists()
         served_other = engine.generate(prompts, greedy)
-        assert any(a.token_ids != b.token_ids for a, b in zip(served_default, served_other, strict=True))
-        checked = [_teacher_forced(policy, s)[0] == len(s.token_ids) for s in served_other]  # HF under "other"
-        assert sum(checked) >= 3, checked
+        under_other = _gaps(policy, served_other)  # HF scores with "other" active
+        model.set_adapter("default")
+        under_default = _gaps(policy, served_other)
+        mean_other, mean_default = mean(under_other), mean(under_default)
+        assert mean_other < 0.05 and max(under_other) < 0.5, under_other
+        assert mean_default > 2 * mean_other, (mean_default, mean_other)  # "other" is what was served
+        assert mean(_gaps(policy, served_default)) < 0.05
     finally:
         model.set_adapter("default")
         model.delete_adapter("other")
