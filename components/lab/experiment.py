@@ -38,9 +38,8 @@ def run_sft(params: Params, seed: int) -> dict:
     data_s = time.perf_counter() - started
     nano = train_nano(params, corpus, seed=seed, progress="nano sft")
     lab = build_lab_world(params, lab_seed(params))
-    split = lab.split(params.lab.n_dev, params.lab.n_test)
     t0 = time.perf_counter()
-    test = evaluate(nano, lab, split["test"], params.agent)
+    test = evaluate(nano, lab, lab.splits["test"], params.agent)
     info = {**nano.info, "data_s": data_s, "eval_s": time.perf_counter() - t0, "parameters": nano.parameters(),
             "skipped": dict(corpus.counts), "seed": seed, "threads": torch.get_num_threads(),
             **{f"test_{k}": v for k, v in test.items()}}
@@ -52,14 +51,15 @@ def run_sft(params: Params, seed: int) -> dict:
 def run_grpo(params: Params, seed: int) -> dict:
     start = NanoPolicy.load(lab_dir(params) / "sft")
     lab = build_lab_world(params, lab_seed(params))
+    before = evaluate(start, lab, lab.splits["test"], params.agent)
     started = time.perf_counter()
     curve = grpo_run(params, start, lab, seed=seed,
                      on_metrics=lambda step, m: print(f"step {step} reward {m.get('reward/mean', float('nan')):.3f}",
                                                        flush=True))
     wall = time.perf_counter() - started
-    split = lab.split(params.lab.n_dev, params.lab.n_test)
-    test = evaluate(start, lab, split["test"], params.agent)  # start.model was trained in place
-    out = {"seed": seed, "wall_s": wall, "curve": curve, **{f"test_{k}": v for k, v in test.items()}}
+    test = evaluate(start, lab, lab.splits["test"], params.agent)  # start.model was trained in place
+    out = {"seed": seed, "wall_s": wall, "curve": curve, **{f"test_before_{k}": v for k, v in before.items()},
+           **{f"test_{k}": v for k, v in test.items()}}
     write_json(lab_dir(params) / f"grpo_seed{seed}.json", out)
     return out
 
@@ -120,19 +120,20 @@ def report(params: Params) -> Path:
             "",
             f"{params.lab.grpo_steps} steps of {g.prompts_per_step} questions x {g.group_size} attempts, lr {g.lr:g}, "
             f"KL {g.kl_coef:g}, temperature {g.temperature:g}; reward 1 for an exact-match answer, else 0; greedy "
-            f"dev EM on {params.lab.n_dev} questions every {params.lab.eval_every} steps.",
+            f"dev EM on {params.data.n_dev} questions every {params.lab.eval_every} steps.",
             "",
             "![learning curves](lab_grpo.png)",
             "",
-            "| seed | dev EM at 0 | dev EM at end | best dev EM | test EM after | wall (min) | rollout / update (s) |",
-            "|---|---|---|---|---|---|---|",
+            "| seed | dev EM at 0 | dev EM at end | best dev EM | test EM before | test EM after | wall (min) | "
+            "rollout / update (s) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in runs:
             c = r["curve"]
             lines.append(f"| {r['seed']} | {c[0]['dev_em']:.3f} | {c[-1]['dev_em']:.3f} | "
-                         f"{max(p['dev_em'] for p in c):.3f} | {r['test_em']:.3f} | {r['wall_s'] / 60:.1f} | "
+                         f"{max(p['dev_em'] for p in c):.3f} | {r['test_before_em']:.3f} | {r['test_em']:.3f} | {r['wall_s'] / 60:.1f} | "
                          f"{c[-1].get('time/rollout', math.nan):.0f} / {c[-1].get('time/update', math.nan):.0f} |")
-        gains = [r["test_em"] - sft["test_em"] for r in runs]
+        gains = [r["test_em"] - r["test_before_em"] for r in runs]
         mean = sum(gains) / len(gains)
         sd = (sum((x - mean) ** 2 for x in gains) / max(len(gains) - 1, 1)) ** 0.5
         lines += ["", f"Test EM change against the SFT start: mean {mean:+.3f} (sd {sd:.3f} over {len(runs)} seeds; "

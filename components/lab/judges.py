@@ -7,8 +7,9 @@ In the lab a criterion is checked by the oracle: the names it mentions (the titl
 up, and the facts each hop finds) must all appear in what the attempt found (its actions and observations); a
 criterion that mentions none of them asks for the whole chain (every hop's fact found). Kinds:
 
-- ``answer_correct`` (components/judges/answer.py): the prediction against the references in the prompt (token F1
-  >= 0.8 or exact match), as ``{"correct": true|false}``;
+- ``answer_correct`` (components/judges/answer.py): the prediction against the references in the prompt (exact
+  match, token F1 >= 0.8, or the reference inside a prediction at most three words longer), as
+  ``{"correct": true|false}``;
 - ``arbor_winner`` (ARBOR's pairwise judge, winner form): the attempt that meets the criterion when the other does
   not, else TIE, as ``{"winner": ...}``;
 - ``arbor_verdict`` and ``arbor_single`` (its verdicts and single forms): whether the attempt asked about meets
@@ -104,11 +105,19 @@ def _between(text: str, start: str, *ends: str) -> str:
 
 
 # -- answer correctness ------------------------------------------------------------------------------------
+def _same_thing(prediction: str, reference: str) -> bool:
+    """The reference's words, in order, inside a prediction at most three words longer (extra harmless words), or
+    token F1 >= 0.8."""
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    inside = bool(ref) and any(pred[i:i + len(ref)] == ref for i in range(len(pred) - len(ref) + 1))
+    return (inside and len(pred) - len(ref) <= 3) or f1_score(prediction, [reference]) >= 0.8
+
+
 def _read_answer(messages: list[Message], oracle: Oracle) -> Judgment:
     content = plain(messages[-1].content)
     refs = _between(content, "Reference answers: ", "\n").split(" | ")
     prediction = _between(content, "Predicted answer: ")
-    truth = bool(exact_match(prediction, refs)) or max(f1_score(prediction, [r]) for r in refs) >= 0.8
+    truth = bool(exact_match(prediction, refs)) or any(_same_thing(prediction, r) for r in refs)
     return Judgment(truth, lambda v: json.dumps({"correct": bool(v)}), attempts=[prediction])
 
 

@@ -56,23 +56,15 @@ class LabJudgeParams(Section):
 
 class LabParams(Section):
     world_seed: int | None = Field(default=None, description="Seed of the world the nano policy is evaluated and "
-                                   "trained on by GRPO (None: params.seed).")
-    n_questions: int = Field(default=400, ge=10, description="Questions generated in that world (train, dev, test "
-                             "are slices, see n_test / n_dev).")
-    n_dev: int = Field(default=50, ge=0, description="Dev questions (GRPO's learning curve).")
-    n_test: int = Field(default=100, ge=1, description="Test questions (EM after SFT and after GRPO).")
+                                   "trained on by GRPO (None: params.seed, the prepare stage's world); its questions "
+                                   "are data.n_train + n_dev + n_test, split in that order as the prepare stage does.")
     sft_worlds: int = Field(default=6, ge=0, description="Other worlds (seeds world_seed+1..) whose oracle episodes "
                             "the nano policy is trained on, beside the train split of its own world.")
     sft_questions_per_world: int = Field(default=300, ge=1, description="Questions drawn in each of those worlds.")
     sft_own_world: bool = Field(default=False, description="Also train on oracle episodes of the lab world's train "
                                 "split (the facts of test questions can then be memorised; off by default).")
-    retrieval_top_k: int = Field(default=2, ge=1, description="Search hits per call in the lab (compact observations).")
-    snippet_chars: int = Field(default=160, ge=20, description="Characters of each hit shown.")
-    browse_chars: int = Field(default=400, ge=50, description="Characters of a browsed paragraph shown.")
     nano: NanoParams = Field(default_factory=NanoParams)
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
-    sft_minutes: float = Field(default=15.0, gt=0, description="Wall-clock cap of the nano SFT (stops after the step "
-                               "that passes it; sft.max_steps / sft.epochs bound it too).")
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")
     eval_every: int = Field(default=10, ge=1, description="GRPO steps between greedy dev evaluations (the curve).")
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="GRPO seeds of the lab "

@@ -7,7 +7,7 @@ with the exact outcome reward (:class:`components.training.trainer.GRPOTrainer` 
     data = sft_corpus(params)                        # rows of the compact oracle episodes, other worlds
     nano = train_nano(params, data, seed=0)          # fitted tokenizer, random init, SFT; same seed, same weights
     nano.save("outputs/lab/sft")
-    em = evaluate(nano, lab, lab.split(50, 100)["test"], params.agent)["em"]
+    em = evaluate(nano, lab, lab.splits["test"], params.agent)["em"]
     curve = grpo_run(params, NanoPolicy.load("outputs/lab/sft"), lab, seed=0)
 
 ``torch.set_num_threads`` is the caller's (``run.torch_threads``; the lab runs on one thread).
@@ -80,7 +80,7 @@ def sft_corpus(params: Params) -> SFTCorpus:
                for i in range(1, lab.sft_worlds + 1)]
     if lab.sft_own_world:
         own = build_lab_world(params, seed)
-        sources.append((own, own.split(lab.n_dev, lab.n_test)["train"]))
+        sources.append((own, own.splits["train"]))
     for world, questions in sources:
         found, skipped = compact_episodes(world, world.questions if questions is None else questions, params.agent)
         rows += sft_rows(found, params.agent)
@@ -130,15 +130,15 @@ def evaluate(nano: NanoPolicy, lab: LabWorld, questions: list[Question], setting
 
 
 def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, steps: int | None = None,
-             eval_every: int | None = None, on_metrics: Callable[[int, dict], None] | None = None
-             ) -> list[dict[str, float]]:
+             eval_every: int | None = None, on_metrics: Callable[[int, dict], None] | None = None,
+             reward=None) -> list[dict[str, float]]:
     """GRPO of ``start`` (full fine-tuning, KL to ``start`` as ``grpo.kl_coef`` says) on the lab world's train split
-    with the exact-match outcome reward (0 for a wrong or missing answer), ``steps`` steps (``lab.grpo_steps``);
+    with the exact-match outcome reward (0 for a wrong or missing answer; ``reward`` replaces it), ``steps`` steps (``lab.grpo_steps``);
     greedy dev EM every ``eval_every`` steps and at step 0. One dict per evaluation point: step, dev EM/F1/answered,
     the mean training reward since the last point, and the seconds spent in rollout, reward and update."""
     lab_params = params.lab
     steps, eval_every = steps or lab_params.grpo_steps, eval_every or lab_params.eval_every
-    split = lab.split(lab_params.n_dev, lab_params.n_test)
+    split = lab.splits
     torch.manual_seed(seed)
     policy = build_policy(start.model, lora=None)
     engine = HFRolloutEngine(policy.model, start.tokenizer)
@@ -151,7 +151,8 @@ def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, ste
         if on_metrics is not None:
             on_metrics(step, metrics)
 
-    trainer = GRPOTrainer(policy, engine, OutcomeReward(format_penalty=0.0, metric="em"), split["train"],
+    reward = reward or OutcomeReward(format_penalty=0.0, metric="em")
+    trainer = GRPOTrainer(policy, engine, reward, split["train"],
                           params.grpo, rollout_fn=_rollout(start.tokenizer, lab.toolbox, params.agent),
                           pad_token_id=start.tokenizer.pad_token_id, seed=seed, on_metrics=record)
     nano = NanoPolicy(policy.model, start.tokenizer)

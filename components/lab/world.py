@@ -1,8 +1,9 @@
 """The lab's worlds and the compact oracle episodes the nano policy learns from.
 
-A lab world is the embedded world generator's (``params.world`` sizes, ``lab.n_questions`` questions) with a BM25
-index and a compact toolbox (``lab.retrieval_top_k`` hits of ``lab.snippet_chars`` characters, browsed paragraphs
-cut at ``lab.browse_chars``), in ``retrieval.scope``. A compact episode is the world oracle's plan
+A lab world is the embedded world generator's (``params.world`` sizes; ``data.n_train + n_dev + n_test`` questions
+split in that order, as the prepare stage splits them, or ``n_questions`` questions in one train split) with a BM25
+index and the toolbox the stages build (``retrieval.top_k`` hits of ``retrieval.snippet_chars`` characters, browsed
+paragraphs cut at ``agent.observation_max_chars``, in ``retrieval.scope``; the lab overlay makes them compact). A compact episode is the world oracle's plan
 (:func:`components.warmstart.oracle.plan_turns`: the same searches, browses and answer) with each thought cut to a
 few words (the fact just learned: ``Thought: Torvel Ashmere``; ``Thought: start`` on the first turn; the compared
 values before a comparison's answer), replayed through the unchanged ReAct agent with the lab's short system prompt
@@ -10,8 +11,8 @@ values before a comparison's answer), replayed through the unchanged ReAct agent
 embedded warm start: the system prompt (one line instead of a worked example), the thoughts (a few words instead of
 a sentence), the observations (fewer, shorter hits), and the chat template (:mod:`components.lab.nano`).
 
-    lab = build_lab_world(params, seed=1234)
-    episodes, failures = compact_episodes(lab, lab.questions[:50], params.agent)
+    lab = build_lab_world(params, seed=1234)              # lab.splits["train" | "dev" | "test"]
+    episodes, failures = compact_episodes(lab, lab.splits["train"][:50], params.agent)
     rows = sft_rows(episodes, params.agent)          # [(text, trainable), ...] per episode (chat history)
 """
 
@@ -55,24 +56,25 @@ class LabWorld:
     questions: list[Question]
     toolbox: Toolbox
 
-    def split(self, n_dev: int, n_test: int) -> dict[str, list[Question]]:
-        """Test first, then dev, then the rest as train (so a larger world keeps the same test questions)."""
-        test, dev = self.questions[:n_test], self.questions[n_test:n_test + n_dev]
-        return {"test": test, "dev": dev, "train": self.questions[n_test + n_dev:]}
+    splits: dict[str, list[Question]]
 
 
 def build_lab_world(params: Params, seed: int, n_questions: int | None = None) -> LabWorld:
-    """The world of ``seed`` with its compact toolbox (module doc)."""
-    lab, w = params.lab, params.world
+    """The world of ``seed`` with its toolbox (module doc)."""
+    w, r, d = params.world, params.retrieval, params.data
+    sizes = {"train": n_questions, "dev": 0, "test": 0} if n_questions else {
+        "train": d.n_train, "dev": d.n_dev, "test": d.n_test}
     world = generate_world(seed=seed, n_people=w.n_people, n_films=w.n_films, n_cities=w.n_cities,
                            n_companies=w.n_companies, distractors_per_entity=w.distractors_per_entity,
-                           question_mix=w.question_mix, n_questions=n_questions or lab.n_questions)
-    questions = [q.model_copy(update={"metadata": {**q.metadata, "world_seed": seed}})
-                 for q in world_question_paragraphs(world)]
-    index = BM25Index(world.documents, snippet_chars=lab.snippet_chars)
-    toolbox = make_toolbox(index, world.documents, top_k=lab.retrieval_top_k, snippet_chars=lab.snippet_chars,
-                           browse_chars=lab.browse_chars, scope=params.retrieval.scope)
-    return LabWorld(seed, world, questions, toolbox)
+                           question_mix=w.question_mix, n_questions=sum(sizes.values()))
+    drawn = world.split(**sizes)
+    scoped = {q.id: q for q in world_question_paragraphs(world, [q for qs in drawn.values() for q in qs])}
+    splits = {name: [scoped[q.id] for q in qs] for name, qs in drawn.items()}
+    questions = [q for qs in splits.values() for q in qs]
+    index = BM25Index(world.documents, snippet_chars=r.snippet_chars)
+    toolbox = make_toolbox(index, world.documents, top_k=r.top_k, snippet_chars=r.snippet_chars,
+                           browse_chars=params.agent.observation_max_chars, scope=r.scope)
+    return LabWorld(seed, world, questions, toolbox, splits)
 
 
 def lab_agent(policy, toolbox, settings: AgentParams) -> ReActAgent:

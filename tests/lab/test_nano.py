@@ -1,0 +1,93 @@
+"""The nano policy: a deterministic tokenizer fitted to the world's text, a chat template that renders what the lab
+agent's SFT rows were rendered with, compact oracle episodes in the ReAct protocol, SFT through the project's
+trainer with the same weights for the same seed, and GRPO steps through the project's trainer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from components.agents.parsing import parse_turn
+from components.lab.nano import fit_tokenizer, nano_qwen2
+from components.lab.policy import NanoPolicy, evaluate, grpo_run, sft_corpus, train_nano
+from components.lab.world import LAB_PROMPT, build_lab_world, compact_episodes, render_chat, sft_rows
+from components.llm.base import assistant, system, user
+from components.params import load_params
+from components.training.episodes import RewardOutput
+
+TINY = ["data.n_train=6", "data.n_dev=2", "data.n_test=2", "lab.sft_worlds=1", "lab.sft_questions_per_world=12",
+        "lab.nano.vocab_size=400", "lab.nano.hidden_size=32", "lab.nano.num_layers=1", "lab.nano.num_heads=2",
+        "lab.nano.num_kv_heads=1", "lab.nano.intermediate_size=64", "sft.max_steps=2", "sft.batch_size=4",
+        "sft.micro_batch_size=2", "sft.warmup_steps=1", "agent.max_tokens=12",
+        "grpo.group_size=2", "grpo.prompts_per_step=2", "grpo.lr=1.0e-2"]
+
+
+@pytest.fixture(scope="module")
+def params():
+    return load_params("params.yaml", overlays=["lab"], overrides=TINY)
+
+
+@pytest.fixture(scope="module")
+def corpus(params):
+    return sft_corpus(params)
+
+
+def test_compact_episodes_are_react_turns_that_the_parser_reads_as_planned(params):
+    lab = build_lab_world(params, params.seed + 1, 12)
+    episodes, skipped = compact_episodes(lab, lab.questions, params.agent)
+    assert len(episodes) + skipped["skipped"] == 12 and len(episodes) >= 10
+    for traj, q in episodes:
+        assert traj.final_answer in q.answers
+        for step in traj.steps:
+            parsed = parse_turn(step.raw)
+            assert parsed.text == step.action and len(parsed.thought.split()) <= 6
+    rows = sft_rows(episodes, params.agent)
+    assert len(rows) == len(episodes)  # chat history: one row per episode
+    for row in rows:
+        assert row[0][0].startswith(f"<|system|>{LAB_PROMPT}<|end|>") and not row[0][1]
+        trained = [text for text, trainable in row if trainable]
+        assert all(t.startswith("Thought: ") and t.endswith("]<|end|>\n") for t in trained)
+        assert not any("Observation:" in t for t in trained)
+
+
+def test_the_tokenizer_is_fitted_deterministically_and_encodes_any_name(corpus):
+    texts = ["".join(t for t, _ in row) for row in corpus.rows]
+    a, b = fit_tokenizer(texts, 400), fit_tokenizer(texts, 400)
+    assert a.get_vocab() == b.get_vocab() and len(a) == 400
+    unseen = "Question: Where was Zyxqorth Blaventine born?"
+    assert a.decode(a.encode(unseen)) == unseen
+    assert a.decode(a.encode(texts[0])) == texts[0]
+    assert len(a.encode(texts[0])) < len(texts[0]) / 2  # fitted: the world's words are a few tokens each
+    messages = [system("s"), user("Question: q"), assistant("Thought: t\nAction: finish[x]"), user("Observation: o")]
+    for gen in (False, True):
+        assert a.apply_chat_template([m.model_dump() for m in messages], tokenize=False,
+                                     add_generation_prompt=gen) == render_chat(messages, gen)
+
+
+def test_the_same_seed_gives_the_same_weights(params, corpus):
+    one, two, other = (train_nano(params, corpus, seed=s) for s in (0, 0, 1))
+    for (k, v), (_, w) in zip(one.model.state_dict().items(), two.model.state_dict().items()):
+        assert torch.equal(v, w), k
+    assert not all(torch.equal(v, w) for v, w in zip(one.model.state_dict().values(),
+                                                      other.model.state_dict().values()))
+    assert one.info["sft_steps"] == 2 and one.info["final_loss"] < 7.0
+    fresh = nano_qwen2(params.lab.nano, one.tokenizer, seed=0)
+    assert not torch.equal(fresh.model.embed_tokens.weight, one.model.model.embed_tokens.weight)  # it trained
+
+
+def test_saved_and_loaded_policy_evaluates_and_grpo_updates_it(params, corpus, tmp_path):
+    nano = train_nano(params, corpus, seed=0)
+    loaded = NanoPolicy.load(nano.save(tmp_path / "sft"))
+    assert loaded.tokenizer.get_vocab() == nano.tokenizer.get_vocab()
+    lab = build_lab_world(params, params.seed)
+    result = evaluate(loaded, lab, lab.splits["test"], params.agent)
+    assert result["n"] == 2 and 0.0 <= result["em"] <= 1.0
+    before = [p.detach().clone() for p in loaded.model.parameters()]
+
+    def longer(episodes, ctx):  # any reward that differs within a group makes the trainer update
+        return RewardOutput([float(len(e.response_ids) % 3) for e in episodes])
+
+    curve = grpo_run(params, loaded, lab, seed=0, steps=2, eval_every=1, reward=longer)
+    assert [p["step"] for p in curve] == [0.0, 1.0, 2.0]
+    assert {"dev_em", "reward", "time/rollout", "time/update"} <= set(curve[-1])
+    assert any(not torch.equal(a, b) for a, b in zip(before, loaded.model.parameters()))

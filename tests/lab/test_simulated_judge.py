@@ -1,0 +1,169 @@
+"""The simulated judge answers each simulated judgment kind from the world oracle, through the methods' own prompts
+and parsers and the one judge interface (``ask``), and its dial does what it says: the agreement with the oracle
+at flip rate f is 1 - f within a binomial interval, position bias picks the first attempt, the keyword bias passes
+a keyword, and a prompt it cannot answer is a failed call, never a verdict."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from scipy.stats import binom
+
+from components.judges.answer import CORRECT, judge_prompt, parse_verdict
+from components.judges.call import JudgeCall, ask
+from components.judges.render import trajectory_text
+from components.lab.judges import criterion_met
+from components.lab.world import build_lab_world, compact_episodes
+from components.llm.backends.simulated import Dial, Oracle, SimulatedJudge
+from components.llm.base import Sampling, system, user
+from components.methods.arbor.memory import RubricText
+from components.methods.arbor.pairwise_judge import (
+    MEETS,
+    WINNER,
+    judge_messages,
+    parse_meets,
+    parse_winner,
+    single_messages,
+)
+from components.params import load_params
+
+N = 240
+
+
+@pytest.fixture(scope="module")
+def lab():
+    params = load_params("params.yaml", overlays=["lab"], overrides=["data.n_train=80", "data.n_dev=20", "data.n_test=20"])
+    world = build_lab_world(params, 99)
+    episodes, _ = compact_episodes(world, world.questions, params.agent)
+    return world, episodes
+
+
+def _judge(world, **dial) -> SimulatedJudge:
+    return SimulatedJudge(Oracle(world.questions), Dial(**dial))
+
+
+def _half(trajectory):
+    """The episode cut after its first turn: it misses the later hops' facts and gives no answer."""
+    return trajectory.model_copy(update={"steps": trajectory.steps[:1], "final_answer": None,
+                                         "finish_reason": "max_turns"})
+
+
+def _criterion(question) -> RubricText:
+    last = question.gold_chain[-1]
+    return RubricText(title=f"finds that {last.answer} answers the last hop",
+                      description=f"reads the paragraph that says {last.answer}", counter_description="stops early")
+
+
+def _answer_calls(world):
+    """(call, oracle truth) pairs: correct answers written differently (case), and another question's answer."""
+    qs, out = world.questions, []
+    for i in range(N):
+        q, other = qs[i % len(qs)], qs[(i + 7) % len(qs)]
+        right = i % 2 == 0 and True
+        pred = q.answers[0].upper() + (" " * (i // len(qs))) if right else other.answers[0]
+        right = right or pred.casefold() == q.answers[0].casefold()
+        call = JudgeCall(judge_prompt(q.model_copy(update={"id": f"{q.id}-{i}"}), pred), parse_verdict,
+                         Sampling(temperature=0.0, max_tokens=16), choice=CORRECT)
+        out.append((call, right, f"{i}"))
+    return out
+
+
+def _single_calls(episodes):
+    out = []
+    for i in range(N):
+        traj, q = episodes[i % len(episodes)]
+        shown = traj if i % 2 == 0 else _half(traj)
+        text = trajectory_text(shown) + "\n" * (i // len(episodes))  # a distinct prompt per judgment
+        truth = criterion_met(q, _criterion(q).title + " " + _criterion(q).description, text)
+        call = JudgeCall(single_messages(q.question, text, _criterion(q)), parse_meets,
+                         Sampling(temperature=0.0, max_tokens=4), choice=MEETS)
+        out.append((call, truth))
+    return out
+
+
+def _winner_calls(episodes):
+    out = []
+    for i in range(N):
+        traj, q = episodes[i % len(episodes)]
+        full, half = trajectory_text(traj), trajectory_text(_half(traj)) + "\n" * (i // len(episodes))
+        a, b = (full, half) if i % 2 == 0 else (half, full)
+        crit = _criterion(q).title + " " + _criterion(q).description
+        met = [criterion_met(q, crit, a), criterion_met(q, crit, b)]
+        truth = "A" if met[0] and not met[1] else "B" if met[1] and not met[0] else "TIE"
+        call = JudgeCall(judge_messages(q.question, a, b, _criterion(q)), parse_winner,
+                         Sampling(temperature=0.0, max_tokens=16), choice=WINNER)
+        out.append((call, truth))
+    return out
+
+
+def _agreement(judge, calls) -> float:
+    async def run():
+        return await asyncio.gather(*(ask(judge, call) for call, *_ in calls))
+
+    results = asyncio.run(run())
+    assert all(r.ok for r in results), [r.describe() for r in results if not r.ok][:3]
+    return sum(r.value == truth for r, (_, truth, *_) in zip(results, calls)) / len(calls)
+
+
+def _interval(p: float) -> tuple[float, float]:
+    lo, hi = binom.interval(0.999, N, p)
+    return lo / N, hi / N
+
+
+@pytest.mark.parametrize("kind", ["answer", "single", "winner"])
+def test_agreement_with_the_oracle_follows_the_flip_rate(lab, kind):
+    world, episodes = lab
+    calls = {"answer": lambda: _answer_calls(world), "single": lambda: _single_calls(episodes),
+             "winner": lambda: _winner_calls(episodes)}[kind]()
+    assert len({truth for _, truth, *_ in calls}) >= 2  # both verdicts occur, so a constant judge cannot agree
+    assert _agreement(_judge(world), calls) == 1.0
+    measured = _agreement(_judge(world, flip_rate=0.2), calls)
+    lo, hi = _interval(0.8)
+    assert lo <= measured <= hi, (kind, measured, (lo, hi))
+    assert measured < 1.0
+
+
+def test_position_bias_picks_the_first_attempt(lab):
+    world, episodes = lab
+    calls = _winner_calls(episodes)
+
+    async def run(judge):
+        return await asyncio.gather(*(ask(judge, call) for call, _ in calls))
+
+    results = asyncio.run(run(_judge(world, position_bias=1.0)))
+    assert {r.value for r in results} == {"A"}
+    half = asyncio.run(run(_judge(world, position_bias=0.5)))
+    truth_a = sum(truth == "A" for _, truth in calls) / N
+    share = sum(r.value == "A" for r in half) / N  # the oracle's A pairs, and half of the others by position
+    lo, hi = binom.interval(0.999, N, truth_a + (1 - truth_a) / 2)
+    assert lo / N <= share <= hi / N
+
+
+def test_keyword_bias_passes_any_answer_with_the_keyword(lab):
+    world, _ = lab
+    q = world.questions[0]
+    wrong = world.questions[1].answers[0] + " certainly"
+    call = JudgeCall(judge_prompt(q, wrong), parse_verdict, Sampling(temperature=0.0, max_tokens=16), choice=CORRECT)
+    assert asyncio.run(ask(_judge(world), call)).value is False
+    assert asyncio.run(ask(_judge(world, bias="keyword", bias_rate=1.0), call)).value is True
+    plain_wrong = JudgeCall(judge_prompt(q, world.questions[1].answers[0]), parse_verdict,
+                            Sampling(temperature=0.0, max_tokens=16), choice=CORRECT)
+    assert asyncio.run(ask(_judge(world, bias="keyword", bias_rate=1.0), plain_wrong)).value is False
+
+
+def test_the_same_prompt_gets_the_same_verdict(lab):
+    world, _ = lab
+    calls = _answer_calls(world)[:40]
+    judge = _judge(world, flip_rate=0.5, seed=3)
+    first = [asyncio.run(ask(judge, c)).value for c, *_ in calls]
+    assert first == [asyncio.run(ask(judge, c)).value for c, *_ in calls]
+    other = [asyncio.run(ask(_judge(world, flip_rate=0.5, seed=4), c)).value for c, *_ in calls]
+    assert other != first  # another seed, other coins
+
+
+def test_an_unknown_judgment_fails_as_a_call_not_a_score(lab):
+    world, _ = lab
+    call = JudgeCall([system("Rank these candidates."), user("Question: what?")], parse_winner)
+    result = asyncio.run(ask(_judge(world), call))
+    assert not result.ok and result.kind == "call_failed" and "no oracle" in result.reason
