@@ -2,13 +2,17 @@
 
 Each method is one package under ``components/methods/`` whose ``plugin`` module registers a
 :class:`MethodSpec`: its name, the ``params.yaml`` sections it owns, the ``train_policy`` variants and the
-agents it registers, and its doc page. Nothing is inferred from file or module names.
+agents it registers, its matched baselines (a shared baseline trained under the method's own settings:
+:class:`MatchedBaseline`), the parts of a variant its mechanism changes, and its doc page. Nothing is inferred
+from file or module names.
 
     from components.method_registry import METHODS, load_methods, variant_method
 
     load_methods()                       # imports components.methods.<name>.plugin for every shipped method
     METHODS.get("arbor").sections        # ("arbor",)
     variant_method("arco_frozen").name   # "arco"; None for the shared variants grpo and dapo
+    variant_method("grpo_arbor").name    # "arbor": GRPO's parts under ARBOR's settings (its `shared` block)
+    paired_baselines("arbor")            # ["grpo_arbor", "grpo"]: whom the head-to-head pairs it with, in order
 
 A method of your own registers the same way from any importable module: call ``METHODS.register`` in it and
 name it in ``load_methods(extra=...)`` (or import it before the run).
@@ -23,8 +27,9 @@ from typing import Literal
 
 from components.registry import Registry
 
-__all__ = ["METHODS", "SHIPPED", "HealthMetric", "MethodSpec", "agent_method", "load_methods", "method_section",
-           "variant_health", "variant_method"]
+__all__ = ["METHODS", "SHARED_RECIPES", "SHIPPED", "HealthMetric", "MatchedBaseline", "MethodSpec", "agent_method",
+           "load_methods", "method_section", "paired_baselines", "variant_baseline", "variant_health", "variant_method",
+           "variant_recipe"]
 
 SHIPPED = ("coreact", "arbor", "rubricem", "arco")  # the packages under components/methods/
 
@@ -44,6 +49,23 @@ class HealthMetric:
 
 
 @dataclass(frozen=True)
+class MatchedBaseline:
+    """A shared baseline trained under a method's own settings, as the method's paper compares with it: the run
+    builds the baseline's parts only (no piece of the method's mechanism), while its params resolve as the
+    method's (:func:`variant_method` names the method, so the method's ``shared`` block applies: learning rate,
+    KL, temperature, batch, TIS, weight decay). Its run key holds the effective shared blocks and ``reads``,
+    never the method's mechanism settings, so tuning the mechanism does not retrain its baseline."""
+
+    variant: str  # its train_policy@<variant> name
+    of: str  # the shared baseline it is ("grpo" or "dapo"); the head-to-head pairs the method with its "grpo" one
+    # the shared recipe (SHARED_RECIPES; its builder components.variants.register_baselines registers as
+    # ``variant``); None: the method's package registers a builder of its own (RubricEM's scaffold_grpo: answer-only GRPO
+    # through the method's scaffold agent, from the method's warm start)
+    recipe: str | None = None
+    reads: tuple[str, ...] = ()  # keys of the method's section the baseline's run reads beyond `shared` (keyed)
+
+
+@dataclass(frozen=True)
 class MethodSpec:
     name: str
     sections: tuple[str, ...]  # params sections the method owns; the first is the one a variant's run key holds
@@ -51,12 +73,25 @@ class MethodSpec:
     agents: tuple[str, ...] = ()  # agent names it registers in components.agents.react.AGENTS
     doc: str = ""  # its page under docs/methods/
     health: tuple[HealthMetric, ...] = ()  # its mechanism's own figures in its training runs' metrics
+    baselines: tuple[MatchedBaseline, ...] = ()  # the shared baselines trained under its settings
+    # the components.variants.VariantParts fields its variants may set otherwise than its baselines (reward_fn,
+    # advantage_fn, method, loss_fn, agent_options, order_prompts, ...): everything else a variant and its matched
+    # baseline train with is the same (tests/test_matched_baselines.py)
+    mechanism: tuple[str, ...] = ()
 
     def register(self) -> MethodSpec:
         return METHODS.register(self.name)(self)
 
+    def baseline(self, of: str) -> MatchedBaseline | None:
+        """Its matched baseline of the shared baseline ``of`` ("grpo", "dapo"), or None."""
+        return next((b for b in self.baselines if b.of == of), None)
+
 
 METHODS: Registry[MethodSpec] = Registry("method")
+
+SHARED_RECIPES: dict[str, str | None] = {"grpo": None, "dapo": "dapo", "discard_homogeneous": None}
+"""The shared baselines' recipes (their builders: ``components.variants.BASELINE_RECIPES``; ``grpo`` and ``dapo`` also
+train under their own names) -> the params section that configures one, applied over grpo and keyed, or None."""
 
 
 def load_methods(extra: Iterable[str] = ()) -> list[MethodSpec]:
@@ -74,15 +109,44 @@ def _owner(kind: str, name: str) -> MethodSpec | None:
     return next((spec for spec in load_methods() if name in getattr(spec, kind)), None)
 
 
+def variant_baseline(variant: str) -> MatchedBaseline | None:
+    """The matched baseline ``variant`` is (``grpo_arbor``: ARBOR's GRPO), or None."""
+    return next((b for spec in load_methods() for b in spec.baselines if b.variant == variant), None)
+
+
 def variant_method(variant: str) -> MethodSpec | None:
-    """The method that registered ``variant``, or None for a shared variant (grpo, dapo)."""
-    return _owner("variants", variant)
+    """The method whose settings ``variant`` trains under: the one that registered it, or whose matched baseline it
+    is; None for a shared variant (grpo, dapo)."""
+    return _owner("variants", variant) or next(
+        (spec for spec in load_methods() if any(b.variant == variant for b in spec.baselines)), None)
+
+
+def variant_recipe(variant: str) -> str | None:
+    """The shared recipe ``variant`` runs (``grpo``, ``dapo``; a matched baseline's), or None (a method's own)."""
+    baseline = variant_baseline(variant)
+    if baseline is not None:
+        return baseline.recipe
+    return variant if variant in SHARED_RECIPES and variant_method(variant) is None else None
+
+
+def paired_baselines(variant: str) -> list[str]:
+    """The baselines the head-to-head pairs ``variant`` with, the first evaluated one taken: a method's variants
+    and its matched DAPO its matched GRPO, then ``grpo``; ``dapo`` the shared ``grpo``; none for a GRPO (it is a
+    baseline: ``grpo``, ``grpo_arbor``, ``scaffold_grpo``)."""
+    if variant == "grpo":
+        return []
+    spec, baseline = variant_method(variant), variant_baseline(variant)
+    if baseline is not None and baseline.of == "grpo":
+        return []
+    matched = spec.baseline("grpo") if spec is not None else None
+    return [matched.variant, "grpo"] if matched is not None else ["grpo"]
 
 
 def variant_health(variant: str) -> tuple[HealthMetric, ...]:
-    """The health figures of the method that registered ``variant`` (none for grpo and dapo)."""
+    """The health figures of the method that registered ``variant`` (none for grpo, dapo and a matched baseline,
+    which runs none of the method's mechanism)."""
     spec = variant_method(variant)
-    return spec.health if spec is not None else ()
+    return spec.health if spec is not None and variant_baseline(variant) is None else ()
 
 
 def agent_method(agent: str) -> MethodSpec | None:

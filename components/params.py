@@ -379,6 +379,49 @@ class GRPOParams(Section):
         return self
 
 
+class DAPOParams(Section):
+    """The ``dapo`` variant: DAPO as Yu et al. 2025 define it, applied over the grpo block for ``train_policy@dapo``
+    only (components.variants.variant_params); grpo and every other variant are untouched. The paper profile holds
+    the DAPO paper's values, from its released recipe (verl recipe/dapo)."""
+
+    clip_eps_low: float = Field(default=0.2, gt=0, lt=1, description="eps_low of the decoupled clip (Sec. 3.1, "
+                                "Eq. 8; verl clip_ratio_low): the run's grpo.clip_eps.")
+    clip_eps_high: float = Field(default=0.28, gt=0, description="eps_high, clip-higher (Sec. 3.1; verl "
+                                 "clip_ratio_high): the run's grpo.clip_eps_high.")
+    kl_coef: float = Field(default=0.0, ge=0, description="The KL term's coefficient: DAPO drops it (Sec. 2.3): the "
+                           "run's grpo.kl_coef.")
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = Field(
+        default="token_mean", description="Token-level policy-gradient loss (Sec. 3.3): the run's grpo.loss_agg.")
+    dual_clip_c: float | None = Field(
+        default=10.0, gt=1, description="The released recipe's dual clip (verl clip_ratio_c; the paper names none): "
+        "the run's grpo.dual_clip_c. None: off.")
+    max_num_gen_batches: int = Field(
+        default=10, ge=1, description="Dynamic sampling (Sec. 3.2): generation rounds a step may take, the first "
+        "included, until it holds grpo.prompts_per_step groups whose outcomes differ (verl's "
+        "algorithm.filter_groups.max_num_gen_batches). Each refill here draws only the prompts still missing, where "
+        "verl draws gen_batch_size (3x the batch in the recipe) and cuts the excess, and a step that reaches the "
+        "bound trains on the groups it has (verl raises). grpo.dynamic_sampling_max_rounds, when set, wins.")
+    overlong_buffer_tokens: int | None = Field(
+        default=4096, ge=1, description="L_cache of the soft overlong punishment (Sec. 3.4, Eq. 13; verl "
+        "overlong_buffer.len): an episode whose policy-generated tokens, every turn together, pass "
+        "L_max - L_cache loses up to overlong_penalty_factor linearly over the last L_cache tokens of its budget "
+        "(components/rewards/overlong.py). None: no length shaping.")
+    overlong_penalty_factor: float = Field(default=1.0, ge=0, description="The penalty at L_max (verl "
+                                           "overlong_buffer.penalty_factor; Eq. 13: 1).")
+    max_response_tokens: int | None = Field(
+        default=None, ge=1, description="L_max: the episode's token budget the shaping measures against. None: "
+        "agent.max_tokens x agent.max_turns, the most the ReAct agent's turns can generate (the rollout's cap, as "
+        "DAPO's 20,480 is its rollout's max_response_length).")
+
+    @model_validator(mode="after")
+    def _buffer_fits(self) -> DAPOParams:
+        if (self.overlong_buffer_tokens is not None and self.max_response_tokens is not None
+                and self.overlong_buffer_tokens > self.max_response_tokens):
+            raise ValueError(f"overlong_buffer_tokens ({self.overlong_buffer_tokens}) exceeds max_response_tokens "
+                             f"({self.max_response_tokens})")
+        return self
+
+
 class DeepSpeedParams(Section):
     """DeepSpeed ZeRO for the trainers' updates, by way of accelerate (components/training/stepper.py)."""
 
@@ -579,6 +622,7 @@ class Params(Section):
     collect: CollectParams = Field(default_factory=CollectParams)
     lora: LoRAParams = Field(default_factory=LoRAParams)
     grpo: GRPOParams = Field(default_factory=GRPOParams)
+    dapo: DAPOParams = Field(default_factory=DAPOParams, description="The dapo variant (DAPO, Yu et al. 2025).")
     train_policy: TrainPolicyParams = Field(default_factory=TrainPolicyParams)
     sft: SFTParams = Field(default_factory=SFTParams)
     rubricem: RubricEMParams = Field(default_factory=RubricEMParams)

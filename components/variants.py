@@ -5,13 +5,27 @@ returns the parts it plugs into the one GRPO trainer, never a fork of the loop o
     def build_arbor(ctx: VariantContext) -> VariantParts:
         return VariantParts(reward_fn=ArborReward(...), method=RubricMemory(...))
 
-    parts = VARIANTS.get("grpo")(ctx)
+    params = variant_params(params, "dapo")   # what train_policy@dapo trains with (its method's or dapo's settings)
+    parts = VARIANTS.get("dapo")(VariantContext(params, roles, toolbox, out_dir))
 
 A builder receives a :class:`VariantContext` (params, a role lookup for judges, the toolbox, an output
-folder) and returns :class:`VariantParts`. Built in here: ``grpo`` (outcome reward: token F1 when the
-episode is format-valid, else -1) and ``dapo`` (the same with DAPO's dynamic sampling: outcome-homogeneous
-groups are dropped and counted, and the trainer draws more prompts, up to :data:`DAPO_REFILL_ROUNDS` extra
-rounds, until the step holds ``grpo.prompts_per_step`` groups whose outcomes differ).
+folder) and returns :class:`VariantParts`. Built in here, the shared baselines (``BASELINE_RECIPES``):
+
+- ``grpo``: the outcome reward (token F1 when the episode is format-valid, else -1);
+- ``dapo``: DAPO as Yu et al. 2025 define it, its settings in the ``dapo`` params section
+  (:class:`components.params.DAPOParams`), applied over ``grpo`` by :func:`variant_params` for this variant
+  only: clip-higher (eps_low / eps_high), no KL term, token-mean loss, dynamic sampling (outcome-homogeneous
+  groups are dropped and counted, and the trainer refills the step with fresh prompts until it holds
+  ``grpo.prompts_per_step`` groups whose outcomes differ, at most ``dapo.max_num_gen_batches`` generation rounds)
+  and overlong reward shaping (:mod:`components.rewards.overlong`);
+- ``discard_homogeneous``: DAPO as ARBOR 4.1 describes its baseline, the recipe of ARBOR's matched ``dapo_arbor``:
+  outcome-homogeneous groups are left out of the update, nothing else (no refill, no clip-higher, no length
+  shaping; its clipping and KL are ARBOR's own, B.2: symmetric 0.2, KL 0).
+
+A method's matched baselines (:class:`components.method_registry.MatchedBaseline`: ``grpo_arbor``, ``dapo_arbor``,
+``grpo_arco``, RubricEM's ``scaffold_grpo``) run one of these recipes (or the method's own answer-only builder)
+under the method's settings: :func:`variant_params` applies the method's ``shared`` block to them as to its
+variants.
 """
 
 from __future__ import annotations
@@ -21,20 +35,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.method_registry import load_methods
-from components.params import GRPOParams, Params
+from components.method_registry import (
+    SHARED_RECIPES,
+    MethodSpec,
+    load_methods,
+    method_section,
+    variant_method,
+    variant_recipe,
+)
+from components.params import GRPOParams, Params, with_method_settings
 from components.registry import Registry
 from components.rewards.outcome import OutcomeReward
+from components.rewards.overlong import OverlongShaping
 from components.training.episodes import Episode, MethodState, RewardFn, RewardOutput, StepContext
 
-__all__ = ["DAPO_REFILL_ROUNDS", "VARIANTS", "VariantContext", "VariantParts", "drop_homogeneous_groups",
-           "get_variant", "variant_grpo"]
-
-# DAPO (Yu et al. 2025, Algorithm 1) samples until the batch is full and gives no cap; its released recipe stops
-# after 10 generation batches of 3x the training batch. A refill round here draws only the missing groups, so
-# 3 rounds bound a step at 4 rollouts (an embedded CPU run stays usable); grpo.dynamic_sampling_max_rounds
-# overrides it.
-DAPO_REFILL_ROUNDS = 3
+__all__ = ["BASELINE_RECIPES", "VARIANTS", "VariantContext", "VariantParts", "dapo_grpo", "drop_homogeneous_groups",
+           "get_variant", "register_baselines", "variant_grpo", "variant_params"]
 
 @dataclass
 class VariantContext:
@@ -94,8 +110,66 @@ def build_grpo(ctx: VariantContext) -> VariantParts:
 
 @VARIANTS.register("dapo")
 def build_dapo(ctx: VariantContext) -> VariantParts:
-    return VariantParts(reward_fn=drop_homogeneous_groups(OutcomeReward()),
-                        dynamic_sampling_max_rounds=DAPO_REFILL_ROUNDS)
+    """DAPO (Yu et al. 2025): the outcome reward, homogeneous groups dropped by their outcome (verl's filter metric
+    is the accuracy before the length penalty), then overlong shaping on the rest; the trainer refills the step.
+    Its clipping, KL and loss aggregation are the grpo block :func:`variant_params` gave the run."""
+    d = ctx.params.dapo
+    reward: RewardFn = drop_homogeneous_groups(OutcomeReward())
+    if d.overlong_buffer_tokens is not None:
+        budget = dapo_max_response_tokens(ctx.params)
+        if d.overlong_buffer_tokens > budget:
+            raise ValueError(f"dapo.overlong_buffer_tokens ({d.overlong_buffer_tokens}) exceeds the episode's budget "
+                             f"L_max = {budget} (dapo.max_response_tokens, else agent.max_tokens x agent.max_turns)")
+        reward = OverlongShaping(reward, max_tokens=budget, buffer_tokens=d.overlong_buffer_tokens,
+                                 penalty_factor=d.overlong_penalty_factor)
+    return VariantParts(reward_fn=reward, dynamic_sampling_max_rounds=d.max_num_gen_batches - 1)
+
+
+def build_discard_homogeneous(ctx: VariantContext) -> VariantParts:
+    """DAPO as ARBOR 4.1 describes its baseline: outcome-homogeneous groups are discarded from the update."""
+    return VariantParts(reward_fn=drop_homogeneous_groups(OutcomeReward()))
+
+
+BASELINE_RECIPES: dict[str, Callable[[VariantContext], VariantParts]] = {
+    "grpo": build_grpo, "dapo": build_dapo, "discard_homogeneous": build_discard_homogeneous}
+"""The builders of :data:`components.method_registry.SHARED_RECIPES`: ``grpo`` and ``dapo`` train under these names,
+and a method's matched baseline (:class:`components.method_registry.MatchedBaseline`) under its own."""
+assert set(BASELINE_RECIPES) == set(SHARED_RECIPES)
+
+
+def register_baselines(spec: MethodSpec) -> MethodSpec:
+    """Register each matched baseline of ``spec`` that runs a shared recipe under its own name (a method's plugin
+    calls this once, after registering its spec)."""
+    for baseline in spec.baselines:
+        if baseline.recipe is not None:
+            VARIANTS.register(baseline.variant)(BASELINE_RECIPES[baseline.recipe])
+    return spec
+
+
+def dapo_grpo(params: Params) -> GRPOParams:
+    """``params.grpo`` with the ``dapo`` section's clipping, KL and loss aggregation (DAPO's objective, Eq. 8) and the
+    released recipe's dual clip."""
+    d = params.dapo
+    return GRPOParams.model_validate({**params.grpo.model_dump(), "clip_eps": d.clip_eps_low,
+                                      "clip_eps_high": d.clip_eps_high, "kl_coef": d.kl_coef, "loss_agg": d.loss_agg,
+                                      "dual_clip_c": d.dual_clip_c})
+
+
+def dapo_max_response_tokens(params: Params) -> int:
+    """L_max of the overlong shaping: ``dapo.max_response_tokens``, else the most tokens the ReAct agent's turns
+    can generate in an episode (``agent.max_tokens`` x ``agent.max_turns``: the rollout's cap, as DAPO's is)."""
+    d = params.dapo
+    return d.max_response_tokens if d.max_response_tokens is not None else params.agent.max_tokens * params.agent.max_turns
+
+
+def variant_params(params: Params, variant: str) -> Params:
+    """The params ``train_policy@<variant>`` trains with: the ``shared`` block of the method whose settings it runs
+    under (its own variants and its matched baselines alike: :func:`components.method_registry.variant_method`),
+    then, for a variant of the ``dapo`` recipe, the ``dapo`` section over ``grpo``. ``grpo`` itself is untouched."""
+    params = with_method_settings(params, method_section(variant_method(variant)))
+    if SHARED_RECIPES.get(variant_recipe(variant) or "") == "dapo":
+        params = params.model_copy(update={"grpo": dapo_grpo(params)})
+    return params
 
 
 def variant_grpo(config: GRPOParams, parts: VariantParts) -> GRPOParams:

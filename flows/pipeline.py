@@ -56,9 +56,10 @@ method but `react` runs on a warm-started policy: `sft`'s adapter, or `sft_scaff
 REWARDS = ["listwise", "pairwise"]
 """`train_rubric_generator@<reward>`: Co-ReAct's rubric generator and its pairwise-reward ablation."""
 
-VARIANTS = ["grpo", "dapo", "arbor", "arbor_no_memory", "rar", "scaffold_grpo", "ss_grpo", "meta_policy",
-            "rubricem", "arco", "arco_frozen", "arco_no_decomp"]
-"""`train_policy@<variant>`: every training variant of components/methods (``VARIANTS``)."""
+VARIANTS = ["grpo", "dapo", "arbor", "arbor_no_memory", "rar", "grpo_arbor", "dapo_arbor", "scaffold_grpo", "ss_grpo",
+            "meta_policy", "rubricem", "arco", "arco_frozen", "arco_no_decomp", "grpo_arco"]
+"""`train_policy@<variant>`: every training variant of components/methods (``VARIANTS``), each method's matched
+baselines (grpo_arbor, dapo_arbor, scaffold_grpo, grpo_arco) among them."""
 
 SCAFFOLD_VARIANTS = {"scaffold_grpo", "ss_grpo", "meta_policy", "rubricem"}
 """Variants that roll out RubricEM's scaffold agent, so start from its warm start (``train_policy.warm_start``)."""

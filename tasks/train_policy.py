@@ -1,5 +1,7 @@
 """Stage `train_policy@<variant>`: GRPO of the search agent from the warm start, with a method's variant
-(grpo, dapo, and each method's own as it lands) plugged into the one trainer.
+(grpo, dapo, each method's own, and each method's matched baselines: grpo_arbor, dapo_arbor, scaffold_grpo,
+grpo_arco) plugged into the one trainer. A method's variants and its matched baselines train under the method's
+settings (its ``shared`` block); dapo under the ``dapo`` section (components.variants.variant_params).
 
     python -m tasks.train_policy --variant grpo [--set grpo.steps=4]
 
@@ -30,14 +32,13 @@ from pydantic import BaseModel
 
 from components.io import read_jsonl, write_json
 from components.llm.factory import LLMPool
-from components.method_registry import method_section, variant_method
-from components.params import Params, with_method_settings
+from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.retrieval.run_index import load_toolbox
 from components.run_files import keep_record, out_path, record_path
 from components.schemas import Question
 from components.policy_run import PolicyRun, accumulated_timings
-from components.variants import VARIANTS, get_variant
+from components.variants import VARIANTS, get_variant, variant_params
 from tasks.runtime import resolve, tracking
 
 
@@ -50,7 +51,7 @@ class TrainResult(BaseModel):
 @task(name="train_policy")
 def train_policy(params: Params | None = None, variant: str = "grpo", parent_run_id: str | None = None,
                  pool: LLMPool | None = None) -> TrainResult:
-    params = with_method_settings(resolve(params), method_section(variant_method(variant)))  # its paper's blocks
+    params = variant_params(resolve(params), variant)  # its method's (or dapo's) settings over the shared blocks
     from components.training.checkpoint import seed_rngs
 
     seed_rngs(params.seed)  # python, numpy and torch: what a checkpoint saves and a resumed run restores

@@ -29,13 +29,29 @@ def test_every_variant_has_one_owner_or_is_shared():
     load_methods()
     owners = {}
     for name in METHODS.names():
-        for variant in METHODS.get(name).variants:
+        spec = METHODS.get(name)
+        for variant in [*spec.variants, *(b.variant for b in spec.baselines)]:
             assert variant not in owners, f"{variant} registered by {owners[variant]} and {name}"
             owners[variant] = name
     assert set(VARIANTS.names()) - set(owners) == {"grpo", "dapo"}  # the shared variants
     assert variant_method("ss_grpo").sections[0] == "rubricem"
     assert variant_method("rar").name == "arbor"
     assert variant_method("grpo") is None
+
+
+def test_a_matched_baseline_trains_under_its_method_but_runs_a_shared_recipe_and_no_health():
+    from components.method_registry import paired_baselines, variant_baseline, variant_health, variant_recipe
+
+    load_methods()
+    assert variant_method("grpo_arbor").name == "arbor" and variant_recipe("grpo_arbor") == "grpo"
+    assert get_variant("grpo_arbor") is get_variant("grpo")  # exactly grpo's parts
+    assert variant_recipe("dapo_arbor") == "discard_homogeneous" and variant_baseline("dapo_arbor").of == "dapo"
+    assert variant_method("scaffold_grpo").name == "rubricem" and variant_recipe("scaffold_grpo") is None
+    assert variant_recipe("dapo") == "dapo" and variant_recipe("arbor") is None
+    assert variant_health("grpo_arbor") == () and variant_health("arbor")  # no mechanism, no mechanism figures
+    assert paired_baselines("arbor") == ["grpo_arbor", "grpo"] and paired_baselines("dapo_arbor") == ["grpo_arbor", "grpo"]
+    assert paired_baselines("rubricem") == ["scaffold_grpo", "grpo"] and paired_baselines("dapo") == ["grpo"]
+    assert paired_baselines("grpo") == paired_baselines("grpo_arco") == []  # baselines themselves
 
 
 def test_lookups_load_the_methods_on_first_use():

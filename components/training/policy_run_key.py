@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 
 from components.io import read_json
-from components.method_registry import variant_method
+from components.method_registry import SHARED_RECIPES, variant_baseline, variant_method, variant_recipe
 from components.params import Params, lora_paths
 from components.run_files import settings_digest
 from components.training.device import placement
@@ -49,21 +49,33 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     settings["branch_from"] = branch_digest(params.train_policy.branch_from)
     method = warm_start_method(params, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
-    owner = variant_method(variant)  # the registering method's own section; None for grpo and dapo
-    section = owner.sections[0] if owner is not None else None
     execution = set(GRPO_EXECUTION_KEYS)
-    own = getattr(params, section) if section is not None else None
-    if own is not None:  # fields marked execution-only (how work is batched) may change on resume too; the
-        # section's `shared` block is keyed through the effective grpo/agent blocks it was applied to
-        own = own.model_dump(exclude={name for name, f in type(own).model_fields.items()
-                                      if (f.json_schema_extra or {}).get("execution")} | {"shared"})
     # options added to grpo after runs were keyed (tis_cap, dynamic_sampling_max_rounds) enter the key once set,
     # so a run that leaves them unset keeps the key it had before they existed
     unset = {name for name, f in type(params.grpo).model_fields.items()
              if (f.json_schema_extra or {}).get("keyed_when_set") and getattr(params.grpo, name) is None}
-    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution | unset), method=own,
-                    warm_start=adapter_digest(warm) if warm is not None else None)
+    settings.update(variant=variant, grpo=params.grpo.model_dump(exclude=execution | unset),
+                    method=method_settings(params, variant), warm_start=adapter_digest(warm) if warm is not None else None)
     return {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in settings.items()}
+
+
+def method_settings(params: Params, variant: str) -> dict | None:
+    """The run key's ``method`` entry: a method's variant holds its method's own section (less its ``shared`` block,
+    keyed through the effective grpo/sft/agent blocks it was applied to, and less the fields marked execution-only,
+    how work is batched, which may change on resume); a matched baseline only the keys of it the baseline declares
+    it reads (:class:`components.method_registry.MatchedBaseline`: RubricEM's scaffold budget), never the
+    mechanism's settings; a shared variant none. A variant of a recipe with a section of its own (dapo: clipping,
+    refill, length shaping) holds that section too, under its name."""
+    owner, baseline = variant_method(variant), variant_baseline(variant)
+    section = SHARED_RECIPES.get(variant_recipe(variant) or "")
+    recipe = {section: getattr(params, section).model_dump()} if section is not None else {}
+    if owner is None:
+        return recipe[section] if section is not None else None
+    own = getattr(params, owner.sections[0])
+    if baseline is not None:
+        return {**{key: getattr(own, key) for key in baseline.reads}, **recipe} or None
+    return own.model_dump(exclude={name for name, f in type(own).model_fields.items()
+                                   if (f.json_schema_extra or {}).get("execution")} | {"shared"})
 
 
 def branch_digest(branch_from: str | None) -> str | None:

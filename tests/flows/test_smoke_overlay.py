@@ -20,9 +20,10 @@ import pandas as pd
 import pytest
 import torch
 
-from components.method_registry import agent_method, method_section, variant_method
+from components.method_registry import agent_method, method_section
 from components.params import Params, for_method, load_params, with_method_settings
 from components.trained_policy import with_trained_policy
+from components.variants import variant_params
 from tests.conftest import BENCHMARKS, requires_embedded
 
 pytestmark = requires_embedded  # the tokenizer is read from the embedded 0.5B GGUF
@@ -147,7 +148,7 @@ def test_every_stage_runs_under_the_paper_wiring(smoke_run, repo_root, capsys):
 
     for variant in VARIANTS:  # each training stage runs with its paper's shared block over grpo and agent
         stage = f"train_policy@{variant}"
-        want = with_method_settings(paper, method_section(variant_method(variant)))
+        want = variant_params(paper, variant)  # its method's shared block (a matched baseline's too), dapo's section
         assert runs[stage].logged["train_policy"]["engine"] == "hf"
         for block in ("grpo", "agent"):
             same_but_counts(stage, block, runs[stage].logged[block], want)

@@ -1,7 +1,8 @@
 """DAPO's dynamic sampling in the one trainer (``grpo.dynamic_sampling_max_rounds``): groups whose scores do
 not differ are left out and more prompts are drawn until the step holds ``prompts_per_step`` groups with
-signal, at most that many rounds; the ``dapo`` variant turns it on, and the new grpo options stay out of run
-keys until they are set."""
+signal, at most that many rounds; the ``dapo`` variant turns it on (``dapo.max_num_gen_batches`` rounds, the
+first included) with the rest of DAPO (clip-higher, no KL, token-mean, the overlong shaping), ARBOR's
+``dapo_arbor`` only drops the homogeneous groups, and the new grpo options stay out of run keys until set."""
 
 import pytest
 import torch
@@ -12,13 +13,8 @@ from components.training.policy_run_key import run_settings
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
 from components.training.trainer import GRPOTrainer
-from components.variants import (
-    DAPO_REFILL_ROUNDS,
-    VariantContext,
-    drop_homogeneous_groups,
-    get_variant,
-    variant_grpo,
-)
+from components.rewards.overlong import OverlongShaping
+from components.variants import VariantContext, drop_homogeneous_groups, get_variant, variant_grpo, variant_params
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -100,15 +96,74 @@ def test_with_dapos_drop_the_refill_replaces_the_dropped_groups_and_sums_their_c
     assert m["episodes/unscored"] == 6                                  # the dropped groups' episodes
 
 
-def test_the_dapo_variant_turns_the_refill_on_and_a_set_value_wins(repo_root, tmp_path):
-    params = load_params(repo_root / "params.yaml")
-    ctx = VariantContext(params=params, roles=lambda role: None, toolbox=None, out_dir=tmp_path)
+@pytest.mark.parametrize("profile", ["embedded", "paper"])
+def test_the_dapo_variant_refills_within_its_bound_and_a_set_value_wins(repo_root, tmp_path, profile):
+    params = load_params(repo_root / "params.yaml", profile)
+    ctx = VariantContext(params=variant_params(params, "dapo"), roles=lambda role: None, toolbox=None, out_dir=tmp_path)
     dapo, grpo = get_variant("dapo")(ctx), get_variant("grpo")(ctx)
     assert params.grpo.dynamic_sampling_max_rounds is None
-    assert variant_grpo(params.grpo, dapo).dynamic_sampling_max_rounds == DAPO_REFILL_ROUNDS > 0
+    bound = {"embedded": 4, "paper": 10}[profile]  # generation rounds, the first included (verl's count)
+    assert params.dapo.max_num_gen_batches == bound
+    assert variant_grpo(params.grpo, dapo).dynamic_sampling_max_rounds == bound - 1
     assert variant_grpo(params.grpo, grpo).dynamic_sampling_max_rounds == 0
     off = params.grpo.model_copy(update={"dynamic_sampling_max_rounds": 0})
     assert variant_grpo(off, dapo).dynamic_sampling_max_rounds == 0
+    arbors = get_variant("dapo_arbor")(ctx)  # ARBOR's DAPO discards the homogeneous groups and draws no more
+    assert variant_grpo(params.grpo, arbors).dynamic_sampling_max_rounds == 0
+    assert isinstance(dapo.reward_fn, OverlongShaping) and not isinstance(arbors.reward_fn, OverlongShaping)
+
+
+def test_a_bound_of_two_generation_rounds_refills_once_and_trains_on_what_it_has():
+    calls = []
+    trainer, rows = make(2 - 1, drop_homogeneous_groups(scripted(calls)))  # max_num_gen_batches 2
+    m = trainer.step()
+    assert len(calls) == 2 and m["dynamic_sampling/refill_rounds"] == 1  # abc, bcd; then cde (no signal): stop
+    assert m["dynamic_sampling/groups"] == 1 and rows == [2]
+
+
+@pytest.mark.parametrize("profile", ["embedded", "paper"])
+def test_dapo_trains_with_clip_higher_no_kl_and_token_mean_and_grpo_is_untouched(repo_root, profile):
+    params = load_params(repo_root / "params.yaml", profile)
+    dapo = variant_params(params, "dapo").grpo
+    assert (dapo.clip_eps, dapo.clip_eps_high, dapo.kl_coef, dapo.loss_agg) == (0.2, 0.28, 0.0, "token_mean")
+    assert dapo.dual_clip_c == 10.0  # the released recipe's clip_ratio_c
+    assert variant_params(params, "grpo").grpo == params.grpo  # the dapo section touches no other variant
+    assert params.grpo.clip_eps_high is None and params.grpo.dual_clip_c != 10.0 and params.grpo.kl_coef > 0
+    assert variant_params(params, "dapo_arbor").grpo.clip_eps_high is None  # ARBOR's DAPO: its own B.2 clip
+    same = dapo.model_dump(exclude={"clip_eps", "clip_eps_high", "kl_coef", "loss_agg", "dual_clip_c"})
+    assert same == params.grpo.model_dump(exclude={"clip_eps", "clip_eps_high", "kl_coef", "loss_agg", "dual_clip_c"})
+
+
+def test_the_trainer_applies_dapos_clip_and_skips_the_reference_pass(monkeypatch):
+    """What reaches the loss: the trainer of a dapo config calls it with eps 0.2 / 0.28, KL 0 and no reference
+    log-probs (the reference model is never run)."""
+    import components.training.trainer as trainer_module
+
+    seen, real = [], trainer_module.policy_loss
+
+    def spy(*args, **kw):
+        seen.append((args[4], kw["clip_eps"], kw["clip_eps_high"], kw["kl_coef"], kw["agg"]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(trainer_module, "policy_loss", spy)
+    calls = []
+    trainer, _ = make(0, scripted(calls), prompts=["bcd", "efg"], clip_eps_high=0.28, loss_agg="token_mean")
+    references = []
+    original = trainer._logprobs
+    trainer._logprobs = lambda batch, reference: references.append(reference) or original(batch, reference=reference)
+    trainer.step()
+    assert seen and all(s == (None, 0.2, 0.28, 0.0, "token_mean") for s in seen)
+    assert True not in references
+
+
+def test_dapos_run_key_holds_its_section_and_no_other_variants_does(repo_root):
+    params = load_params(repo_root / "params.yaml")
+    key = run_settings(variant_params(params, "dapo"), "dapo")
+    assert key["method"] == params.dapo.model_dump() and key["grpo"]["clip_eps_high"] == 0.28
+    longer = load_params(repo_root / "params.yaml", overrides=["dapo.overlong_buffer_tokens=128"])
+    assert run_settings(variant_params(longer, "dapo"), "dapo") != key
+    assert run_settings(variant_params(longer, "grpo"), "grpo") == run_settings(params, "grpo")
+    assert run_settings(params, "grpo")["method"] is None and run_settings(params, "dapo_arbor")["method"] is None
 
 
 def test_new_grpo_options_enter_the_run_key_only_once_set(repo_root):

@@ -1,17 +1,20 @@
 """Registers RubricEM with the method registry: the scaffold agent and its warm-start format (the oracle's
 turns in the scaffold's tags, B.2's rejection checks), its ``train_policy`` variants (the full method and its
-ablations) and its params section."""
+ablations), its matched baseline (5's Baseline-RL, "standard answer-only GRPO" from the same SFT checkpoint under
+the same 600-step configuration: ``scaffold_grpo``, answer-only GRPO through the scaffold) and its params section."""
 
 import random
 
-from components.method_registry import HealthMetric, MethodSpec
+from components.method_registry import HealthMetric, MatchedBaseline, MethodSpec
 from components.methods.rubricem import bench, scaffold_agent, variants  # noqa: F401  (registrations run on import)
 from components.methods.rubricem.scaffold_format import scaffold_rejections
 from components.methods.rubricem.scaffold_oracle import scaffold_replies
 from components.warmstart.formats import FORMATS, WarmStartFormat
 
 SPEC = MethodSpec(name="rubricem", sections=("rubricem",),
-                  variants=("scaffold_grpo", "ss_grpo", "meta_policy", "rubricem"), agents=("scaffold",),
+                  variants=("ss_grpo", "meta_policy", "rubricem"), agents=("scaffold",),
+                  baselines=(MatchedBaseline("scaffold_grpo", of="grpo", reads=("scaffold_max_tokens",)),),
+                  mechanism=("reward_fn", "advantage_fn", "method", "agent_options", "order_prompts"),
                   doc="docs/methods/rubricem.md", health=(
                       HealthMetric("reward/judge/scoring_calls", "stage-judge calls"),
                       HealthMetric("reward/judge/flat_groups", "flat groups"),
