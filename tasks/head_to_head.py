@@ -1,5 +1,6 @@
 """Stage `head_to_head`: every evaluated method, inference-time and trained, in one table with intervals, seed
-spread, paired tests against the shared baselines, cost per role and training compute
+spread, paired tests against its baseline (a trained method's matched baseline, GRPO under the method's own
+settings, when it was evaluated, else the shared ``grpo``; the table says which), cost per role and training compute
 (components/reporting/head_to_head.py says what each column is).
 
     python -m tasks.head_to_head                                  # run.out_dir, with whatever seeds exist
@@ -32,7 +33,7 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.io import atomic_path
-from components.method_registry import agent_method, load_methods, variant_health
+from components.method_registry import agent_method, load_methods, paired_baselines, variant_health
 from components.params import Params, ParamsError
 from components.params_cli import params_from_args, stage_argparser
 from components.reporting.head_to_head import collect_scope, document, write_head_to_head
@@ -140,7 +141,8 @@ def head_to_head(params: Params | None = None, out_dirs: list[str] | None = None
             scope.name = f"{scope.name} ({scope.out_dir})"
     methods = sorted({m for s in scopes for m in s.evaluations})
     table = build_table(scopes, order=[*params.methods, *variants],
-                        prices={m: role_prices(params, m, variants) for m in methods})
+                        prices={m: role_prices(params, m, variants) for m in methods},
+                        pairs={v: paired_baselines(v) for v in variants})
     where = {s.name: str(s.out_dir) for s in scopes}
     report = write_head_to_head(table, Path(params.run.out_dir) / "head_to_head", where)
     files = {k: str(v) for k, v in report.paths.items()}

@@ -23,10 +23,14 @@ adds to its own method's row only (and, for a baseline, to the paired columns of
   scores averaged over seeds (:func:`bootstrap_interval`: 9999 resamples, fixed seed); it covers the
   sampling of questions, the ``.sd`` the variation between seeds. Unjudged questions (a failed judge) are
   left out of ``judge_accuracy``;
-- ``baseline``, ``paired_questions``, ``<m>.diff`` with ``.diff_low``/``.diff_high`` and ``<m>.p``: the mean
-  per-question difference from the baseline of the method's kind (``sft``, the warm start, for inference-time
-  methods; ``grpo`` for trained policies) over the questions both scored, its bootstrap interval, and the
-  two-sided p-value of a paired sign-flip permutation test (:func:`paired_permutation_p`);
+- ``baseline``, ``baseline_matched``, ``paired_questions``, ``<m>.diff`` with ``.diff_low``/``.diff_high`` and
+  ``<m>.p``: the mean per-question difference from the row's baseline over the questions both scored, its
+  bootstrap interval, and the two-sided p-value of a paired sign-flip permutation test
+  (:func:`paired_permutation_p`). The baseline is the first evaluated one of the row's ``pairs`` (for a trained
+  method: its matched baseline, GRPO trained under the method's own settings such as ``grpo_arbor``, then the
+  shared ``grpo``), else the baseline of its kind (``sft``, the warm start, for inference-time methods; ``grpo``
+  for trained policies); ``baseline_matched`` is the first choice, so a row whose ``baseline`` differs from it was
+  paired with a fallback. A row with no pairs is a baseline itself (both empty);
 - ``cost.calls``, ``cost.tokens``, ``cost.usd`` and ``cost.<role>.{calls,tokens,usd}``: model calls, prompt +
   completion tokens and price per question, per role the method's agent called (the answer judge, which
   measures every method alike, is not counted), mean over seeds; prices are the backends' per-1k prices;
@@ -339,18 +343,27 @@ def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
 
 
 def head_to_head(scopes: Sequence[Scope], order: Sequence[str] = (), baselines: Mapping[str, str] = BASELINES,
-                 prices: Mapping[str, Mapping[str, tuple[float, float]]] | None = None) -> pd.DataFrame:
+                 prices: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
+                 pairs: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """One row per (scope, method): inference-time methods first, then trained policies, each kind in ``order``
-    (then by name). ``prices``: method -> role -> (USD per 1k prompt tokens, per 1k completion tokens)."""
+    (then by name). ``prices``: method -> role -> (USD per 1k prompt tokens, per 1k completion tokens). ``pairs``:
+    method -> the baselines it is paired with, in order of preference, the first one evaluated in the scope taken
+    (``components.method_registry.paired_baselines``: ``arbor`` -> ``["grpo_arbor", "grpo"]``); an empty list makes
+    the row a baseline; a method not in it is paired with its kind's baseline (``baselines``)."""
     rows = []
     for scope in scopes:
         kinds = {m: "trained" if m in scope.variants else "inference" for m in scope.evaluations}
         for kind in ("inference", "trained"):
             base = baselines.get(kind)
             for method in _ordered([m for m, k in kinds.items() if k == kind], [base, *order] if base else order):
-                paired = scope.evaluations.get(base) if base and method != base else None
+                if pairs is not None and method in pairs:
+                    wanted = [b for b in pairs[method] if b != method]
+                else:
+                    wanted = [base] if base and method != base else []
+                chosen = next((b for b in wanted if b in scope.evaluations), None)
                 row: dict[str, float | str] = {"scope": scope.name, "method": method, "kind": kind,
-                                               "baseline": base if paired is not None else ""}
+                                               "baseline": chosen or "", "baseline_matched": wanted[0] if wanted else ""}
+                paired = scope.evaluations[chosen] if chosen is not None else None
                 row.update(method_row(scope.evaluations[method], paired, (prices or {}).get(method)))
                 trainings = scope.trainings.get(method, [])
                 if trainings:
@@ -363,7 +376,8 @@ def head_to_head(scopes: Sequence[Scope], order: Sequence[str] = (), baselines: 
     table = pd.DataFrame(rows)
     first = ["scope", "method", "kind", "seeds", "seed_list", "questions"]
     accuracy = [f"{m}{s}" for m in METRICS for s in ("", ".sd", ".ci_low", ".ci_high")]
-    pairing = ["baseline", "paired_questions", *(f"{m}{s}" for m in METRICS for s in (".diff", ".diff_low", ".diff_high", ".p"))]
+    pairing = ["baseline", "baseline_matched", "paired_questions",
+               *(f"{m}{s}" for m in METRICS for s in (".diff", ".diff_low", ".diff_high", ".p"))]
     cost = ["cost.calls", "cost.tokens", "cost.usd"]
     roles = sorted(c for c in table.columns if c.startswith("cost.") and c not in cost)
     train = [c for c in ("train.seeds", "train.steps", "train.wall_s", "train.tokens", "train.judge_calls",
@@ -430,9 +444,19 @@ def _accuracy_cell(row: Mapping, metric: str) -> str:
     return cell
 
 
+def _paired_cell(row: Mapping) -> str:
+    """Whom the row is paired with: its matched baseline, a fallback (saying which one it lacked), or none."""
+    chosen, wanted = row["baseline"], row.get("baseline_matched", row["baseline"])
+    if not wanted:
+        return "baseline"
+    if not chosen:
+        return f"– (no {wanted})"
+    return chosen if chosen == wanted else f"{chosen} (no {wanted})"
+
+
 def _diff_cell(row: Mapping, metric: str) -> str:
     if not row["baseline"]:
-        return "baseline" if row["method"] == BASELINES.get(row["kind"]) else "–"
+        return "–" if row.get("baseline_matched", row["method"] != BASELINES.get(row["kind"])) else "baseline"
     if pd.isna(row[f"{metric}.diff"]):
         return "–"
     cell = _num(row[f"{metric}.diff"], sign=True)
@@ -466,10 +490,10 @@ def scope_markdown(rows: pd.DataFrame) -> str:
     records = rows.to_dict("records")
     priced = "cost.usd" in rows and bool((rows["cost.usd"].fillna(0) > 0).any())
     accuracy = _markdown_table(
-        ["method", "kind", "seeds", "questions", *METRICS.values(),
+        ["method", "kind", "seeds", "questions", *METRICS.values(), "paired with",
          *(f"Δ {label} vs baseline" for label in METRICS.values()), "calls/q", "tokens/q", *(["$/q"] if priced else [])],
         [[r["method"], r["kind"], f"{int(r['seeds'])}", f"{int(r['questions'])}", *(_accuracy_cell(r, m) for m in METRICS),
-          *(_diff_cell(r, m) for m in METRICS), _count(r.get("cost.calls")), _count(r.get("cost.tokens"), 0),
+          _paired_cell(r), *(_diff_cell(r, m) for m in METRICS), _count(r.get("cost.calls")), _count(r.get("cost.tokens"), 0),
           *([_usd(r.get("cost.usd"))] if priced else [])] for r in records])
     roles = sorted({c.split(".")[1] for c in rows.columns  # the roles this scope's methods called
                     if c.startswith("cost.") and c.count(".") == 2 and rows[c].notna().any()})
@@ -511,8 +535,10 @@ def to_markdown(table: pd.DataFrame, out_dirs: Mapping[str, str] | None = None) 
         where = f" (`{out_dirs[scope]}`)" if out_dirs and scope in out_dirs else ""
         parts.append(f"## {scope}{where}\n\n{header(str(scope), size[str(scope)])}\n\n{scope_markdown(rows)}")
     notes = (f"Cells: mean over seeds ± sd over seeds [{STATISTICS['interval'].split(' (')[0]}]. "
-             f"Δ: mean paired difference from the baseline of the method's kind (inference-time: `{BASELINES['inference']}`, "
-             f"the warm start; trained: `{BASELINES['trained']}`) [bootstrap interval] and the p-value of a "
+             f"Δ: mean paired difference from the row's baseline (\"paired with\": a trained method's matched baseline, "
+             "GRPO trained under the method's own settings, e.g. `grpo_arbor`, else a fallback named with the matched "
+             f"one it lacks; otherwise the baseline of its kind, inference-time: `{BASELINES['inference']}`, the warm "
+             f"start; trained: `{BASELINES['trained']}`) [bootstrap interval] and the p-value of a "
              f"{STATISTICS['paired_test'].split(' (')[0]}. Cost: per question, the method's own model calls "
              "(the answer judge is left out).\n")
     return "\n".join(parts) + "\n" + notes

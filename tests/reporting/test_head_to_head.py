@@ -115,6 +115,35 @@ def test_paired_difference_and_test_against_the_baseline_of_its_kind(out):
         assert table.loc[base, "baseline"] == "" and math.isnan(table.loc[base, "em.diff"])
 
 
+def test_a_trained_method_is_paired_with_its_matched_baseline_and_falls_back_to_grpo_saying_so(out):
+    grpo_arbor = [1, 1, 1, 0, 0, 0, 0, 0]  # GRPO under ARBOR's settings
+    write_evaluation(folder(out, "grpo_arbor", str(MAIN_SEED)), grpo_arbor)
+    write_evaluation(folder(out, "dapo_arbor", str(MAIN_SEED)), [1, 1, 1, 1, 0, 0, 0, 0])
+    pairs = {"arbor": ["grpo_arbor", "grpo"], "dapo_arbor": ["grpo_arbor", "grpo"], "grpo_arbor": [], "grpo": []}
+    scope = collect_scope(out, "sweep", MAIN_SEED, VARIANTS | {"grpo_arbor", "dapo_arbor"})
+    table = head_to_head([scope], order=["sft", "coreact", "grpo", "arbor"], pairs=pairs).set_index("method")
+    main = [EM["arbor"]["1234"], EM["arbor"]["7"]]
+    d = np.mean(main, axis=0) - np.array(grpo_arbor)  # grpo_arbor has one seed: its scores are the seed's
+    assert table.loc["arbor", "baseline"] == table.loc["arbor", "baseline_matched"] == "grpo_arbor"
+    assert table.loc["arbor", "em.diff"] == pytest.approx(d.mean())
+    assert table.loc["dapo_arbor", "baseline"] == "grpo_arbor"  # ARBOR's DAPO against ARBOR's GRPO
+    for base in ("grpo", "grpo_arbor"):  # each a baseline: not paired
+        assert table.loc[base, "baseline"] == table.loc[base, "baseline_matched"] == ""
+    assert table.loc["coreact", "baseline"] == "sft"  # inference-time methods keep the warm start
+    markdown = scope_markdown(table.reset_index())
+    assert "| paired with |" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| grpo_arbor |"))
+    assert "| baseline |" in row
+    # without its matched baseline's evaluation: grpo, and the table says which one it lacked
+    missing = collect_scope(out, "sweep", MAIN_SEED, VARIANTS)
+    missing.evaluations.pop("grpo_arbor", None)
+    table = head_to_head([missing], pairs=pairs).set_index("method")
+    assert table.loc["arbor", "baseline"] == "grpo" and table.loc["arbor", "baseline_matched"] == "grpo_arbor"
+    assert table.loc["arbor", "em.diff"] == pytest.approx((averaged("arbor") - averaged("grpo")).mean())
+    row = next(line for line in scope_markdown(table.reset_index()).splitlines() if line.startswith("| arbor |"))
+    assert "| grpo (no grpo_arbor) |" in row
+
+
 def test_statistics_edge_cases():
     assert bootstrap_interval([1.0, 1.0, 1.0]) == (1.0, 1.0)
     assert all(math.isnan(v) for v in bootstrap_interval([0.5]))
