@@ -101,8 +101,9 @@ def test_overlong_shaping_is_verls_dapo_reward_manager(conformance, repo_root):
         lengths = range(0, max_len + 1, max(max_len // 400, 1))
         ours = [overlong_penalty(n, max_len, buffer, factor) for n in lengths]
         theirs = [verl_overlong_reward(n, max_len, buffer, factor) for n in lengths]
-        conformance.check("DAPO overlong reward shaping (length <= L_max)", f"{MANAGER}:116-122", ours, theirs,
-                          tol=1e-12, note=f"L_max {max_len}, L_cache {buffer}, factor {factor}; {SCRIPT}:18-21")
+        conformance.check(f"DAPO overlong reward shaping (L_max {max_len}, L_cache {buffer}, factor {factor})",
+                          f"{MANAGER}:116-122", ours, theirs, tol=1e-12,
+                          note=f"lengths 0..L_max; the recipe's values: {SCRIPT}:18-21")
     # past L_max (verl never sees one: a response stops at max_response_length) Eq. 13 gives -1, verl's line
     # extrapolated keeps falling; an agent's episode can pass a set max_response_tokens
     beyond = [20480 + 1024, 20480 + 4096]
