@@ -112,7 +112,9 @@ def build_grpo(ctx: VariantContext) -> VariantParts:
 def build_dapo(ctx: VariantContext) -> VariantParts:
     """DAPO (Yu et al. 2025): the outcome reward, homogeneous groups dropped by their outcome (verl's filter metric
     is the accuracy before the length penalty), then overlong shaping on the rest; the trainer refills the step.
-    Its clipping, KL and loss aggregation are the grpo block :func:`variant_params` gave the run."""
+    Its clipping, KL and loss aggregation are the grpo block :func:`variant_params` gave the run. The refill counts
+    a group by its shaped scores, so a group whose outcomes differ but whose shaped scores tie (no advantage left)
+    is refilled here, where verl keeps it in the batch with advantage 0."""
     d = ctx.params.dapo
     reward: RewardFn = drop_homogeneous_groups(OutcomeReward())
     if d.overlong_buffer_tokens is not None:
