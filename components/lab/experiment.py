@@ -5,6 +5,7 @@ policy: never a row of the real-model tables.
 
     python -m components.lab.experiment sft  --overlay lab      # outputs/lab/sft/ (weights, tokenizer, sft.json)
     python -m components.lab.experiment grpo --overlay lab --seed 0   # outputs/lab/grpo_seed0.json
+    python -m components.lab.experiment judges --overlay lab    # outputs/lab/judges.json: the dial's agreement
     python -m components.lab.experiment report --overlay lab    # docs/results/lab.md, docs/results/lab_grpo.png
 
 Each command reads the params with the ``lab`` overlay (pass ``--overlay lab``) and runs on ``run.torch_threads``.
@@ -20,8 +21,10 @@ from pathlib import Path
 import torch
 
 from components.io import read_json, write_json
+from components.lab.dial import dial_table
 from components.lab.policy import NanoPolicy, evaluate, grpo_run, lab_seed, sft_corpus, train_nano
 from components.lab.world import build_lab_world
+from components.llm.backends.simulated import Dial
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 
@@ -62,6 +65,22 @@ def run_grpo(params: Params, seed: int) -> dict:
            **{f"test_{k}": v for k, v in test.items()}}
     write_json(lab_dir(params) / f"grpo_seed{seed}.json", out)
     return out
+
+
+DIALS = [Dial(), Dial(flip_rate=0.2), Dial(position_bias=0.5), Dial(bias="length", bias_rate=0.5),
+         Dial(bias="keyword", bias_rate=1.0)]
+
+
+def run_judges(params: Params, n: int = 200) -> list[dict]:
+    rows = dial_table(params, DIALS, n=n)
+    write_json(lab_dir(params) / "judges.json", rows)
+    return rows
+
+
+def _dial_name(r: dict) -> str:
+    parts = [f"flip {r['flip_rate']:g}"] + ([f"position {r['position_bias']:g}"] if r["position_bias"] else []) + (
+        [f"{r['bias']} bias {r['bias_rate']:g}"] if r["bias"] != "none" else [])
+    return ", ".join(parts)
 
 
 def _plot(runs: list[dict], sft_em: float, path: Path) -> None:
@@ -138,13 +157,27 @@ def report(params: Params) -> Path:
         sd = (sum((x - mean) ** 2 for x in gains) / max(len(gains) - 1, 1)) ** 0.5
         lines += ["", f"Test EM change against the SFT start: mean {mean:+.3f} (sd {sd:.3f} over {len(runs)} seeds; "
                   f"{int(sft['test_n'])} test questions each).", ""]
+    judges = lab_dir(params) / "judges.json"
+    if judges.exists():
+        rows = read_json(judges)
+        lines += ["## The simulated judge against the oracle", "",
+                  f"Each kind asked {rows[0]['n']} judgments through its method's own prompt and parser "
+                  "(`python -m components.lab.experiment judges`): compact oracle episodes and the same episodes cut "
+                  "after their first turn, correct answers in other words and other questions' answers, the oracle's "
+                  "own next action and a search for another question's entity. Agreement with the oracle's verdict, "
+                  "95% Clopper-Pearson interval; the first reply as the method's parser reads it.", "",
+                  "| kind | dial | agreement | 95% interval | failed | first reply |", "|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['kind']} | {_dial_name(r)} | {r['agreement']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] | "
+                         f"{r['failed']} | `{r['example'][:48]}` |")
+        lines.append("")
     (RESULTS / "lab.md").write_text("\n".join(lines) + "\n")
     return RESULTS / "lab.md"
 
 
 def main() -> None:
     parser = stage_argparser(__doc__)
-    parser.add_argument("command", choices=["sft", "grpo", "report"])
+    parser.add_argument("command", choices=["sft", "grpo", "judges", "report"])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     params = params_from_args(args)
@@ -155,6 +188,9 @@ def main() -> None:
     elif args.command == "grpo":
         out = run_grpo(params, args.seed)
         print(json.dumps({k: v for k, v in out.items() if k != "curve"}, indent=1))
+    elif args.command == "judges":
+        for row in run_judges(params):
+            print(row["kind"], _dial_name(row), f"{row['agreement']:.3f}")
     else:
         print(report(params))
 

@@ -15,10 +15,14 @@ criterion that mentions none of them asks for the whole chain (every hop's fact 
 - ``arbor_verdict`` and ``arbor_single`` (its verdicts and single forms): whether the attempt asked about meets
   the criterion, as ``yes`` / ``no``;
 - ``coreact_checklist`` (Co-ReAct's verifier, checklist mode): every criterion satisfied when the proposed action
-  is the gold chain's next one (the next title to search, a browse of a gold paragraph, or the right answer).
+  is the gold chain's next one (the paragraph of the first hop whose fact the history does not show yet, or the last
+  search refined; a browse of a gold paragraph; the right answer);
+- ``arbor_induction``: from each contrast, a rubric naming the first gold fact the better attempt found and the
+  worse did not ("finds Torvel Ashmere": checkable by the oracle); a flip writes it from the worse side;
+- ``arbor_consolidation``: the drafts merge into one general standard, "follows the chain" (every fact found).
 
-Not simulated yet (they fail as ``call_failed``, never a score): Co-ReAct's council ranking, rubric evaluator and
-criterion-mode verifier, ARBOR's rubric induction, consolidation and RaR, RubricEM's stage scores and reflection
+Not simulated yet (they fail as ``call_failed``, never a score): Co-ReAct's council ranking (slates), rubric
+evaluator and criterion-mode verifier, ARBOR's RaR checklist and rating, RubricEM's stage scores and reflection
 judge, ARCO's teacher step scores.
 
     from components.llm.backends.simulated import SimulatedJudge, Oracle, Dial
@@ -35,12 +39,13 @@ from components.judges import answer
 from components.judges.render import LOOKALIKES
 from components.llm.backends.simulated import KINDS, Judgment, JudgmentKind, Oracle
 from components.llm.base import Message
+from components.methods.arbor import induction
 from components.methods.arbor import pairwise_judge as arbor
 from components.methods.coreact import verifier as coreact_verifier
 from components.schemas import Question
-from components.world.oracle import gold_next_query, hop_titles
+from components.world.oracle import hop_titles
 
-__all__ = ["criterion_met", "found_facts", "plain", "run_questions"]
+__all__ = ["criterion_met", "found_facts", "mentions", "plain", "run_questions"]
 
 _PLAIN = str.maketrans({v: k for k, v in LOOKALIKES.items()})
 
@@ -70,18 +75,21 @@ def _names(question: Question) -> list[str]:
     return list(dict.fromkeys([*hop_titles(question), *(h.answer for h in question.gold_chain)]))
 
 
+def mentions(text: str, name: str) -> bool:
+    """``name`` as whole words in ``text``, case ignored (Morelrara is not in "a Morelraran engineer")."""
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+
+
 def found_facts(question: Question, attempt: str) -> int:
     """How many of the gold chain's hop facts the attempt's text shows."""
-    text = attempt.casefold()
-    return sum(h.answer.casefold() in text for h in question.gold_chain)
+    return sum(mentions(attempt, h.answer) for h in question.gold_chain)
 
 
 def criterion_met(question: Question, criterion: str, attempt: str) -> bool:
     """The lab's reading of a criterion (module doc)."""
-    text, crit = attempt.casefold(), criterion.casefold()
-    named = [n for n in _names(question) if len(n) > 3 and n.casefold() in crit]
+    named = [n for n in _names(question) if len(n) > 3 and mentions(criterion, n)]
     if named:
-        return all(n.casefold() in text for n in named)
+        return all(mentions(attempt, n) for n in named)
     return found_facts(question, attempt) == len(question.gold_chain)
 
 
@@ -181,8 +189,12 @@ def _good_action(q: Question, history: str, action: str) -> bool:
         return bool(exact_match(arg, q.answers))
     if kind == "browse":
         return arg in {h.doc_id for h in q.gold_chain}
-    nxt = gold_next_query(q, searched)
-    return nxt is not None and normalize_answer(nxt) in normalize_answer(arg)
+    titles = hop_titles(q)
+    # the paragraph of the first hop whose fact the history does not show yet
+    wanted = [next((t for h, t in zip(q.gold_chain, titles) if not mentions(history, h.answer)), None)]
+    if searched and searched[-1] in titles and normalize_answer(searched[-1]) != normalize_answer(arg):
+        wanted.append(searched[-1])  # the same hop again, refined ("Corumbre city" after "Corumbre")
+    return any(t is not None and normalize_answer(t) in normalize_answer(arg) for t in wanted)
 
 
 def _read_checklist(messages: list[Message], oracle: Oracle) -> Judgment:
@@ -199,3 +211,69 @@ def _read_checklist(messages: list[Message], oracle: Oracle) -> Judgment:
 
 KINDS.register("coreact_checklist")(JudgmentKind("coreact_checklist", _system_is(coreact_verifier.SYSTEM_PROMPT),
                                                  _read_checklist))
+
+
+# -- ARBOR's rubric induction and consolidation -------------------------------------------------------------
+def _fact_rubric(q: Question, hop: int) -> dict[str, str]:
+    h = q.gold_chain[hop]
+    return {"title": f"finds {h.answer}", "description": f"reads the paragraph that says {h.question} {h.answer}",
+            "counter_description": f"never reaches the paragraph that names {h.answer}"}
+
+
+def _contrasts(content: str) -> list[tuple[str, str]]:
+    pairs = []
+    for block in content.split("=== Contrast ")[1:]:
+        hi = _between(block, "--- Higher-scoring attempt ---\n", "\n--- Lower-scoring attempt ---")
+        lo = _between(block, "--- Lower-scoring attempt ---\n", "\n\n=== Contrast ", "\n\nExisting rubrics")
+        pairs.append((hi, lo))
+    if not pairs and "--- Attempt 1 ---" in content:  # unlabelled: the oracle ranks them by the facts they found
+        attempts = [_between(b, "---\n", "\n\n--- Attempt ", "\n\nExisting rubrics")
+                    for b in content.split("--- Attempt ")[1:]]
+        pairs = [(a, b) for a in attempts for b in attempts if a is not b]
+    return pairs
+
+
+def _read_induction(messages: list[Message], oracle: Oracle) -> Judgment:
+    """A rubric naming the first gold fact the better attempt of a contrast found and the worse did not (none when
+    no contrast differs in a fact, or the existing rubrics already name it). A flip writes it from the worse
+    attempt's side: a fact it found and the better did not, when there is one."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    existing = _between(content, "Existing rubrics (do not repeat):\n", "\n\nWrite between")
+    limit = int(re.search(r"Write between 1 and (\d+) rubrics", content).group(1))
+    pairs = _contrasts(content)
+
+    def write(verdict) -> str:
+        rubrics = []
+        for hi, lo in pairs:
+            better, worse = (hi, lo) if verdict != "B" else (lo, hi)
+            for k, h in enumerate(q.gold_chain):
+                if mentions(better, h.answer) and not mentions(worse, h.answer) and not mentions(
+                        existing, f"finds {h.answer}"):
+                    rubric = _fact_rubric(q, k)
+                    if rubric not in rubrics:
+                        rubrics.append(rubric)
+                    break
+        return json.dumps({"rubrics": rubrics[:limit]})
+
+    return Judgment("A", write, attempts=[hi for hi, _ in pairs[:1]] + [lo for _, lo in pairs[:1]],
+                    gold_turns=len(q.gold_chain) + 1)
+
+
+GENERAL = {"title": "follows the chain", "description": "finds each fact the question's chain needs, one hop at a time, "
+           "and answers from the last one", "counter_description": "stops before the chain's last fact is found"}
+
+
+def _read_consolidation(messages: list[Message], oracle: Oracle) -> Judgment:
+    """The question-specific drafts merge into the one standard the oracle checks on any question: every fact of
+    the chain found (a criterion that names no fact, :func:`criterion_met`); none when it is already in use."""
+    content = plain(messages[-1].content)
+    in_use = GENERAL["title"] in _between(content, "Standards already in use (do not duplicate):\n",
+                                          "\n\nCandidate rubrics")
+    return Judgment(not in_use, lambda v: json.dumps({"rubrics": [GENERAL] if v else []}))
+
+
+KINDS.register("arbor_induction")(JudgmentKind("arbor_induction", _system_is(induction.INDUCTION_SYSTEM),
+                                               _read_induction))
+KINDS.register("arbor_consolidation")(JudgmentKind("arbor_consolidation", _system_is(induction.CONSOLIDATION_SYSTEM),
+                                                   _read_consolidation))

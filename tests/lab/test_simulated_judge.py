@@ -167,3 +167,39 @@ def test_an_unknown_judgment_fails_as_a_call_not_a_score(lab):
     call = JudgeCall([system("Rank these candidates."), user("Question: what?")], parse_winner)
     result = asyncio.run(ask(_judge(world), call))
     assert not result.ok and result.kind == "call_failed" and "no oracle" in result.reason
+
+
+def test_induction_names_a_fact_the_better_attempt_found_and_the_judge_checks_it(lab):
+    from components.judges.call import Tally
+    from components.methods.arbor.contrast import InductionPlan
+    from components.methods.arbor.induction import consolidate, induce
+
+    world, episodes = lab
+    traj, q = next((t, q) for t, q in episodes if len(q.gold_chain) >= 2 and criterion_met(
+        q, q.gold_chain[-1].answer, trajectory_text(t)) and not criterion_met(
+        q, q.gold_chain[-1].answer, trajectory_text(_half(t))))
+    texts = [trajectory_text(traj), trajectory_text(_half(traj))]
+    plan = InductionPlan(kind="pairs", reason="contrast", pairs=[(0, 1)])
+    tally = Tally()
+    rubrics = asyncio.run(induce(_judge(world), q.question, texts, [1.0, 0.0], plan, [], 2, tally))
+    assert len(rubrics) == 1 and tally.failed == 0
+    rubric = rubrics[0]
+    crit = f"{rubric.title} {rubric.description}"
+    assert criterion_met(q, crit, texts[0]) and not criterion_met(q, crit, texts[1])  # the oracle can check it
+    flipped = asyncio.run(induce(_judge(world, flip_rate=1.0), q.question, texts, [1.0, 0.0], plan, [], 2, tally))
+    assert flipped == []  # the worse attempt found nothing the better did not
+    again = asyncio.run(induce(_judge(world), q.question, texts, [1.0, 0.0], plan, rubrics, 2, tally))
+    assert rubrics[0] not in again  # an existing rubric is not repeated (the next fact the worse attempt missed is)
+    assert callable(consolidate)
+
+
+def test_the_dial_table_measures_each_kind(lab):
+    from components.lab.dial import dial_table
+
+    params = load_params("params.yaml", overlays=["lab"], overrides=["data.n_train=80", "data.n_dev=20", "data.n_test=20"])
+    rows = dial_table(params, [Dial(), Dial(flip_rate=1.0)], n=40)
+    exact = {r["kind"]: r["agreement"] for r in rows if r["flip_rate"] == 0.0}
+    inverted = {r["kind"]: r["agreement"] for r in rows if r["flip_rate"] == 1.0}
+    assert set(exact) == {"answer_correct", "arbor_single", "arbor_winner", "coreact_checklist"}
+    assert all(a >= 0.97 for a in exact.values()) and all(r["failed"] == 0 for r in rows)
+    assert all(inverted[k] <= 1.0 - exact[k] + 0.5 for k in exact) and inverted["answer_correct"] == 0.0
