@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from components.lab.nano import fit_tokenizer, load_tokenizer, nano_qwen2
+from components.lab.nano import fit_tokenizer, load_nano, load_tokenizer, nano_qwen2
 from components.lab.world import LabWorld, build_lab_world, compact_episodes, lab_agent, sft_rows
 from components.params import AgentParams, Params
 from components.rewards.outcome import OutcomeReward
@@ -56,9 +56,7 @@ class NanoPolicy:
 
     @classmethod
     def load(cls, folder: str | Path) -> NanoPolicy:
-        from transformers import AutoModelForCausalLM
-
-        return cls(AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32), load_tokenizer(folder))
+        return cls(load_nano(folder), load_tokenizer(folder))
 
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
