@@ -72,7 +72,7 @@ def vllm_engine_for_policy(params: Params, policy, tokenizer, base_adapters: lis
                          "would need the weights reloaded into the engine after every update")
     backend = params.llm.backends[params.llm.roles["trainable_policy"]]
     model_path = backend.model
-    if base_adapters:
+    if base_adapters or backend.embedded:  # an embedded model's weights exist in process only: vLLM reads a folder
         model_path = str(export_base(policy.model, tokenizer, *warm_started_base(params, base_adapters)))
     return VLLMRolloutEngine(model_path, tokenizer=tokenizer, max_lora_rank=max(params.lora.r, 1),
                              seed=params.seed, **params.train_policy.vllm_options)

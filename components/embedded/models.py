@@ -83,7 +83,12 @@ class TinySpec:
 
 
 TINY_MODELS: dict[str, TinySpec] = {
-    spec.name: spec for spec in (TinySpec(name="tiny-qwen2", tokenizer="qwen2.5-coder-0.5b-instruct"),)
+    spec.name: spec for spec in (
+        TinySpec(name="tiny-qwen2", tokenizer="qwen2.5-coder-0.5b-instruct"),
+        # head size 64 (128 / 2 heads): vLLM's CPU attention refuses 8 and 16 on AVX2 (the vllm_cpu overlay)
+        TinySpec(name="tiny-qwen2-h64", tokenizer="qwen2.5-coder-0.5b-instruct", hidden_size=128, num_heads=2,
+                 num_kv_heads=1, intermediate_size=256),
+    )
 }
 """Code-built embedded models: loaded in process only (an ``hf`` backend), never by llama.cpp. ``tiny-qwen2`` writes
 garbage, fast; the smoke overlay binds every role to it. Every copy has the same weights, so an adapter trained over

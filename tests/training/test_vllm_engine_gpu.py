@@ -56,5 +56,5 @@ def test_the_real_vllm_engine_rolls_out_and_takes_each_update_as_a_lora(tmp_path
             if "lora_B" in name:
                 p.zero_()
     engine.update_weights(policy, step=2)
-    assert engine.adapter.request.lora_id == 2
+    assert engine.adapter.request.lora_int_id == 2
     assert [g.token_ids for g in engine.generate(PROMPTS, greedy)] == [g.token_ids for g in base]

@@ -1,7 +1,7 @@
 """`train_policy.engine: vllm` on a CPU machine: the warm-started base is exported as a transformers folder
 whose weights are the policy's base (LoRA left out), and the engine is built from params with that folder,
 the LoRA rank and the colocation options. vLLM itself is replaced by a stub module that records what it is
-given (the real engine is exercised by the `gpu` tests on a machine that has it)."""
+given (the real engine is exercised by the `vllm` tests on the CPU and the `gpu` tests on CUDA)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ def fake_vllm(monkeypatch):
         def get_tokenizer(self):
             return None
 
-    class LoRARequest:
-        def __init__(self, name, lora_id, path):
-            self.name, self.lora_id, self.path = name, lora_id, path
+    class LoRARequest:  # vLLM's fields (vllm/lora/request.py), by keyword as the slot passes them
+        def __init__(self, *, lora_name, lora_int_id, lora_path):
+            self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
 
     vllm = types.ModuleType("vllm")
     vllm.LLM = LLM
@@ -86,9 +86,9 @@ def test_the_vllm_engine_loads_the_exported_base_and_takes_each_update_as_a_lora
     assert fake_vllm["gpu_memory_utilization"] == 0.3 and fake_vllm["seed"] == params.seed
     engine.update_weights(policy, step=3)
     request = engine.adapter.request
-    assert request.lora_id == 1 and request.path.endswith("step_000003")
+    assert request.lora_int_id == 1 and request.lora_path.endswith("step_000003")
     engine.update_weights(policy, step=4)
-    assert engine.adapter.request.lora_id == 2  # a fresh id makes vLLM load the new weights
+    assert engine.adapter.request.lora_int_id == 2  # a fresh id makes vLLM load the new weights
 
 
 def test_full_fine_tuning_is_refused_by_the_vllm_engine(repo_root, fake_vllm):
@@ -131,7 +131,7 @@ def test_under_the_paper_profile_a_trained_policy_is_evaluated_by_vllm_over_the_
     pool = LLMPool(evaluated)
     model = pool.backend(backend_name)
     assert fake_vllm["model"] == exported and fake_vllm["max_lora_rank"] == 4
-    assert model.adapter.request.path == str(rl)
+    assert model.adapter.request.lora_path == str(rl)
     other = load_params(repo_root / "params.yaml", profile="paper",
                         overrides=[f"run.out_dir={out}", f"run.cache_dir={tmp_path / 'other_cache'}", "lora.r=4"])
     with pytest.raises(FileNotFoundError, match="holds no warm-started base"):

