@@ -123,6 +123,8 @@ class LLMPool:
                                             f"into the base folder (components/training/vllm_base.py)")
                 sha = _with_adapters(name, sha or cfg.model, cfg.adapters)
                 model.set_adapter(str(cfg.adapters[0]))
+            if cfg.type == "vllm":
+                self._servers.append(model)  # its engine is freed with the pool, as a server it started is stopped
         if sha:
             model.identity = f"{model.name}@{sha[:16]}"
         return model

@@ -451,14 +451,14 @@ class VLLMRolloutEngine:
         seed: int = 0,
         **llm_kwargs: Any,
     ):
-        from components.llm.backends.vllm_lora import cpu_defaults
+        from components.llm.backends.vllm_lora import cpu_defaults, vllm_lora_rank
 
         cpu_defaults()
         from vllm import LLM
 
         llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         self.llm = LLM(
-            model=model_path, enable_lora=True, max_lora_rank=max_lora_rank, seed=seed, **llm_kwargs
+            model=model_path, enable_lora=True, max_lora_rank=vllm_lora_rank(max_lora_rank), seed=seed, **llm_kwargs
         )
         self.tokenizer = tokenizer or self.llm.get_tokenizer()
         self._detokenize = not llm_kwargs.get("skip_tokenizer_init", False)  # vLLM without a tokenizer of its own

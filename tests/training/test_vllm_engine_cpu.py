@@ -102,9 +102,9 @@ def test_each_update_reaches_vllm_and_a_skipped_sync_is_caught(engine, tiny, mon
                     p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(1))
         engine.update_weights(policy, step=1)
         assert_serves(engine, policy.model)
-        with pytest.raises(AssertionError):  # still the adapter's rollouts: the base is another distribution
-            with policy.model.disable_adapter():
-                assert_serves(engine, policy.model)
+        # still the adapter's rollouts: the base is another distribution
+        with pytest.raises(AssertionError), policy.model.disable_adapter():
+            assert_serves(engine, policy.model)
         with torch.no_grad():  # the next update, its sync skipped on purpose: rollouts still from step 1's adapter
             for name, p in policy.model.named_parameters():
                 if "lora_B" in name:

@@ -82,7 +82,7 @@ def test_the_vllm_engine_loads_the_exported_base_and_takes_each_update_as_a_lora
         "train_policy.vllm_options={gpu_memory_utilization: 0.3}"])
     engine = make_engine(params, policy, tokenizer=None, base_adapters=[str(warm)])
     assert fake_vllm["model"].startswith(str(tmp_path / "cache" / "vllm_base"))
-    assert fake_vllm["enable_lora"] is True and fake_vllm["max_lora_rank"] == 4
+    assert fake_vllm["enable_lora"] is True and fake_vllm["max_lora_rank"] == 8  # r 4, rounded up to a rank vLLM takes
     assert fake_vllm["gpu_memory_utilization"] == 0.3 and fake_vllm["seed"] == params.seed
     engine.update_weights(policy, step=3)
     request = engine.adapter.request
@@ -130,7 +130,7 @@ def test_under_the_paper_profile_a_trained_policy_is_evaluated_by_vllm_over_the_
     assert evaluated.methods["arbor"].agent == evaluated.methods["sft"].agent == "react"
     pool = LLMPool(evaluated)
     model = pool.backend(backend_name)
-    assert fake_vllm["model"] == exported and fake_vllm["max_lora_rank"] == 4
+    assert fake_vllm["model"] == exported and fake_vllm["max_lora_rank"] == 8
     assert model.adapter.request.lora_path == str(rl)
     other = load_params(repo_root / "params.yaml", profile="paper",
                         overrides=[f"run.out_dir={out}", f"run.cache_dir={tmp_path / 'other_cache'}", "lora.r=4"])

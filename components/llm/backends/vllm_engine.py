@@ -45,7 +45,7 @@ def _logprobs(outputs) -> Logprobs | None:
 @BACKENDS.register("vllm")
 class VLLMChatModel(ChatModel):
     def __init__(self, model: str, enable_lora: bool = True, max_lora_rank: int = 64, **engine_kwargs):
-        from components.llm.backends.vllm_lora import cpu_defaults
+        from components.llm.backends.vllm_lora import cpu_defaults, vllm_lora_rank
 
         cpu_defaults()  # before vLLM reads its environment
         try:
@@ -55,7 +55,8 @@ class VLLMChatModel(ChatModel):
                                     "(README, Install)") from exc
         self._vllm = vllm
         self.name = model
-        self._llm = vllm.LLM(model=model, enable_lora=enable_lora, max_lora_rank=max_lora_rank, **engine_kwargs)
+        self._llm = vllm.LLM(model=model, enable_lora=enable_lora, max_lora_rank=vllm_lora_rank(max_lora_rank),
+                             **engine_kwargs)
         self.adapter = AdapterSlot("policy")
         self._lock = threading.Lock()
 

@@ -18,12 +18,24 @@ from typing import Any
 
 from components.embedded.lora_gguf import save_adapter
 
-__all__ = ["CPU_ENV", "AdapterSlot", "cpu_defaults", "shutdown_llm"]
+__all__ = ["CPU_ENV", "LORA_RANKS", "AdapterSlot", "cpu_defaults", "shutdown_llm", "vllm_lora_rank"]
 
 CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 """vLLM's settings on a machine without CUDA, unless the environment sets them: the engine core in this process (no
 second process to start and feed over sockets) and 1 GiB of KV cache (its default takes a share of the machine's
 memory)."""
+
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts (vllm/config/lora.py)."""
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds adapters of rank ``rank`` (lora.r 4 -> 8)."""
+    for allowed in LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"lora.r={rank}: vLLM serves LoRA ranks up to {LORA_RANKS[-1]}")
 
 
 def cpu_defaults() -> None:
