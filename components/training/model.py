@@ -15,7 +15,7 @@
   with full fine-tuning it is a frozen deep copy taken at construction.
 
 Log-probabilities can be asked for the positions of a mask only (``positions=loss_mask``): the LM head then
-runs on each row's own masked positions alone (``logits_to_keep`` as a boolean mask) and a selective
+runs on each row's own masked positions alone (on those rows of the body's hidden states) and a selective
 log-softmax scores them, so neither the logits nor an fp32 log-softmax of the whole ``[B, T, V]`` block is
 ever built, and a tool observation between two policy turns costs the body's forward but no LM head. The
 result is still ``[B, T]``, zero outside the mask. :meth:`Policy.forward_logprobs` also returns the final hidden
@@ -222,14 +222,14 @@ class Policy:
         output_hidden_states: bool,
         position_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        keep: torch.Tensor | int = 0  # every position
+        keep: torch.Tensor | None = None  # every position
         if positions is not None:
             # The output at position t-1 predicts the token at t.
             keep = torch.zeros_like(positions)
             keep[:, :-1] = positions[:, 1:]
         captured: list[torch.Tensor] = []
         hook = None
-        if output_hidden_states:
+        if output_hidden_states or keep is not None:
             hook = _decoder(model).register_forward_hook(
                 lambda _module, _args, out: captured.append(
                     out[0] if isinstance(out, tuple) else out.last_hidden_state
@@ -237,18 +237,27 @@ class Policy:
             )
         try:
             extra = {} if position_ids is None else {"position_ids": position_ids}
-            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=keep,
-                        **extra)
+            # With positions, the LM head runs on the kept rows of the hidden states below (the model computes the
+            # logits of one position only): transformers releases differ in what logits_to_keep may be (5.19 takes
+            # an index list, not a [B, T] mask), the head on the kept rows is the same on all of them.
+            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                        logits_to_keep=0 if keep is None else 1, **extra)
         finally:
             if hook is not None:
                 hook.remove()
         hidden = captured[-1] if captured else None
-        if positions is None:
+        if keep is None:
             return token_logprobs(out.logits, input_ids, temperature), hidden
-        logits = out.logits
-        if logits.dim() == 3:  # a model that ignores logits_to_keep returns every position
-            logits = logits[keep]
-        return masked_logprobs(logits, input_ids, positions, temperature), hidden
+        logits = _output_head(model)(hidden[keep.bool()])
+        return masked_logprobs(logits, input_ids, positions, temperature), hidden if output_hidden_states else None
+
+
+def _output_head(model: nn.Module) -> nn.Module:
+    """The LM head over the decoder (through a peft wrapper, so an adapter on it applies)."""
+    head = model.get_output_embeddings()
+    if head is None:
+        raise TypeError(f"{type(model).__name__} has no output embeddings to score the kept positions with")
+    return head
 
 
 def _decoder(model: nn.Module) -> nn.Module:
@@ -261,7 +270,7 @@ def _decoder(model: nn.Module) -> nn.Module:
 def activations_kept(model: nn.Module) -> Iterator[None]:
     """Inside, the layers that gradient checkpointing made recompute their activations keep them instead (the
     same gradients, faster, more memory); outside, they recompute again."""
-    flagged = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    flagged = _recomputing_layers(model)
     for module in flagged:
         module.gradient_checkpointing = False
     try:
@@ -269,6 +278,16 @@ def activations_kept(model: nn.Module) -> Iterator[None]:
     finally:
         for module in flagged:
             module.gradient_checkpointing = True
+
+
+def _recomputing_layers(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+
+
+def recomputes_activations(model: nn.Module) -> bool:
+    """Whether gradient checkpointing is on in ``model``'s layers (their own flag, which every transformers release
+    keeps; the model-level property was renamed, is_gradient_checkpointing -> is_activation_checkpointing)."""
+    return bool(_recomputing_layers(model))
 
 
 def kept_if_short(model: nn.Module, padded_tokens: int, min_tokens: int) -> AbstractContextManager[None]:
