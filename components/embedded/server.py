@@ -51,6 +51,7 @@ class LlamaServer:
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
         self._log = None
+        self.log_path: Path | None = None  # set by a subclass that keeps its log (appended to), else a temporary one
 
     @property
     def base_url(self) -> str:
@@ -82,12 +83,20 @@ class LlamaServer:
     def health_url(self) -> str:
         return f"{self.base_url}/models"
 
+    def pick_port(self) -> int:
+        """The port a start listens on: a free loopback one (a subclass may fix it)."""
+        return free_port()
+
     def start(self) -> Self:
         """Start the server on a free loopback port and wait until it answers; ServerStartError (with the
         log's tail) when it exits or does not answer within ``startup_timeout_s``."""
-        self.port = free_port()
+        self.port = self.pick_port()
         cmd = self.command()
-        self._log = tempfile.NamedTemporaryFile("w+", prefix=self.LOG_PREFIX, suffix=".log", delete=False)  # noqa: SIM115 - open for the server's lifetime
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = self.log_path.open("a+")  # noqa: SIM115 - open for the server's lifetime
+        else:
+            self._log = tempfile.NamedTemporaryFile("w+", prefix=self.LOG_PREFIX, suffix=".log", delete=False)  # noqa: SIM115 - open for the server's lifetime
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.environment(),
                                      start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509
         atexit.unregister(self.stop)  # restarts would otherwise pile up exit hooks
@@ -116,7 +125,8 @@ class LlamaServer:
         self.proc = None
         if self._log is not None:
             self._log.close()
-            Path(self._log.name).unlink(missing_ok=True)
+            if self.log_path is None:
+                Path(self._log.name).unlink(missing_ok=True)
             self._log = None
 
     def __enter__(self) -> Self:

@@ -4,8 +4,8 @@ One backend instance and one ``ConcurrencyLimit`` per backend name (so roles bou
 its connections and its slots: ``llm.backends.NAME.max_concurrency``, else ``llm.middleware.max_concurrency``),
 one middleware wrapper per role (so accounting is per role, and so is ``llm.scoring``: how the role's choice
 judgments are scored, components/judges/call.py). Embedded backends start llama.cpp's server on
-first use; an ``hf`` backend with ``lora`` merges its adapters into its in-process weights; ``close()`` closes
-every backend's connections and stops the servers.
+first use (``server: vllm``: a managed ``vllm serve``); an ``hf`` backend with ``lora`` merges its adapters into its
+in-process weights; ``close()`` closes every backend's connections and stops the servers.
 
     with LLMPool(params) as pool:
         judge = pool.role("answer_judge")              # ReliableChatModel
@@ -70,7 +70,13 @@ class LLMPool:
             sha = embedded_sha(cfg.embedded)
         if cfg.type == "openai":
             base_url, json_format = cfg.base_url, cfg.options.get("json_format", "json_schema")
-            if cfg.embedded and not base_url:
+            if cfg.server == "vllm" and not base_url:  # a managed `vllm serve` (components/llm/backends/vllm_serve.py)
+                from components.llm.backends.vllm_serve import served_backend
+
+                server, sha = served_backend(name, cfg, self.params, sha)
+                self._servers.append(server.start())
+                base_url = server.base_url
+            elif cfg.embedded and not base_url:
                 gguf = ensure_gguf(cfg.embedded, cache_dir)
                 if cfg.server == "native":
                     from components.embedded.lora_gguf import ensure_lora_gguf
