@@ -18,7 +18,7 @@ from components.params_section import Section
 class NanoParams(Section):
     """The nano policy: a Qwen2 built from this config (random init) over a tokenizer fitted to the world."""
 
-    vocab_size: int = Field(default=1024, ge=300, description="BPE vocabulary fitted to the rendered trajectories "
+    vocab_size: int = Field(default=4096, ge=300, description="BPE vocabulary fitted to the rendered trajectories "
                             "(byte-level, so unseen names still encode).")
     hidden_size: int = Field(default=128, ge=16, description="Model width.")
     num_layers: int = Field(default=4, ge=1, description="Decoder layers.")

@@ -67,31 +67,37 @@ class SFTCorpus:
     rows: list[list[tuple[str, bool]]]
     episodes: int
     counts: Counter
+    documents: list[str] = field(default_factory=list)  # the paragraphs of every world read: the tokenizer fits them too
 
 
 def sft_corpus(params: Params) -> SFTCorpus:
     """Compact oracle episodes of ``lab.sft_worlds`` other worlds (seeds lab seed + 1 ..) and, with
     ``lab.sft_own_world``, of the lab world's train split, as chat-history SFT rows."""
     lab, seed = params.lab, lab_seed(params)
-    rows, episodes, counts = [], 0, Counter()
+    rows, episodes, counts, documents = [], 0, Counter(), []
     sources = [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None)
                for i in range(1, lab.sft_worlds + 1)]
     if lab.sft_own_world:
         own = build_lab_world(params, seed)
         sources.append((own, own.splits["train"]))
+    else:  # the lab world's names are fitted to, never its questions' episodes
+        documents += [d.text for d in build_lab_world(params, seed).world.documents]
     for world, questions in sources:
+        documents += [d.text for d in world.world.documents]
         found, skipped = compact_episodes(world, world.questions if questions is None else questions, params.agent)
         rows += sft_rows(found, params.agent)
         episodes += len(found)
         counts.update(skipped)
-    return SFTCorpus(rows, episodes, counts)
+    return SFTCorpus(rows, episodes, counts, documents)
 
 
 def train_nano(params: Params, corpus: SFTCorpus, *, seed: int = 0,
                on_metrics: Callable[[int, dict], None] | None = None, progress: str | None = None) -> NanoPolicy:
-    """Fit the tokenizer on ``corpus``, build the nano Qwen2 (random init from ``seed``) and train it from scratch
+    """Fit the tokenizer on ``corpus`` (its rows and the worlds' paragraphs, so a name the policy reads is a token or
+    two), build the nano Qwen2 (random init from ``seed``) and train it from scratch
     with the SFT trainer and ``params.sft`` (full fine-tuning: every weight is trained)."""
-    tok = fit_tokenizer(["".join(text for text, _ in row) for row in corpus.rows], params.lab.nano.vocab_size)
+    tok = fit_tokenizer(["".join(text for text, _ in row) for row in corpus.rows] + corpus.documents,
+                        params.lab.nano.vocab_size)
     examples = [build_sft_example(row, tok, max_length=params.sft.max_length) for row in corpus.rows]
     model = nano_qwen2(params.lab.nano, tok, seed=seed)
     policy = build_policy(model, lora=None)

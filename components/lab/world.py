@@ -6,10 +6,11 @@ index and the toolbox the stages build (``retrieval.top_k`` hits of ``retrieval.
 paragraphs cut at ``agent.observation_max_chars``, in ``retrieval.scope``; the lab overlay makes them compact). A compact episode is the world oracle's plan
 (:func:`components.warmstart.oracle.plan_turns`: the same searches, browses and answer) with each thought cut to a
 few words (the fact just learned: ``Thought: Torvel Ashmere``; ``Thought: start`` on the first turn; the compared
-values before a comparison's answer), replayed through the unchanged ReAct agent with the lab's short system prompt
+values before a comparison's answer) and a name inside an action's brackets set off by spaces (:func:`spaced`), replayed through the unchanged ReAct agent with the lab's short system prompt
 (:data:`LAB_PROMPT`) and checked by rejection sampling like any warm-start episode. What changed against the
 embedded warm start: the system prompt (one line instead of a worked example), the thoughts (a few words instead of
-a sentence), the observations (fewer, shorter hits), and the chat template (:mod:`components.lab.nano`).
+a sentence), the spaced action arguments, the observations (fewer, shorter hits), and the chat template
+(:mod:`components.lab.nano`).
 
     lab = build_lab_world(params, seed=1234)              # lab.splits["train" | "dev" | "test"]
     episodes, failures = compact_episodes(lab, lab.splits["train"][:50], params.agent)
@@ -38,7 +39,7 @@ from components.world import World, generate_world
 from components.world.oracle import OracleError
 
 __all__ = ["LAB_PROMPT", "LabWorld", "build_lab_world", "compact_episodes", "compact_replies", "lab_agent",
-           "render_chat", "sft_rows"]
+           "render_chat", "sft_rows", "spaced"]
 
 LAB_PROMPT = "Answer by looking names up. One Thought: line, then Action: search[name], browse[doc_id] or finish[answer]."
 
@@ -97,8 +98,16 @@ def compact_replies(question: Question, turns: Sequence[PlannedTurn]) -> list[st
             thought = "refine"
         else:
             thought = chain[turn.hop - 1].answer if turn.hop > 0 else "start"
-        out.append(f"Thought: {thought}\nAction: {turn.action}")
+        out.append(f"Thought: {thought}\nAction: {spaced(turn.action)}")
     return out
+
+
+def spaced(action: str) -> str:
+    """``search[Corus Ulawyn]`` as ``search[ Corus Ulawyn ]`` (finish too; a browse keeps its id as shown): the name
+    then starts with a space, as everywhere in questions and observations, so the byte-level tokens the nano policy
+    copies are the very tokens it reads (the parser strips the spaces)."""
+    kind, _, rest = action.partition("[")
+    return action if kind == "browse" else f"{kind}[ {rest[:-1]} ]"
 
 
 async def _episode(question: Question, toolbox, settings: AgentParams) -> Trajectory:
