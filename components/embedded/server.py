@@ -94,7 +94,7 @@ class LlamaServer:
         cmd = self.command()
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = self.log_path.open("a+")  # noqa: SIM115 - open for the server's lifetime
+            self._log = self.log_path.open("a+")
         else:
             self._log = tempfile.NamedTemporaryFile("w+", prefix=self.LOG_PREFIX, suffix=".log", delete=False)  # noqa: SIM115 - open for the server's lifetime
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.environment(),

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -84,12 +85,12 @@ def test_a_managed_server_is_used_then_cleaned_up_after_sigkill(repo_root, tmp_p
               f"answered in {up:.0f} s: {seen['text']!r}; log {seen['log']}")
         assert seen["ok"] and seen["model"] == "judge-lora"
         assert "judge-lora=" in " ".join(server.cmdline()) and "--enable-lora" in server.cmdline()
-        log = open(seen["log"]).read()
+        log = Path(seen["log"]).read_text()
         assert "judge-lora" in log and "/v1/chat/completions" in log
 
-        outside = load_params(repo_root / "params.yaml", "paper", overrides=[
-            *overrides[:4], f"llm.backends.gemini-pro={{type: openai, model: judge-lora-base, base_url: "
-                            f"'{seen['base_url']}', api_key_env: null}}"])
+        bound = f"{{type: openai, model: judge-lora-base, base_url: '{seen['base_url']}', api_key_env: null}}"
+        outside = load_params(repo_root / "params.yaml", "paper",
+                              overrides=[*overrides[:4], f"llm.backends.gemini-pro={bound}"])
         pool = LLMPool(outside)
         try:  # bound to an outside server: nothing is started, the server answers (under the base's name)
             reply = pool.role("answer_judge").chat_sync([Message(role="user", content="Hi")], Sampling(max_tokens=4))
