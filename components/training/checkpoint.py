@@ -12,7 +12,13 @@ Layout under a checkpoint root::
       rng.json, rng.safetensors   python / numpy / torch (CPU and CUDA) generator states
       trainer_state.json    step, data position, metrics history, config
       method/state.json     the method's JSON state;  method/files/  files its writer put there
+      ranks/rank_00001/     on N data-parallel ranks: rank r's optimizer.pt and rng.* (the files above are rank 0's)
       manifest.json         written last: file list with sizes and sha256
+
+On N ranks every rank writes its own files into rank 0's temporary folder, and rank 0 writes the manifest and
+renames it once all have (two barriers), so a rank that dies mid-save leaves no checkpoint; trainer_state.json
+then records ``world_size``, and a resume on another number of ranks is refused (its RNG and optimizer files are
+per rank).
 
 Everything is written into ``.tmp-step_000010-<random>/`` in the same root and renamed into place in one
 ``os.replace``; a crash mid-save leaves only a ``.tmp-*`` folder (ignored, and cleaned by the next save)
@@ -45,6 +51,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from components.embedded.lora_gguf import save_adapter
+from components.training.distributed import Ranks
 
 __all__ = [
     "LoadedCheckpoint",
@@ -227,22 +234,42 @@ def save_checkpoint(
     method_files: Callable[[Path], None] | None = None,
     extra_modules: Mapping[str, nn.Module] | None = None,
     keep_last: int | None = None,
+    ranks: Ranks | None = None,
 ) -> Path:
     """Write checkpoint ``step`` under ``root`` atomically and point ``latest`` at it.
 
     ``trainer_state`` and ``method_state`` must be JSON-serialisable. ``method_files`` is called with an
     empty folder to write any other method files into (rubric banks, memories). ``keep_last`` deletes
     older checkpoints beyond that many (the new one always stays). ``extra_modules`` (name -> module) are
-    trainable modules beside the model, saved as ``extra/<name>.safetensors``.
+    trainable modules beside the model, saved as ``extra/<name>.safetensors``. ``ranks``: every rank of a
+    data-parallel group calls this; rank 0 writes everything but the other ranks' optimizer and RNG files.
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    ranks = ranks or Ranks()
     name = f"step_{step:06d}"
     tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    if ranks.main:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir()
+    tmp = ranks.broadcast(tmp)
     try:
+        if not ranks.main:
+            with _gathered(model, None):
+                pass  # ZeRO-3: rank 0 writes the weights, every rank takes part in gathering them
+            own = tmp / "ranks" / f"rank_{ranks.rank:05d}"
+            own.mkdir(parents=True)
+            if optimizer is not None:
+                torch.save(optimizer.state_dict(), own / "optimizer.pt")
+            py_rng, torch_rng = rng_state()
+            _write_json(own / "rng.json", py_rng)
+            save_file(torch_rng, str(own / "rng.safetensors"))
+            for p in own.iterdir():
+                _fsync(p)
+            ranks.barrier()  # this rank's files are written
+            ranks.barrier()  # rank 0 has renamed the checkpoint into place
+            return root / name
         _save_weights(model, tmp / "weights")
         if extra_modules:
             (tmp / "extra").mkdir()
@@ -255,8 +282,9 @@ def save_checkpoint(
         py_rng, torch_rng = rng_state()
         _write_json(tmp / "rng.json", py_rng)
         save_file(torch_rng, str(tmp / "rng.safetensors"))
+        world = {"world_size": ranks.world_size} if ranks.parallel else {}
         _write_json(
-            tmp / "trainer_state.json", {"format": FORMAT_VERSION, "step": step, **(trainer_state or {})}
+            tmp / "trainer_state.json", {"format": FORMAT_VERSION, "step": step, **world, **(trainer_state or {})}
         )
         if method_state is not None or method_files is not None:
             (tmp / "method").mkdir()
@@ -265,6 +293,7 @@ def save_checkpoint(
             if method_files is not None:
                 (tmp / "method" / "files").mkdir()
                 method_files(tmp / "method" / "files")
+        ranks.barrier()  # every other rank's files are in tmp/ranks/
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         for p in files:
             _fsync(p)
@@ -288,8 +317,10 @@ def save_checkpoint(
         else:
             os.replace(tmp, final)
         _point_latest(root, name)
+        ranks.barrier()
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if ranks.main:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     if keep_last is not None:
         _prune(root, keep=max(keep_last, 1), current=name)
@@ -347,11 +378,22 @@ def load_checkpoint(
     verify: bool = True,
     extra_modules: Mapping[str, nn.Module] | None = None,
     optimizer_globals: Sequence[Any] = (),
+    ranks: Ranks | None = None,
 ) -> LoadedCheckpoint:
     """Restore weights, optimizer, scheduler and RNG states in place from a checkpoint folder, or from
-    the one ``latest`` names when ``path`` is a root. ``verify`` checks every file against the manifest."""
+    the one ``latest`` names when ``path`` is a root. ``verify`` checks every file against the manifest.
+    ``ranks``: this rank's optimizer and RNG files are read; a checkpoint of another number of ranks is refused."""
+    ranks = ranks or Ranks()
     path = _resolve(Path(path))
     manifest = json.loads((path / MANIFEST).read_text())
+    state = json.loads((path / "trainer_state.json").read_text())
+    saved_world = int(state.get("world_size", 1))
+    if saved_world != ranks.world_size:
+        raise ValueError(
+            f"checkpoint {path} was written by {saved_world} data-parallel rank(s) and this run has "
+            f"{ranks.world_size}: each rank's optimizer and RNG state is its own, so resume it with "
+            f"{saved_world} process(es) (or train in a fresh folder)")
+    own = path if ranks.main else path / "ranks" / f"rank_{ranks.rank:05d}"
     if verify:
         for rel, meta in manifest["files"].items():
             f = path / rel
@@ -368,13 +410,12 @@ def load_checkpoint(
     if optimizer is not None:
         # optimizer_globals: the classes an optimizer's state may hold besides tensors (DeepSpeed's ZeRO state)
         with torch.serialization.safe_globals(list(optimizer_globals)):
-            state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
-        optimizer.load_state_dict(state)
+            optimizer_state = torch.load(own / "optimizer.pt", map_location="cpu", weights_only=True)
+        optimizer.load_state_dict(optimizer_state)
     if scheduler is not None:
         scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
     if restore_rng:
-        set_rng_state(json.loads((path / "rng.json").read_text()), load_file(str(path / "rng.safetensors")))
-    state = json.loads((path / "trainer_state.json").read_text())
+        set_rng_state(json.loads((own / "rng.json").read_text()), load_file(str(own / "rng.safetensors")))
     method_state_file = path / "method" / "state.json"
     method_dir = path / "method" / "files"
     return LoadedCheckpoint(

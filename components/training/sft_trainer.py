@@ -10,7 +10,11 @@ checkpoints hold weights, optimizer, scheduler, RNG and the data position, throu
 checkpoint code as GRPO. With ``gradient_checkpointing``, micro-batches under ``checkpoint_min_tokens`` padded
 tokens keep their activations (:func:`components.training.model.kept_if_short`). With ``prefix_packing`` a
 micro-batch runs as one shared-prefix pack (:mod:`components.training.prefix_pack`) instead of a padded batch: no
-padding, and a history two rows share is computed once; the same rows and loss, to float rounding.
+padding, and a history two rows share is computed once; the same rows and loss, to float rounding. On N
+data-parallel ranks (``torchrun``/``accelerate launch``) every rank draws the same batch and trains its contiguous
+share of its rows, each loss divided by the whole batch's counts, and the gradients are summed over the ranks
+(DDP's all-reduce; ZeRO's under ``zero``), so a step equals the single-process one to float rounding; rank 0 alone
+calls ``on_metrics``, and every rank takes part in a checkpoint (its own optimizer and RNG files).
 
     trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=params.seed,
                          checkpoint_dir="outputs/sft/ckpt", on_metrics=log)
@@ -29,6 +33,7 @@ from tqdm import tqdm
 
 from components.params import DeepSpeedParams, SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from components.training.distributed import Ranks, current_ranks
 from components.training.losses import aggregate
 from components.training.model import Policy, kept_if_short
 from components.training.prefix_pack import pack_rows, packed_logprobs, takes_packs
@@ -78,9 +83,18 @@ class SFTTrainer:
         checkpoint_dir: str | Path | None = None,
         on_metrics: Callable[[int, dict[str, float]], None] | None = None,
         zero: DeepSpeedParams | None = None,
+        ranks: Ranks | None = None,
     ):
         if not examples:
             raise ValueError("SFT needs at least one example")
+        self.ranks = ranks if ranks is not None else current_ranks()
+        size = config.micro_batch_size or config.batch_size
+        if self.ranks.parallel and zero is not None and zero.zero_stage is not None \
+                and config.batch_size % (self.ranks.world_size * size):
+            # ZeRO's collectives run in every micro-batch's backward (ZeRO-3's in its forward too): equal counts
+            raise ValueError(f"sft.batch_size ({config.batch_size}) must be a multiple of the ranks "
+                             f"({self.ranks.world_size}) x sft.micro_batch_size ({size}) under ZeRO, so every rank "
+                             f"runs as many micro-batches")
         self.policy, self.config = policy, config
         self.examples = [
             SFTExample(e.input_ids[: config.max_length], e.loss_mask[: config.max_length]) for e in examples
@@ -91,7 +105,8 @@ class SFTTrainer:
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay)
         self.scheduler = lr_scheduler(self.optimizer, config, self.total_steps)
-        self.stepper = make_stepper(policy.model, self.optimizer, zero, max_grad_norm=config.max_grad_norm)
+        self.stepper = make_stepper(policy.model, self.optimizer, zero, max_grad_norm=config.max_grad_norm,
+                                    ranks=self.ranks)
         self.optimizer = self.stepper.optimizer  # DeepSpeed's ZeRO optimizer when zero names a stage
         self.step_count = 0
         self.history: list[dict[str, float]] = []
@@ -108,6 +123,8 @@ class SFTTrainer:
         mask_all = [m for e in rows for m in e.loss_mask]
         num_tokens = float(sum(mask_all))
         num_seqs = float(sum(1 for e in rows if any(e.loss_mask)))
+        batch_rows = len(rows)
+        rows = self.ranks.share(rows)  # this rank's (the counts above are the whole batch's)
         self.policy.model.train()
         self.stepper.zero_grad()
         lr = self.optimizer.param_groups[0]["lr"]  # this step's (the scheduler steps after it)
@@ -132,13 +149,15 @@ class SFTTrainer:
             self.stepper.backward(loss, boundary=start == starts[-1])
             total += float(loss.detach())
         grad_norm = self.stepper.step(self.policy.trainable_parameters(), c.max_grad_norm)
+        if self.ranks.parallel:
+            total, pass_tokens = self.ranks.sum([total, pass_tokens])
         self.scheduler.step()
         self.step_count += 1
-        metrics = {"step": float(self.step_count), "loss": total, "tokens": num_tokens, "rows": float(len(rows)),
+        metrics = {"step": float(self.step_count), "loss": total, "tokens": num_tokens, "rows": float(batch_rows),
                    "pass_tokens": float(pass_tokens),
                    "grad_norm": grad_norm, "lr": lr, "epoch": self.step_count * c.batch_size / len(self.examples)}
         self.history.append(metrics)
-        if self.on_metrics is not None:
+        if self.on_metrics is not None and self.ranks.main:
             self.on_metrics(self.step_count, metrics)
         if self.checkpoint_dir is not None and c.checkpoint_every and self.step_count % c.checkpoint_every == 0:
             self.save()
@@ -160,7 +179,7 @@ class SFTTrainer:
         if root is None:
             raise ValueError("no checkpoint directory: pass one to save() or to SFTTrainer(checkpoint_dir=)")
         return save_checkpoint(root, self.step_count, model=self.policy.model, optimizer=self.stepper.checkpointable,
-                               scheduler=self.scheduler, keep_last=2,
+                               scheduler=self.scheduler, keep_last=2, ranks=self.ranks,
                                trainer_state={"data": self.sampler.state_dict(), "history": self.history,
                                               "config": self.config.model_dump(mode="json")})
 
@@ -169,7 +188,7 @@ class SFTTrainer:
         if path is None or (not (path / "manifest.json").exists() and latest_checkpoint(path) is None):
             return False
         ckpt = load_checkpoint(path, model=self.policy.model, optimizer=self.stepper.checkpointable, scheduler=self.scheduler,
-                               optimizer_globals=self.stepper.checkpoint_globals)
+                               optimizer_globals=self.stepper.checkpoint_globals, ranks=self.ranks)
         self.step_count = ckpt.step
         self.history = list(ckpt.trainer_state["history"])
         self.sampler.load_state_dict(ckpt.trainer_state["data"])

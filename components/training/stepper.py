@@ -5,14 +5,17 @@ fine-tuning of a policy too large for one device's optimizer state changes a set
 
 - :class:`TorchStepper` is what the trainers always did: ``loss.backward()`` per micro-batch, then
   ``clip_grad_norm_`` and ``optimizer.step()``. The embedded CPU path uses it (``train_policy.deepspeed.zero_stage:
-  null``).
+  null``). On N data-parallel ranks (:class:`components.training.distributed.Ranks`) it sums the accumulated
+  gradients over the ranks before clipping (DDP's all-reduce; the trainers divide each rank's loss by the whole
+  step's token or sequence count, so the sum is the single-process gradient), and every rank steps alike.
 - :class:`DeepSpeedStepper` hands the model and optimizer to ``accelerate.Accelerator`` with a
   ``DeepSpeedPlugin`` built from :func:`components.training.distributed.deepspeed_config` (ZeRO-2: optimizer
   state and gradients sharded; ZeRO-3: parameters too). Each micro-batch goes through accelerate's DeepSpeed
   wrapper with the accumulation boundary set on the last one; DeepSpeed clips to ``max_grad_norm`` and steps.
   The loss the trainers compute is already divided by the mini-batch's token or sequence count, so DeepSpeed is
-  told not to divide it again by its accumulation steps. The trainers' learning-rate schedulers keep driving
-  the learning rate: ZeRO's optimizer steps the same parameter groups the scheduler holds.
+  told not to divide it again by its accumulation steps; ZeRO averages gradients over its N ranks, so on N
+  ranks each loss is multiplied by N to make that average the sum. The trainers' learning-rate schedulers keep
+  driving the learning rate: ZeRO's optimizer steps the same parameter groups the scheduler holds.
 
 Launch a multi-GPU run with ``accelerate launch --num_processes N -m tasks.train_policy ...`` (accelerate and
 DeepSpeed read the rank from its environment); a single process needs no launcher. DeepSpeed is in the ``[gpu]``
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import nn
 
-from components.training.distributed import deepspeed_config
+from components.training.distributed import Ranks, deepspeed_config
 
 if TYPE_CHECKING:
     from components.params import DeepSpeedParams
@@ -67,8 +70,9 @@ class TorchStepper:
 
     checkpoint_globals: tuple[type, ...] = ()  # what a checkpoint of its optimizer holds besides tensors
 
-    def __init__(self, optimizer: torch.optim.Optimizer):
+    def __init__(self, optimizer: torch.optim.Optimizer, ranks: Ranks | None = None):
         self.optimizer = optimizer
+        self.ranks = ranks or Ranks()
 
     @property
     def checkpointable(self) -> torch.optim.Optimizer:
@@ -81,6 +85,7 @@ class TorchStepper:
         loss.backward()
 
     def step(self, params: Sequence[nn.Parameter], max_norm: float) -> float:
+        self.ranks.sum_gradients(params)
         norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         self.optimizer.step()
         return norm
@@ -94,7 +99,8 @@ class DeepSpeedStepper:
     ``module`` is the model the trainer keeps calling."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, zero: DeepSpeedParams, *,
-                 max_grad_norm: float):
+                 max_grad_norm: float, ranks: Ranks | None = None):
+        self.ranks = ranks or Ranks()
         on_cpu = next(model.parameters()).device.type == "cpu"
         if on_cpu:
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -128,6 +134,8 @@ class DeepSpeedStepper:
         self.engine.zero_grad()
 
     def backward(self, loss: torch.Tensor, *, boundary: bool) -> None:
+        if self.ranks.parallel:  # ZeRO averages over the ranks what the trainers' losses make a sum
+            loss = loss * self.ranks.world_size
         # accelerate's wrapper sets DeepSpeed's accumulation boundary and, on it, lets the engine clip and step
         self.accelerator.deepspeed_engine_wrapped.backward(loss, sync_gradients=boundary, scale_wrt_gas=False)
         # The trainers call the model itself, not the engine, whose forward would first tell ZeRO that the
@@ -138,7 +146,7 @@ class DeepSpeedStepper:
 
     @property
     def checkpointable(self) -> _ZeroState:
-        return _ZeroState(self.optimizer)
+        return _ZeroState(self.optimizer, self.ranks.world_size)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on this process (ZeRO-3 gathers its shards; DeepSpeed's 16-bit copies when
@@ -157,24 +165,21 @@ class _ZeroState:
     """ZeRO's optimizer state as a checkpoint reads and writes an optimizer's: one process's partition (with its
     fp32 master weights). DeepSpeed restores a list of partitions, one per data-parallel rank."""
 
-    def __init__(self, optimizer: Any):
-        self.optimizer = optimizer
+    def __init__(self, optimizer: Any, world_size: int):
+        self.optimizer, self.world_size = optimizer, world_size
 
     def state_dict(self) -> dict[str, Any]:
-        import torch.distributed as dist
-
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            raise NotImplementedError("checkpoints of a ZeRO run over several processes need one optimizer file "
-                                      "per rank, which components/training/checkpoint.py does not write yet")
-        return self.optimizer.state_dict()
+        return self.optimizer.state_dict()  # this rank's partition: a checkpoint keeps one file per rank
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict([state], load_from_fp32_weights=True)
+        # ZeRO (not elastic) reads the entry of its own data-parallel rank only: this rank's file, at every index
+        self.optimizer.load_state_dict([state] * self.world_size, load_from_fp32_weights=True)
 
 
 def make_stepper(model: nn.Module, optimizer: torch.optim.Optimizer, zero: DeepSpeedParams | None, *,
-                 max_grad_norm: float) -> Stepper:
-    """The plain stepper, or DeepSpeed's when ``zero`` names a ZeRO stage."""
+                 max_grad_norm: float, ranks: Ranks | None = None) -> Stepper:
+    """The plain stepper, or DeepSpeed's when ``zero`` names a ZeRO stage; ``ranks``: the data-parallel group
+    (default: a single process)."""
     if zero is None or zero.zero_stage is None:
-        return TorchStepper(optimizer)
-    return DeepSpeedStepper(model, optimizer, zero, max_grad_norm=max_grad_norm)
+        return TorchStepper(optimizer, ranks)
+    return DeepSpeedStepper(model, optimizer, zero, max_grad_norm=max_grad_norm, ranks=ranks)

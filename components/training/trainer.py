@@ -27,6 +27,15 @@ One :meth:`GRPOTrainer.step`:
 
 After the last step :meth:`GRPOTrainer.finish` runs the method's ``on_train_end`` hook, for work it deferred.
 
+On N data-parallel ranks (``torchrun``/``accelerate launch``; :class:`components.training.distributed.Ranks`)
+every rank draws the same prompt order and rolls out and scores only its contiguous share of each draw's prompts
+(whole groups: a group never spans two ranks, so each episode is judged once, by its rank); the episodes and
+scores are then gathered, so advantages, dynamic sampling's refill and the metrics are computed over the whole
+step on every rank alike, and each rank trains the rows of its own episodes: the loss is divided by the whole
+step's token/sequence counts and the gradients summed over the ranks (a mini-batch of ``mini_batch_size`` rows
+takes that many over all ranks, ``mini_batch_size / N`` from each). Rank 0 alone calls ``on_metrics``; every rank
+takes part in a checkpoint (its own optimizer and RNG files). A method with step hooks is refused on N ranks.
+
 The configuration is ``params.grpo`` (:class:`components.params.GRPOParams`), one set of names for the
 YAML file and the code::
 
@@ -57,6 +66,7 @@ from components.params import DeepSpeedParams, GRPOParams
 from components.training import process_memory as memory
 from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from components.training.distributed import Ranks, current_ranks
 from components.training.episodes import (
     Episode,
     MethodState,
@@ -153,6 +163,25 @@ def wall_clock(metrics: dict[str, float]) -> dict[str, float]:
     return {"time/" + k.replace("/time/", "/", 1): metrics.pop(k) for k in keys}
 
 
+_SUMMED = ("calls", "cost", "count", "errors", "failures", "retries", "tokens")
+
+
+def _combined_reward_metrics(parts: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    """The ranks' reward metrics as one reward over the whole draw would report them: counts (a last name part
+    with calls, cost, count, errors, failures, retries or tokens in it) summed, any other figure (a rate, a mean)
+    averaged over the ranks weighted by their episodes."""
+    keys = dict.fromkeys(k for _, m in parts for k in m)
+    out = {}
+    for k in keys:
+        if any(word in k.rsplit("/", 1)[-1] for word in _SUMMED):
+            out[k] = sum(float(m.get(k, 0.0)) for _, m in parts)
+        else:
+            have = [(n, float(m[k])) for n, m in parts if k in m]
+            weight = sum(n for n, _ in have)
+            out[k] = sum(n * v for n, v in have) / weight if weight else sum(v for _, v in have) / len(have)
+    return out
+
+
 def _varied_groups(episodes: list[Episode], raw_scores: list[Any]) -> set[int]:
     """The groups in which some score column holds two different values among the scored episodes: the
     groups whose group-normalised advantages are not all 0 (DAPO's "0 < accuracy < 1", for any reward)."""
@@ -198,6 +227,7 @@ class GRPOTrainer:
         seed: int = 0,
         max_length: int | None = None,
         zero: DeepSpeedParams | None = None,
+        ranks: Ranks | None = None,
     ):
         if not isinstance(config, GRPOParams):
             raise TypeError(f"config must be components.params.GRPOParams (params.grpo), got {type(config).__name__}")
@@ -220,12 +250,24 @@ class GRPOTrainer:
             params, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.ranks = ranks if ranks is not None else current_ranks()
+        if self.ranks.parallel:
+            hooks = [h for h in ("on_step_end", "on_train_end", "attach") if hasattr(method, h)]
+            if hooks:
+                raise ValueError(f"{type(method).__name__} has step hooks ({', '.join(hooks)}), which are not "
+                                 f"data-parallel yet: train it in one process, not {self.ranks.world_size} ranks")
+            if zero is not None and zero.zero_stage is not None:
+                raise ValueError("train_policy.deepspeed.zero_stage on several ranks: GRPO's rollouts run each "
+                                 "rank's forward passes apart, which ZeRO's collectives cannot; use LoRA (DDP) or "
+                                 "one process")
         # DeepSpeed's stepper replaces the optimizer with its ZeRO optimizer (over the same parameter groups the
         # scheduler holds), so checkpoints save its state
-        self.stepper = make_stepper(policy.model, self.optimizer, zero, max_grad_norm=config.max_grad_norm)
+        self.stepper = make_stepper(policy.model, self.optimizer, zero, max_grad_norm=config.max_grad_norm,
+                                    ranks=self.ranks)
         self.optimizer = self.stepper.optimizer
         self.step_count = 0
         self.history: list[dict[str, float]] = []
+        self._own_groups: set[int] = set()  # the groups of this step this rank rolled out (all of them in one process)
         attach = getattr(method, "attach", None)
         if attach is not None:  # e.g. ARCO's rubric model adds its adapter to the policy's own base model
             attach(self)
@@ -288,7 +330,14 @@ class GRPOTrainer:
         """Whether one update of ``batch_rows`` rows is exactly on-policy: one epoch, one mini-batch, so
         the weights that score the tokens are the weights that sampled them and the ratio is 1."""
         c = self.config
-        return c.ppo_epochs == 1 and (c.mini_batch_size is None or c.mini_batch_size >= batch_rows)
+        size = self._mini_size
+        return c.ppo_epochs == 1 and (size is None or size >= batch_rows)
+
+    @property
+    def _mini_size(self) -> int | None:
+        """Rows of one mini-batch on this rank: ``mini_batch_size`` over the ranks."""
+        size = self.config.mini_batch_size
+        return size if size is None or not self.ranks.parallel else max(1, -(-size // self.ranks.world_size))
 
     def _forward(self, sub: RolloutBatch, pack: PrefixPack | None, hidden: bool, reference: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -324,8 +373,8 @@ class GRPOTrainer:
 
     def update(
         self,
-        batch: RolloutBatch,
-        advantages: torch.Tensor,
+        batch: RolloutBatch | None,
+        advantages: torch.Tensor | None,
         *,
         loss_fn: LossFn | None = None,
         row_episode: Sequence[int] | torch.Tensor | None = None,
@@ -336,10 +385,15 @@ class GRPOTrainer:
         The scheduler is not stepped here: :meth:`step` steps it once per trainer step, so a method that
         updates twice in a step (two heads or roles on one backbone) does not advance the schedule twice.
         ``loss_fn`` defaults to the trainer's. Callers with their own batches (ARCO's rubric model, the
-        rubric generator) may call this directly.
+        rubric generator) may call this directly. On N ranks each rank passes its own rows (``batch`` None: a
+        rank with none, which still joins the others' optimizer steps) and the metrics are the whole update's.
         """
         c = self.config
         loss_fn = loss_fn if loss_fn is not None else self.loss_fn
+        if batch is None:
+            if not self.ranks.parallel:
+                raise ValueError("update() needs a batch (None only for a rank with no rows of its own)")
+            return self._update_rows(None, None, loss_fn, torch.zeros(0, dtype=torch.long), ctx, None, None, None)
         if advantages.shape != batch.input_ids.shape:
             raise ValueError(f"advantages {tuple(advantages.shape)} != batch {tuple(batch.input_ids.shape)}")
         row_episode = torch.as_tensor(range(len(batch)) if row_episode is None else row_episode, dtype=torch.long)
@@ -355,6 +409,13 @@ class GRPOTrainer:
         # truncated importance sampling (ARBOR B.2): the engine's log-probs against the trainer's old ones; a
         # batch the engine did not score in full trains without the weights, and says so (tis_skipped)
         rollout = batch.old_logprobs if c.tis_cap is not None else None
+        return self._update_rows(batch, advantages, loss_fn, row_episode, ctx, old, ref, rollout)
+
+    def _update_rows(self, batch: RolloutBatch | None, advantages: torch.Tensor | None, loss_fn: LossFn | None,
+                     row_episode: torch.Tensor, ctx: StepContext | None, old: torch.Tensor | None,
+                     ref: torch.Tensor | None, rollout: torch.Tensor | None) -> dict[str, float]:
+        """The optimizer steps of :meth:`update` (``batch`` None: this rank adds nothing to the others')."""
+        c = self.config
         params = self._trainable_parameters()
         device = self.policy.device
         self.policy.model.train()
@@ -367,13 +428,21 @@ class GRPOTrainer:
         extra_sums: dict[str, float] = {}
         ratio_min, ratio_max, tokens, grad_norms = float("inf"), float("-inf"), 0, []
         pass_tokens = 0  # through the model in the forward passes with gradient, padding included
+        minis = [] if batch is None else self._chunks(torch.arange(len(batch)), self._mini_size)
+        if self.ranks.parallel:  # every rank takes as many optimizer steps (a short share adds nothing to the last)
+            minis += [torch.zeros(0, dtype=torch.long)] * (self.ranks.max(len(minis)) - len(minis))
         for _ in range(c.ppo_epochs):
-            for mini in self._chunks(torch.arange(len(batch)), c.mini_batch_size):
-                mask = batch.loss_mask[mini]
-                num_tokens = float(mask.sum())
-                num_seqs = float((mask.sum(dim=1) > 0).sum())
+            for mini in minis:
+                if len(mini):
+                    mask = batch.loss_mask[mini]
+                    num_tokens = float(mask.sum())
+                    num_seqs = float((mask.sum(dim=1) > 0).sum())
+                else:
+                    num_tokens = num_seqs = 0.0
+                if self.ranks.parallel:  # the loss is divided by the whole mini-batch's counts, over all ranks
+                    num_tokens, num_seqs = self.ranks.sum([num_tokens, num_seqs])
                 self.stepper.zero_grad()
-                micros = self._micro_batches(mini, batch)
+                micros = self._micro_batches(mini, batch) if len(mini) else []
                 for k, micro in enumerate(micros):
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
@@ -417,6 +486,15 @@ class GRPOTrainer:
                     tokens += m.num_tokens
                 grad_norms.append(self.stepper.step(params, c.max_grad_norm))
         n_updates = len(grad_norms)
+        old_pass = float(batch is not None and old is not None and c.old_logprobs != "engine")
+        if self.ranks.parallel:  # the ranks' shares of each sum, and the extremes, as one process counts them
+            parts = self.ranks.gather((sums, weighted, extra_sums, tokens, pass_tokens, ratio_min, ratio_max, old_pass))
+            old_pass = max(p[7] for p in parts)
+            sums = {k: sum(p[0][k] for p in parts) for k in sums}
+            weighted = {k: sum(p[1][k] for p in parts) for k in weighted}
+            extra_sums = {k: sum(p[2].get(k, 0.0) for p in parts) for k in dict.fromkeys(k for p in parts for k in p[2])}
+            tokens, pass_tokens = sum(p[3] for p in parts), sum(p[4] for p in parts)
+            ratio_min, ratio_max = min(p[5] for p in parts), max(p[6] for p in parts)
         metrics = {k: v / n_updates for k, v in sums.items()}
         metrics.update({k: v / max(tokens, 1) for k, v in weighted.items()})
         metrics.update({f"loss_fn/{k}": v / n_updates for k, v in extra_sums.items()})
@@ -429,7 +507,7 @@ class GRPOTrainer:
             optimizer_steps=float(n_updates),
             tokens=float(tokens / c.ppo_epochs),
             pass_tokens=float(pass_tokens / c.ppo_epochs),
-            old_logprob_pass=float(old is not None and c.old_logprobs != "engine"),
+            old_logprob_pass=old_pass,
         )
         if c.tis_cap is not None:
             metrics["tis_skipped"] = float(rollout is None)
@@ -440,14 +518,23 @@ class GRPOTrainer:
         """Roll out and score the next ``n_prompts`` prompts, their groups numbered from ``first_group``
         (each draw of a step gets its own numbers); the time each part took is added to ``timing``."""
         t0 = time.perf_counter()
-        prompts = [self.prompts[i] for i in self.sampler.next(n_prompts)]
-        episodes = self.rollout_fn(self.engine, prompts, self.config.group_size, self.sampling)
+        order = self.sampler.next(n_prompts)
+        lo, hi = self.ranks.bounds(len(order))  # this rank's prompts (all of them in one process)
+        prompts = [self.prompts[i] for i in order[lo:hi]]
+        episodes = self.rollout_fn(self.engine, prompts, self.config.group_size, self.sampling) if prompts else []
         for e in episodes:
-            e.group += first_group
+            e.group += first_group + lo
+        self._own_groups.update(range(first_group + lo, first_group + hi))
         ctx.groups = [e.group for e in episodes]
         t1 = time.perf_counter()
-        reward = call_reward(self.reward_fn, episodes, ctx)
+        reward = call_reward(self.reward_fn, episodes, ctx) if episodes else RewardOutput(scores=[])
         memory.release()  # a reward that runs a model (ARCO's mu, a local judge) leaves its activations freed, not returned
+        if self.ranks.parallel:  # the whole draw, in rank order (the order one process has), on every rank
+            parts = self.ranks.gather((episodes, list(reward.scores), reward.metrics))
+            episodes = [e for part in parts for e in part[0]]
+            reward = RewardOutput(scores=[x for part in parts for x in part[1]],
+                                  metrics=_combined_reward_metrics([(len(p[0]), p[2]) for p in parts]))
+            ctx.groups = [e.group for e in episodes]
         timing["rollout"] += t1 - t0
         timing["reward"] += time.perf_counter() - t1
         return episodes, reward
@@ -489,6 +576,7 @@ class GRPOTrainer:
         c = self.config
         ctx = StepContext(step=self.step_count + 1, groups=[], method=self.method)
         timing = {"rollout": 0.0, "reward": 0.0}
+        self._own_groups = set()
         episodes, reward = self._draw(ctx, c.prompts_per_step, 0, timing)
         raw_scores, signal, refill = list(reward.scores), None, {}
         if c.dynamic_sampling_max_rounds:  # DAPO's dynamic sampling: refill the groups that carry no signal
@@ -520,7 +608,7 @@ class GRPOTrainer:
             silent = [bool(((adv[j] == 0) | adv[j].isnan()).all()) for j in range(len(episodes_k))]
             metrics["episodes/zero_advantage"] = float(sum(silent))
             for j, e in enumerate(episodes_k):
-                if c.skip_zero_advantage and silent[j]:
+                if (c.skip_zero_advantage and silent[j]) or e.group not in self._own_groups:
                     continue
                 for row in e.rows:
                     if any(s.trainable and s.token_ids for s in row):
@@ -533,14 +621,23 @@ class GRPOTrainer:
                 "reward/missing_values": float(torch.isnan(scores_k).sum()),
                 "response_length": float(np.mean([len(e.response_ids) for e in episodes_k])),
             })
+            batch = token_adv = None
             if rows:
                 batch = assemble(rows, pad_token_id=self.pad_token_id, max_length=self.max_length)
                 token_adv, batch.loss_mask = place_episode_advantages(
                     adv, row_episode, batch.segment_ids, batch.loss_mask)
-                if bool(batch.loss_mask.any()):
-                    metrics.update(self.update(batch, token_adv, row_episode=row_episode, ctx=ctx))
+                if not bool(batch.loss_mask.any()):
+                    batch = None
+            # on N ranks, one whose share has nothing to train still takes part in the others' update
+            if self.ranks.max(batch is not None):
+                metrics.update(self.update(batch, token_adv, row_episode=row_episode, ctx=ctx))
+                if self.ranks.parallel:
+                    abs_sum, n_tokens = self.ranks.sum([0.0, 0.0] if batch is None else
+                                                       [token_adv.abs().sum(), batch.loss_mask.sum()])
+                    metrics["advantage/abs_mean"] = abs_sum / n_tokens
+                else:
                     metrics["advantage/abs_mean"] = float(token_adv.abs().sum() / batch.loss_mask.sum())
-                    updated = True
+                updated = True
         with warnings.catch_warnings():
             # the schedule counts trainer steps, so a step without an update (every group flat) advances it too
             warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
@@ -562,7 +659,7 @@ class GRPOTrainer:
             t4 = time.perf_counter()
             self.save()
             timings["time/checkpoint"] = time.perf_counter() - t4
-        if self.on_metrics is not None:  # after the save: a run resumed from it rebuilds this row from the history
+        if self.on_metrics is not None and self.ranks.main:  # after the save: a resumed run rebuilds it from the history
             self.on_metrics(self.step_count, {**metrics, **timings})
         return metrics
 
@@ -593,7 +690,7 @@ class GRPOTrainer:
             return {}
         if self.history:
             self.history[-1].update(metrics)
-        if self.on_metrics is not None:
+        if self.on_metrics is not None and self.ranks.main:
             self.on_metrics(self.step_count, metrics)
         if self.checkpoint_dir is not None and self.config.checkpoint_every:
             self.save()
@@ -618,6 +715,7 @@ class GRPOTrainer:
             method_files=getattr(self.method, "write_files", None),
             extra_modules=self.extra_modules,
             keep_last=self.config.keep_last,
+            ranks=self.ranks,
         )
 
     def resume_or_branch(self, branch: str | Path | None) -> str:
@@ -640,7 +738,7 @@ class GRPOTrainer:
             return False
         ckpt = load_checkpoint(
             path, model=self.policy.model, optimizer=self.stepper.checkpointable, scheduler=self.scheduler,
-            extra_modules=self.extra_modules, optimizer_globals=self.stepper.checkpoint_globals,
+            extra_modules=self.extra_modules, optimizer_globals=self.stepper.checkpoint_globals, ranks=self.ranks,
         )
         self.step_count = ckpt.step
         self.history = list(ckpt.trainer_state["history"])

@@ -1,0 +1,127 @@
+"""One data-parallel training case of tests/training/test_data_parallel.py: run as a single process, or as N ranks
+under ``torchrun`` (each rank reads its rank from the launcher's environment, gloo on the CPU).
+
+    python -m tests.training.data_parallel_case OUT {grpo,sft,sft_zero2} STEPS [CKPT_DIR [KILL_AT]]
+    python -m torch.distributed.run --nproc_per_node 2 -m tests.training.data_parallel_case OUT grpo 3
+
+Trains a tiny random Qwen2 with LoRA (``sft_zero2``: every weight, under DeepSpeed ZeRO-2) for STEPS steps on a
+fixed total batch: GRPO over 4 prompts x 4 episodes whose responses are a function of the prompt and the episode's
+index (no sampling, so every process count sees the same episodes), scored by a reward that records each episode
+it scores in ``OUT.calls.<rank>.json``; SFT over 8 examples, 4 a step. Rank 0 alone writes ``OUT`` (the trained
+weights, safetensors) and ``OUT.json`` (each step's metrics, the ranks and whether it resumed); ``on_metrics``
+appends to ``OUT.metrics.jsonl``. With CKPT_DIR it resumes from there when it can and checkpoints every step;
+with KILL_AT, rank 1 (or the only rank) SIGKILLs itself in the middle of step KILL_AT, after its rollout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from components.params import DeepSpeedParams, GRPOParams, SFTParams
+from components.training.distributed import current_ranks
+from components.training.episodes import Episode
+from components.training.model import LoRASettings, build_policy
+from components.training.rollout import RolloutSegment
+from components.training.sft import SFTExample
+from components.training.sft_trainer import SFTTrainer
+from components.training.tiny import CharTokenizer, tiny_qwen2
+from components.training.trainer import GRPOTrainer
+
+TOK = CharTokenizer("abcdefghijklmn")
+PROMPTS = ["abc", "bcd", "cde", "def", "efg", "fgh", "ghi", "hij"]
+EXAMPLES = [SFTExample([2, 3, 4, 5, 6, 7], [0, 0, 1, 1, 1, 1]), SFTExample([3, 4, 5, 6], [0, 1, 1, 1]),
+            SFTExample([7, 8, 9, 2, 3], [0, 0, 0, 1, 1]), SFTExample([4, 4, 5, 5, 6, 6, 7], [0, 1, 1, 1, 1, 1, 1]),
+            SFTExample([9, 8, 7, 6], [0, 1, 1, 1]), SFTExample([2, 2, 3, 3, 4], [0, 0, 1, 1, 1]),
+            SFTExample([5, 9, 13, 6, 10], [0, 1, 1, 1, 1]), SFTExample([11, 12, 13, 2], [0, 0, 1, 1])]
+
+
+class _Engine:
+    pad_token_id = 0
+
+    def update_weights(self, policy, step):
+        pass
+
+
+def _rollout(kill_at: int | None, trainer_box: list):
+    def rollout(engine, prompts, group_size, sampling):
+        trainer = trainer_box[0]
+        if kill_at is not None and trainer.step_count + 1 == kill_at and trainer.ranks.rank == trainer.ranks.world_size - 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-step: after the step began, before its update
+        episodes = []
+        for p in prompts:
+            ids = TOK.encode(p)
+            for k in range(group_size):
+                response = [2 + (ids[0] * 3 + k * 5 + j) % 14 for j in range(2 + k % 3)]
+                episodes.append(Episode(prompt=p, group=len(episodes) // group_size,
+                                        rows=[[RolloutSegment(ids, False), RolloutSegment(response, True)]],
+                                        text=f"{p}/{k}"))
+        return episodes
+    return rollout
+
+
+def _reward(calls: list):
+    def reward(episodes, ctx):
+        calls.extend([ctx.step, e.text] for e in episodes)
+        return [sum(t in (6, 7, 8) for t in e.response_ids) / len(e.response_ids) for e in episodes]
+    return reward
+
+
+def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str | None = None) -> None:
+    torch.set_num_threads(1)
+    ranks = current_ranks()
+    torch.manual_seed(0)
+    zero = DeepSpeedParams(zero_stage=2) if kind == "sft_zero2" else None
+    lora = None if zero is not None else LoRASettings(r=4, alpha=8)
+    policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0), lora=lora)
+
+    def log(step, metrics):
+        with open(out + ".metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "rank": ranks.rank, "loss": metrics.get("loss")}) + "\n")
+
+    calls: list = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(ckpt or tmp)
+        if kind == "grpo":
+            config = GRPOParams(lr=5e-2, group_size=4, prompts_per_step=4, micro_batch_size=3, kl_coef=0.01,
+                                max_grad_norm=1.0, steps=int(steps), checkpoint_every=1 if ckpt else 0)
+            box: list = []
+            trainer = GRPOTrainer(policy, _Engine(), _reward(calls), PROMPTS, config, seed=0, on_metrics=log,
+                                  rollout_fn=_rollout(None if kill_at is None else int(kill_at), box),
+                                  checkpoint_dir=root, ranks=ranks)
+            box.append(trainer)
+        else:
+            config = SFTParams(lr=2e-2, batch_size=4, micro_batch_size=1 if zero else 3, max_grad_norm=0.5,
+                               checkpoint_every=1 if ckpt else 0, epochs=10)
+            trainer = SFTTrainer(policy, EXAMPLES, config, pad_token_id=0, seed=0, checkpoint_dir=root,
+                                 on_metrics=log, zero=zero, ranks=ranks)
+            if kill_at is not None:
+                step = trainer.step
+
+                def killing_step():
+                    if trainer.step_count + 1 == int(kill_at) and ranks.rank == ranks.world_size - 1:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return step()
+                trainer.step = killing_step
+        resumed = trainer.resume() if ckpt else False
+        metrics = [trainer.step() for _ in range(trainer.step_count, int(steps))]
+        weights = {n: p.detach().float().cpu().contiguous().clone()
+                   for n, p in trainer.policy.model.named_parameters() if p.requires_grad}
+    Path(f"{out}.calls.{ranks.rank}.json").write_text(json.dumps(calls))
+    if ranks.main:
+        save_file(weights, out)
+        Path(out + ".json").write_text(json.dumps({
+            "world_size": ranks.world_size, "resumed": resumed, "optimizer": type(trainer.optimizer).__name__,
+            "metrics": [{k: float(v) for k, v in m.items() if not k.startswith(("time/", "memory/"))}
+                        for m in metrics]}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
