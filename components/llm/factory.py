@@ -71,11 +71,10 @@ class LLMPool:
         if cfg.type == "openai":
             base_url, json_format = cfg.base_url, cfg.options.get("json_format", "json_schema")
             if cfg.server == "vllm" and not base_url:  # a managed `vllm serve` (components/llm/backends/vllm_serve.py)
-                from components.llm.backends.vllm_serve import served_backend
+                from components.llm.backends.vllm_serve import served_backend, shared
 
                 server, sha = served_backend(name, cfg, self.params, sha)
-                self._servers.append(server.start())
-                base_url = server.base_url
+                base_url = shared(server).base_url  # one per configuration for the process: not stopped with the pool
             elif cfg.embedded and not base_url:
                 gguf = ensure_gguf(cfg.embedded, cache_dir)
                 if cfg.server == "native":

@@ -41,7 +41,10 @@ RUN = textwrap.dedent("""
     started = time.perf_counter()
     out = judge.chat_sync([Message(role="user", content="Is Paris in France? Answer yes or no.")],
                           Sampling(max_tokens=6))
-    server = pool._servers[0]
+    from components.llm.backends.vllm_serve import running
+
+    pool.close()  # the run's later stages reuse it: it lives as long as the process
+    [server] = running()
     print(json.dumps({"ok": out.ok, "text": out.text if out.ok else str(out), "pid": server.proc.pid,
                       "base_url": server.base_url, "log": str(server.log_path), "model": judge.name}),
           flush=True)

