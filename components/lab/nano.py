@@ -1,4 +1,5 @@
-"""The nano policy: a byte-level BPE tokenizer fitted to the lab's rendered trajectories, wrapped as a transformers
+"""The nano policy: a byte-level BPE tokenizer fitted to the lab's rendered trajectories and paragraphs (a name such as
+"Corus Ulawyn" one token), wrapped as a transformers
 fast tokenizer with a minimal chat template, and a randomly initialised Qwen2 of a few million parameters built
 from ``lab.nano``. Nothing is downloaded; the same texts give the same vocabulary and the same seed the same
 weights.
@@ -35,13 +36,20 @@ def _wrap(raw):
     return tok
 
 
+# GPT-2's pre-tokenizer pattern, with a run of capitalised words (" Corus Ulawyn", " The Glass Harbor") kept as one
+# piece: BPE then learns a name the world repeats as one token, which the nano policy copies with one attention step
+PRE_TOKENS = r" ?[A-Z][a-z]+(?: [A-Z][a-z]+)+| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
 def fit_tokenizer(texts: Iterable[str], vocab_size: int):
     """A byte-level BPE fitted to ``texts`` (deterministic: the same texts in the same order give the same merges),
-    as a ``PreTrainedTokenizerFast`` with the lab's chat template; ids 0-4 are :data:`SPECIAL_TOKENS`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    names kept whole (:data:`PRE_TOKENS`), as a ``PreTrainedTokenizerFast`` with the lab's chat template; ids 0-4 are
+    :data:`SPECIAL_TOKENS`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     raw = Tokenizer(models.BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(PRE_TOKENS), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     raw.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
