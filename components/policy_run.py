@@ -15,7 +15,10 @@ questions dev_before.{json,jsonl} (shared between fresh batch-invariant runs of 
 ``run.cache_dir``/dev_before/) and dev_after.jsonl. With dev questions it also checks the run for reward hacking
 (:func:`components.evaluation.gaming.gaming_check`: the judge's reward up while dev EM or F1 went down), logs
 ``gaming.*`` with the last step and warns when it is suspected. Closing the run closes the engine and hands the
-memory back.
+memory back. On N data-parallel ranks (``torchrun``/``accelerate launch``: :mod:`components.training.distributed`)
+every rank loads the policy and its own engine, rolls out its share of each step's prompts and of the dev questions,
+and rank 0 alone keys the folder and writes its files (metrics.csv, rubrics/, dev_*, adapter/; checkpoints
+take every rank's optimizer and RNG files).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from components.params import Params
 from components.run_files import keyed_folder, settings_digest, write_trajectories
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
+from components.training.distributed import Ranks, current_ranks
 from components.training.policy_run_key import check_branch, lineage_record, run_settings
 from components.training.process_memory import release
 from components.training.rollout import HFRolloutEngine, SamplingParams
@@ -89,16 +93,20 @@ def write_rubrics(method: Any, folder: Path, step: int) -> None:
 
 
 def dev_evaluation(rollout_fn, engine, questions: list[Question], max_new_tokens: int, path: Path,
-                   batch_invariant: bool = False) -> dict[str, float]:
+                   batch_invariant: bool = False, ranks: Ranks | None = None) -> dict[str, float]:
     """Greedy episodes of the policy the engine serves now, on ``questions``: mean EM and F1 (unanswered
     scores 0), answered rate and share of search-budget endings; the trajectories go to ``path``.
     ``batch_invariant``: inside the engine's ``batch_invariant()`` (reported as ``batch_invariant`` 1/0, so a
-    before/after pair measured two ways shows it)."""
+    before/after pair measured two ways shows it). ``ranks``: each rank plays its contiguous share of the
+    questions, and rank 0 writes them all in order."""
+    ranks = ranks or Ranks()
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    mine = ranks.share(questions)
     with engine.batch_invariant() if batch_invariant else nullcontext():
-        episodes = rollout_fn(engine, questions, 1, sampling)
-    trajectories = [e.info["trajectory"] for e in episodes]
-    write_trajectories(path, trajectories)
+        episodes = rollout_fn(engine, mine, 1, sampling) if mine else []
+    trajectories = [t for part in ranks.gather([e.info["trajectory"] for e in episodes]) for t in part]
+    if ranks.main:
+        write_trajectories(path, trajectories)
     n = len(trajectories)
     golds = {q.id: q.answers for q in questions}
     return {
@@ -126,15 +134,19 @@ def shared_dev_before(params: Params, settings: dict, agent: str, options: dict,
 
 
 def measure_dev_before(rollout_fn, engine, dev: list[Question], max_new_tokens: int, folder: Path,
-                       batch_invariant: bool, shared: Path | None) -> None:
+                       batch_invariant: bool, shared: Path | None, ranks: Ranks | None = None) -> None:
     """dev_before.json/.jsonl in ``folder``: copied from ``shared`` when another run measured the same start,
-    else measured (and left in ``shared`` for the next run)."""
+    else measured (and left in ``shared`` for the next run). On N ranks rank 0 decides, copies and writes."""
+    ranks = ranks or Ranks()
     names = ("dev_before.json", "dev_before.jsonl")
-    if shared is not None and all((shared / n).exists() for n in names):
-        for n in names:
-            shutil.copyfile(shared / n, folder / n)
+    if ranks.broadcast(shared is not None and all((shared / n).exists() for n in names)):
+        if ranks.main:
+            for n in names:
+                shutil.copyfile(shared / n, folder / n)
         return
-    result = dev_evaluation(rollout_fn, engine, dev, max_new_tokens, folder / names[1], batch_invariant)
+    result = dev_evaluation(rollout_fn, engine, dev, max_new_tokens, folder / names[1], batch_invariant, ranks)
+    if not ranks.main:
+        return
     write_json(folder / names[0], result)
     if shared is not None:
         shared.mkdir(parents=True, exist_ok=True)
@@ -168,6 +180,7 @@ class PolicyRun:
     def __init__(self, params: Params, variant: str, roles: Callable[[str], Any], toolbox: Any, folder: Path):
         self.params, self.variant, self.folder = params, variant, folder
         self.engine = self.policy = self.trainer = None
+        self.ranks = current_ranks()  # rank 0 of 1 without a launcher
         try:
             # builders only construct (nothing is written before the folder is keyed); the key needs their agent
             self.parts = get_variant(variant)(VariantContext(params=params, roles=roles, toolbox=toolbox,
@@ -178,8 +191,9 @@ class PolicyRun:
             keyed = params if refill == (params.grpo.dynamic_sampling_max_rounds or 0) \
                 else params.model_copy(update={"grpo": self.config})
             self.settings = run_settings(keyed, variant, agent)
-            keyed_folder(folder, self.settings)
-            write_json(folder / "lineage.json", lineage_record(self.settings))
+            keyed_folder(folder, self.settings, ranks=self.ranks)  # rank 0 keys it before any rank writes
+            if self.ranks.main:
+                write_json(folder / "lineage.json", lineage_record(self.settings))
             if params.train_policy.branch_from is not None:
                 check_branch(params.train_policy.branch_from, self.settings)
             self.policy, self.tokenizer = warm_started_policy(params, agent)
@@ -224,7 +238,7 @@ class PolicyRun:
             self.policy, self.engine, parts.reward_fn, questions, config, rollout_fn=self.rollout_fn,
             advantage_fn=parts.advantage_fn, loss_fn=parts.loss_fn, extra_modules=parts.extra_modules,
             method=parts.method, on_metrics=log, checkpoint_dir=folder / "ckpt", seed=params.seed,
-            pad_token_id=self.tokenizer.pad_token_id or 0, zero=params.train_policy.deepspeed)
+            pad_token_id=self.tokenizer.pad_token_id or 0, zero=params.train_policy.deepspeed, ranks=self.ranks)
         branch = params.train_policy.branch_from
         started_from = trainer.resume_or_branch(branch)
         # a branch's first steps are the source run's (.../<run>/ckpt/step_N): their timings are in its csv
@@ -232,25 +246,28 @@ class PolicyRun:
         rows[:] = resumed_rows(trainer.history, csv_path)
         before_file = folder / "dev_before.json"
         invariant = params.train_policy.eval_batch_invariant
-        if dev and not before_file.exists():  # the folder is keyed: a measurement in it is of this run
+        ranks = self.ranks
+        if dev and not ranks.broadcast(before_file.exists()):  # the folder is keyed: a measurement in it is of this run
             fresh = started_from == "fresh" and invariant
             shared = shared_dev_before(params, self.settings, parts.agent, self.options, dev) if fresh else None
-            measure_dev_before(self.rollout_fn, self.engine, dev, config.max_new_tokens, folder, invariant, shared)
-        history = trainer.train(params.grpo.steps, progress=f"train_policy@{self.variant}")
+            measure_dev_before(self.rollout_fn, self.engine, dev, config.max_new_tokens, folder, invariant, shared,
+                               ranks)
+        history = trainer.train(params.grpo.steps, progress=f"train_policy@{self.variant}" if ranks.main else None)
         trainer.save()
-        save_adapter(self.policy.model, folder / "adapter")
+        if ranks.main:
+            save_adapter(self.policy.model, folder / "adapter")
         last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
         if dev:
             after = dev_evaluation(self.rollout_fn, self.engine, dev, config.max_new_tokens,
-                                   folder / "dev_after.jsonl", invariant)
-            before = read_json(before_file)
+                                   folder / "dev_after.jsonl", invariant, ranks)
+            before = ranks.broadcast(read_json(before_file) if ranks.main else None)
             last.update({f"dev_before.{k}": round(v, 6) for k, v in before.items()})
             last.update({f"dev_after.{k}": round(v, 6) for k, v in after.items()})
             gaming = gaming_check([before, *history, after])
-            if history:
+            if history and ranks.main:
                 log(int(history[-1].get("step", len(history))), gaming.metrics)
             last.update({k: round(v, 6) for k, v in gaming.metrics.items()})
-            if gaming.suspected:
+            if gaming.suspected and ranks.main:
                 logger.warning("%s: %s", folder, gaming.message)
         return last
 

@@ -5,6 +5,7 @@ bytes when the same calls are made again.
     path = out_path(params, "data", "train.jsonl")              # outputs/data/train.jsonl, folder made
     folder = warm_start_folder(params, "sft", "sft_scaffold")   # outputs/sft_scaffold
     resumed = keyed_folder(folder, settings)                    # True: same settings, resume what is there
+    resumed = keyed_folder(folder, settings, ranks=ranks)       # on N ranks: rank 0 keys it, the others wait
     write_trajectories(folder / "dev.jsonl", trajectories)      # without wall-clock fields
 """
 
@@ -18,8 +19,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from components.io import write_jsonl
+from typing import TYPE_CHECKING
+
 from components.params import Params, ParamsError
 from components.schemas import Trajectory
+
+if TYPE_CHECKING:
+    from components.training.distributed import Ranks
 
 SFT_METHOD = "sft"  # the default warm start: params.methods.sft (ReAct, compact prompt; evaluates the sft stage)
 
@@ -69,12 +75,16 @@ def settings_digest(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def keyed_folder(folder: Path, settings: dict, *, adopt_unkeyed: bool = False) -> bool:
+def keyed_folder(folder: Path, settings: dict, *, adopt_unkeyed: bool = False, ranks: Ranks | None = None) -> bool:
     """Whether ``folder`` holds a run of exactly these ``settings`` (then the stage resumes it). Otherwise
     the folder is emptied and the new key written, so a run with other settings starts afresh instead of
     resuming (or returning) a checkpoint trained under different ones. ``adopt_unkeyed``: a non-empty folder
     with no key at all (written before its stage keyed its runs) is taken as this run's, with a warning, rather
-    than emptied."""
+    than emptied. ``ranks``: on N data-parallel ranks rank 0 alone looks and writes, and every rank returns its
+    answer once it has (so no rank writes into the folder before it is emptied)."""
+    if ranks is not None and ranks.parallel:
+        resumed = keyed_folder(folder, settings, adopt_unkeyed=adopt_unkeyed) if ranks.main else None
+        return bool(ranks.broadcast(resumed))
     key = settings_digest(settings)
     key_file = folder / "run_key.json"
     if key_file.exists() and json.loads(key_file.read_text()) == {"run_key": key}:

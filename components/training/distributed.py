@@ -45,6 +45,7 @@ class Ranks:
 
     rank: int = 0
     world_size: int = 1
+    device: str = "cpu"  # where the small collectives' tensors live: "cuda" under NCCL
 
     @property
     def main(self) -> bool:
@@ -70,14 +71,14 @@ class Ranks:
         """Each value summed over the ranks (float64)."""
         if not self.parallel:
             return [float(v) for v in values]
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(t)
         return t.tolist()
 
     def max(self, value: int) -> int:
         if not self.parallel:
             return int(value)
-        t = torch.tensor([int(value)], dtype=torch.int64)
+        t = torch.tensor([int(value)], dtype=torch.int64, device=self.device)
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return int(t.item())
 
@@ -128,16 +129,15 @@ def current_ranks() -> Ranks:
     above 1, the group it describes, opened now (gloo on the CPU, NCCL when CUDA is there, with
     ``RUBRICFLOW_RANK_TIMEOUT_S`` as the collectives' timeout); else rank 0 of 1."""
     dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return Ranks(dist.get_rank(), dist.get_world_size())
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return Ranks()
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend, timeout=timedelta(seconds=float(os.environ.get(RANK_TIMEOUT_ENV, "600"))))
-    return Ranks(dist.get_rank(), dist.get_world_size())
+    if not (dist.is_available() and dist.is_initialized()):
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return Ranks()
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend, timeout=timedelta(seconds=float(os.environ.get(RANK_TIMEOUT_ENV, "600"))))
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    return Ranks(dist.get_rank(), dist.get_world_size(), device)
 
 
 def deepspeed_config(

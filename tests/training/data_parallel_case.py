@@ -1,16 +1,18 @@
 """One data-parallel training case of tests/training/test_data_parallel.py: run as a single process, or as N ranks
 under ``torchrun`` (each rank reads its rank from the launcher's environment, gloo on the CPU).
 
-    python -m tests.training.data_parallel_case OUT {grpo,sft,sft_zero2} STEPS [CKPT_DIR [KILL_AT]]
+    python -m tests.training.data_parallel_case OUT {grpo,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
     python -m torch.distributed.run --nproc_per_node 2 -m tests.training.data_parallel_case OUT grpo 3
 
-Trains a tiny random Qwen2 with LoRA (``sft_zero2``: every weight, under DeepSpeed ZeRO-2) for STEPS steps on a
+``RUBRICFLOW_DP_DEVICE=cuda`` trains on each rank's GPU (NCCL). Trains a tiny random Qwen2 with LoRA (``sft_zero2``/``sft_zero3``: every weight, under DeepSpeed ZeRO-2/3) for STEPS steps on a
 fixed total batch: GRPO over 4 prompts x 4 episodes whose responses are a function of the prompt and the episode's
 index (no sampling, so every process count sees the same episodes), scored by a reward that records each episode
 it scores in ``OUT.calls.<rank>.json``; SFT over 8 examples, 4 a step. Rank 0 alone writes ``OUT`` (the trained
 weights, safetensors) and ``OUT.json`` (each step's metrics, the ranks and whether it resumed); ``on_metrics``
 appends to ``OUT.metrics.jsonl``. With CKPT_DIR it resumes from there when it can and checkpoints every step;
 with KILL_AT, rank 1 (or the only rank) SIGKILLs itself in the middle of step KILL_AT, after its rollout.
+GRPO then keys a run folder ``OUT.run`` (components.run_files.keyed_folder) and plays a greedy dev evaluation of 5
+questions there (components.policy_run.dev_evaluation), each rank its share (recorded in ``OUT.dev.<rank>.json``).
 """
 
 from __future__ import annotations
@@ -74,13 +76,36 @@ def _reward(calls: list):
     return reward
 
 
+def _dev(out: str, ranks) -> None:
+    from components.policy_run import dev_evaluation
+    from components.run_files import keyed_folder
+    from components.schemas import Question, Trajectory
+
+    folder = Path(out + ".run")
+    keyed_folder(folder, {"case": "data_parallel"}, ranks=ranks)
+    questions = [Question(id=f"q{i}", question=f"Q{i}?", answers=["x"], source="world") for i in range(5)]
+    seen: list[str] = []
+
+    def rollout(engine, qs, group_size, sampling):
+        seen.extend(q.id for q in qs)
+        return [Episode(prompt=q, group=i, rows=[], info={"trajectory": Trajectory(
+            question_id=q.id, question=q.question, steps=[], final_answer="x" if int(q.id[1:]) % 2 else "y",
+            finish_reason="answer", policy="p")}) for i, q in enumerate(qs)]
+
+    metrics = dev_evaluation(rollout, _Engine(), questions, 8, folder / "dev.jsonl", ranks=ranks)
+    Path(f"{out}.dev.{ranks.rank}.json").write_text(json.dumps({"seen": seen, "metrics": metrics}))
+
+
 def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str | None = None) -> None:
     torch.set_num_threads(1)
     ranks = current_ranks()
     torch.manual_seed(0)
-    zero = DeepSpeedParams(zero_stage=2) if kind == "sft_zero2" else None
+    zero = DeepSpeedParams(zero_stage=int(kind[-1])) if kind.startswith("sft_zero") else None
     lora = None if zero is not None else LoRASettings(r=4, alpha=8)
-    policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0), lora=lora)
+    device = os.environ.get("RUBRICFLOW_DP_DEVICE", "cpu")  # scripts/gpu_tests.sh: cuda, one GPU a rank (NCCL)
+    if device == "cuda":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0).to(device), lora=lora)
 
     def log(step, metrics):
         with open(out + ".metrics.jsonl", "a") as f:
@@ -112,9 +137,14 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
                 trainer.step = killing_step
         resumed = trainer.resume() if ckpt else False
         metrics = [trainer.step() for _ in range(trainer.step_count, int(steps))]
-        weights = {n: p.detach().float().cpu().contiguous().clone()
-                   for n, p in trainer.policy.model.named_parameters() if p.requires_grad}
+        if zero is not None and zero.zero_stage == 3:  # gathered from every rank's shards
+            weights = trainer.stepper.full_state_dict() or {}  # (rank 0's; None elsewhere)
+        else:
+            weights = {n: p for n, p in trainer.policy.model.named_parameters() if p.requires_grad}
+        weights = {n: p.detach().float().cpu().contiguous().clone() for n, p in weights.items()}
     Path(f"{out}.calls.{ranks.rank}.json").write_text(json.dumps(calls))
+    if kind == "grpo":
+        _dev(out, ranks)
     if ranks.main:
         save_file(weights, out)
         Path(out + ".json").write_text(json.dumps({

@@ -99,6 +99,16 @@ def test_each_episode_is_judged_once_and_rank_0_alone_writes(grpo_runs):
         assert not set(prompts0) & set(prompts1) and all(prompts0.count(p) == 4 for p in prompts0)
     logged = [json.loads(line) for line in Path(f"{grpo_runs / 'two.st'}.metrics.jsonl").read_text().splitlines()]
     assert [(m["step"], m["rank"]) for m in logged] == [(1, 0), (2, 0), (3, 0)]  # on_metrics: rank 0 only
+    # the run folder: keyed once, one dev file with every question in order, each played by one rank
+    run = grpo_runs / "two.st.run"
+    assert sorted(p.name for p in run.iterdir()) == ["dev.jsonl", "run_key.json"]
+    assert [json.loads(line)["question_id"] for line in (run / "dev.jsonl").read_text().splitlines()] == \
+        [f"q{i}" for i in range(5)]
+    dev0, dev1 = (json.loads(Path(f"{grpo_runs / 'two.st'}.dev.{r}.json").read_text()) for r in (0, 1))
+    assert (dev0["seen"], dev1["seen"]) == (["q0", "q1", "q2"], ["q3", "q4"])
+    alone = json.loads(Path(f"{grpo_runs / 'one.st'}.dev.0.json").read_text())
+    assert dev0["metrics"] == dev1["metrics"] == alone["metrics"]  # every rank has the whole evaluation's figures
+    assert dev0["metrics"]["em"] == pytest.approx(2 / 5)  # q1 and q3 answered right, one on each rank
 
 
 def test_two_ranks_train_sft_to_the_single_process_weights(tmp_path):
@@ -134,17 +144,26 @@ def test_a_two_rank_checkpoint_resumes_on_two_ranks_and_is_refused_on_one(grpo_r
 
 
 @pytest.mark.slow
-def test_two_ranks_fully_fine_tune_sft_under_zero2_to_the_single_process_weights(tmp_path):
+@pytest.mark.parametrize("stage", [2, 3])
+def test_two_ranks_fully_fine_tune_sft_under_zero_to_the_single_process_weights(tmp_path, stage):
+    """ZeRO-3: the 2-rank checkpoint (each rank's optimizer partition) resumes on 2 ranks to the same weights."""
     pytest.importorskip("deepspeed")
-    torchrun(tmp_path / "one.st", "sft_zero2", 3, n=1, timeout=900)
-    torchrun(tmp_path / "two.st", "sft_zero2", 3, timeout=900)
+    kind = f"sft_zero{stage}"
+    torchrun(tmp_path / "one.st", kind, 3, n=1, timeout=900)
+    torchrun(tmp_path / "two.st", kind, 3, timeout=900)
     (one, one_log), (two, two_log) = results(tmp_path / "one.st"), results(tmp_path / "two.st")
-    assert one_log["optimizer"] == two_log["optimizer"] == "DeepSpeedZeroOptimizer"
+    assert one_log["optimizer"] == two_log["optimizer"] == ("DeepSpeedZeroOptimizer" + ("_Stage3" if stage == 3 else ""))
     diff = max_difference(two, one)
-    print(f"SFT ZeRO-2, 2 ranks vs 1 process: max |dw| = {diff:.3g}")
+    print(f"SFT ZeRO-{stage}, 2 ranks vs 1 process: max |dw| = {diff:.3g}; losses",
+          [(round(a["loss"], 6), round(b["loss"], 6)) for a, b in zip(one_log["metrics"], two_log["metrics"])])
     assert diff < 1e-4  # Adam divides by sqrt(v): tiny gradients' rounding shows (the plain-vs-ZeRO test's bound)
     for a, b in zip(one_log["metrics"], two_log["metrics"], strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    if stage == 3:
+        torchrun(tmp_path / "first.st", kind, 1, str(tmp_path / "ckpt"), timeout=900)
+        torchrun(tmp_path / "resumed.st", kind, 3, str(tmp_path / "ckpt"), timeout=900)
+        resumed, log = results(tmp_path / "resumed.st")
+        assert log["resumed"] and max_difference(resumed, two) == 0.0
 
 
 def test_ranks_share_a_list_in_contiguous_runs_in_rank_order():
