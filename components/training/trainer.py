@@ -33,8 +33,10 @@ every rank draws the same prompt order and rolls out and scores only its contigu
 scores are then gathered, so advantages, dynamic sampling's refill and the metrics are computed over the whole
 step on every rank alike, and each rank trains the rows of its own episodes: the loss is divided by the whole
 step's token/sequence counts and the gradients summed over the ranks (a mini-batch of ``mini_batch_size`` rows
-takes that many over all ranks, ``mini_batch_size / N`` from each). Rank 0 alone calls ``on_metrics``; every rank
-takes part in a checkpoint (its own optimizer and RNG files). A method with step hooks is refused on N ranks.
+takes that many over all ranks, ``mini_batch_size / N`` from each; under ZeRO-2 a rank with fewer micro-batches
+adds backward passes of nothing, since ZeRO reduces in each). Rank 0 alone calls ``on_metrics``; every rank takes
+part in a checkpoint (its own optimizer and RNG files). A method with step hooks, and ZeRO-3, are refused on N
+ranks.
 
 The configuration is ``params.grpo`` (:class:`components.params.GRPOParams`), one set of names for the
 YAML file and the code::
@@ -89,7 +91,7 @@ from components.training.rollout import (
     assemble,
     token_budget_groups,
 )
-from components.training.stepper import make_stepper
+from components.training.stepper import TorchStepper, make_stepper
 
 __all__ = ["GRPOTrainer", "LossInputs", "reads_engine_logprobs", "rollout_sampling", "single_turn_rollout", "wall_clock"]
 
@@ -256,10 +258,10 @@ class GRPOTrainer:
             if hooks:
                 raise ValueError(f"{type(method).__name__} has step hooks ({', '.join(hooks)}), which are not "
                                  f"data-parallel yet: train it in one process, not {self.ranks.world_size} ranks")
-            if zero is not None and zero.zero_stage is not None:
-                raise ValueError("train_policy.deepspeed.zero_stage on several ranks: GRPO's rollouts run each "
-                                 "rank's forward passes apart, which ZeRO's collectives cannot; use LoRA (DDP) or "
-                                 "one process")
+            if zero is not None and zero.zero_stage == 3:
+                raise ValueError("train_policy.deepspeed.zero_stage: 3 on several ranks: ZeRO-3 gathers parameters "
+                                 "inside every forward pass, and each rank's rollouts run their own number of them; "
+                                 "use zero_stage: 2 (ZeRO-3 shards SFT on N ranks) or one process")
         # DeepSpeed's stepper replaces the optimizer with its ZeRO optimizer (over the same parameter groups the
         # scheduler holds), so checkpoints save its state
         self.stepper = make_stepper(policy.model, self.optimizer, zero, max_grad_norm=config.max_grad_norm,
@@ -322,6 +324,18 @@ class GRPOTrainer:
     def _pass_tokens(sub: RolloutBatch, pack: PrefixPack | None) -> int:
         """Tokens through the model in ``sub``'s forward pass: its pack's, or ``sub`` padded."""
         return sub.input_ids.numel() if pack is None else len(pack)
+
+    @property
+    def _lockstep(self) -> bool:
+        """Whether every rank must run as many backward passes (DeepSpeed's stepper: ZeRO-2 reduces gradients in
+        each one); the plain stepper sums gradients once per optimizer step."""
+        return not isinstance(self.stepper, TorchStepper)
+
+    def _null_loss(self) -> torch.Tensor:
+        """0 times the policy's output on one padding token: a loss whose backward gives every weight a zero
+        gradient."""
+        ids = torch.full((1, 1), self.pad_token_id, dtype=torch.long, device=self.policy.device)
+        return self.policy.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum() * 0.0
 
     def _trainable_parameters(self) -> list[nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -443,7 +457,12 @@ class GRPOTrainer:
                     num_tokens, num_seqs = self.ranks.sum([num_tokens, num_seqs])
                 self.stepper.zero_grad()
                 micros = self._micro_batches(mini, batch) if len(mini) else []
+                if self.ranks.parallel and self._lockstep:  # ZeRO reduces in every backward: as many on each rank
+                    micros += [None] * (self.ranks.max(len(micros)) - len(micros))
                 for k, micro in enumerate(micros):
+                    if micro is None:  # a backward of nothing: zero gradients, ZeRO's reductions in step
+                        self.stepper.backward(self._null_loss(), boundary=k == len(micros) - 1)
+                        continue
                     sub = batch.select(micro)
                     w = sub.input_ids.shape[1]
                     pack = self._pack(sub)

@@ -1,10 +1,10 @@
 """One data-parallel training case of tests/training/test_data_parallel.py: run as a single process, or as N ranks
 under ``torchrun`` (each rank reads its rank from the launcher's environment, gloo on the CPU).
 
-    python -m tests.training.data_parallel_case OUT {grpo,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
+    python -m tests.training.data_parallel_case OUT {grpo,grpo_zero2,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
     python -m torch.distributed.run --nproc_per_node 2 -m tests.training.data_parallel_case OUT grpo 3
 
-``RUBRICFLOW_DP_DEVICE=cuda`` trains on each rank's GPU (NCCL). Trains a tiny random Qwen2 with LoRA (``sft_zero2``/``sft_zero3``: every weight, under DeepSpeed ZeRO-2/3) for STEPS steps on a
+``RUBRICFLOW_DP_DEVICE=cuda`` trains on each rank's GPU (NCCL). Trains a tiny random Qwen2 with LoRA (``*_zero2``/``sft_zero3``: every weight, under DeepSpeed ZeRO-2/3) for STEPS steps on a
 fixed total batch: GRPO over 4 prompts x 4 episodes whose responses are a function of the prompt and the episode's
 index (no sampling, so every process count sees the same episodes), scored by a reward that records each episode
 it scores in ``OUT.calls.<rank>.json``; SFT over 8 examples, 4 a step. Rank 0 alone writes ``OUT`` (the trained
@@ -100,7 +100,7 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
     torch.set_num_threads(1)
     ranks = current_ranks()
     torch.manual_seed(0)
-    zero = DeepSpeedParams(zero_stage=int(kind[-1])) if kind.startswith("sft_zero") else None
+    zero = DeepSpeedParams(zero_stage=int(kind[-1])) if "_zero" in kind else None
     lora = None if zero is not None else LoRASettings(r=4, alpha=8)
     device = os.environ.get("RUBRICFLOW_DP_DEVICE", "cpu")  # scripts/gpu_tests.sh: cuda, one GPU a rank (NCCL)
     if device == "cuda":
@@ -114,13 +114,17 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
     calls: list = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(ckpt or tmp)
-        if kind == "grpo":
-            config = GRPOParams(lr=5e-2, group_size=4, prompts_per_step=4, micro_batch_size=3, kl_coef=0.01,
+        if kind.startswith("grpo"):
+            full = zero is not None  # full fine-tuning: no LoRA-off reference for the KL term, a smaller step
+            # full: 3 prompts, so rank 1's share (1 prompt: 2 micro-batches) pads to rank 0's 3 with empty backwards
+            config = GRPOParams(lr=1e-2 if full else 5e-2, group_size=4, prompts_per_step=3 if full else 4,
+                                micro_batch_size=3,
+                                kl_coef=0.0 if full else 0.01,
                                 max_grad_norm=1.0, steps=int(steps), checkpoint_every=1 if ckpt else 0)
             box: list = []
             trainer = GRPOTrainer(policy, _Engine(), _reward(calls), PROMPTS, config, seed=0, on_metrics=log,
                                   rollout_fn=_rollout(None if kill_at is None else int(kill_at), box),
-                                  checkpoint_dir=root, ranks=ranks)
+                                  checkpoint_dir=root, zero=zero, ranks=ranks)
             box.append(trainer)
         else:
             config = SFTParams(lr=2e-2, batch_size=4, micro_batch_size=1 if zero else 3, max_grad_norm=0.5,
@@ -143,7 +147,7 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
             weights = {n: p for n, p in trainer.policy.model.named_parameters() if p.requires_grad}
         weights = {n: p.detach().float().cpu().contiguous().clone() for n, p in weights.items()}
     Path(f"{out}.calls.{ranks.rank}.json").write_text(json.dumps(calls))
-    if kind == "grpo":
+    if kind.startswith("grpo"):
         _dev(out, ranks)
     if ranks.main:
         save_file(weights, out)

@@ -7,7 +7,8 @@ tests.training.data_parallel_case`` (about 20 s on 2 shared cores: two interpret
 transformers); the single-process reference runs the same case in this process. Tolerance: 1e-5 on the weights
 (the ranks' gradient sums and the one process's accumulation add the same terms in another order, float32; the
 measured difference after 3 steps is about 1e-6 for GRPO, 3e-7 for SFT). Full fine-tuning under ZeRO-2 on 2 ranks
-(DeepSpeed, the ``[gpu]`` extra) is behind ``-m slow``: DeepSpeed's start alone takes minutes here.
+(DeepSpeed, the ``[gpu]`` extra; SFT under ZeRO-2 and ZeRO-3, GRPO under ZeRO-2) is behind ``-m slow``: about 1.5
+minutes a case here (measured: 4.7e-5, 5.2e-5 and 7.8e-6 from one process; bound 1e-4).
 """
 
 import json
@@ -164,6 +165,33 @@ def test_two_ranks_fully_fine_tune_sft_under_zero_to_the_single_process_weights(
         torchrun(tmp_path / "resumed.st", kind, 3, str(tmp_path / "ckpt"), timeout=900)
         resumed, log = results(tmp_path / "resumed.st")
         assert log["resumed"] and max_difference(resumed, two) == 0.0
+
+
+@pytest.mark.slow
+def test_two_ranks_fully_fine_tune_grpo_under_zero2_to_the_single_process_weights(tmp_path):
+    """3 prompts on 2 ranks: rank 1's 4 rows take 2 micro-batches, rank 0's 8 take 3, so rank 1 adds a backward of
+    nothing (ZeRO-2 reduces in every backward) and the weights still equal one process's."""
+    pytest.importorskip("deepspeed")
+    torchrun(tmp_path / "one.st", "grpo_zero2", 3, n=1, timeout=900)
+    torchrun(tmp_path / "two.st", "grpo_zero2", 3, timeout=900)
+    (one, one_log), (two, two_log) = results(tmp_path / "one.st"), results(tmp_path / "two.st")
+    assert one_log["optimizer"] == two_log["optimizer"] == "DeepSpeedZeroOptimizer"
+    diff = max_difference(two, one)
+    print(f"GRPO ZeRO-2, 2 ranks vs 1 process: max |dw| = {diff:.3g}; losses",
+          [(round(a["loss"], 6), round(b["loss"], 6)) for a, b in zip(one_log["metrics"], two_log["metrics"])])
+    assert diff < 1e-4
+    for a, b in zip(one_log["metrics"], two_log["metrics"], strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+
+
+def test_zero3_grpo_is_refused_on_several_ranks():
+    from components.params import DeepSpeedParams
+
+    policy = build_policy(tiny_qwen2(case.TOK.vocab_size, seed=0), lora=None)
+    with pytest.raises(ValueError, match="zero_stage: 3 on several ranks.*use zero_stage: 2"):
+        GRPOTrainer(policy, case._Engine(), lambda e, c: [0.0] * len(e), ["a"], GRPOParams(),
+                    zero=DeepSpeedParams(zero_stage=3), ranks=Ranks(0, 2))
 
 
 def test_ranks_share_a_list_in_contiguous_runs_in_rank_order():
