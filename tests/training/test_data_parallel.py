@@ -36,7 +36,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def torchrun(out: Path, kind: str, steps: int, *extra: str, n: int = 2, check: bool = True,
              timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "RUBRICFLOW_RANK_TIMEOUT_S": "60", "DS_ACCELERATOR": "cpu"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RUBRICFLOW_RANK_TIMEOUT_S": "60"}
+    if os.environ.get("RUBRICFLOW_DP_DEVICE", "cpu") == "cpu":  # scripts/gpu_tests.sh: cuda, DeepSpeed's own
+        env["DS_ACCELERATOR"] = "cpu"
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
             "-m", "tests.training.data_parallel_case", str(out), kind, str(steps), *extra]
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
