@@ -17,15 +17,11 @@ import logging
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from components.io import write_jsonl
-from typing import TYPE_CHECKING
-
 from components.params import Params, ParamsError
 from components.schemas import Trajectory
-
-if TYPE_CHECKING:
-    from components.training.distributed import Ranks
 
 SFT_METHOD = "sft"  # the default warm start: params.methods.sft (ReAct, compact prompt; evaluates the sft stage)
 
@@ -75,12 +71,12 @@ def settings_digest(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def keyed_folder(folder: Path, settings: dict, *, adopt_unkeyed: bool = False, ranks: Ranks | None = None) -> bool:
+def keyed_folder(folder: Path, settings: dict, *, adopt_unkeyed: bool = False, ranks: Any = None) -> bool:
     """Whether ``folder`` holds a run of exactly these ``settings`` (then the stage resumes it). Otherwise
     the folder is emptied and the new key written, so a run with other settings starts afresh instead of
     resuming (or returning) a checkpoint trained under different ones. ``adopt_unkeyed``: a non-empty folder
     with no key at all (written before its stage keyed its runs) is taken as this run's, with a warning, rather
-    than emptied. ``ranks``: on N data-parallel ranks rank 0 alone looks and writes, and every rank returns its
+    than emptied. ``ranks`` (:class:`components.training.distributed.Ranks`): on N data-parallel ranks rank 0 alone looks and writes, and every rank returns its
     answer once it has (so no rank writes into the folder before it is emptied)."""
     if ranks is not None and ranks.parallel:
         resumed = keyed_folder(folder, settings, adopt_unkeyed=adopt_unkeyed) if ranks.main else None
