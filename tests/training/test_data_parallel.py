@@ -1,6 +1,13 @@
 """Data-parallel training (issue 75): 2 ranks under ``torchrun`` (gloo on the CPU) train a tiny LoRA Qwen2 to the
 weights one process trains on the same total batch, for GRPO and SFT; each episode is scored once, by the rank
-that rolled it out; rank 0 alone writes; a checkpoint of 2 ranks resumes on 2 ranks and is refused on 1.
+that rolled it out; rank 0 alone writes; one of the 2 ranks killed with SIGKILL mid-step stops the job, leaves the
+last complete checkpoint (every rank's optimizer and RNG files), which is refused on 1 process and resumes on 2 to
+the uninterrupted weights, bit for bit.
+
+The kill: rank 1 SIGKILLs itself after its rollout of step 2 has begun, before the update's gradient all-reduce;
+rank 0 then waits in that collective, which gloo ends at once when the dead peer's socket closes (``Connection
+reset by peer``; at the latest after ``RUBRICFLOW_RANK_TIMEOUT_S``, 60 s here), and torchrun stops the job with a
+non-zero exit: about 15-20 s from launch to exit here, most of it the two interpreters' start.
 
 Each 2-rank run is ``python -m torch.distributed.run --standalone --nproc_per_node 2 -m
 tests.training.data_parallel_case`` (about 20 s on 2 shared cores: two interpreters importing torch and
@@ -15,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +38,7 @@ from tests.training import data_parallel_case as case
 
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-5
+STOP_BOUND_S = 120  # launch (~10-20 s on 2 shared cores) + one step + the 60 s collective timeout, with margin
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -114,10 +123,17 @@ def test_each_episode_is_judged_once_and_rank_0_alone_writes(grpo_runs):
     assert dev0["metrics"]["em"] == pytest.approx(2 / 5)  # q1 and q3 answered right, one on each rank
 
 
-def test_two_ranks_train_sft_to_the_single_process_weights(tmp_path):
-    single(tmp_path / "one.st", "sft", 3)
-    torchrun(tmp_path / "two.st", "sft", 3)
-    (one, one_log), (two, two_log) = results(tmp_path / "one.st"), results(tmp_path / "two.st")
+@pytest.fixture(scope="module")
+def sft_runs(tmp_path_factory):
+    """3 SFT steps in one process and on 2 ranks."""
+    folder = tmp_path_factory.mktemp("sft")
+    single(folder / "one.st", "sft", 3)
+    torchrun(folder / "two.st", "sft", 3)
+    return folder
+
+
+def test_two_ranks_train_sft_to_the_single_process_weights(sft_runs):
+    (one, one_log), (two, two_log) = results(sft_runs / "one.st"), results(sft_runs / "two.st")
     diff = max_difference(two, one)
     print(f"SFT 2 ranks vs 1 process: max |dw| = {diff:.3g}; losses",
           [(round(a["loss"], 6), round(b["loss"], 6)) for a, b in zip(one_log["metrics"], two_log["metrics"])])
@@ -128,20 +144,32 @@ def test_two_ranks_train_sft_to_the_single_process_weights(tmp_path):
         assert (b["tokens"], b["rows"]) == (a["tokens"], a["rows"])
 
 
-def test_a_two_rank_checkpoint_resumes_on_two_ranks_and_is_refused_on_one(grpo_runs, tmp_path):
+@pytest.mark.parametrize("kind", ["grpo", pytest.param("sft", marks=pytest.mark.slow)])
+def test_a_rank_killed_mid_step_stops_the_job_and_its_checkpoint_resumes_on_two_ranks_only(
+        grpo_runs, sft_runs, tmp_path, kind):
     ckpt = tmp_path / "ckpt"
-    torchrun(tmp_path / "first.st", "grpo", 1, str(ckpt))
+    started = time.monotonic()
+    killed = torchrun(tmp_path / "killed.st", kind, 3, str(ckpt), "2", check=False, timeout=STOP_BOUND_S)
+    stopped_s = time.monotonic() - started
+    print(f"{kind}: rank 1 killed in step 2; job stopped {stopped_s:.1f} s after launch, exit {killed.returncode}")
+    assert killed.returncode != 0 and stopped_s < STOP_BOUND_S
+    assert "exitcode  : -9" in killed.stderr  # the killed rank, as torchrun reports it
+    assert not (tmp_path / "killed.st").exists()  # no outputs from a run that did not finish
+    # the last complete checkpoint stays latest; the interrupted step left none
+    assert (ckpt / "latest").read_text().strip() == "step_000001"
+    assert sorted(p.name for p in ckpt.iterdir() if not p.name.startswith(".tmp-")) == ["latest", "step_000001"]
     step = ckpt / "step_000001"
-    assert (step / "ranks" / "rank_00001" / "optimizer.pt").exists() and (step / "ranks" / "rank_00001" / "rng.json").exists()
+    own = step / "ranks" / "rank_00001"
+    assert (own / "optimizer.pt").exists() and (own / "rng.json").exists() and (own / "rng.safetensors").exists()
     manifest = json.loads((step / "manifest.json").read_text())["files"]
-    assert "ranks/rank_00001/optimizer.pt" in manifest and "optimizer.pt" in manifest
+    assert {"ranks/rank_00001/optimizer.pt", "ranks/rank_00001/rng.safetensors", "optimizer.pt"} <= set(manifest)
     assert json.loads((step / "trainer_state.json").read_text())["world_size"] == 2
     with pytest.raises(ValueError, match="written by 2 data-parallel rank.*this run has 1.*resume it with 2"):
-        single(tmp_path / "refused.st", "grpo", 3, str(ckpt))
-    torchrun(tmp_path / "resumed.st", "grpo", 3, str(ckpt))
+        single(tmp_path / "refused.st", kind, 3, str(ckpt))
+    torchrun(tmp_path / "resumed.st", kind, 3, str(ckpt))
     resumed, log = results(tmp_path / "resumed.st")
     assert log["resumed"] and len(log["metrics"]) == 2
-    straight, straight_log = results(grpo_runs / "two.st")
+    straight, straight_log = results((grpo_runs if kind == "grpo" else sft_runs) / "two.st")
     assert max_difference(resumed, straight) == 0.0  # the same ranks, the same sums: identical
     assert [m["loss"] for m in log["metrics"]] == [m["loss"] for m in straight_log["metrics"][1:]]
 
