@@ -3,7 +3,8 @@
 # (tests/training/test_deepspeed_stepper.py, where deepspeed is installed), the CUDA training engine
 # (tests/training/test_engine_gpu.py), the trainable models' placement (tests/training/test_device.py: bf16 on CUDA)
 # and vLLM on CUDA (tests/training/test_vllm_engine_gpu.py: rollouts and LoRA updates, and training with vLLM on the
-# same GPU, vLLM holding 30% of it: VLLM_SHARE there), then a table of every test's outcome and time.
+# same GPU, vLLM holding 30% of it: VLLM_SHARE there), then a table of every test's outcome and time (the
+# data-parallel block at its end runs only with 2+ GPUs, adding up to 7 minutes).
 # Runs on a machine with torch, transformers and peft (vllm and deepspeed where installed) but not necessarily the
 # project's other dependencies: wheels in .gpu_wheels/ (made elsewhere, e.g. `pip download --only-binary=:all:
 # --python-version 3.12 --platform manylinux2014_x86_64 -d .gpu_wheels pydantic`) go into a scratch folder first;
@@ -34,6 +35,18 @@ fi
 timeout 330 "$PY" -m pytest -m gpu tests/training/test_engine_gpu.py tests/training/test_device.py \
   tests/training/test_vllm_engine_gpu.py -p no:cacheprovider -o addopts="" -q -ra -s --junitxml="$reports/gpu.xml" \
   "$@" || status=$?
+
+# ---- data-parallel ranks (issue 75; components/training/distributed.py) ------------------------------------------
+# One rank a GPU under NCCL: the 2-rank tests of tests/training/test_data_parallel.py (the kill test too) with
+# RUBRICFLOW_DP_DEVICE=cuda (the one-process reference on cuda:0; ZeRO cases included when deepspeed imports).
+# NCCL takes one GPU a rank, so a single-GPU machine skips this block.
+gpus=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
+if [ "${gpus:-0}" -ge 2 ]; then
+  RUBRICFLOW_DP_DEVICE=cuda timeout 420 "$PY" -m pytest -m "slow or not slow" tests/training/test_data_parallel.py \
+    -p no:cacheprovider -o addopts="" -q -ra -s --junitxml="$reports/dp.xml" "$@" || status=$?
+else
+  echo "data-parallel block: ${gpus:-0} GPU(s), NCCL needs 2 (one a rank): skipped"
+fi
 "$PY" - "$reports" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET
@@ -51,16 +64,4 @@ for part, test, outcome, seconds in rows:
     print(f"{part:5s} {test:{width}s} {outcome:8s} {seconds:7.1f}")
 print(f"{len(rows)} tests: " + ", ".join(f"{sum(r[2] == o for r in rows)} {o}" for o in ("passed", "failure", "error", "skipped")))
 EOF
-
-# ---- data-parallel ranks (issue 75; components/training/distributed.py) ------------------------------------------
-# One rank a GPU under NCCL: the 2-rank tests of tests/training/test_data_parallel.py (the kill test too) with
-# RUBRICFLOW_DP_DEVICE=cuda (the one-process reference on cuda:0; ZeRO cases included when deepspeed imports).
-# NCCL takes one GPU a rank, so a single-GPU machine skips this block.
-gpus=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
-if [ "${gpus:-0}" -ge 2 ]; then
-  RUBRICFLOW_DP_DEVICE=cuda timeout 420 "$PY" -m pytest -m "slow or not slow" tests/training/test_data_parallel.py \
-    -p no:cacheprovider -o addopts="" -q -ra -s "$@" || status=$?
-else
-  echo "data-parallel block: ${gpus:-0} GPU(s), NCCL needs 2 (one a rank): skipped"
-fi
 exit "${status:-0}"
