@@ -56,14 +56,18 @@ def run_grpo(params: Params, seed: int) -> dict:
     lab = build_lab_world(params, lab_seed(params))
     before = evaluate(start, lab, lab.splits["test"], params.agent)
     started, cpu = time.perf_counter(), time.process_time()
+    partial = lab_dir(params) / f"grpo_seed{seed}.partial.json"
     curve = grpo_run(params, start, lab, seed=seed,
                      on_metrics=lambda step, m: print(f"step {step} reward {m.get('reward/mean', float('nan')):.3f}",
-                                                       flush=True))
+                                                       flush=True),
+                     on_point=lambda c: write_json(partial, {"seed": seed, "curve": c, **{
+                         f"test_before_{k}": v for k, v in before.items()}}))
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu  # CPU: the one core's work, load aside
     test = evaluate(start, lab, lab.splits["test"], params.agent)  # start.model was trained in place
     out = {"seed": seed, "wall_s": wall, "cpu_s": cpu, "curve": curve, **{f"test_before_{k}": v for k, v in before.items()},
            **{f"test_{k}": v for k, v in test.items()}}
     write_json(lab_dir(params) / f"grpo_seed{seed}.json", out)
+    partial.unlink(missing_ok=True)
     return out
 
 
@@ -92,7 +96,9 @@ def _plot(runs: list[dict], sft_em: float, path: Path) -> None:
     ax = fig.add_subplot()
     for run in runs:
         steps = [p["step"] for p in run["curve"]]
-        ax.plot(steps, [p["dev_em"] for p in run["curve"]], marker="o", ms=3, label=f"seed {run['seed']}")
+        done = "test_em" in run
+        ax.plot(steps, [p["dev_em"] for p in run["curve"]], marker="o", ms=3,
+                label=f"seed {run['seed']}" + ("" if done else f" (to step {int(steps[-1])})"))
     ax.axhline(sft_em, color="grey", ls="--", lw=1, label="SFT start (test)")
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("dev EM (greedy)")
@@ -104,11 +110,12 @@ def _plot(runs: list[dict], sft_em: float, path: Path) -> None:
 
 def report(params: Params) -> Path:
     sft = read_json(lab_dir(params) / "sft" / "sft.json")
-    runs = [read_json(p) for p in sorted(lab_dir(params).glob("grpo_seed*.json"))]
+    runs = [read_json(p) for p in sorted(lab_dir(params).glob("grpo_seed*.json")) if not p.name.endswith(".partial.json")]
+    partial = [read_json(p) for p in sorted(lab_dir(params).glob("grpo_seed*.partial.json"))]
     RESULTS.mkdir(parents=True, exist_ok=True)
     png = RESULTS / "lab_grpo.png"
-    if runs:
-        _plot(runs, sft["test_em"], png)
+    if runs or partial:
+        _plot(runs + partial, sft["test_em"], png)
     g = params.grpo
     lines = [
         "# The lab: a nano policy, GRPO with the exact outcome reward",
@@ -136,7 +143,7 @@ def report(params: Params) -> Path:
         "not; docs/lab.md, \"How it got here\").",
         "",
     ]
-    if runs:
+    if runs or partial:
         lines += [
             "## GRPO from the SFT start",
             "",
@@ -156,7 +163,13 @@ def report(params: Params) -> Path:
                          f"{max(p['dev_em'] for p in c):.3f} | {r['test_before_em']:.3f} | {r['test_em']:.3f} | {r['wall_s'] / 60:.1f} | "
                          f"{r.get('cpu_s', math.nan) / 60:.1f} | "
                          f"{c[-1].get('time/rollout', math.nan):.0f} / {c[-1].get('time/update', math.nan):.0f} |")
-        gains = [r["test_em"] - r["test_before_em"] for r in runs]
+        for r in partial:
+            c = r["curve"]
+            lines.append(f"| {r['seed']} (stopped at step {int(c[-1]['step'])}) | {c[0]['dev_em']:.3f} | "
+                         f"{c[-1]['dev_em']:.3f} | {max(p['dev_em'] for p in c):.3f} | {r['test_before_em']:.3f} | - | "
+                         f"{c[-1]['wall_s'] / 60:.1f} | - | {c[-1].get('time/rollout', math.nan):.0f} / "
+                         f"{c[-1].get('time/update', math.nan):.0f} |")
+        gains = [r["test_em"] - r["test_before_em"] for r in runs] or [math.nan]
         mean = sum(gains) / len(gains)
         sd = (sum((x - mean) ** 2 for x in gains) / max(len(gains) - 1, 1)) ** 0.5
         lines += ["", f"Test EM change against the SFT start: mean {mean:+.3f} (sd {sd:.3f} over {len(runs)} seeds; "

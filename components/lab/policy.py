@@ -135,7 +135,7 @@ def evaluate(nano: NanoPolicy, lab: LabWorld, questions: list[Question], setting
 
 def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, steps: int | None = None,
              eval_every: int | None = None, on_metrics: Callable[[int, dict], None] | None = None,
-             reward=None) -> list[dict[str, float]]:
+             reward=None, on_point: Callable[[list[dict]], None] | None = None) -> list[dict[str, float]]:
     """GRPO of ``start`` (full fine-tuning, KL to ``start`` as ``grpo.kl_coef`` says) on the lab world's train split
     with the exact-match outcome reward (0 for a wrong or missing answer; ``reward`` replaces it), ``steps`` steps (``lab.grpo_steps``);
     greedy dev EM every ``eval_every`` steps and at step 0. One dict per evaluation point: step, dev EM/F1/answered,
@@ -168,6 +168,8 @@ def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, ste
                       "reward": sum(since) / len(since) if since else float("nan"),
                       "wall_s": time.perf_counter() - started, **{f"time/{k}": v for k, v in timing.items()}})
         since.clear()
+        if on_point is not None:  # the curve so far, e.g. to keep it on disk while the run goes on
+            on_point(curve)
 
     point(0)
     while trainer.step_count < steps:
