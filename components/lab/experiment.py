@@ -4,7 +4,7 @@ page is an experiment about the mechanism under a known reward, in a fictional w
 policy: never a row of the real-model tables.
 
     python -m components.lab.experiment sft  --overlay lab      # outputs/lab/sft/ (weights, tokenizer, sft.json)
-    python -m components.lab.experiment grpo --overlay lab --seed 0   # outputs/lab/grpo_seed0.json
+    python -m components.lab.experiment grpo --overlay lab [--seed 0]  # outputs/lab/grpo_seed0.json (each lab.seeds)
     python -m components.lab.experiment judges --overlay lab    # outputs/lab/judges.json: the dial's agreement
     python -m components.lab.experiment report --overlay lab    # docs/results/lab.md, docs/results/lab_grpo.png
 
@@ -198,16 +198,18 @@ def report(params: Params) -> Path:
 def main() -> None:
     parser = stage_argparser(__doc__)
     parser.add_argument("command", choices=["sft", "grpo", "judges", "report"])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None, help="sft: the init seed (0); grpo: one run (default: "
+                        "one per lab.seeds)")
     args = parser.parse_args()
     params = params_from_args(args)
     if params.run.torch_threads:
         torch.set_num_threads(params.run.torch_threads)
     if args.command == "sft":
-        print(json.dumps(run_sft(params, args.seed), indent=1))
+        print(json.dumps(run_sft(params, args.seed or 0), indent=1))
     elif args.command == "grpo":
-        out = run_grpo(params, args.seed)
-        print(json.dumps({k: v for k, v in out.items() if k != "curve"}, indent=1))
+        for seed in params.lab.seeds if args.seed is None else [args.seed]:
+            out = run_grpo(params, seed)
+            print(json.dumps({k: v for k, v in out.items() if k != "curve"}, indent=1))
     elif args.command == "judges":
         for row in run_judges(params):
             print(row["kind"], _dial_name(row), f"{row['agreement']:.3f}")
