@@ -66,25 +66,11 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
-def _nano_class():
-    """``Qwen2ForCausalLM`` that takes ``logits_to_keep`` as a boolean ``[B, T]`` mask on every transformers release:
-    the training code passes one (components/training/model.py), which transformers 5.19's Qwen2 cannot index with;
-    the nano's vocabulary is small, so every position's logits are returned and the caller keeps the masked ones
-    (its path for a model that ignores the mask)."""
-    from transformers import Qwen2ForCausalLM
-
-    class NanoQwen2ForCausalLM(Qwen2ForCausalLM):
-        def forward(self, *args, logits_to_keep=0, **kwargs):
-            if isinstance(logits_to_keep, torch.Tensor):
-                logits_to_keep = 0
-            return super().forward(*args, logits_to_keep=logits_to_keep, **kwargs)
-
-    return NanoQwen2ForCausalLM
-
-
 def load_nano(folder: str | Path) -> torch.nn.Module:
     """The nano model saved in ``folder`` (float32)."""
-    return _nano_class().from_pretrained(str(folder), dtype=torch.float32)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
 
 
 def nano_qwen2(config: NanoParams, tokenizer, *, seed: int = 0) -> torch.nn.Module:
@@ -92,13 +78,11 @@ def nano_qwen2(config: NanoParams, tokenizer, *, seed: int = 0) -> torch.nn.Modu
     embeddings); the same ``seed`` gives the same weights and the global torch RNG is left untouched."""
     from components.embedded.tiny import tiny_qwen2
 
-    built = tiny_qwen2(len(tokenizer), hidden_size=config.hidden_size, num_layers=config.num_layers,
+    model = tiny_qwen2(len(tokenizer), hidden_size=config.hidden_size, num_layers=config.num_layers,
                        num_heads=config.num_heads, num_kv_heads=config.num_kv_heads,
                        intermediate_size=config.intermediate_size, max_positions=config.max_positions,
                        initializer_range=config.initializer_range, seed=seed,
                        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    model = _nano_class()(built.config)
-    model.load_state_dict(built.state_dict())  # the same seeded weights, in the class above
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
