@@ -22,7 +22,7 @@ from components.params import DataParams, EvaluationParams, GRPOParams, RunParam
 Profile = Literal["embedded", "paper"]
 """The profiles params.yaml defines (``embedded``, its top level, and those under ``profiles``)."""
 
-Overlay = Literal["smoke"]
+Overlay = Literal["smoke", "lab", "vllm_cpu"]
 """The overlays params.yaml defines under ``overlays``."""
 
 KEYS: dict[str, str] = {
