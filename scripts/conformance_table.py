@@ -44,7 +44,8 @@ def table(rows: list[dict]) -> str:
         where = f"`{Path(test[0]).name}::{test[-1]}`"
         note = r["note"] if r["note"].startswith("differs on purpose") else f"differs on purpose ({r['note']})"
         tol = fmt(r["tol"]) if r["tol"] is not None else note
-        lines.append(f"| {r['component']} | {r['reference']} | {fmt(r['max_diff'])} | {tol} | {where} |")
+        cells = [r["component"], r["reference"], fmt(r["max_diff"]), tol, where]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
 
