@@ -34,10 +34,10 @@ from components.io import read_jsonl, write_json
 from components.llm.factory import LLMPool
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
+from components.policy_run import PolicyRun, accumulated_timings
 from components.retrieval.run_index import load_toolbox
 from components.run_files import keep_record, out_path, record_path
 from components.schemas import Question
-from components.policy_run import PolicyRun, accumulated_timings
 from components.variants import VARIANTS, get_variant, variant_params
 from tasks.runtime import resolve, tracking
 

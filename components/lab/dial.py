@@ -22,7 +22,14 @@ from components.lab.world import build_lab_world, compact_episodes
 from components.llm.backends.simulated import Dial, Oracle, SimulatedJudge
 from components.llm.base import Sampling
 from components.methods.arbor.memory import RubricText
-from components.methods.arbor.pairwise_judge import MEETS, WINNER, judge_messages, parse_meets, parse_winner, single_messages
+from components.methods.arbor.pairwise_judge import (
+    MEETS,
+    WINNER,
+    judge_messages,
+    parse_meets,
+    parse_winner,
+    single_messages,
+)
 from components.methods.coreact.verifier import parse_verdicts, verifier_messages
 from components.schemas import Criterion, Rubric
 from components.world.oracle import hop_titles

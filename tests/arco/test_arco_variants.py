@@ -3,10 +3,10 @@ and ARCO's released setup enforced under the paper profile."""
 
 import pytest
 
-from components.methods.arco.variants import ArcoReward, ArcoState
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
-from components.variants import VariantContext, get_variant
+from components.methods.arco.variants import ArcoReward, ArcoState
 from components.params import ParamsError, load_params
+from components.variants import VariantContext, get_variant
 from tests.arco.helpers import teacher
 
 
@@ -131,7 +131,11 @@ def test_the_dense_advantages_and_fit_weights_follow_their_options(repo_root, tm
     import torch
 
     from components.methods.arco.criteria import trajectory_steps
-    from components.methods.arco.decomposition import class_balanced_weights, position_bucket_advantages, step_advantages
+    from components.methods.arco.decomposition import (
+        class_balanced_weights,
+        position_bucket_advantages,
+        step_advantages,
+    )
     from tests.arco.helpers import BAD, GOOD, trajectory
 
     steps = [trajectory_steps(trajectory(GOOD)), trajectory_steps(trajectory(BAD)), trajectory_steps(trajectory(GOOD[:2]))]

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from components.agents.react import agent_options
-from components.methods.coreact.agent import TOKEN_BUDGET_MESSAGE, CoReActAgent
-from components.agents.react import build_agent
+from components.agents.react import agent_options, build_agent
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
+from components.methods.coreact.agent import TOKEN_BUDGET_MESSAGE, CoReActAgent
 from components.params import load_params
 from tests.coreact.scripted_agents import SETTINGS, DictToolbox, Q, generator, policy, verifier
 

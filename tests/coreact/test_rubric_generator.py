@@ -6,12 +6,17 @@ import json
 
 import pytest
 
-from components.methods.coreact.rubric_generator import (RubricGenerator, generator_messages, parse_rubric,
-                                                        render_rubric, rubric_schema)
-from components.methods.coreact.rubric_eval import parse_satisfied
-from components.methods.coreact.verifier import parse_verdicts, verify_action
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
+from components.methods.coreact.rubric_eval import parse_satisfied
+from components.methods.coreact.rubric_generator import (
+    RubricGenerator,
+    generator_messages,
+    parse_rubric,
+    render_rubric,
+    rubric_schema,
+)
+from components.methods.coreact.verifier import parse_verdicts, verify_action
 from components.params import RubricGeneratorParams
 from components.schemas import Criterion, Rubric, Step, ToolCall
 

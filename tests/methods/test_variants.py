@@ -3,12 +3,12 @@ outcome-homogeneous groups and its overlong reward shaping (hand-computed penalt
 
 import pytest
 
-from components.variants import VARIANTS, drop_homogeneous_groups, get_variant
 from components.rewards.outcome import OutcomeReward, format_valid
 from components.rewards.overlong import OverlongShaping, overlong_penalty
 from components.schemas import Question, Step, Trajectory
 from components.training.episodes import Episode, StepContext
 from components.training.rollout import RolloutSegment
+from components.variants import VARIANTS, drop_homogeneous_groups, get_variant
 
 Q = Question(id="q", question="Where?", answers=["Kestrow Bay"], source="world")
 

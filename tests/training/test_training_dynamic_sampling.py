@@ -8,13 +8,19 @@ import pytest
 import torch
 
 from components.params import GRPOParams, load_params
+from components.rewards.overlong import OverlongShaping
 from components.training.model import LoRASettings, build_policy
 from components.training.policy_run_key import run_settings
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
 from components.training.trainer import GRPOTrainer
-from components.rewards.overlong import OverlongShaping
-from components.variants import VariantContext, drop_homogeneous_groups, get_variant, variant_grpo, variant_params
+from components.variants import (
+    VariantContext,
+    drop_homogeneous_groups,
+    get_variant,
+    variant_grpo,
+    variant_params,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

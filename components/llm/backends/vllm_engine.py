@@ -17,7 +17,14 @@ import threading
 
 from components.llm.backends.vllm_lora import AdapterSlot
 from components.llm.base import (
-    BACKENDS, ChatModel, Completion, Logprobs, Message, PermanentLLMError, Sampling, TokenLogprob,
+    BACKENDS,
+    ChatModel,
+    Completion,
+    Logprobs,
+    Message,
+    PermanentLLMError,
+    Sampling,
+    TokenLogprob,
 )
 
 

@@ -32,12 +32,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from components.llm.base import Message
 from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segments
 from components.training.agent_rollout import chat_template_renderer
 from components.training.losses import kl_k3
-from torch.utils.checkpoint import checkpoint
 from components.training.model import (
     LoRASettings,
     Policy,

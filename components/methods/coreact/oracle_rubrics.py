@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 
-from components.methods.coreact.rubric_generator import generator_messages, parse_rubric
 from components.llm.base import Message
+from components.methods.coreact.rubric_generator import generator_messages, parse_rubric
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.trajectory_sft import reply_row
 

@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import bootstrap, wilcoxon
 
-from components.methods.coreact.rubric_generator import generator_messages
 from components.llm.base import Message
-from components.params import GRPOParams, Params
 from components.methods.coreact.generator_reward import RubricReward, consensus_scores, point_key
+from components.methods.coreact.rubric_generator import generator_messages
+from components.params import GRPOParams, Params
 from components.schemas import BranchingPoint
 from components.training.rollout import RolloutEngine, SamplingParams
 
