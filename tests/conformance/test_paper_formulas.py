@@ -1,7 +1,7 @@
 """ARBOR's reward shaping and RubricEM's SS-GRPO returns against their papers' formulas, re-derived here in numpy.
 Neither method's code is released (ARBOR: "we will release our code after the review process"; RubricEM builds on
 DR Tulu's open-instruct, which has no SS-GRPO), so the paper is the reference: ARBOR 3.4, Eq. 3-4 and the text
-around them (/work/shared/papers/001_afa2764a7d05899b.txt:117-127); RubricEM 3.3 and F.1.2
+around them (../shared/papers/001_afa2764a7d05899b.txt:117-127); RubricEM 3.3 and F.1.2
 (004_6d3f41bd36471190.txt:96-104), its Std the population std as open-instruct computes it
 (allenai/open-instruct@e6c3044a open_instruct/data_loader.py:1476, numpy std, ddof 0).
 
