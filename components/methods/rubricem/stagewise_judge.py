@@ -256,6 +256,13 @@ def _reference(question: Question) -> str:
     return f"Reference answer: {' / '.join(question.answers)}\n" if question.answers else ""
 
 
+GENERATION_SYSTEM = ("You write grading rubrics for a research agent by comparing several of its attempts at the same "
+                     "question, stage by stage.")
+SCORING_SYSTEM = "You grade one attempt of a research agent against rubrics, strictly by what the attempt shows."
+GROUP_SCORING_SYSTEM = ("You grade several attempts of a research agent at the same question against rubrics, strictly "
+                        "by what each attempt shows.")
+
+
 def generation_messages(question: Question, attempts: Sequence[str], own_rubrics: Sequence[list[str]],
                         existing: Sequence[StageRubric], targets: Sequence[tuple[int, int]]) -> list[Message]:
     shown = "\n\n".join(f"=== Attempt {i + 1} ===\n{a}" for i, a in enumerate(attempts))
@@ -283,8 +290,7 @@ def generation_messages(question: Question, attempts: Sequence[str], own_rubrics
         'Reply with one JSON object: {"stage_1": {"positive_rubrics": [{"title": "...", "description": "...", '
         '"weight": 2}], "negative_rubrics": []}, "stage_2": {...}, "stage_3": {...}, "stage_4": {...}}'
     )
-    return [Message(role="system", content="You write grading rubrics for a research agent by comparing several of "
-                    "its attempts at the same question, stage by stage."), Message(role="user", content=text)]
+    return [Message(role="system", content=GENERATION_SYSTEM), Message(role="user", content=text)]
 
 
 def _listed(rubrics: Sequence[StageRubric]) -> str:
@@ -305,8 +311,7 @@ def scoring_messages(question: Question, attempt: str, rubrics: Sequence[StageRu
         'Reply with one JSON object: {"scores": [{"index": 0, "justification": "...", "score": 2}, ...]} with '
         f"every index from 0 to {len(rubrics) - 1} exactly once."
     )
-    return [Message(role="system", content="You grade one attempt of a research agent against rubrics, strictly by "
-                    "what the attempt shows."), Message(role="user", content=text)]
+    return [Message(role="system", content=SCORING_SYSTEM), Message(role="user", content=text)]
 
 
 def group_scoring_messages(question: Question, attempts: Sequence[str], rubrics: Sequence[StageRubric]) -> list[Message]:
@@ -320,8 +325,7 @@ def group_scoring_messages(question: Question, attempts: Sequence[str], rubrics:
         f'Reply with one JSON object: {{"scores": [[...], ...]}}: {len(rubrics)} rows, row i for rubric i, each '
         f"row one score per attempt in the order {letters}."
     )
-    return [Message(role="system", content="You grade several attempts of a research agent at the same question "
-                    "against rubrics, strictly by what each attempt shows."), Message(role="user", content=text)]
+    return [Message(role="system", content=GROUP_SCORING_SYSTEM), Message(role="user", content=text)]
 
 
 # ------------------------------------------------------------------------------ the judge
