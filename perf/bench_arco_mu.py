@@ -1,6 +1,7 @@
-"""ARCO's rubric model mu with the run's speed options against peft's fp32 forward, side by side in one process: its
-warm-up (with the teacher's annotations, 2,690 s of a 61-minute 2-step ARCO run; docs/results/method_health.md),
-scoring the same steps, and writing criteria with its generation head, and what each option changes in the numbers.
+"""ARCO's rubric model mu in each speed mode against the first: warm-up, scoring and writing criteria. Side by
+side in one process: its warm-up (with the teacher's annotations, 2,690 s of a 61-minute 2-step ARCO run;
+docs/results/method_health.md), scoring the same steps, and writing criteria with its generation head, and what
+each option changes in the numbers.
 
 Run (about 27 minutes on 2 cores at the defaults; the ``sft_data`` stage's trajectories and the embedded 0.5B present)::
 

@@ -1,6 +1,6 @@
-"""The GRPO update's speed options against peft's fp32 forward, side by side in one process (issue 49.3): what
-``grpo.int8_base`` (the frozen base's matmuls in int8) and ``grpo.fused_lora`` (the LoRA linears' leaner forward)
-buy in an update of the warm-started 0.5B, and what they change in the numbers the update computes.
+"""The GRPO update's speed options against peft's fp32 forward (issue 49.3): time, and what each changes in the
+numbers. What ``grpo.int8_base`` (the frozen base's matmuls in int8) and ``grpo.fused_lora`` (the LoRA linears'
+leaner forward) buy in an update of the warm-started 0.5B, side by side in one process.
 
 Run (about 3 minutes a mode on 2 cores, the ``sft`` stage's adapter and ``sft_data``'s trajectories present)::
 

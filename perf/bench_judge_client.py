@@ -1,6 +1,6 @@
-"""The judge client against its limits, side by side in one run (issue 49.5): a loopback OpenAI-compatible server
-that answers every call after a fixed latency, reached through the project's real client path (the ``openai``
-backend behind the reliability middleware, as a run builds a judge role).
+"""The judge client against its limits (issue 49.5): concurrency, cache hits and ARBOR's sparse graph, against a
+loopback server with a fixed latency. The server is OpenAI-compatible and reached through the project's real client
+path (the ``openai`` backend behind the reliability middleware, as a run builds a judge role).
 
 - concurrency: ``--calls`` distinct calls at ``--concurrency`` in flight finish within 1.15x of the ideal
   ``calls / concurrency x latency`` (target from the issue). Timed ``--repeats-conc`` times each, interleaved, for

@@ -1,6 +1,6 @@
-"""Side by side on this machine: the native llama-server serving the embedded 0.5B policy (a) alone, (b) with
-a LoRA adapter applied at run time (``--lora``, how evaluate@sft serves the warm start today) and (c) with
-the same adapter merged into the weights (:mod:`components.embedded.lora_merge`).
+"""The native llama-server serving the 0.5B policy alone, with a runtime ``--lora`` adapter, and with the adapter
+merged into the weights (:mod:`components.embedded.lora_merge`). Side by side on this machine, with the greedy
+agreement between them.
 
 Run (after ``bash scripts/setup.sh``; about 5 minutes on 2 quiet cores)::
 

@@ -1,6 +1,6 @@
-"""Retrieval and slate latency against the issue's targets (issue 49.6), all in one process: Co-ReAct's MMR slate
-selection over a 12-action pool, BM25 search over a 10k-paragraph corpus, and dense (MiniLM + faiss) search over
-the same corpus, each timed per call over a fixed query set and reported as p50 / p95.
+"""Latency a call, p50 / p95, of Co-ReAct's MMR slate (12-action pool) and of BM25 and dense (MiniLM + faiss)
+search over 10k paragraphs, against issue 49.6's targets. All in one process, each timed per call over a fixed
+query set.
 
 - MMR: :func:`components.methods.coreact.slates.select_slate` (dedupe, pool BM25, MMR) with the embedded
   ``collect.slate_size`` and ``collect.mmr_lambda``; target p95 under 5 ms a slate.

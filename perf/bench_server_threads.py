@@ -1,7 +1,7 @@
-"""Side by side on this machine: embedded llama.cpp servers decoding at the same time, as a Co-ReAct stage runs them
-(the policy on the native ``llama-server``, the 0.5B and the 1.5B on the python ``llama_cpp.server``), under three
-settings: 2 threads each with OpenMP's default spinning waits, 2 threads with passive waits
-(``OMP_WAIT_POLICY=PASSIVE``) and 1 thread with passive waits; and the 1.5B alone under the same three.
+"""Three embedded llama.cpp servers decoding at once, as a Co-ReAct stage runs them, with spinning or passive
+OpenMP waits and 2 or 1 threads. The policy runs on the native ``llama-server``, the 0.5B and the 1.5B on the python
+``llama_cpp.server``; the settings are 2 threads each with OpenMP's default spinning waits, 2 threads with passive
+waits (``OMP_WAIT_POLICY=PASSIVE``) and 1 thread with passive waits, and the 1.5B alone under the same three.
 
 Why: with 3 servers decoding at once on 2 cores the python servers logged 0.4-0.6 tokens/s at 2 threads (session
 18); the native server already waits passively (components/embedded/native_server.py), the python one did not.

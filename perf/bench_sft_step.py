@@ -1,7 +1,7 @@
-"""Time SFT steps of the embedded 0.5B on the warm start's own rows, with activation recomputation off, on,
-and on only for micro-batches of at least ``sft.checkpoint_min_tokens`` padded tokens, and the last again with the
-frozen base's matmuls in int8 (``sft.int8_base``) and with each micro-batch as one shared-prefix pack
-(``sft.prefix_packing``), side by side in one process and on the same rows.
+"""SFT steps of the embedded 0.5B on the warm start's own rows with each speed option, side by side. Activation
+recomputation off, on, and on only for micro-batches of at least ``sft.checkpoint_min_tokens`` padded tokens, and
+the last again with the frozen base's matmuls in int8 (``sft.int8_base``) and with each micro-batch as one
+shared-prefix pack (``sft.prefix_packing``), in one process and on the same rows.
 
 Run (after ``python -m tasks.sft_data``; a few minutes on 2 cores)::
 

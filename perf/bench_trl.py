@@ -1,5 +1,5 @@
-"""The project's GRPO and SFT training steps against TRL's ``GRPOTrainer`` and ``SFTTrainer``, on the CPU, in one
-process, on the same model, LoRA, batch shapes and token counts (issue 49, deliverable 2).
+"""The project's GRPO and SFT steps against TRL's ``GRPOTrainer`` and ``SFTTrainer``, tokens/s (issue 49.2). On the
+CPU, in one process, on the same model, LoRA, batch shapes and token counts.
 
 Run (the ``perf`` extra: ``.venv/bin/pip install -e '.[perf]'``)::
 

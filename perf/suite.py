@@ -1,5 +1,5 @@
 """The benchmark suite behind ``python -m perf``: a registry of the perf scripts, running each in its own subprocess,
-one summary table, ``perf/results/suite.json`` and the generated section of ``docs/performance.md``.
+one summary table, ``perf/results/suite.json`` and the generated part of ``docs/performance.md``.
 
 Per benchmark the registry holds its script and arguments, whether it needs the real embedded models or a long time
 (then ``--quick`` skips it and says why), its targets, and how to read its JSON. A script reports against a target
@@ -8,15 +8,17 @@ beside them), as ``bench_judge_client.py`` and ``bench_retrieval.py`` do; rows l
 as they are. Scripts written before the suite keep their own JSON, and the registry's ``extract`` turns it into
 rows with no target (their figures, for the table).
 
-Each run writes its JSON under ``perf/results/suite/`` (the ``--out`` every script takes), so the files the
-hand-written part of ``docs/performance.md`` cites (``perf/results/<name>.json``) are not overwritten. A benchmark
-skipped under ``--quick`` is listed with its reason, and with the figures of its earlier file where there is one,
-marked as recorded earlier with the commit that recorded it. The 1-, 5- and 15-minute load averages and the CPU
-count are taken before and after every benchmark, since other work shares this machine. The JSON and the page's
-section are rewritten after every benchmark (those not reached yet listed as such), so a suite stopped part-way
-keeps what it measured. ``--only`` reruns the benchmarks it names and carries every other benchmark's entry over
-from the JSON it rewrites, marked with the date, commit and command that measured it.
+Each run writes its JSON under ``perf/results/suite/`` (the ``--out`` every script takes), so a benchmark's own
+recorded file (``perf/results/<name>.json``) is not overwritten. The page holds a section per benchmark: what it
+measures (the first paragraph of its script's docstring), its command, its rows side by side, and the date and
+commit of the measurement; a benchmark the suite skipped or never ran shows its recorded files' rows instead. The
+load averages and the CPU count are taken before and after every benchmark, since other work shares this machine.
+The JSON and the page are rewritten after every benchmark, so a suite stopped part-way keeps what it measured.
+``--only`` reruns the benchmarks it names and carries every other benchmark's entry over from the JSON it
+rewrites, marked with the date, commit and command that measured it; ``--page`` runs nothing and rewrites the page
+from the results files (``tests/test_perf_suite.py`` checks that it is up to date).
 
+    python -m perf --page                   # the page from perf/results/, nothing run
     python -m perf --quick                  # what needs no real model and little time
     python -m perf --only retrieval judge_client
     python -m perf                          # everything but the newcomer's clock (about 1 h on 2 cores)
@@ -26,10 +28,12 @@ from the JSON it rewrites, marked with the date, commit and command that measure
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as dt
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -69,6 +73,7 @@ class Benchmark:
     targets: str = "none set"
     extract: Callable[[dict], list[Row]] | None = None
     recorded: str = ""  # the earlier results file (relative to the repo), read when the benchmark is skipped
+    also: tuple[str, ...] = ()  # more recorded files of the same script run with other arguments, shown beside it
 
     def path(self, root: Path = REPO) -> Path:
         return Path(self.script) if Path(self.script).is_absolute() else root / self.script
@@ -246,7 +251,8 @@ REGISTRY: list[Benchmark] = [
               "real 0.5B, the sft adapter and sft_data's trajectories; about 9 min", needs_models=True, minutes=9,
               extract=update_rows, recorded="perf/results/int8_base.json"),
     Benchmark("arco_mu", "perf/bench_arco_mu.py", quick_skip="needs the real 0.5B and sft_data's trajectories; "
-              "about 27 min", needs_models=True, minutes=27, extract=mu_rows, recorded="perf/results/arco_mu.json"),
+              "about 27 min", needs_models=True, minutes=27, extract=mu_rows, recorded="perf/results/arco_mu.json",
+              also=("perf/results/arco_mu_packing.json", "perf/results/arco_mu_engine.json")),
     Benchmark("prefix_packing", "perf/bench_prefix_packing.py", quick_skip="needs the real 0.5B, the sft adapter, "
               "collect's branching points and the listwise generator's rubrics; about 10 min", needs_models=True,
               minutes=10, extract=packing_rows, recorded="perf/results/prefix_packing.json"),
@@ -261,7 +267,7 @@ REGISTRY: list[Benchmark] = [
               quick_skip="needs the real 0.5B and the sft stage's adapter; about 25 min", needs_models=True,
               minutes=25, targets="a whole GRPO step (1 question x G=4) at most 0.5x its time at fbc3f92 "
               "(the working tree as configured, and with the int8 base)",
-              recorded="perf/results/train_step.json"),
+              recorded="perf/results/train_step.json", also=("perf/results/train_step_packing.json",)),
     Benchmark("eval_determinism", "perf/eval_determinism.py", quick_skip="needs the real 0.5B and the sft stage's "
               "adapter; about 30 min", needs_models=True, minutes=30, extract=determinism_rows,
               recorded="perf/results/eval_determinism.json"),
@@ -338,16 +344,24 @@ def rel(path: Path) -> str:
         return str(path)
 
 
-def recorded_rows(bench: Benchmark) -> dict:
-    """The rows of a skipped benchmark's earlier results file, with the commit that last wrote it."""
-    if not bench.recorded or not (REPO / bench.recorded).exists():
+def recorded_rows(bench: Benchmark, path: str | None = None) -> dict:
+    """The rows of a benchmark's recorded results file (``path``, by default ``bench.recorded``), with the commit
+    that measured it (the file's own ``commit`` or ``working_tree_head``, else the last commit that wrote it) and
+    the command it records."""
+    path = bench.recorded if path is None else path
+    if not path or not (REPO / path).exists():
         return {}
     try:
-        rows = read_rows(bench, json.loads((REPO / bench.recorded).read_text()))
+        data = json.loads((REPO / path).read_text())
+        rows = read_rows(bench, data)
     except (json.JSONDecodeError, KeyError, TypeError, StopIteration) as exc:
-        return {"recorded_file": bench.recorded, "recorded_error": f"{type(exc).__name__}: {exc}"}
-    commit = git_short(REPO, "log", "-1", "--format=%h %cs", "--", bench.recorded) or "not committed"
-    return {"recorded_file": bench.recorded, "recorded_commit": commit, "rows": rows}
+        return {"recorded_file": path, "recorded_error": f"{type(exc).__name__}: {exc}"}
+    commit, _, date = (git_short(REPO, "log", "-1", "--format=%h %cs", "--", path) or "not committed").partition(" ")
+    own = data.get("commit") or data.get("working_tree_head")
+    commit = own[:7] if isinstance(own, str) and own else commit
+    commit += f" {data.get('date') or date}".rstrip()
+    command = data.get("command") if isinstance(data.get("command"), str) else ""
+    return {"recorded_file": path, "recorded_commit": commit, "recorded_command": command, "rows": rows}
 
 
 def select(registry: Sequence[Benchmark], only: Sequence[str] | None) -> list[Benchmark]:
@@ -466,10 +480,13 @@ def table_rows(suite: dict) -> list[list[str]]:
         if not e["rows"]:
             lines.append([e["name"], "(no rows in its JSON)", "-", "-", e["targets"], "-", fmt_load(e)])
         for r in e["rows"]:
-            value = fmt_value(r["value"]) + (f" {r['unit']}" if r.get("unit") and r["value"] is not None else "")
-            lines.append([e["name"], r["measure"], value, r.get("figures") or "-", r["target"] or "-", fmt_met(r["met"]),
-                          fmt_load(e)])
+            lines.append([e["name"], r["measure"], fmt_row_value(r), r.get("figures") or "-", r["target"] or "-",
+                          fmt_met(r["met"]), fmt_load(e)])
     return lines
+
+
+def fmt_row_value(row: Row) -> str:
+    return fmt_value(row["value"]) + (f" {row['unit']}" if row.get("unit") and row["value"] is not None else "")
 
 
 def skipped_rows(suite: dict) -> list[list[str]]:
@@ -508,26 +525,83 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(c.replace("|", "\\|") for c in line) + " |" for line in rows)]
 
 
-def markdown_section(suite: dict) -> str:
-    """The generated part of docs/performance.md."""
-    met = [r["met"] for e in suite["benchmarks"] if e["status"] == "ran" for r in e["rows"] if r["met"] is not None]
-    ran = [e for e in suite["benchmarks"] if e["status"] != "skipped"]
-    head = (f"- Recorded: {suite['date']}, commit `{suite['commit']}`. Command: `{suite['command']}` "
-            f"({len(ran)} of {len(suite['benchmarks'])} benchmarks run, {suite['cpu_count']} CPUs; "
-            f"targets met {sum(met)} of {len(met)}). From `perf/results/suite.json`; each run's own JSON is in "
-            "`perf/results/suite/`.")
-    if carried := [e["name"] for e in suite["benchmarks"] if e.get("carried_from")]:
-        head += (f" The rows of {', '.join(carried)} are carried from the earlier runs that measured them (the last "
-                 "table says which).")
-    out = [head, "", *markdown_table(HEADER, table_rows(suite)), ""]
-    if skipped := skipped_rows(suite):
-        out += ["Not run:", "", *markdown_table(SKIPPED_HEADER, skipped), ""]
-    out += markdown_table(["benchmark", "measured", "command", "wall (s)", "load average 1 / 5 / 15 min before",
-                           "after"], [
-        [e["name"], _origin(e, suite), f"`{e['command']}`", str(e["wall_s"]),
-         *(" / ".join(f"{x:.2f}" for x in e[k]["loadavg"]) for k in ("load_before", "load_after"))]
-        for e in ran])
-    return "\n".join(out) + "\n"
+PAGE_HEADER = ["measure", "value", "figures", "target", "met"]
+
+
+def what_it_measures(bench: Benchmark) -> str:
+    """The first sentence of the benchmark script's module docstring, on one line ("" without one)."""
+    try:
+        doc = ast.get_docstring(ast.parse(bench.path().read_text())) or ""
+    except (OSError, SyntaxError):
+        return ""
+    return re.split(r"(?<=[.?!])\s+(?=[A-Z`(])", " ".join(doc.split("\n\n")[0].split()))[0]
+
+
+def page_rows(rows: list[Row]) -> list[str]:
+    """A benchmark's rows side by side, each row's figures cut at their first ';' (its JSON holds them all); the
+    target and met columns only where a row has a target."""
+    width = 5 if any(r["target"] is not None for r in rows) else 3
+    return markdown_table(PAGE_HEADER[:width], [[r["measure"], fmt_row_value(r), (r.get("figures") or "-").split(
+        "; ")[0], r["target"] or "-", fmt_met(r["met"])][:width] for r in rows])
+
+
+def page_entries(suite: dict, registry: Sequence[Benchmark]) -> list[tuple[dict, Benchmark | None]]:
+    """Each benchmark of ``registry`` (then any other of ``suite``) with its entry: the suite's, or for one the suite
+    never ran, its recorded file's rows."""
+    known = {e["name"]: e for e in suite["benchmarks"]}
+    out = []
+    for bench in registry:
+        entry = known.pop(bench.name, None) or {**_base(bench), "status": "skipped", "rows": [],
+                                                "reason": "not in the suite's JSON yet", **recorded_rows(bench)}
+        out.append((entry, bench))
+    return out + [(e, None) for e in known.values()]
+
+
+def recorded_line(found: dict, lead: str) -> list[str]:
+    """``lead`` and a recorded file's rows, naming the file, the commit that measured it and its command."""
+    if "recorded_error" in found:
+        return [f"{lead} `{found['recorded_file']}`, which does not read: {found['recorded_error']}.", ""]
+    command = f" by `{found['recorded_command']}`" if found.get("recorded_command") else ""
+    return [f"{lead} `{found['recorded_file']}` at `{found['recorded_commit']}`{command}:", "",
+            *page_rows(found["rows"]), ""]
+
+
+def benchmark_section(entry: dict, bench: Benchmark | None, suite: dict) -> list[str]:
+    """A benchmark's part of the page: what it measures, its command, when it was measured, its rows."""
+    what = what_it_measures(bench) + " " if bench is not None else ""
+    target = "" if entry["targets"] == "none set" else f" Target: {entry['targets']}."
+    out = [f"### {entry['name']}", ""]
+    if entry["status"] == "ran":
+        out += [f"{what}`{entry['command']}`, measured {_origin(entry, suite)}, load {fmt_load(entry)}.{target}",
+                ""]
+        out += [*page_rows(entry["rows"]), ""] if entry["rows"] else ["(no rows in its JSON)", ""]
+    elif entry["status"] == "failed":
+        out += [f"{what}`{entry['command']}` FAILED ({_origin(entry, suite)}): {entry['reason']}.{target}", ""]
+    else:
+        command = bench.shown_command() if bench is not None else entry["script"]
+        out += [f"{what}`{command}`: not run ({entry['reason']}).{target}", ""]
+        if "recorded_file" in entry:
+            out += recorded_line(entry, "Recorded earlier in")
+    for path in bench.also if bench is not None else ():
+        if found := recorded_rows(bench, path):
+            out += recorded_line(found, "Also recorded in")
+    return out
+
+
+def markdown_section(suite: dict, registry: Sequence[Benchmark] = ()) -> str:
+    """The generated part of docs/performance.md: a section per benchmark of ``suite`` and ``registry``."""
+    entries = page_entries(suite, registry)
+    shown = [r for e, b in entries for r in e["rows"] + [r for p in (b.also if b else ()) for r in
+                                                          recorded_rows(b, p).get("rows", [])]]
+    met = [r["met"] for r in shown if r["met"] is not None]
+    head = (f"Generated by `python -m perf` from `perf/results/suite.json` (last run {suite['date']}, "
+            f"`{suite['commit']}`, `{suite['command']}`, {suite['cpu_count']} CPUs) and the files each section names: "
+            f"edit `perf/suite.py`, not this text. Targets met: {sum(met)} of {len(met)}. Figures are cut at their "
+            "first ';'; (carried): measured by an earlier suite run.")
+    out = [head, ""]
+    for entry, bench in entries:
+        out += benchmark_section(entry, bench, suite)
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def write_doc(doc: Path, section: str) -> None:
@@ -553,7 +627,16 @@ def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGI
     parser.add_argument("--out", type=Path, default=SUITE_JSON)
     parser.add_argument("--doc", type=Path, default=DOC, help="the page whose generated section is rewritten")
     parser.add_argument("--no-doc", action="store_true", help="leave the page as it is")
+    parser.add_argument("--page", action="store_true", help="run nothing: rewrite the page from --out and the "
+                        "recorded files")
     args = parser.parse_args(argv)
+    if args.page:
+        try:
+            write_doc(args.doc, markdown_section(json.loads(args.out.read_text()), registry))
+        except (SuiteError, OSError, json.JSONDecodeError) as exc:
+            parser.error(str(exc))
+        print(f"wrote the generated section of {rel(args.doc)} from {rel(args.out)}")
+        return 0
 
     previous = None
     if args.only and args.out.is_file():  # the benchmarks --only leaves out keep their rows (carry_over)
@@ -567,7 +650,7 @@ def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGI
         suite = carry_over(previous, suite, registry)
         write_json(args.out, suite, sort_keys=False)
         if not args.no_doc:
-            write_doc(args.doc, markdown_section(suite))
+            write_doc(args.doc, markdown_section(suite, registry))
 
     if not args.no_doc:
         try:

@@ -1,7 +1,8 @@
 """The benchmark suite (``python -m perf``, perf/suite.py) with fake benchmarks: what runs and what ``--quick`` skips,
-failures recorded as values, rows read from a script's JSON, the table, and the generated section of the
-performance page rewritten between its markers while the rest of the page stays. Plus ``perf/bench_retrieval.py``
-at 1k paragraphs without the dense model, for the fields of its JSON. About 5 s.
+failures recorded as values, rows read from a script's JSON, the table, and the generated part of the performance
+page rewritten between its markers while the rest of the page stays; the page in the tree is what ``--page`` writes
+from ``perf/results/``. Plus ``perf/bench_retrieval.py`` at 1k paragraphs without the dense model, for the fields of
+its JSON. About 5 s.
 
     .venv/bin/python -m pytest -q tests/test_perf_suite.py
 """
@@ -137,7 +138,8 @@ def test_a_suite_stopped_part_way_has_written_what_it_measured(registry, tmp_pat
     assert result["rows"]["status"] == "ran" and result["rows"]["rows"][0]["measure"] == "speed"
     assert [result[n]["status"] for n in ("old", "crash")] == ["skipped", "skipped"]
     assert result["old"]["reason"].startswith("not reached yet")
-    assert "not reached yet" in suite.markdown_section(partial) and "| rows | speed |" in suite.markdown_section(partial)
+    section = suite.markdown_section(partial)
+    assert "not run (not reached yet" in section and "### rows\n" in section and "| speed | 1 |" in section
 
 
 def test_a_timed_out_benchmark_is_killed_and_recorded(tmp_path):
@@ -171,15 +173,19 @@ def test_table_and_doc_section(registry, tmp_path):
     assert "--quick: needs the real models" in suite.text_table(result)
 
     section = suite.markdown_section(result)
-    assert "targets met 0 of 2" in section and "| rows | speed | 1 | - | >= 1.5 | NO |" in section
-    assert "| long | --quick: needs the real models | - |" in section
+    assert "Targets met: 0 of 2." in section and "| speed | 1 | - | >= 1.5 | NO |" in section
+    rows_part = section[section.index("### rows\n"):section.index("### old\n")]
+    assert f"`{by_name(result)['rows']['command']}`, measured {result['date']}" in rows_part
+    assert "| fast | 1.25 x | - |\n" in section  # no target in old's rows: no target or met column
+    assert "### long\n" in section and "not run (--quick: needs the real models)" in section
+    assert "`crash.py` FAILED" not in section and "FAILED" in section[section.index("### crash\n"):]
     assert f"`{result['command']}`" in section and result["date"] in section
 
     doc = tmp_path / "performance.md"
     doc.write_text(f"# Performance\n\nhand-written intro\n\n{suite.BEGIN}\nold table\n{suite.END}\n\nhand-written end\n")
     suite.write_doc(doc, section)
     text = doc.read_text()
-    assert "old table" not in text and "| rows | speed |" in text
+    assert "old table" not in text and "| speed | 1 |" in text
     assert text.startswith("# Performance\n\nhand-written intro\n\n") and text.endswith(f"{suite.END}\n\nhand-written end\n")
     suite.write_doc(doc, section)  # idempotent: a second write leaves the same page
     assert doc.read_text() == text
@@ -224,6 +230,33 @@ def test_each_recorded_results_file_reads_as_rows(bench):
     got = suite.recorded_rows(bench)
     assert "recorded_error" not in got, got.get("recorded_error")
     assert got["rows"] and all(r["measure"] and r["value"] is not None or r["figures"] for r in got["rows"])
+
+
+def test_the_page_is_what_page_writes_from_the_results_files(tmp_path):
+    """docs/performance.md's generated part is up to date: ``python -m perf --page`` would write the same text."""
+    page = (ROOT / "docs" / "performance.md").read_text()
+    begin, end = suite.section_bounds(page, ROOT / "docs" / "performance.md")
+    regenerated = suite.markdown_section(json.loads(suite.SUITE_JSON.read_text()), suite.REGISTRY)
+    assert page[begin + len(suite.BEGIN) + 1:end] == regenerated, "stale: run .venv/bin/python -m perf --page"
+    assert len(page.encode()) < 16_000  # a summary; the history is in git
+
+
+def test_a_benchmark_the_suite_never_ran_shows_its_recorded_files_with_their_commit_and_command(tmp_path):
+    script = tmp_path / "bench_x.py"
+    script.write_text('"""Time the x. More about it.\n\nRun::\n\n    python bench_x.py\n"""\n')
+    (tmp_path / "x.json").write_text(json.dumps({"command": "python bench_x.py --fast", "working_tree_head": "abc1234def",
+                                                 "rows": [{"measure": "x time", "value": 0.5, "target": "<= 1",
+                                                           "met": True}]}))
+    (tmp_path / "x_more.json").write_text(json.dumps({"results": {"fast": 3.0}}))
+    bench = suite.Benchmark("x", str(script), recorded=str(tmp_path / "x.json"), also=(str(tmp_path / "x_more.json"),),
+                            extract=lambda d: [suite.info("fast", d["results"]["fast"], "x")])
+    assert suite.what_it_measures(bench) == "Time the x."
+    empty = {"date": "2026-12-01", "commit": "0000000", "command": "python -m perf", "cpu_count": 2, "benchmarks": []}
+    section = suite.markdown_section(empty, [bench])
+    assert "### x\n\nTime the x. `python " in section and "not run (not in the suite's JSON yet)" in section
+    assert "at `abc1234 " in section and "by `python bench_x.py --fast`:" in section  # the file's own commit
+    assert "| x time | 0.5 | - | <= 1 | yes |" in section and "Also recorded in" in section
+    assert "| fast | 3 x | - |" in section and "Targets met: 1 of 1." in section
 
 
 def test_eval_determinism_json_as_the_script_writes_it():
@@ -292,8 +325,10 @@ def test_only_reruns_what_it_names_and_carries_the_other_benchmarks_rows_over(re
     assert {k: v for k, v in second["rows"].items() if k != "carried_from"} == rows_entry  # as it was measured
     assert second["rows"]["carried_from"] == {k: first[k] for k in ("date", "commit", "command")}
     section = doc.read_text()
-    assert "| rows | speed | 1 |" in section and "| old | fast | 2.5 x |" in section
-    assert "The rows of rows are carried from the earlier runs" in section and "(carried) | `" in section
+    assert "| speed | 1 |" in section and "| fast | 2.5 x |" in section
+    rows_part = section[section.index("### rows\n"):section.index("### old\n")]
+    assert f"measured {first['date']}, `{first['commit']}` (carried)" in rows_part
+    assert "(carried)" not in section[section.index("### old\n"):]
 
     # carried twice, it still names the run that measured it
     assert suite.main(["--quick", "--only", "old", "--out", str(out), "--doc", str(doc)], registry=two) == 0
