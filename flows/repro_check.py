@@ -14,7 +14,7 @@ original lock. Wall-clock files (`timings.json`) are listed but expected to diff
 It pushes the outputs to a local remote first (``--remote``, a folder; configured in `.dvc/config.local`, so no
 tracked file changes), needs the embedded models assembled (`bash scripts/setup.sh`; the clone links this
 checkout's `.cache/models`, never its response cache) and a committed `dvc.lock`. Writes
-docs/results/reproduction.md and outputs/repro_check.json.
+docs/results/reproduction.md (keeping the hand-written part below its ``KEEP`` line) and outputs/repro_check.json.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from flows.pipeline import select
 ROOT = Path(__file__).resolve().parents[1]
 
 WALL_CLOCK = ("timings.json",)
+PAGE = ROOT / "docs" / "results" / "reproduction.md"
+KEEP = "<!-- hand-written from here on: python -m flows.repro_check keeps it -->"
 
 
 def sh(cmd: list[str], cwd: Path, env: dict | None = None) -> str:
@@ -127,7 +129,8 @@ def main() -> None:
     sys.exit(0 if result["identical"] == result["checked"] and pulled_current else 1)
 
 
-def write_page(result: dict, command: str) -> None:
+def write_page(result: dict, command: str, page: Path = PAGE) -> None:
+    """The check's table as ``page``; what the page holds from its ``KEEP`` line on stays as it is."""
     lines = [
         "# Reproduction: `dvc repro` from a fresh clone",
         "",
@@ -151,7 +154,11 @@ def write_page(result: dict, command: str) -> None:
         lines += ["", f"`dvc status {' '.join(result['pulled'])}` in the clone after the reruns (its inputs recomputed): "
                   + ("up to date." if result["pulled_current"] else f"**changed**: {result['pulled_status']}")]
     lines += ["", "Seconds per stage in the clone: " + ", ".join(f"{s} {t}" for s, t in result["seconds"].items()) + "."]
-    (ROOT / "docs" / "results" / "reproduction.md").write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    old = page.read_text() if page.exists() else ""
+    if KEEP in old:
+        text += "\n" + old[old.index(KEEP):]
+    page.write_text(text)
 
 
 if __name__ == "__main__":
