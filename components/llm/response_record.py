@@ -21,12 +21,17 @@ the file to prune them). ``llm.middleware.cache: false`` turns both layers off.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import re
 import threading
 from pathlib import Path
 
 from components.io import RecordError, iter_json_objects, validate_record
 from components.llm.base import Completion
+
+
+_KEY = re.compile(rb'"key": "([0-9a-f]+)"')
 
 
 class ResponseRecord:
@@ -36,6 +41,9 @@ class ResponseRecord:
         self.path = Path(path)
         self._entries: dict[str, Completion] | None = None
         self._lock = threading.Lock()
+        # what other processes (the ranks of a data-parallel run) appended: keys seen, up to which byte
+        self._others: set[str] = set()
+        self._read_to = 0
 
     def _load(self) -> dict[str, Completion]:
         if self._entries is None:
@@ -52,10 +60,13 @@ class ResponseRecord:
 
     def _repair_torn_tail(self) -> None:
         """Cut an unterminated last line (a crash mid-write), so the next append starts a line of its own."""
-        raw = self.path.read_bytes()
-        if raw and not raw.endswith(b"\n"):
-            with self.path.open("r+b") as fh:
+        with self.path.open("r+b") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # not a line another rank is writing now
+            raw = fh.read()
+            if raw and not raw.endswith(b"\n"):
                 fh.truncate(raw.rfind(b"\n") + 1)
+            self._read_to = raw.rfind(b"\n") + 1
+            self._others.update(k.decode() for k in _KEY.findall(raw[: self._read_to]))
 
     def get(self, key: str) -> Completion | None:
         with self._lock:
@@ -69,8 +80,15 @@ class ResponseRecord:
             entries[key] = completion
             self.path.parent.mkdir(parents=True, exist_ok=True)
             line = json.dumps({"key": key, "completion": completion.model_dump(mode="json")}, sort_keys=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(line + "\n")
+            # one locked write a line: the N ranks of a data-parallel run append to one record, each request once
+            with self.path.open("a+b") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                fh.seek(self._read_to)
+                self._others.update(k.decode() for k in _KEY.findall(fh.read()))
+                if key not in self._others:
+                    fh.write((line + "\n").encode("utf-8"))
+                    fh.flush()
+                self._read_to = fh.tell()
 
     def __len__(self) -> int:
         with self._lock:

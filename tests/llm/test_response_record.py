@@ -106,3 +106,21 @@ def test_a_torn_last_line_is_cut_and_a_bad_line_is_named(tmp_path):
     path.write_text(good + "\n" + json.dumps({"key": "b", "completion": "not an object"}) + "\n")
     with pytest.raises(RecordError, match=r"r\.jsonl:2: field 'completion'"):
         ResponseRecord(path).get("a")
+
+
+def test_the_ranks_of_one_run_append_to_one_record_each_request_once(tmp_path):
+    """Two records open on one file (two data-parallel ranks, each loaded before the other wrote): a request
+    one recorded is not written again by the other (it found the answer in the shared cache), and a fresh load
+    reads both ranks' answers."""
+    path = tmp_path / "record.jsonl"
+    path.write_text("")
+    rank0, rank1 = ResponseRecord(path), ResponseRecord(path)
+    assert rank0.get("aa") is None and rank1.get("aa") is None  # both loaded the empty file
+    one, two = (Completion(texts=[t], model="m") for t in ("one", "two"))
+    rank0.put("aa", one)
+    rank1.put("aa", one)  # rank 1's cache hit on rank 0's answer
+    rank1.put("bb", two)
+    rank0.put("bb", two)
+    assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["aa", "bb"]
+    fresh = ResponseRecord(path)
+    assert fresh.get("aa") == one and fresh.get("bb") == two
