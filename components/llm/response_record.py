@@ -30,7 +30,6 @@ from pathlib import Path
 from components.io import RecordError, iter_json_objects, validate_record
 from components.llm.base import Completion
 
-
 _KEY = re.compile(rb'"key": "([0-9a-f]+)"')
 
 
