@@ -37,15 +37,20 @@ import re
 from components.evaluation.metrics import exact_match, f1_score, normalize_answer
 from components.judges import answer
 from components.judges.render import LOOKALIKES
-from components.llm.backends.simulated import KINDS, Judgment, JudgmentKind, Oracle
+from components.llm.backends.simulated import KINDS, Judgment, JudgmentKind, Oracle, Ranking, Score
 from components.llm.base import Message
-from components.methods.arbor import induction
+from components.methods.arbor import induction, rar
 from components.methods.arbor import pairwise_judge as arbor
+from components.methods.arco import criteria as arco_criteria
+from components.methods.coreact import council, rubric_eval
 from components.methods.coreact import verifier as coreact_verifier
+from components.methods.rubricem import reflection
+from components.methods.rubricem import stagewise_judge as stagewise
 from components.schemas import Question
 from components.world.oracle import hop_titles
 
-__all__ = ["criterion_met", "found_facts", "mentions", "plain", "run_questions"]
+__all__ = ["action_meets", "action_value", "criterion_met", "found_facts", "hops_done", "mentions", "plain", "rar_items",
+           "reflection_rating", "run_questions", "stage_blocks", "stage_rubrics", "stage_score", "teacher_criteria"]
 
 _PLAIN = str.maketrans({v: k for k, v in LOOKALIKES.items()})
 
@@ -179,6 +184,12 @@ KINDS.register("arbor_single")(JudgmentKind("arbor_single", _system_is(arbor.SIN
 _ACTION = re.compile(r"^(search|browse|finish)\[(.*)\]$", re.DOTALL)
 
 
+def hops_done(q: Question, history: str) -> list[bool]:
+    """Per hop, whether ``history`` shows it done: its paragraph's title and its fact both written there (the
+    fact alone is not enough: two hops of a comparison may share one)."""
+    return [mentions(history, h.answer) and mentions(history, t) for h, t in zip(q.gold_chain, hop_titles(q))]
+
+
 def _good_action(q: Question, history: str, action: str) -> bool:
     m = _ACTION.match(action.strip())
     if not m:
@@ -190,8 +201,8 @@ def _good_action(q: Question, history: str, action: str) -> bool:
     if kind == "browse":
         return arg in {h.doc_id for h in q.gold_chain}
     titles = hop_titles(q)
-    # the paragraph of the first hop whose fact the history does not show yet
-    wanted = [next((t for h, t in zip(q.gold_chain, titles) if not mentions(history, h.answer)), None)]
+    # the paragraph of the first hop the history has not done yet
+    wanted = [next((t for t, done in zip(titles, hops_done(q, history)) if not done), None)]
     if searched and searched[-1] in titles and normalize_answer(searched[-1]) != normalize_answer(arg):
         wanted.append(searched[-1])  # the same hop again, refined ("Corumbre city" after "Corumbre")
     return any(t is not None and normalize_answer(t) in normalize_answer(arg) for t in wanted)
@@ -277,3 +288,320 @@ KINDS.register("arbor_induction")(JudgmentKind("arbor_induction", _system_is(ind
                                                _read_induction))
 KINDS.register("arbor_consolidation")(JudgmentKind("arbor_consolidation", _system_is(induction.CONSOLIDATION_SYSTEM),
                                                    _read_consolidation))
+
+
+# -- a proposed action against the gold chain (Co-ReAct's council, rubric evaluator, criterion-mode verifier) ------
+def _words_in(name: str, text: str) -> bool:
+    name = normalize_answer(name)
+    return bool(name) and f" {name} " in f" {normalize_answer(text)} "
+
+
+def action_value(q: Question, history: str, action: str) -> float:
+    """How far along the gold chain a proposed next action gets: a right answer n + 1 (n hops); a search or browse
+    of hop k's paragraph whose fact the history does not show yet k + 1; one whose fact it shows already (a repeat)
+    0.5; a search for no gold paragraph 0; a wrong answer or an unreadable action -1."""
+    m = _ACTION.match(action.strip())
+    if not m:
+        return -1.0
+    kind, arg = m.group(1), m.group(2).strip()
+    if kind == "finish":
+        return len(q.gold_chain) + 1.0 if exact_match(arg, q.answers) else -1.0
+    titles = hop_titles(q)
+    hops = [k for k, (h, t) in enumerate(zip(q.gold_chain, titles))
+            if (h.doc_id == arg if kind == "browse" else _words_in(t, arg))]
+    done = hops_done(q, history)
+    new = [k for k in hops if not done[k]]
+    return new[0] + 1.0 if new else 0.5 if hops else 0.0
+
+
+def action_meets(q: Question, history: str, action: str, criterion: str) -> bool:
+    """The lab's reading of a criterion about one proposed action: one that names gold names (the chain's titles
+    and facts) is met by an action about one of them (a search or answer that writes it, a browse of its
+    paragraph); one that names none asks for the chain's next step (the checklist verifier's reading)."""
+    named = [n for n in _names(q) if len(n) > 3 and mentions(criterion, n)]
+    if not named:
+        return _good_action(q, history, action)
+    m = _ACTION.match(action.strip())
+    if not m:
+        return False
+    kind, arg = m.group(1), m.group(2).strip()
+    if kind == "browse":
+        arg = " ".join(f"{t} {h.answer}" for h, t in zip(q.gold_chain, hop_titles(q)) if h.doc_id == arg)
+    return any(mentions(arg, n) for n in named)
+
+
+def _system_in(*prompts: str):
+    return lambda messages: bool(messages) and messages[0].role == "system" and messages[0].content in prompts
+
+
+def _criteria(content: str) -> list[str]:
+    """A Co-ReAct checklist's criteria (``render_rubric``'s numbered lines, weights dropped)."""
+    block = content[content.index("criteria):\n") + len("criteria):\n"):]
+    return [c.strip() for c in re.split(r"(?m)^\d+\. \(weight [-+\d.e]+\) ", block)[1:]]
+
+
+def _atomic(q: Question, criteria: list[str]) -> int:
+    """The criteria the oracle can check on an action by themselves: those that name a gold name."""
+    return sum(any(len(n) > 3 and mentions(c, n) for n in _names(q)) for c in criteria)
+
+
+def _with_count(reply: dict, q: Question, criteria: list[str], system_prompt: str) -> str:
+    if system_prompt.endswith(rubric_eval.ATOMIC_COUNT):
+        reply["atomic_count"] = _atomic(q, criteria)
+    return json.dumps(reply)
+
+
+def _read_council(messages: list[Message], oracle: Oracle) -> Judgment:
+    """The slate ranked by :func:`action_value` (equal values tied), as the council's JSON ranking."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    history = _between(content, "What the agent has done so far:\n", "\n\nCandidate next actions")
+    listed = _between(content, "say nothing about quality):\n", "\n\nRank all")
+    shown = [re.match(r"\[(\w)\] (.*)$", line).groups() for line in listed.splitlines()]
+    labels, actions = [lab for lab, _ in shown], [a for _, a in shown]
+
+    def write(ranking: Ranking) -> str:
+        groups = [labels[g[0]] if len(g) == 1 else [labels[i] for i in g] for g in ranking.groups]
+        return json.dumps({"rationale": "ordered by how far along the question's chain each step gets",
+                           "ranking": groups})
+
+    return Judgment(Ranking.by([action_value(q, history, a) for a in actions]), write, attempts=actions)
+
+
+def _read_evaluator(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Each criterion read by :func:`action_meets`, as ``{"satisfied": [...]}`` (and the atomic count when asked)."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    history = _between(content, "What the agent has done so far:\n", "\n\nProposed next action:\n")
+    action = _between(content, "Proposed next action:\n", "\n\nChecklist (")
+    criteria = _criteria(content)
+    parts = [Judgment(action_meets(q, history, action, c), str, attempts=[action]) for c in criteria]
+    return Judgment.of(parts, lambda v: _with_count({"satisfied": list(v)}, q, criteria, messages[0].content))
+
+
+def _read_slate(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Every (criterion, action) read by :func:`action_meets`, one verdict each, about the action shown there."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    history = _between(content, "What the agent has done so far:\n", "\n\nProposed next actions (")
+    listed = _between(content, "\n\nProposed next actions (", "\n\nChecklist (")
+    actions = [re.sub(r"^[A-Z]\. ", "", line) for line in listed.splitlines()[1:]]
+    criteria = _criteria(content)
+    parts = [Judgment(action_meets(q, history, a, c), str, attempts=actions, about=i)
+             for c in criteria for i, a in enumerate(actions)]
+    k = len(actions)
+    return Judgment.of(parts, lambda v: _with_count({"verdicts": [list(v[r * k:(r + 1) * k]) for r in range(len(criteria))]},
+                                                    q, criteria, messages[0].content))
+
+
+def _read_requirement(messages: list[Message], oracle: Oracle) -> Judgment:
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    history = _between(content, "What the agent has done so far:\n", "\n\nRequirement: ")
+    criterion = _between(content, "Requirement: ", "\n\nProposed next action: ")
+    action = _between(content, "Proposed next action: ", "\n\nDoes the proposed action")
+    return Judgment(action_meets(q, history, action, criterion), lambda v: "yes" if v else "no", attempts=[action])
+
+
+KINDS.register("coreact_council")(JudgmentKind("coreact_council", _system_is(council.SYSTEM_PROMPT), _read_council))
+KINDS.register("coreact_evaluator")(JudgmentKind("coreact_evaluator", _system_in(
+    rubric_eval.SYSTEM_PROMPT, rubric_eval.SYSTEM_PROMPT + rubric_eval.ATOMIC_COUNT), _read_evaluator))
+KINDS.register("coreact_slate")(JudgmentKind("coreact_slate", _system_in(
+    rubric_eval.SLATE_PROMPT, rubric_eval.SLATE_PROMPT + rubric_eval.ATOMIC_COUNT), _read_slate))
+KINDS.register("coreact_criterion")(JudgmentKind("coreact_criterion", _system_is(rubric_eval.CRITERION_PROMPT),
+                                                 _read_requirement))
+
+
+# -- ARBOR's RaR baseline: a checklist from the question and its answer, a 1-10 rating against it ------------------
+def rar_items(q: Question, full: bool = True) -> list[str]:
+    """The oracle's checklist: each hop's paragraph looked up and its fact found, in chain order (``full`` False:
+    the first hop's only, the checklist a flip writes, which an attempt that stops early meets)."""
+    hops = list(zip(hop_titles(q), q.gold_chain))[:None if full else 1]
+    return list(dict.fromkeys(item for t, h in hops for item in (f"looks up {t}", f"finds {h.answer}")))
+
+
+def _read_rar_checklist(messages: list[Message], oracle: Oracle) -> Judgment:
+    q = _question(messages, oracle)
+    return Judgment(True, lambda v: json.dumps({"items": rar_items(q, full=bool(v))}))
+
+
+def _read_rar_rating(messages: list[Message], oracle: Oracle) -> Judgment:
+    """1 + 9 x the share of the checklist's items the attempt meets (:func:`criterion_met`), rounded."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    items = [re.sub(r"^\d+\. ", "", line) for line in
+             _between(content, "Checklist:\n", "\n\nAttempt:\n").splitlines() if line.strip()]
+    attempt = _between(content, "\n\nAttempt:\n")
+    met = sum(criterion_met(q, item, attempt) for item in items) / max(len(items), 1)
+    return Judgment(Score(1 + round(9 * met), 1, 10), lambda v: json.dumps({"rating": int(v.value)}),
+                    attempts=[attempt], gold_turns=len(q.gold_chain) + 1)
+
+
+KINDS.register("arbor_rar_checklist")(JudgmentKind("arbor_rar_checklist", _system_is(rar.CHECKLIST_SYSTEM),
+                                                   _read_rar_checklist))
+KINDS.register("arbor_rar_rating")(JudgmentKind("arbor_rar_rating", _system_is(rar.RATING_SYSTEM), _read_rar_rating))
+
+
+# -- RubricEM's stagewise judge: rubrics per stage from a group, 0/1/2 scores per rubric -----------------------------
+_STAGE_HEADER = re.compile(r"^\[Stage (\d): \w+\]\n", re.MULTILINE)
+
+
+def stage_blocks(attempt: str) -> list[str]:
+    """The four stage blocks of an attempt as ``render_attempt`` shows it ("" for a stage that never happens)."""
+    blocks = [""] * 4
+    heads = list(_STAGE_HEADER.finditer(attempt))
+    for m, nxt in zip(heads, heads[1:] + [None]):
+        body = attempt[m.end():nxt.start() if nxt else len(attempt)].strip()
+        blocks[int(m.group(1)) - 1] = "" if body == "(this stage never happens)" else body
+    return blocks
+
+
+def stage_rubrics(q: Question) -> list[tuple[int, str, str]]:
+    """The oracle's rubrics, (stage, title, description): the plan names the paragraphs the question itself
+    names; the research finds each hop's fact; the review ties the last fact to its paragraph; the answer rests
+    on the last fact."""
+    titles, last = hop_titles(q), q.gold_chain[-1].answer
+    named = list(dict.fromkeys(t for t in titles if mentions(q.question, t)))
+    out = [(0, f"plans to look up {t}", f"the plan starts from {t}, named in the question") for t in named]
+    out += [(1, f"finds {h.answer}", f"a search or paragraph read shows {h.question} {h.answer}") for h in q.gold_chain]
+    out += [(2, f"grounds {last}", f"the review ties {last} to the paragraph that states it"),
+            (3, f"answers from {last}", f"the answer rests on {last}, the chain's last fact")]
+    return out
+
+
+def stage_score(q: Question, stage: int, criterion: str, attempt: str) -> int:
+    """2 when the rubric is met in its own stage's block, 1 when only elsewhere in the attempt, 0 when nowhere."""
+    blocks = stage_blocks(attempt)
+    if criterion_met(q, criterion, blocks[stage]):
+        return 2
+    return 1 if criterion_met(q, criterion, "\n".join(blocks)) else 0
+
+
+def _read_generation(messages: list[Message], oracle: Oracle) -> Judgment:
+    """The oracle's stage rubrics that separate the group's attempts (met in its stage by some, not all), weight
+    2, as positive rubrics; a flip writes the same rubrics as negative ones (rewarding their absence)."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    attempts = [_between(b, "===\n", "\n\n=== Attempt ", "\n\nChecklists the agent wrote")
+                for b in content.split("=== Attempt ")[1:]]
+    used = _between(content, "Rubrics already in use (do not repeat them):\n", "\n\nWhat each stage is for")
+    separating = [(k, t, d) for k, t, d in stage_rubrics(q) if t not in used and len(
+        {stage_score(q, k, f"{t} {d}", a) == 2 for a in attempts}) == 2]
+
+    def write(positive: bool) -> str:
+        stages = {f"stage_{k + 1}": {"positive_rubrics": [], "negative_rubrics": []} for k in range(4)}
+        for k, t, d in separating:
+            stages[f"stage_{k + 1}"]["positive_rubrics" if positive else "negative_rubrics"].append(
+                {"title": t, "description": d, "weight": 2})
+        return json.dumps(stages)
+
+    return Judgment(True, write)
+
+
+_LISTED = re.compile(r"^(\d+)\. \[(?:POSITIVE|NEGATIVE), stage (\d) \w+\] (.*)$", re.MULTILINE)
+
+
+def _rubrics_listed(content: str) -> list[tuple[int, str]]:
+    listed = content[content.rindex("\n\nRubrics:\n") + len("\n\nRubrics:\n"):].split("\n\n")[0]
+    return [(int(m.group(2)) - 1, m.group(3)) for m in _LISTED.finditer(listed)]
+
+
+def _justified(v: Score) -> str:
+    return {2: "shown in its stage", 1: "shown, but not in its stage", 0: "not shown"}.get(int(v.value), "")
+
+
+def _read_stage_scores(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Each rubric's 0/1/2 by :func:`stage_score`, one verdict each (a flip mirrors it: 2 <-> 0)."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    attempt = _between(content, "The attempt, by stage:\n", "\n\nRubrics:\n")
+    listed = _rubrics_listed(content)
+    parts = [Judgment(Score(stage_score(q, k, text, attempt), 0, 2), str, attempts=[attempt]) for k, text in listed]
+    return Judgment.of(parts, lambda v: json.dumps({"scores": [
+        {"index": i, "justification": _justified(s), "score": int(s.value)} for i, s in enumerate(v)]}))
+
+
+def _read_group_scores(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Every (rubric, attempt) scored by :func:`stage_score`, one verdict each, about the attempt shown there."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    attempts = [_between(b, "===\n", "\n\n=== Attempt ", "\n\nRubrics:\n") for b in content.split("=== Attempt ")[1:]]
+    listed = _rubrics_listed(content)
+    parts = [Judgment(Score(stage_score(q, k, text, a), 0, 2), str, attempts=attempts, about=i)
+             for k, text in listed for i, a in enumerate(attempts)]
+    n = len(attempts)
+    return Judgment.of(parts, lambda v: json.dumps({"scores": [[int(s.value) for s in v[r * n:(r + 1) * n]]
+                                                               for r in range(len(listed))]}))
+
+
+def reflection_rating(q: Question, text: str) -> float:
+    """0.9 when the reflection names every fact of the chain, 0.6 when some, 0.1 when none (a generic one)."""
+    found = found_facts(q, text)
+    return 0.9 if found == len(q.gold_chain) else 0.6 if found else 0.1
+
+
+def _read_reflections(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Each reflection rated by :func:`reflection_rating` on every dimension, within and cross alike."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    shown = re.findall(r"--- Reflection (\d+) ---\n(.*?)</reflection_takeaways>", content, re.DOTALL)
+    parts = [Judgment(Score(reflection_rating(q, text), 0.0, 1.0), str, attempts=[t for _, t in shown], about=i)
+             for i, (_, text) in enumerate(shown)]
+
+    def write(v: tuple) -> str:
+        def dims(s: Score) -> dict:
+            return {d: round(s.value, 3) for d in reflection.DIMENSIONS}
+        return json.dumps({"candidates": [{"index": int(n), "within": dims(s), "cross": dims(s)}
+                                          for (n, _), s in zip(shown, v)]})
+
+    return Judgment.of(parts, write)
+
+
+KINDS.register("rubricem_generation")(JudgmentKind("rubricem_generation", _system_is(stagewise.GENERATION_SYSTEM),
+                                                   _read_generation))
+KINDS.register("rubricem_stage_scores")(JudgmentKind("rubricem_stage_scores", _system_is(stagewise.SCORING_SYSTEM),
+                                                     _read_stage_scores))
+KINDS.register("rubricem_group_scores")(JudgmentKind("rubricem_group_scores", _system_is(
+    stagewise.GROUP_SCORING_SYSTEM), _read_group_scores))
+KINDS.register("rubricem_reflection")(JudgmentKind("rubricem_reflection", _system_is(reflection.JUDGE_SYSTEM),
+                                                   _read_reflections))
+
+
+# -- ARCO's teacher: K criteria per step, from the reference answer and the steps before -------------------------
+_TEACHER_STEP = re.compile(r"^Step \d+(?: \(the agent was told to answer now\))?:\nThought: ", re.MULTILINE)
+
+
+def teacher_criteria(q: Question, history: str, k: int, good: bool = True) -> list[str]:
+    """``k`` criteria a good step after ``history`` meets: the paragraph of the first hop whose fact the history
+    does not show yet looked up, or, every fact found, the answer given. ``good`` False: the criteria of a poor
+    step (a repeated lookup of a paragraph already read, or an answer before anything was looked up)."""
+    titles, done = hop_titles(q), hops_done(q, history)
+    missing = next(((t, h) for t, h, d in zip(titles, q.gold_chain, done) if not d), None)
+    read = [t for t, d in zip(titles, done) if d]
+    if not good:
+        target = ([f"looks up {read[-1]} again", f"searches {read[-1]} once more", "repeats an earlier lookup"]
+                  if read else ["answers at once", "gives an answer before any lookup", "searches nothing"])
+    elif missing is None:
+        last = q.gold_chain[-1].answer
+        target = [f"answers {q.answers[0]}", f"answers now that {last} is found", "does not search again"]
+    else:
+        t, h = missing
+        target = [f"looks up {t}", f"searches {t} or reads its paragraph, to find {h.question}",
+                  f"does not answer before {t} is read"]
+    return [target[i % len(target)] + ("" if i < len(target) else f" (check {i + 1})") for i in range(k)]
+
+
+def _read_teacher(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Each step's criteria by :func:`teacher_criteria` on the steps before it, one verdict per step (a flip
+    writes a poor step's)."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    k = int(re.search(r"Write exactly (\d+) criteria for each", content).group(1))
+    steps = _TEACHER_STEP.split(_between(content, "The attempt:\n", "\n\nWrite exactly "))[1:]
+    histories = ["\n".join(steps[:t]) for t in range(len(steps))]
+    parts = [Judgment(True, str) for _ in steps]
+    return Judgment.of(parts, lambda v: json.dumps({"steps": [
+        {"step": t + 1, "criteria": teacher_criteria(q, histories[t], k, good)} for t, good in enumerate(v)]}))
+
+
+KINDS.register("arco_teacher")(JudgmentKind("arco_teacher", _system_is(arco_criteria.TEACHER_SYSTEM), _read_teacher))

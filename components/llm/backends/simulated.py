@@ -4,16 +4,20 @@
 It reads a judgment's prompt as a real judge would: the first registered :class:`JudgmentKind` whose ``matches``
 accepts the messages answers them. A kind computes the oracle's verdict (``truth``: a bool for a yes/no or
 correct/incorrect judgment, a winner "A" / "B" / "TIE" for a pairwise one) from the question it finds in the
-prompt (through :class:`Oracle`) and writes it in the reply format its caller parses. Before it is written the
-dial acts on it, in this order, each with its own coin (a function of the dial's seed and the prompt, so the same
-prompt gets the same verdict, as from a cached temperature-0 judge):
+prompt (through :class:`Oracle`) and writes it in the reply format its caller parses. A graded verdict is a
+:class:`Score` (a value on its scale) or a :class:`Ranking` (tie groups of the shown candidates, best first); a
+reply with several verdicts (one per criterion, rubric, step or candidate) is a judgment of ``parts``, each dialled
+on its own. Before it is written the dial acts on each verdict, in this order, each with its own coin (a function
+of the dial's seed, the prompt and the part, so the same prompt gets the same verdict, as from a cached
+temperature-0 judge):
 
 - ``bias_rate``: the systematic ``bias`` decides instead of the oracle (``length``: the longer attempt wins, one
   attempt alone passes when it is longer than its gold chain needs; ``keyword``: the attempt or answer that writes
-  ``keyword`` wins and passes);
-- ``position_bias``: a judgment that shows two attempts picks the first one shown ("A"; a yes/no about attempt A is
-  yes, about B no);
-- ``flip_rate``: the verdict is inverted (yes <-> no, A <-> B; a TIE stays a TIE).
+  ``keyword`` wins and passes; a ranking orders by it, a passing score is the scale's top, a failing one its bottom);
+- ``position_bias``: a judgment that shows two attempts or more picks the first one shown ("A"; a yes/no or a score
+  about the first is yes or the top, about another no or the bottom; a ranking is the order shown);
+- ``flip_rate``: the verdict is inverted (yes <-> no, A <-> B, a TIE stays a TIE; a score mirrored on its scale; a
+  ranking reversed).
 
 A prompt no kind recognises fails permanently (``PermanentLLMError``, a ``call_failed`` judgment: never a score).
 The kinds live where the prompts are defined (``components.lab.judges`` registers the methods' kinds); the backend
@@ -37,7 +41,7 @@ from components.llm.base import BACKENDS, ChatModel, Completion, Message, Perman
 from components.registry import Registry
 from components.schemas import Question
 
-__all__ = ["KINDS", "Dial", "Judgment", "JudgmentKind", "Oracle", "SimulatedJudge"]
+__all__ = ["KINDS", "Dial", "Judgment", "JudgmentKind", "Oracle", "Ranking", "Score", "SimulatedJudge", "dialled"]
 
 
 @dataclass(frozen=True)
@@ -73,16 +77,51 @@ class Oracle:
 
 
 @dataclass(frozen=True)
+class Score:
+    """A graded verdict: ``value`` on the scale ``low`` .. ``high`` (a flip mirrors it)."""
+
+    value: float
+    low: float
+    high: float
+
+    def mirrored(self) -> Score:
+        return Score(self.low + self.high - self.value, self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A ranking of the shown candidates: tie groups of their shown positions, best first."""
+
+    groups: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def by(cls, values: Sequence[float]) -> Ranking:
+        """Shown positions ordered by ``values``, highest first, equal values tied."""
+        return cls(tuple(tuple(i for i, v in enumerate(values) if v == level)
+                         for level in sorted(set(values), reverse=True)))
+
+
+Verdict = bool | str | Score | Ranking
+
+
+@dataclass(frozen=True)
 class Judgment:
     """What a kind read from one prompt: the oracle's verdict, the reply writer, and what the dial's biases need:
     ``attempts`` (the texts shown, in order; one for a single-attempt judgment), ``about`` (the index of the
-    attempt a yes/no asks about, when two are shown) and ``gold_turns`` (the turns the gold chain needs)."""
+    attempt a yes/no or a score is about, when several are shown) and ``gold_turns`` (the turns the gold chain
+    needs). A reply of several verdicts has ``parts`` (one judgment each, dialled on its own; ``truth`` is then
+    the tuple of theirs) and its writer gets the tuple of their dialled verdicts."""
 
-    truth: bool | str
-    write: Callable[[bool | str], str]
+    truth: Verdict | tuple
+    write: Callable[[Any], str]
     attempts: Sequence[str] = ()
     about: int | None = None
     gold_turns: int = 0
+    parts: Sequence[Judgment] = ()
+
+    @classmethod
+    def of(cls, parts: Sequence[Judgment], write: Callable[[tuple], str]) -> Judgment:
+        return cls(tuple(p.truth for p in parts), write, parts=tuple(parts))
 
 
 @dataclass(frozen=True)
@@ -100,29 +139,55 @@ def _coin(dial: Dial, key: str, what: str) -> float:
     return random.Random(digest).random()
 
 
-def _biased(j: Judgment, dial: Dial) -> bool | str:
-    """The systematic bias's verdict."""
-    def favoured(text: str) -> float:
-        return float(dial.keyword.casefold() in text.casefold()) if dial.bias == "keyword" else float(len(text))
+def _favoured(dial: Dial, text: str) -> float:
+    return float(dial.keyword.casefold() in text.casefold()) if dial.bias == "keyword" else float(len(text))
 
+
+def _biased(j: Judgment, dial: Dial) -> Verdict:
+    """The systematic bias's verdict."""
+    if isinstance(j.truth, Ranking):
+        return Ranking.by([_favoured(dial, t) for t in j.attempts])
     if isinstance(j.truth, str):  # pairwise: the favoured attempt wins
-        a, b = (favoured(t) for t in j.attempts[:2])
+        a, b = (_favoured(dial, t) for t in j.attempts[:2])
         return "A" if a > b else "B" if b > a else "TIE"
     text = j.attempts[0 if j.about is None else j.about] if j.attempts else ""
     if dial.bias == "keyword":
-        return dial.keyword.casefold() in text.casefold()
-    return text.count("\nTurn ") + text.startswith("Turn ") > j.gold_turns if j.gold_turns else len(text) > 400
+        passes = dial.keyword.casefold() in text.casefold()
+    else:
+        passes = text.count("\nTurn ") + text.startswith("Turn ") > j.gold_turns if j.gold_turns else len(text) > 400
+    return _top_or_bottom(j.truth, passes)
 
 
-def dialled(j: Judgment, dial: Dial, key: str) -> bool | str:
-    """The verdict after the dial (module doc)."""
+def _top_or_bottom(truth: Verdict, passes: bool) -> Verdict:
+    return (Score(truth.high if passes else truth.low, truth.low, truth.high) if isinstance(truth, Score)
+            else passes)
+
+
+def _first_shown(j: Judgment, verdict: Verdict) -> Verdict:
+    if isinstance(verdict, Ranking):
+        return Ranking(tuple((i,) for i in range(len(j.attempts))))
+    return "A" if isinstance(verdict, str) else _top_or_bottom(verdict, j.about == 0)
+
+
+def _flipped(verdict: Verdict) -> Verdict:
+    if isinstance(verdict, Ranking):
+        return Ranking(verdict.groups[::-1])
+    if isinstance(verdict, Score):
+        return verdict.mirrored()
+    return {"A": "B", "B": "A", "TIE": "TIE"}[verdict] if isinstance(verdict, str) else not verdict
+
+
+def dialled(j: Judgment, dial: Dial, key: str) -> Verdict | tuple:
+    """The verdict after the dial (module doc); a judgment of parts gives the tuple of its parts' verdicts."""
+    if j.parts:
+        return tuple(dialled(p, dial, f"{key}:{i}") for i, p in enumerate(j.parts))
     verdict = j.truth
-    if dial.bias != "none" and _coin(dial, key, "bias") < dial.bias_rate:
-        verdict = _biased(j, dial)
+    if dial.bias != "none" and j.attempts and _coin(dial, key, "bias") < dial.bias_rate:
+        verdict = _biased(j, dial)  # a bias needs attempts to favour one of
     if len(j.attempts) >= 2 and _coin(dial, key, "position") < dial.position_bias:
-        verdict = "A" if isinstance(verdict, str) else j.about == 0
+        verdict = _first_shown(j, verdict)
     if _coin(dial, key, "flip") < dial.flip_rate:
-        verdict = {"A": "B", "B": "A", "TIE": "TIE"}[verdict] if isinstance(verdict, str) else not verdict
+        verdict = _flipped(verdict)
     return verdict
 
 
