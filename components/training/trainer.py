@@ -1,53 +1,13 @@
-"""The one GRPO loop every method trains through (Co-ReAct's rubric generator, ARBOR, SS-GRPO, ARCO).
-
-One :meth:`GRPOTrainer.step`:
-
-1. take the next ``prompts_per_step`` prompts (seeded shuffle, position saved in checkpoints);
-2. sample ``group_size`` episodes per prompt with ``rollout_fn`` (single turn by default;
-   :func:`components.training.agent_rollout.make_agent_rollout` runs an agent loop instead): a list of
-   :class:`~components.training.episodes.Episode`, each with its token rows;
-3. score them with ``reward_fn(episodes, ctx)`` (sync or async; see :mod:`components.training.episodes`):
-   one score per episode, a scalar or one value per stage/step, any of them missing; an episode with
-   nothing scored is dropped and counted, a missing value is masked out of normalisation and loss;
-   with ``dynamic_sampling_max_rounds`` (DAPO's dynamic sampling) groups whose scores do not differ are left
-   out and steps 1-3 repeat for the missing number of prompts, up to that many rounds (``dynamic_sampling/*``);
-4. per-episode advantages ``[n, K]`` (group-normalised per column by default; ``advantage_fn`` lets
-   SS-GRPO, ARCO or ARBOR shape them), placed on the tokens of each episode's rows by segment;
-5. :meth:`GRPOTrainer.update`: ``ppo_epochs`` passes of clipped surrogate + k3 KL (+ a method's
-   ``loss_fn`` term, which sees hidden states; with ``tis_cap`` each token's surrogate weighted by the
-   truncated ratio of the trainer's old probability to the rollout engine's, ARBOR B.2's token-level
-   TIS), gradient clipping, AdamW; then the scheduler steps once
-   (also when a method updates twice in a step) and the engine picks up the new weights;
-6. the method's ``on_step_end`` hook, metrics to ``on_metrics(step, metrics)``, and a checkpoint every
-   ``checkpoint_every`` steps (weights, extra modules, optimizer, scheduler, RNG, data position, method
-   state). Wall-clock figures go to ``on_metrics`` only, never into the checkpointed history: ``time/rollout``,
-   ``time/reward``, ``time/update`` (with the hand-over to the engine), ``time/method`` (the hook),
-   ``time/checkpoint`` (0 between checkpoints) and whatever the reward or method timed itself
-   (:func:`wall_clock`).
-
-After the last step :meth:`GRPOTrainer.finish` runs the method's ``on_train_end`` hook, for work it deferred.
-
-On N data-parallel ranks (``torchrun``/``accelerate launch``; :class:`components.training.distributed.Ranks`)
-every rank draws the same prompt order and rolls out and scores only its contiguous share of each draw's prompts
-(whole groups: a group never spans two ranks, so each episode is judged once, by its rank); the episodes and
-scores are then gathered, so advantages, dynamic sampling's refill and the metrics are computed over the whole
-step on every rank alike, and each rank trains the rows of its own episodes: the loss is divided by the whole
-step's token/sequence counts and the gradients summed over the ranks (a mini-batch of ``mini_batch_size`` rows
-takes that many over all ranks, ``mini_batch_size / N`` from each; under ZeRO-2 a rank with fewer micro-batches
-adds backward passes of nothing, since ZeRO reduces in each). Rank 0 alone calls ``on_metrics``; every rank takes
-part in a checkpoint (its own optimizer and RNG files). A method with step hooks, and ZeRO-3, are refused on N
-ranks.
-
-The configuration is ``params.grpo`` (:class:`components.params.GRPOParams`), one set of names for the
-YAML file and the code::
+"""The one GRPO loop every method trains through (Co-ReAct's rubric generator, ARBOR, SS-GRPO, ARCO): a step
+draws prompts, samples a group of episodes per prompt, scores them with the method's reward, places group-relative
+advantages on each episode's tokens by segment, runs the clipped-surrogate update and the method's hook, and
+checkpoints (:meth:`GRPOTrainer.step` lists the order). The configuration is ``params.grpo``
+(:class:`components.params.GRPOParams`), one set of names for the YAML file and the code::
 
     trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tok), reward_fn, prompts, params.grpo,
                           seed=params.seed, checkpoint_dir="outputs/ckpt", on_metrics=log)
     trainer.resume()            # continues from outputs/ckpt/latest if there is one
     trainer.train(params.grpo.steps)
-
-SS-GRPO / ARCO: tag segments with ``segment_id`` (stage or step) in the rollout, return K values per
-episode from the reward, and the default advantages normalise each column within the group.
 """
 
 from __future__ import annotations
@@ -207,6 +167,13 @@ class GRPOTrainer:
     ``extra_modules`` (name -> module) are trained beside the policy (their parameters join the optimizer)
     and saved in checkpoints: ARCO's score head. ``loss_fn`` adds a method's term to every micro-batch's
     loss (see :class:`LossInputs`). ``sampling`` overrides the engine sampling derived from ``config``.
+
+    On N data-parallel ranks (:class:`components.training.distributed.Ranks`) every rank draws the same prompts and
+    rolls out and scores its contiguous share of whole groups; episodes and scores are gathered, so advantages,
+    dynamic sampling and metrics cover the whole step on every rank, and each rank trains its own episodes' rows
+    (the loss over the whole step's token counts, gradients summed; ``mini_batch_size`` rows over all ranks; under
+    ZeRO-2 a rank short of micro-batches adds empty backward passes). Rank 0 alone calls ``on_metrics``; every rank
+    writes its own optimizer and RNG files. A method with step hooks, and ZeRO-3, are refused on N ranks.
     """
 
     def __init__(
@@ -591,7 +558,22 @@ class GRPOTrainer:
         return episodes, raw_scores, signal, metrics
 
     def step(self) -> dict[str, float]:
-        """One GRPO step (rollout, reward, advantages, update, method hook); returns and logs its metrics."""
+        """One GRPO step; returns and logs its metrics:
+
+        1. the next ``prompts_per_step`` prompts (seeded shuffle, position saved in checkpoints);
+        2. ``group_size`` episodes per prompt from ``rollout_fn`` (single turn by default;
+           :func:`components.training.agent_rollout.make_agent_rollout` runs an agent loop);
+        3. ``reward_fn(episodes, ctx)`` (sync or async; :mod:`components.training.episodes`): per episode a scalar
+           or one value per stage/step, any missing (masked; an episode with nothing scored is dropped and
+           counted); with ``dynamic_sampling_max_rounds`` (DAPO) groups whose scores do not differ are left out
+           and steps 1-3 repeat for the missing prompts (``dynamic_sampling/*``);
+        4. advantages ``[n, K]`` (group-normalised per column; ``advantage_fn`` lets a method shape them), placed
+           on each episode's rows by segment (SS-GRPO's stages, ARCO's steps: tag ``segment_id`` in the rollout);
+        5. :meth:`update` (clipped surrogate + k3 KL + a method's ``loss_fn``; with ``tis_cap`` ARBOR B.2's
+           token-level TIS), then the scheduler steps once and the engine picks up the new weights;
+        6. the method's ``on_step_end``, metrics to ``on_metrics`` (wall-clock ``time/*`` figures there only,
+           never in the checkpointed history), and a checkpoint every ``checkpoint_every`` steps.
+        """
         c = self.config
         ctx = StepContext(step=self.step_count + 1, groups=[], method=self.method)
         timing = {"rollout": 0.0, "reward": 0.0}

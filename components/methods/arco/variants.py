@@ -1,61 +1,13 @@
-"""ARCO (Adaptive Rubric CO-evolution) as `train_policy` variants; params section ``arco``.
+"""ARCO (Adaptive Rubric CO-evolution) as ``train_policy`` variants, params section ``arco``: ``arco`` (the policy
+learns from the outcome reward, then from the per-step rewards of a rubric model mu that a teacher's criteria warm
+up and the policy's own trajectories keep updating), ``arco_frozen`` (mu warmed up, never updated: no
+co-evolution) and ``arco_no_decomp`` (mu's score head regressed to the terminal reward at every step instead of the
+sum constraint: ``per_step_outcome_loss``). mu is a model of its own with its own AdamW, stepped in
+``on_step_end`` and saved in every checkpoint. The run step by step, the choices the summary leaves open and where
+this differs from it are in docs/methods/arco.md; a paper-profile run must pass
+:func:`components.methods.arco.model_setup.setup_overrides` or the builder refuses it.
 
-    python -m tasks.train_policy --variant arco          # or arco_frozen, arco_no_decomp; `grpo` is the
-                                                         # outcome-only baseline (F1, or -1 if format-invalid)
-
-The run, step by step (``s`` = trainer step; ``W = arco.warmup_steps``; ``S`` = sparse steps, from
-``arco.sparse_epochs`` = eta over the training questions, see :func:`sparse_steps`):
-
-1. ``s <= W``: the policy learns from the outcome reward; after each update the teacher role annotates the
-   step's trajectories with K criteria per step (:func:`components.methods.arco.criteria.annotate`; a failed
-   or unreadable annotation is counted and skipped). At the end of step W mu warms up on them: cross-entropy
-   on the teacher's criteria (generation head) plus the decomposition loss on the same trajectories (score
-   head); then mu's adapter is copied to its frozen KL reference.
-2. ``s > W``: in the reward, mu writes K criteria for every step of every trajectory and scores them (step
-   reward = mean of the scores); diagnostics are logged (``reward/arco/...``). Up to step S the policy still
-   gets the outcome reward (group-centred); after S it gets per-step scores, turned into dense advantages by
-   reward-to-go minus a baseline (``arco.dense_baseline``: the released code's batch-wide position buckets, or
-   per step index within the group; :mod:`components.methods.arco.decomposition`), placed on each step's tokens.
-3. after the policy's update of step s, every ``arco.update_every`` steps, mu is updated on that step's
-   trajectories with the criteria it wrote for them: decomposition loss (sum of a trajectory's step rewards
-   vs its terminal EM/F1, class-balanced by default; no step labels) + ``arco.kl_coef`` x the KL of the
-   generation head to its warm-up reference (``arco.kl_estimator``, ``kl_reduction``). So the order inside a step is pi_s (with mu_{s-1}'s rewards), then mu_s: the two alternate.
-
-Variants: ``arco`` (all of the above), ``arco_frozen`` (mu warmed up, never updated: no co-evolution),
-``arco_no_decomp`` (mu's score head regressed to the terminal reward at every step instead of the sum
-constraint, in the warm-up and the updates; see ``per_step_outcome_loss``).
-
-How mu shares a backbone. mu's two heads share *mu's* backbone (the LM head and the score head read the same
-LoRA-adapted hidden states, in one forward pass). Between mu and the policy there are two readings:
-
-- two peft adapters on one base model (:class:`RubricModel` accepts the policy's ``PeftModel`` and adds its
-  adapters beside the policy's, switching the active adapter only inside its own calls): one copy of the
-  base in memory, but the active adapter is process-wide state shared with the HF rollout engine, and the
-  variant would need the policy before the first reward and before ``trainer.resume()``;
-- a separate model of the same scale (what the paper's "same-scale model mu" says): twice the base memory
-  (0.5B: ~2 GB more in fp32), nothing shared with the policy's engine, optimizer or checkpoint weights.
-
-The variant uses the second. The trainer's ``attach(trainer)`` seam (called before the first reward and before
-resume) would make the first possible, but on the llama.cpp engine the policy's HF model is only the trainer's
-copy, and on the HF engine a shared base makes the active adapter a hidden coupling between mu's calls and the
-policy's rollouts; the paper describes mu as a model of its own, so the memory is spent. mu's updates do not go through the
-trainer: its objective is not the clipped surrogate, so neither ``loss_fn`` (which sees the policy's hidden
-states, not mu's) nor ``extra_modules`` (whose parameters join the policy's optimizer) nor a second
-``trainer.update()`` fits. mu has its own AdamW at a constant LR, stepped in ``on_step_end``; the trainer's
-scheduler still steps once per trainer step (its LoRA at ``arco.lr``, its score head at ``arco.head_lr``).
-mu's adapter, reference, score head and optimizer are saved in
-every checkpoint (``method/files/mu.safetensors``, ``mu_optimizer.pt``) and restored exactly on resume; mu
-is built under a fixed seed with the global RNG untouched, so a resumed run samples as the uninterrupted one.
-
-Choices the summary leaves open: the score head, its readout, the KL, the fit weights and the dense baseline
-follow the released code by default (``arco``'s options; docs/methods/arco.md); the teacher annotates a whole
-trajectory in one call (sees the reference answer; criteria must be checkable without later steps); the
-forced final answer is a step of its own; a trajectory with an unscored step is left out of mu's update;
-the warm-up takes one optimizer step per micro-batch, an update one per epoch over the step's trajectories.
-
-ARCO's released setup (scope question, top-k 1, 3 steps, 2k/500 split) lives in ``arco.setup`` because the
-shared retrieval/agent/data keys carry other papers' values in the paper profile; a paper-profile ARCO run
-must pass :func:`components.methods.arco.model_setup.setup_overrides` (``--set retrieval.scope=question ...``) or the builder refuses it.
+    python -m tasks.train_policy --variant arco          # or arco_frozen, arco_no_decomp
 """
 
 from __future__ import annotations

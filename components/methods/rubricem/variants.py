@@ -1,63 +1,12 @@
-"""RubricEM's training variants (paper 3.2-3.4, Algorithm 1) on the one GRPO trainer, and the method state
-that carries the judge's buffers, the rubric bank and the deferred reflection batch through checkpoints.
-
-Variants (all roll out through the ``scaffold`` agent, from the scaffold-SFT policy):
-
-- ``scaffold_grpo``: the baseline, answer-only GRPO (token F1, -1 when the format breaks);
-- ``ss_grpo``: stagewise judge scores, Lambda returns, per-stage normalisation (SS-GRPO);
-- ``meta_policy``: answer-only GRPO plus the reflection meta-policy and the rubric bank;
-- ``rubricem``: both.
+"""RubricEM's training variants (paper 3.2-3.4, Algorithm 1) on the one GRPO trainer, all rolling out through the
+``scaffold`` agent from the scaffold-SFT policy: ``scaffold_grpo`` (the answer-only baseline: token F1, -1 when the
+format breaks), ``ss_grpo`` (stagewise judge scores, Lambda returns, per-stage normalisation), ``meta_policy``
+(answer-only GRPO plus the reflection meta-policy and the rubric bank) and ``rubricem`` (both); the method state
+that carries the judge's buffers, the rubric bank and the deferred reflection batch through checkpoints; and the
+windowed curriculum (D.3) as a prompt order. The order of a step and where it differs from Algorithm 1:
+:class:`ReflectionBranch` and docs/methods/rubricem.md.
 
     python -m tasks.train_policy --variant rubricem
-
-One step N of a variant with the reflection branch (:class:`ReflectionBranch`), in the order of RubricEM
-D.1-D.2 and Algorithm 1 (lines 9-30):
-
-1. the task rollouts of step N; the bank guidance retrieves from the bank as it stands (line 7);
-2. Phase A, the deferred meta-policy update (lines 9-11, D.2 item 5): :class:`MetaPolicyFirst`, the reward
-   wrapper the variants install, calls :meth:`RubricEMState.before_task_update` before the step's reward. It
-   joins the judging of step N-1's reflection candidates, writes each question's best valid reflection into
-   the bank, runs one GRPO update of the shared backbone on the reflection tokens of every scored candidate
-   (the trajectory is fixed context) and refreshes the rollout engine;
-3. the step's reward and the task-policy update (Phase B, lines 12-29), which starts from the weights Phase A
-   left;
-4. ``on_step_end``: one trajectory per question of step N is drawn (uniformly, seeded), ``m`` candidates are
-   sampled with the rollout engine and their judging goes to a background thread (line 27, D.2 items 2 and
-   4), where it runs while step N+1 rolls out.
-
-So step N-1's reflections update the backbone after step N's rollouts (which, as in D.2, come from weights
-that have not seen them) and before step N's task update; the bank write precedes that update. Where this
-differs from the paper, and why it is kept:
-
-- **Bank writes one step later.** Algorithm 1 writes a question's best reflection as soon as it is judged
-  (line 41), during step N-1, so step N's cross-episode retrieval may already find it. Here the write waits
-  for Phase A of step N, after step N's rollouts: writing before them would mean waiting for the judge at
-  the start of every step, and the background judging would overlap nothing (on one machine it is the only
-  overlap there is). A reflection is thus retrievable from step N+1 on; the windowed curriculum repeats a
-  batch K steps later, so within-episode retrieval finds it for K >= 2 (D.3 uses K = 3).
-- **Candidates sampled after the task update.** Algorithm 1 launches step N's reflection generation before
-  step N's task update (line 27 before line 29), on a separate inference engine. Here the one policy engine
-  samples them at the end of step N, after the update (the same cores serve both). Phase A at step N+1
-  therefore trains on candidates from the very weights it updates.
-- **The last batch.** Algorithm 1 stops after step T's task update, leaving step T's reflections untrained.
-  The trainer's ``on_train_end`` hook (:meth:`RubricEMState.on_train_end`) writes them to the bank and also
-  runs their meta-policy update, so a short run (a few steps here) does not lose one step's reflection signal
-  in T; the adapter saved after it has had that one extra update.
-- With ``defer_reflection: false`` there is no Phase A: the candidates are judged at the end of step N and
-  written and trained on at once, before step N+1 rolls out (the synchronous pipeline D.2 sets its deferred
-  one against).
-
-The task update comes one update after the weights that sampled its rollouts, as in the paper; with
-``grpo.old_logprobs: auto`` and one epoch the trainer takes the current log-probs as the old ones, while
-``engine`` keeps the rollout's. Phase A's time counts as reward time (``time/reward``); its metrics are
-reported with the step's ``on_step_end`` metrics. A checkpoint waits for pending judging so it holds the
-finished batch, which the resumed run applies in its next Phase A. Driven through ``step_end`` alone (no
-reward wrapper, as in the stand-in tests), the branch applies a batch still waiting at the end of the next
-step instead.
-
-The windowed curriculum (D.3) is a prompt order: :func:`windowed_curriculum` lays out K fresh batches then
-the same K again, each question tagged ``cross`` or ``within`` (``question.metadata[PHASE_KEY]``), which
-the bank guidance reads. The trainer walks prompts in order only with ``grpo.shuffle: false``.
 """
 
 from __future__ import annotations
@@ -95,7 +44,8 @@ log = logging.getLogger(__name__)
 def windowed_curriculum(questions: list[Question], batch_size: int, window: int = 3) -> list[Question]:
     """The prompt order of the windowed curriculum: per window, ``window`` fresh batches (tagged ``cross``)
     then the same batches again in the same order (tagged ``within``). A short last batch is filled with
-    questions from the start, so every step's batch stays whole."""
+    questions from the start, so every step's batch stays whole. The trainer keeps this order only with
+    ``grpo.shuffle: false``."""
     if not questions:
         return []
     batches = [list(questions[i:i + batch_size]) for i in range(0, len(questions), batch_size)]
@@ -174,6 +124,19 @@ def _feedback(episode: Episode, score_row: torch.Tensor) -> str:
 
 
 class ReflectionBranch:
+    """The reflection meta-policy's part of step N, in the order of D.1-D.2 and Algorithm 1 (lines 9-30): (1) step
+    N's task rollouts, the bank guidance reading the bank as it stands; (2) Phase A (:class:`MetaPolicyFirst`,
+    before the step's reward): join the judging of step N-1's candidates, write each question's best valid
+    reflection into the bank, run one GRPO update of the backbone on every scored candidate's reflection tokens
+    (the trajectory is fixed context) and refresh the rollout engine; (3) the step's reward and task update, from
+    the weights Phase A left; (4) ``on_step_end``: one trajectory per question drawn (seeded), ``m`` candidates
+    sampled with the rollout engine, their judging in a background thread while step N+1 rolls out. Phase A's time
+    counts as ``time/reward``. With ``grpo.old_logprobs: auto`` and one epoch the task update takes the current
+    log-probs as the old ones; ``engine`` keeps the rollout's. A checkpoint waits for pending judging, and the
+    resumed run applies that batch in its next Phase A; driven through ``step_end`` alone (no reward wrapper) a
+    batch still waiting is applied at the end of the next step. With ``defer_reflection: false`` the candidates are
+    judged, written and trained on at the end of step N. ``RubricEMState.on_train_end`` applies the last batch."""
+
     def __init__(self, judge: ReflectionJudge, bank: RubricBank, *, candidates: int = 8, temperature: float = 0.7,
                  max_tokens: int = 512, reflect_on_repeat: bool = False, defer: bool = True, seed: int = 0,
                  observation_chars: int | None = None):
