@@ -1,53 +1,14 @@
-"""Every evaluated method in one table: inference-time methods and trained policies side by side, on each data
-scope, with intervals over questions, spread over seeds, paired tests against a shared baseline, the cost per
-question per role and, for trained policies, the training compute.
+"""Every evaluated method in one table: inference-time methods and trained policies side by side, on each data scope
+(a ``run.out_dir`` with its ``eval/<method>/`` folders and a sweep's ``seed_<S>/`` ones, whatever seeds exist), with
+bootstrap intervals over questions, the spread over seeds, paired tests against a shared baseline, the cost per
+question per role, and for trained policies the training compute and the method's mechanism health (the columns:
+:func:`head_to_head`). :func:`write_head_to_head` writes head_to_head.{json,csv,md,png}; :func:`document` dates the
+markdown for docs/results/.
 
     from components.reporting.head_to_head import collect_scope, head_to_head, write_head_to_head
     scope = collect_scope("outputs", sweep_name="sweep", main_seed=1234, variants={"grpo", "arbor"})
     report = write_head_to_head(head_to_head([scope]), "outputs/head_to_head")
     print(report.markdown)
-
-**Inputs.** A scope is one ``run.out_dir``: its evaluations ``eval/<method>/`` (one seed: ``main_seed``) and a
-sweep's ``<sweep_name>/seed_<S>/eval/<method>/`` (seed S; a sweep folder of the main seed is the same run and
-is skipped), each a folder ``evaluate@<method>`` wrote (per_question.csv: ``question_id``, ``em``, ``f1``,
-``judge``; metrics.json: the ``cost.*`` accounting its trajectories carry). Training runs are found the same
-way under ``train/<variant>/`` (metrics.csv, timings.json). Whatever seeds exist are read; a new seed folder
-adds to its own method's row only (and, for a baseline, to the paired columns of its kind).
-
-**Columns** (``<m>`` is ``em``, ``f1`` and ``judge_accuracy``):
-
-- ``seeds``, ``seed_list``, ``questions``: seeds found, their labels, distinct questions scored;
-- ``<m>``, ``<m>.sd``: the mean over seeds of each seed's mean over its questions, and the sample standard
-  deviation over seeds (NaN for one seed);
-- ``<m>.ci_low``, ``<m>.ci_high``: a 95% percentile bootstrap interval over questions of the per-question
-  scores averaged over seeds (:func:`bootstrap_interval`: 9999 resamples, fixed seed); it covers the
-  sampling of questions, the ``.sd`` the variation between seeds. Unjudged questions (a failed judge) are
-  left out of ``judge_accuracy``;
-- ``baseline``, ``baseline_matched``, ``paired_questions``, ``<m>.diff`` with ``.diff_low``/``.diff_high`` and
-  ``<m>.p``: the mean per-question difference from the row's baseline over the questions both scored, its
-  bootstrap interval, and the two-sided p-value of a paired sign-flip permutation test
-  (:func:`paired_permutation_p`). The baseline is the first evaluated one of the row's ``pairs`` (for a trained
-  method: its matched baseline, GRPO trained under the method's own settings such as ``grpo_arbor``, then the
-  shared ``grpo``), else the baseline of its kind (``sft``, the warm start, for inference-time methods; ``grpo``
-  for trained policies); ``baseline_matched`` is the first choice, so a row whose ``baseline`` differs from it was
-  paired with a fallback. A row with no pairs is a baseline itself (both empty);
-- ``cost.calls``, ``cost.tokens``, ``cost.usd`` and ``cost.<role>.{calls,tokens,usd}``: model calls, prompt +
-  completion tokens and price per question, per role the method's agent called (the answer judge, which
-  measures every method alike, is not counted), mean over seeds; prices are the backends' per-1k prices;
-- ``train.seeds``, ``train.steps``, ``train.wall_s``, ``train.tokens``, ``train.judge_calls``,
-  ``train.judge_tokens`` (trained policies, and inference-time methods serving a model a stage of theirs
-  trained, such as Co-ReAct's generator): training runs found, steps, wall time, tokens trained and the
-  reward's model calls and tokens summed over the steps of metrics.csv (columns ``*calls`` and
-  ``<who>/tokens``), mean over seeds;
-- ``health.<label>`` (the same rows, for a method that declares them, :class:`HealthMetric`): the method's own
-  mechanism over the run's steps or at its end (e.g. ARBOR's rubrics admitted, RubricEM's flat groups, the
-  generator's held-out Spearman), mean over seeds.
-
-:func:`write_head_to_head` writes head_to_head.json (sizes, statistics used, rows), head_to_head.csv,
-head_to_head.md (a section per scope: accuracy, cost per role, training compute, each trained method's
-mechanism health) and head_to_head.png (per
-scope: EM with its interval per method; EM against cost per question). :func:`document` wraps the markdown
-with a dated header for docs/results/.
 """
 
 from __future__ import annotations
@@ -349,7 +310,19 @@ def head_to_head(scopes: Sequence[Scope], order: Sequence[str] = (), baselines: 
     (then by name). ``prices``: method -> role -> (USD per 1k prompt tokens, per 1k completion tokens). ``pairs``:
     method -> the baselines it is paired with, in order of preference, the first one evaluated in the scope taken
     (``components.method_registry.paired_baselines``: ``arbor`` -> ``["grpo_arbor", "grpo"]``); an empty list makes
-    the row a baseline; a method not in it is paired with its kind's baseline (``baselines``)."""
+    the row a baseline; a method not in it is paired with its kind's baseline (``baselines``).
+
+    Columns (``<m>``: ``em``, ``f1``, ``judge_accuracy``): ``seeds``, ``seed_list``, ``questions``; ``<m>`` and
+    ``<m>.sd``, the mean over seeds of each seed's mean and its sample sd over seeds (NaN for one seed);
+    ``<m>.ci_low``/``.ci_high``, a 95% percentile bootstrap over questions of the seed-averaged per-question scores
+    (:func:`bootstrap_interval`: 9999 resamples, fixed seed; unjudged questions left out of ``judge_accuracy``);
+    ``baseline``, ``baseline_matched`` (the first choice: a row whose ``baseline`` differs was paired with a
+    fallback), ``paired_questions``, ``<m>.diff`` with ``.diff_low``/``.diff_high`` and ``<m>.p`` (the mean
+    per-question difference from the baseline, its bootstrap interval, a paired sign-flip permutation p:
+    :func:`paired_permutation_p`); ``cost.calls``, ``cost.tokens``, ``cost.usd`` and ``cost.<role>.*`` per question,
+    the answer judge not counted; ``train.seeds``, ``.steps``, ``.wall_s``, ``.tokens``, ``.judge_calls``,
+    ``.judge_tokens`` (summed over metrics.csv's steps); ``health.<label>`` (:class:`HealthMetric`). Every figure
+    over seeds is their mean."""
     rows = []
     for scope in scopes:
         kinds = {m: "trained" if m in scope.variants else "inference" for m in scope.evaluations}

@@ -1,44 +1,7 @@
 """Co-ReAct's rubric reward (paper 3.2.1, appendix A): how well the ranking a rubric induces over a branching
-point's slate agrees with the council's consensus, plus atomicity and format shaping and a repetition gate.
-
-For a sampled rubric R at a branching point with slate actions a_1..a_k:
-
-- **rank** (listwise): the evaluator scores every slate action against R (weighted fraction of satisfied
-  criteria, :mod:`components.methods.coreact.rubric_eval`); ``rho`` = Spearman's rank correlation (scipy, average
-  ranks for ties on both sides) between those scores and the council's Borda scores;
-  ``r_rank = (rho + 1) / 2``: 1 for perfect agreement, 0 for the reversed order, 0.5 in expectation for a
-  random order. A rubric that gives every action the same score induces no order: its correlation is
-  undefined and is taken as 0, so it earns exactly chance, 0.5, and no more (counted as ``flat_rate``: a
-  high rate means the evaluator, not the generator, is what limits the rank term).
-  With ``evaluator_mode: slate`` one evaluator call scores the whole slate side by side
-  (:func:`~components.methods.coreact.rubric_eval.evaluate_slate`), once per balanced order of the actions (each
-  action once at every position; drawn per (seed, point)) and averaged. With ``evaluator_mode: criterion``
-  each (criterion, action) is one yes/no call (:func:`~components.methods.coreact.rubric_eval.evaluate_criteria`).
-- **rank** (pairwise, the "w/o listwise" ablation): one pair of slate actions with different Borda scores,
-  drawn per (seed, step, branching point) and shared by the whole group; ``r_rank`` is 1 when R's scores
-  order the pair as the council does, 0.5 when they tie it, 0 when they reverse it. Only the two actions are
-  evaluated.
-- **atomicity**: the share of criteria that check one thing. With ``atomicity: rule`` it is measured by a
-  rule, not a model: a criterion is atomic when it has at most :data:`ATOMIC_MAX_WORDS` words and, outside
-  brackets and quotes (where entity names such as "Tom and Jerry" live), none of the joiners " and ", " or ",
-  ";", " as well as ", " also ", " both ", " then ", " while " - the usual ways two checks get fused into one.
-  With ``atomicity: judge`` (the released code) the evaluator calls that score the actions also count the
-  rubric's atomic criteria; the term is that count over the number of criteria, averaged over the calls.
-- **format**: with ``format_reward: schema``, 1 when the reply is the rubric's JSON object alone, 0.5 when
-  it parses with other text around it, 0 when it does not parse (:attr:`ParsedRubric.format_score`); with
-  ``count_weights`` (the released code), 0.5 for 3 to 5 criteria plus 0.5 for weights, as written, that sum to
-  1 within 0.15 (:func:`format_term`).
-
-``r = w_rank r_rank + w_atom r_atom + w_fmt r_fmt`` (params ``rubric_generator.reward_weights``, paper
-0.75 / 0.15 / 0.10). The **repetition gate** sets r = 0 when the rate of repeated word n-grams
-(``1 - distinct / total`` over n-grams, n = ``repetition_ngram``) of the whole reply (``repetition_scope:
-reply``) or of the rubric's criteria (``criteria``) exceeds ``repetition_max_rate``; a gated or unparseable
-rubric is not sent to the evaluator (its reward is 0 whatever the evaluator would say). An unparseable rubric
-scores 0 on all three terms: it is the generator's own failure. A rubric with fewer than ``min_criteria``
-criteria is not evaluated either: its rank and atomicity terms are 0 and only its format term counts (the
-released code's rule for fewer than 2). An **evaluator failure** on any action the rubric needs (a failed call
-or an unparseable reply, one without the atomic count it was asked for included) leaves the rubric without a
-score: the reward is ``None``, the episode leaves its group, and it is counted.
+point's slate agrees with the council's consensus, plus atomicity and format terms and a repetition gate,
+``r = w_rank r_rank + w_atom r_atom + w_fmt r_fmt`` (``rubric_generator.reward_weights``, paper 0.75 / 0.15 / 0.10).
+:class:`RubricReward` defines each term; the choices the paper leaves open are in docs/methods/coreact.md.
 
     reward = RubricReward(evaluator_model(pool.role, params.rubric_generator), params.rubric_generator)
     trainer = GRPOTrainer(..., reward_fn=reward, prompts=[{"prompt": text, "point": bp}, ...])
@@ -190,7 +153,25 @@ def _criteria_text(parsed: ParsedRubric, raw: str) -> str:
 class RubricReward:
     """The rubric generator's reward over a GRPO step (a ``reward_fn``); each episode's ``prompt`` is a mapping
     with the ``point`` (:class:`BranchingPoint`) and its ``text`` is the sampled rubric. ``pairwise`` selects
-    the ablation's rank term. The same rubric text sampled twice for one point is evaluated once."""
+    the ablation's rank term. The same rubric text sampled twice for one point is evaluated once.
+
+    - **rank** (listwise): Spearman's rho (average ranks for ties) between the evaluator's scores of the slate
+      actions (:mod:`components.methods.coreact.rubric_eval`) and the council's Borda scores, ``r_rank = (rho +
+      1) / 2``; a rubric that scores every action alike has undefined rho, taken as 0 (chance, counted as
+      ``flat_rate``). Pairwise (the "w/o listwise" ablation): one pair with different Borda scores, drawn per
+      (seed, step, point) and shared by the group; 1 when R orders it as the council does, 0.5 tied, 0 reversed.
+    - **atomicity**: the share of criteria that check one thing; ``rule``: at most :data:`ATOMIC_MAX_WORDS` words
+      and, outside brackets and quotes, none of the joiners (" and ", " or ", ";", ...); ``judge`` (the released
+      code): the evaluator's atomic count over the number of criteria, averaged over its calls.
+    - **format**: ``schema``: 1 for the JSON object alone, 0.5 with other text around it, 0 unparseable;
+      ``count_weights`` (the released code): 0.5 for 3 to 5 criteria plus 0.5 for weights summing to 1 within
+      0.15 (:func:`format_term`).
+
+    The repetition gate sets r = 0 when the rate of repeated word n-grams of the reply (or of its criteria,
+    ``repetition_scope``) exceeds ``repetition_max_rate``; a gated or unparseable rubric is not evaluated (an
+    unparseable one scores 0 on all three terms), nor is one with fewer than ``min_criteria`` criteria (only its
+    format term counts). An evaluator failure on any action the rubric needs leaves it unscored: the reward is
+    None, the episode leaves its group, and it is counted."""
 
     def __init__(self, evaluator: ChatModel, settings: RubricGeneratorParams, *, pairwise: bool = False,
                  seed: int = 0, observation_chars: int = 400):

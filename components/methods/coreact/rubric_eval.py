@@ -1,50 +1,18 @@
-"""The rubric evaluator of Co-ReAct's reward (paper 3.2.1): one call per (rubric, slate action) says which
-criteria the action satisfies; the action's score is the weighted fraction of satisfied criteria.
-
-The evaluator sees the question, the history, one candidate action and the numbered criteria, and returns one
-boolean per criterion, in order::
-
-    {"satisfied": [true, false, true]}
-
-Parsing is strict (exactly one boolean per criterion). Every call is a judgment call
-(:mod:`components.judges.call`): a failed call or a reply that does not parse gives no score (``None``, with the
-reason in ``ActionScore.error``) and is counted in the caller's :class:`~components.judges.call.Tally`; it is
-never a 0.
-
-The **slate** mode (``rubric_generator.evaluator_mode: slate``) shows the whole slate at once: the actions are
-labelled A, B, ... and the reply holds, per criterion, one verdict for each action side by side::
-
-    {"verdicts": [[true, false, true, true], [false, false, true, false]]}
-
-An evaluator that gives every action seen alone the same verdicts (the embedded 1.5B did, so the rank term
-was chance for every rubric) must then compare the actions on each criterion. Shown side by side in one order,
-the same 1.5B answered by position (the first row began true, false, true, false in most replies), so the
-caller passes balanced orders (:func:`components.judges.orders.balanced_orders`: each action once at every
-position) and the scores are averaged over them. One failed or unparseable call leaves every action of the
-slate without a score.
+"""The rubric evaluator of Co-ReAct's reward (paper 3.2.1): which of a rubric's criteria a slate action satisfies,
+the action's score being the weighted fraction satisfied. Three modes (``rubric_generator.evaluator_mode``; why the
+embedded default is ``criterion``: docs/methods/coreact.md): ``action``, one call per (rubric, action) answered
+``{"satisfied": [true, false, true]}``; ``slate``, one call per balanced order of the whole slate labelled A, B, ...
+answered with a row of verdicts per criterion and averaged over the orders; ``criterion``, one yes/no call per
+(criterion, action), which a role scored from probabilities (``llm.scoring``) counts as P(yes). Parsing is strict,
+and a failed or unparseable call is a counted :mod:`components.judges.call` failure, never a 0 (in slate mode it
+leaves the whole slate unscored). With ``count_atomic`` (``atomicity: judge``, the released code's
+rubric_rl/rubric_judge.py) the action and slate calls also count the rubric's atomic criteria
+(``"atomic_count"``, part of the schema: a reply without a valid count is unparseable).
 
     outcomes = await evaluate_actions(evaluator, question, prefix_text, actions, rubric, max_tokens=128)
-    [o.score for o in outcomes]        # e.g. [0.75, None, 0.0, 1.0]
     outcomes = await evaluate_slate(evaluator, question, prefix_text, actions, rubric, orders=balanced_orders("s:q", 4))
-
-The **criterion** mode asks the smallest question there is: one call per (criterion, action), answered with the
-single word yes or no (free text, no schema). With a JSON reply the embedded 1.5B answered by position or
-copied one pattern for every action (``{"satisfied": [true, false]}`` for a search and a final answer alike, on
-a checklist that named the next hop); asked one yes/no at a time it at least reads the action. It costs
-criteria x actions calls, all with the same history first, which a server's prompt cache reuses. Each call
-declares the yes/no choice (:data:`YES_NO`), so a role that scores from probabilities (``llm.scoring``) counts
-each criterion as the judge's probability of yes: the action's score is then the weighted mean of those
-probabilities, while ``satisfied`` keeps the sampled answers.
-
     outcomes = await evaluate_criteria(evaluator, question, prefix_text, actions, rubric)
-
-With ``count_atomic`` (``rubric_generator.atomicity: judge``, the released code's atomicity) the action and slate
-modes ask the same call to count the rubric's atomic criteria too, and its reply carries the count beside the
-verdicts (``{"satisfied": [true, false], "atomic_count": 1}``; ZBWpro/Co-ReAct@ff5540a6 rubric_rl/rubric_judge.py:25,
-51, whose one call ranks the slate and counts). The count is part of the reply's schema: a reply without it, or
-with a count that is not an integer from 0 to the number of criteria, is unparseable like any other (the action
-unscored, never an atomicity of 0). :attr:`ActionScore.atomic_count` is that call's count (slate mode: the mean
-over its orders). The criterion mode's yes/no replies carry no count.
+    [o.score for o in outcomes]        # e.g. [0.75, None, 0.0, 1.0]
 """
 
 from __future__ import annotations
