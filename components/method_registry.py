@@ -3,8 +3,9 @@
 Each method is one package under ``components/methods/`` whose ``plugin`` module registers a
 :class:`MethodSpec`: its name, the ``params.yaml`` sections it owns, the ``train_policy`` variants and the
 agents it registers, its matched baselines (a shared baseline trained under the method's own settings:
-:class:`MatchedBaseline`), the parts of a variant its mechanism changes, and its doc page. Nothing is inferred
-from file or module names.
+:class:`MatchedBaseline`), the parts of a variant its mechanism changes, its warm start, the ``params.methods``
+entries it evaluates, its own pipeline stages, and its doc page. The pipeline's DAG and ``dvc.yaml`` derive from
+these specs (components/dag.py). Nothing is inferred from file or module names.
 
     from components.method_registry import METHODS, load_methods, variant_method
 
@@ -22,14 +23,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from components.registry import Registry
 
-__all__ = ["METHODS", "SHARED_RECIPES", "SHIPPED", "HealthMetric", "MatchedBaseline", "MethodSpec", "agent_method",
-           "load_methods", "method_section", "paired_baselines", "variant_baseline", "variant_health", "variant_method",
-           "variant_recipe"]
+__all__ = ["METHODS", "SHARED_RECIPES", "SHIPPED", "Evaluation", "HealthMetric", "MatchedBaseline", "MethodSpec", "Out",
+           "Stage", "agent_method", "load_methods", "method_section", "paired_baselines", "variant_baseline",
+           "variant_health", "variant_method", "variant_recipe"]
 
 SHIPPED = ("coreact", "arbor", "rubricem", "arco")  # the packages under components/methods/
 
@@ -66,6 +67,51 @@ class MatchedBaseline:
 
 
 @dataclass(frozen=True)
+class Out:
+    """An output of a :class:`Stage` as dvc.yaml declares it: ``persist`` (kept across runs), ``cache`` (False:
+    tracked in git or rewritten each run), a plot's ``x`` and ``y`` columns, and a ``note`` written beside it."""
+
+    path: str
+    persist: bool = False
+    cache: bool = True
+    x: str | None = None
+    y: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A pipeline stage, or a ``foreach`` group of them (``evaluate@react``), as both `dvc repro` and the Prefect
+    flow run it: ``python -m tasks.<task>`` with ``args`` (``--reward ${item}``). Its deps, params and outs may
+    use DVC's ``${key}``, ``${item}`` and ``${item.<field>}``; a dep or param written ``"path  # why"`` keeps its
+    note in dvc.yaml. The stages it waits on are not listed: they are the stages whose outs its deps read
+    (components/dag.py, as DVC derives them). ``report``: its files head_to_head reads (each training stage's
+    compute). ``note`` / ``about``: dvc.yaml's comment on its name line / the lines below it."""
+
+    name: str
+    task: str
+    args: dict[str, str] = field(default_factory=dict)
+    deps: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    outs: tuple[Out, ...] = ()
+    metrics: tuple[Out, ...] = ()
+    plots: tuple[Out, ...] = ()
+    foreach: tuple[str, ...] | dict[str, dict[str, str]] | None = None
+    report: tuple[str, ...] = ()
+    note: str = ""
+    about: str = ""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An ``evaluate@<method>`` stage: a ``params.methods`` entry one of the method's agents runs, on its warm
+    start's policy, serving the adapters of the stages in ``serves`` too (Co-ReAct's trained generator)."""
+
+    method: str
+    serves: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class MethodSpec:
     name: str
     sections: tuple[str, ...]  # params sections the method owns; the first is the one a variant's run key holds
@@ -78,6 +124,22 @@ class MethodSpec:
     # advantage_fn, method, loss_fn, agent_options, order_prompts, ...): everything else a variant and its matched
     # baseline train with is the same (tests/test_matched_baselines.py)
     mechanism: tuple[str, ...] = ()
+    # the params.methods entry its agents' own warm start is (RubricEM's sft_scaffold): stages sft_data_<x> and
+    # sft_<x> train it reading the method's package, evaluate@<it> runs it, and its variants and matched baselines
+    # train from it (train_policy.warm_start maps its agent to it); None: the shared ReAct warm start, sft
+    warm_start: str | None = None
+    evaluations: tuple[Evaluation, ...] = ()  # the evaluate@<method> stages of the params.methods entries it runs
+    stages: tuple[Stage, ...] = ()  # its own stages beyond train_policy, evaluate and its warm start
+    agent_defaults: str = "agent"  # the params section its agents' default options come from
+
+    @property
+    def package(self) -> str:
+        """Its package, the dependency of its stages only (components/methods/<name>)."""
+        return f"components/methods/{self.name}"
+
+    def trained(self) -> tuple[str, ...]:
+        """The train_policy@<variant> names it owns: its variants, then its matched baselines."""
+        return (*self.variants, *(b.variant for b in self.baselines))
 
     def register(self) -> MethodSpec:
         return METHODS.register(self.name)(self)

@@ -1,4 +1,5 @@
-"""The whole pipeline as a Prefect flow, the same DAG as `dvc.yaml` (tests/test_dag.py holds them equal):
+"""The whole pipeline as a Prefect flow, the same DAG as `dvc.yaml`, both derived from the method specs
+(components/dag.py; tests/test_dag.py holds them equal):
 prepare -> index -> evaluate@<method>, collect -> train_rubric_generator@{listwise,pairwise}, and the warm
 start sft_data -> sft -> train_policy@<variant> (RubricEM's variants: sft_data_scaffold -> sft_scaffold) ->
 evaluate@<variant> (the trained policy on the test harness), and head_to_head over every evaluation. Like
@@ -27,6 +28,7 @@ from typing import Any
 
 from prefect import flow
 
+from components import dag
 from components.params import Params
 from tasks.collect import collect
 from tasks.evaluate import evaluate
@@ -39,29 +41,16 @@ from tasks.sft_data import sft_data
 from tasks.train_policy import train_policy
 from tasks.train_rubric_generator import train_rubric_generator
 
-METHODS: dict[str, list[str]] = {
-    "react": [],
-    "sft": ["sft"],
-    "coreact": ["sft", "train_rubric_generator@listwise"],
-    "coreact_untrained": ["sft"],
-    "coreact_pairwise": ["sft", "train_rubric_generator@pairwise"],
-    "coreact_no_verify": ["sft", "train_rubric_generator@listwise"],
-    **{m: ["sft"] for m in ("self_refine", "best_of_n", "step_back", "critic")},
-    **{f"{m}_rubric": ["sft", "train_rubric_generator@listwise"] for m in ("self_refine", "best_of_n", "step_back", "critic")},
-    "sft_scaffold": ["sft_scaffold"],
-}
-"""Agents evaluated by `evaluate@<method>` (dvc.yaml's `foreach`) -> the stages whose adapters they serve (every
-method but `react` runs on a warm-started policy: `sft`'s adapter, or `sft_scaffold`'s for the scaffold)."""
+_RESOLVED = dag.resolve(dag.pipeline_stages())
 
-REWARDS = ["listwise", "pairwise"]
-"""`train_rubric_generator@<reward>`: Co-ReAct's rubric generator and its pairwise-reward ablation."""
+METHODS: list[str] = dag.evaluated_methods()
+"""The params.methods entries `evaluate@<method>` runs: react, sft, then each method spec's evaluations."""
 
-VARIANTS = ["grpo", "dapo", "arbor", "arbor_no_memory", "rar", "grpo_arbor", "dapo_arbor", "scaffold_grpo", "ss_grpo",
-            "meta_policy", "rubricem", "arco", "arco_frozen", "arco_no_decomp", "grpo_arco"]
-"""`train_policy@<variant>`: every training variant of components/methods (``VARIANTS``), each method's matched
-baselines (grpo_arbor, dapo_arbor, scaffold_grpo, grpo_arco) among them."""
+VARIANTS: list[str] = dag.training_variants()
+"""`train_policy@<variant>`: the shared variants (grpo, dapo), then each method spec's variants and matched
+baselines (grpo_arbor, dapo_arbor, scaffold_grpo, grpo_arco among them)."""
 
-SCAFFOLD_VARIANTS = {"scaffold_grpo", "ss_grpo", "meta_policy", "rubricem"}
+SCAFFOLD_VARIANTS = {v for v in VARIANTS if dag.variant_warm_start(v) == "sft_scaffold"}
 """Variants that roll out RubricEM's scaffold agent, so start from its warm start (``train_policy.warm_start``)."""
 
 DEFAULT_TARGETS = ["evaluate@react", "evaluate@sft"]
@@ -69,31 +58,12 @@ DEFAULT_TARGETS = ["evaluate@react", "evaluate@sft"]
 test harness, then their head-to-head table. ``collect`` (Co-ReAct's branching points, 18 minutes on 2 cores) is not
 in it: only train_rubric_generator reads it, so `--targets evaluate@coreact` runs it."""
 
-STAGES: dict[str, list[str]] = {
-    "prepare": [],
-    "index": ["prepare"],
-    "evaluate@react": ["prepare", "index"],
-    "collect": ["prepare", "index"],
-    "sft_data": ["prepare", "index"],
-    "sft": ["sft_data"],
-    "evaluate@sft": ["prepare", "index", "sft"],
-    "sft_data_scaffold": ["prepare", "index"],
-    "sft_scaffold": ["sft_data_scaffold"],
-    # the gold chains of prepare's questions and sft_data's worlds, for the oracle warm start
-    **{f"train_rubric_generator@{r}": ["prepare", "collect", "sft_data"] for r in REWARDS},
-    **{f"evaluate@{m}": ["prepare", "index", *needs] for m, needs in METHODS.items() if m not in ("react", "sft")},
-    **{f"train_policy@{v}": ["prepare", "index", "sft_scaffold" if v in SCAFFOLD_VARIANTS else "sft"]
-       for v in VARIANTS},
-    # a trained policy on the test harness: its adapter served over its warm start's (components/trained_policy.py)
-    **{f"evaluate@{v}": ["prepare", "index", "sft_scaffold" if v in SCAFFOLD_VARIANTS else "sft", f"train_policy@{v}"]
-       for v in VARIANTS},
-}
-"""Stage -> the stages whose outputs it reads (the edges DVC derives from dvc.yaml's deps and outs)."""
-# every evaluation, and the training runs whose compute it reports (the policies', and Co-ReAct's generators')
-STAGES["head_to_head"] = [*(s for s in STAGES if s.startswith("evaluate@")), *(f"train_policy@{v}" for v in VARIANTS),
-                          *(f"train_rubric_generator@{r}" for r in REWARDS)]
+STAGES: dict[str, list[str]] = dag.edges(_RESOLVED)
+"""Stage -> the stages whose outputs it reads, derived as DVC derives its edges from dvc.yaml's deps and outs
+(components/dag.py: the same stages dvc.yaml is written from)."""
 
-UNREPORTED = {"prepare", "index", "sft_data", "sft", "sft_data_scaffold", "sft_scaffold", "head_to_head"}
+UNREPORTED = {name for name, stage in _RESOLVED.items() if stage.task in ("prepare", "index", "sft_data", "sft",
+                                                                           "head_to_head")}
 """Stages whose metrics stay in their own MLflow runs only (the flow's result never carried them; head_to_head's
 table is in its own run, with a child run per method)."""
 
@@ -135,30 +105,14 @@ def metric_prefix(stage: str) -> str | None:
 
 
 def _runners(params: Params, parent_run_id: str | None) -> dict[str, Callable[[list[Any]], Any]]:
-    """Stage name -> a call of its task that waits for the given upstream results."""
-    runners: dict[str, Callable[[list[Any]], Any]] = {
-        "prepare": lambda wait: prepare(params, parent_run_id=parent_run_id, wait_for=wait),
-        "index": lambda wait: index(params, parent_run_id=parent_run_id, wait_for=wait),
-        "collect": lambda wait: collect(params, parent_run_id=parent_run_id, wait_for=wait),
-        "sft_data": lambda wait: sft_data(params, parent_run_id=parent_run_id, wait_for=wait),
-        "sft": lambda wait: sft(params, parent_run_id=parent_run_id, wait_for=wait),
-        "sft_data_scaffold": lambda wait: sft_data(params, parent_run_id=parent_run_id, method="sft_scaffold",
-                                                   wait_for=wait),
-        "sft_scaffold": lambda wait: sft(params, parent_run_id=parent_run_id, method="sft_scaffold", wait_for=wait),
-    }
-    for m in METHODS:
-        runners[f"evaluate@{m}"] = lambda wait, m=m: evaluate(params, method=m, parent_run_id=parent_run_id,
-                                                              wait_for=wait)
-    for r in REWARDS:
-        runners[f"train_rubric_generator@{r}"] = lambda wait, r=r: train_rubric_generator(
-            params, reward=r, parent_run_id=parent_run_id, wait_for=wait)
-    for v in VARIANTS:
-        runners[f"train_policy@{v}"] = lambda wait, v=v: train_policy(params, variant=v, parent_run_id=parent_run_id,
-                                                                      wait_for=wait)
-        runners[f"evaluate@{v}"] = lambda wait, v=v: evaluate(params, method=v, parent_run_id=parent_run_id,
-                                                              wait_for=wait)
-    runners["head_to_head"] = lambda wait: head_to_head(params, parent_run_id=parent_run_id, wait_for=wait)
-    return runners
+    """Stage name -> a call of its task (``python -m tasks.<task> --<arg> <value>``: the task with those keyword
+    arguments) that waits for the given upstream results."""
+    tasks = {"prepare": prepare, "index": index, "evaluate": evaluate, "collect": collect, "sft_data": sft_data,
+             "sft": sft, "train_rubric_generator": train_rubric_generator, "train_policy": train_policy,
+             "head_to_head": head_to_head}
+    return {name: lambda wait, stage=stage: tasks[stage.task](params, **stage.args, parent_run_id=parent_run_id,
+                                                               wait_for=wait)
+            for name, stage in _RESOLVED.items()}
 
 
 @flow(name="rubricflow-pipeline", log_prints=True)

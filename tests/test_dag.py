@@ -1,4 +1,5 @@
-"""One DAG: flows/pipeline.py and dvc.yaml run the same stages with the same dependency edges.
+"""One DAG: flows/pipeline.py and dvc.yaml run the same stages with the same dependency edges, both derived from
+the method specs (components/dag.py), and dvc.yaml is the one `python -m components.dag write-dvc` writes.
 
 DVC names a `foreach` stage's instances `evaluate@react` and derives an edge wherever a stage's dep is
 another stage's out; its own graph (what `dvc repro` walks) is compared with the flow's ``STAGES``, the
@@ -7,17 +8,19 @@ flow's target selection with the stages `dvc repro <targets>` plans, and the flo
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 from prefect import Task
 
-from components.method_registry import load_methods
-from components.variants import VARIANTS
+from components import dag
+from components.method_registry import Evaluation, MethodSpec, load_methods
 from components.params import load_params
-from flows import pipeline as pipeline_module
 from components.run_files import warm_start_folder
 from components.trained_policy import variant_agent
+from components.variants import VARIANTS
+from flows import pipeline as pipeline_module
 
 
 def dvc_dag(repo_root) -> dict[str, set[str]]:
@@ -189,3 +192,82 @@ def test_a_method_package_is_a_dependency_of_its_own_stages_only(repo_root):
                 if any(dep == path or dep.startswith(path + "/") for dep in deps[stage])}
         assert used == owners, f"{stage} depends on {sorted(used)}, expected {sorted(owners)}"
     assert not any(dep == "components/methods" for stage in deps.values() for dep in stage)
+
+
+def test_the_committed_dvc_yaml_is_the_generated_one(repo_root, tmp_path):
+    """dvc.yaml is written from the specs (`python -m components.dag write-dvc`); a hand edit, or a spec changed
+    without rewriting it, fails here and in `check-dvc`."""
+    text = dag.dvc_yaml()
+    assert (repo_root / "dvc.yaml").read_text() == text, "dvc.yaml is stale: run python -m components.dag write-dvc"
+    stale = tmp_path / "dvc.yaml"
+    stale.write_text(text.replace("      - components/world  # ARCO's oracle diagnostics\n", ""))
+    assert dag.main(["check-dvc", "--path", str(stale)]) == 1
+    assert dag.main(["write-dvc", "--path", str(stale)]) == 0 and stale.read_text() == text
+    assert dag.main(["check-dvc", "--path", str(stale)]) == 0
+
+
+def resolved_by_dvc(repo_root, text: str) -> dict:
+    """dvc.yaml's text as DVC resolves it (foreach expanded), without writing it."""
+    import yaml
+    from dvc.parsing import DataResolver
+    from dvc.repo import Repo
+
+    with Repo(str(repo_root)) as repo:
+        return DataResolver(repo, repo.root_dir, yaml.safe_load(text)).resolve()["stages"]
+
+
+def test_a_variant_declared_in_its_spec_alone_appears_in_the_flow_and_dvc_yaml(repo_root):
+    """Adding a variant is one place (its method's spec) plus its builder: the flow's DAG, dvc.yaml's train_policy
+    and evaluate items and head_to_head's deps all follow."""
+    specs = [dataclasses.replace(s, variants=(*s.variants, "arbor_tiny")) if s.name == "arbor" else s
+             for s in load_methods()]
+    stages = dag.pipeline_stages(specs)
+    graph = dag.edges(dag.resolve(stages))
+    assert graph["train_policy@arbor_tiny"] == ["prepare", "index", "sft"]
+    assert graph["evaluate@arbor_tiny"] == ["prepare", "index", "sft", "train_policy@arbor_tiny"]
+    assert "train_policy@arbor_tiny" in graph["head_to_head"] and "evaluate@arbor_tiny" in graph["head_to_head"]
+    assert "train_policy@arbor_tiny" not in pipeline_module.STAGES  # the shipped specs are untouched
+
+    dvc = resolved_by_dvc(repo_root, dag.dvc_yaml(stages))
+    trained = dvc["train_policy@arbor_tiny"]
+    assert trained["cmd"] == "python -m tasks.train_policy --variant arbor_tiny"
+    assert "components/methods/arbor" in trained["deps"] and "arbor" in trained["params"]
+    assert "outputs/train/arbor_tiny/adapter" in trained["outs"]
+    assert dvc["evaluate@arbor_tiny"]["cmd"] == "python -m tasks.evaluate --method arbor_tiny"
+    assert "outputs/train/arbor_tiny/metrics.csv" in dvc["head_to_head"]["deps"]
+    assert set(dvc) - set(resolved_by_dvc(repo_root, dag.dvc_yaml())) == {"train_policy@arbor_tiny",
+                                                                          "evaluate@arbor_tiny"}
+
+
+def test_a_method_with_a_warm_start_of_its_own_gets_its_stages(repo_root):
+    """A spec's warm start: sft_data_<x> -> sft_<x> reading its package, evaluated, and its variants train from it."""
+    tiny = MethodSpec(name="tiny", sections=("arbor",), variants=("tiny_grpo",), warm_start="sft_tiny",
+                      evaluations=(Evaluation("tiny_rubric", serves=("train_rubric_generator@listwise",)),))
+    stages = dag.pipeline_stages([*load_methods(), tiny])
+    graph = dag.edges(dag.resolve(stages))
+    assert graph["sft_data_tiny"] == ["prepare", "index"] and graph["sft_tiny"] == ["sft_data_tiny"]
+    assert graph["train_policy@tiny_grpo"] == ["prepare", "index", "sft_tiny"]
+    assert graph["evaluate@sft_tiny"] == ["prepare", "index", "sft_tiny"]
+    assert graph["evaluate@tiny_rubric"] == ["prepare", "index", "sft_tiny", "train_rubric_generator@listwise"]
+    dvc = resolved_by_dvc(repo_root, dag.dvc_yaml(stages))
+    assert dvc["sft_tiny"]["cmd"] == "python -m tasks.sft --method sft_tiny"
+    assert "components/methods/tiny" in dvc["sft_data_tiny"]["deps"]
+    assert "methods.sft_tiny" in dvc["train_policy@tiny_grpo"]["params"]
+
+
+def test_an_evaluation_of_a_stage_that_does_not_exist_is_refused():
+    bad = MethodSpec(name="bad", sections=("arbor",), evaluations=(Evaluation("bad", serves=("train_nothing",)),))
+    with pytest.raises(ValueError, match="'train_nothing', which is no stage"):
+        dag.pipeline_stages([*load_methods(), bad])
+
+
+def test_the_warm_starts_are_train_policy_s(repo_root):
+    """Each spec's warm start is the entry train_policy.warm_start gives its agent (the DAG's edges and the run's
+    warm start agree), and every variant's is its agent's."""
+    params = load_params(repo_root / "params.yaml")
+    for spec in load_methods():
+        for agent in spec.agents:
+            if agent in params.train_policy.warm_start:
+                assert params.train_policy.warm_start[agent] == spec.warm_start, spec.name
+    for variant in pipeline_module.VARIANTS:
+        assert dag.variant_warm_start(variant) == params.train_policy.warm_start[variant_agent(params, variant)]

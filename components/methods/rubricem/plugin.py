@@ -1,7 +1,8 @@
-"""Registers RubricEM with the method registry: the scaffold agent and its warm-start format (the oracle's
-turns in the scaffold's tags, B.2's rejection checks), its ``train_policy`` variants (the full method and its
-ablations), its matched baseline (5's Baseline-RL, "standard answer-only GRPO" from the same SFT checkpoint under
-the same 600-step configuration: ``scaffold_grpo``, answer-only GRPO through the scaffold) and its params section."""
+"""Registers RubricEM with the method registry: the scaffold agent, its warm start (sft_data_scaffold ->
+sft_scaffold) and its format (the oracle's turns in the scaffold's tags, B.2's rejection checks), its
+``train_policy`` variants (the full method and its ablations), its matched baseline (5's Baseline-RL, "standard
+answer-only GRPO" from the same SFT checkpoint under the same 600-step configuration: ``scaffold_grpo``,
+answer-only GRPO through the scaffold) and its params section."""
 
 import random
 
@@ -12,7 +13,7 @@ from components.methods.rubricem.scaffold_oracle import scaffold_replies
 from components.warmstart.formats import FORMATS, WarmStartFormat
 
 SPEC = MethodSpec(name="rubricem", sections=("rubricem",),
-                  variants=("ss_grpo", "meta_policy", "rubricem"), agents=("scaffold",),
+                  variants=("ss_grpo", "meta_policy", "rubricem"), agents=("scaffold",), warm_start="sft_scaffold",
                   baselines=(MatchedBaseline("scaffold_grpo", of="grpo", reads=("scaffold_max_tokens",)),),
                   mechanism=("reward_fn", "advantage_fn", "method", "agent_options", "order_prompts"),
                   doc="docs/methods/rubricem.md", health=(
