@@ -17,6 +17,7 @@ ckpt/ (resumable checkpoints).
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import pandas as pd
 from prefect import task
@@ -36,11 +37,12 @@ from components.params_cli import params_from_args, stage_argparser
 from components.run_files import SFT_METHOD, keyed_folder, warm_start_folder
 from components.schemas import Trajectory
 from components.training.agent_rollout import chat_template_renderer
+from components.training.distributed import current_ranks
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
 from components.training.trajectory_sft import warm_start_examples
-from tasks.runtime import resolve, tracking
+from tasks.runtime import NullTracker, resolve, tracking
 
 
 class SFTResult(BaseModel):
@@ -71,6 +73,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     seed_rngs(params.seed)  # python, numpy and torch: what a checkpoint saves and a resumed run restores
     if params.run.torch_threads:
         torch.set_num_threads(params.run.torch_threads)
+    ranks = current_ranks()  # under torchrun: rank 0 alone keys the folder, writes and logs; rank 0 of 1 without
     folder = warm_start_folder(params, "sft", method)
     data = warm_start_folder(params, "sft_data", method)
     trajectories = read_jsonl(data / "trajectories.jsonl", Trajectory)
@@ -86,7 +89,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
         "zero": params.train_policy.deepspeed.model_dump() if params.train_policy.deepspeed.zero_stage else None,
         "data": {name: sha256_file(data / name) for name in ("trajectories.jsonl", REFLECTIONS_FILE)
                  if (data / name).exists()},
-    }, adopt_unkeyed=True)
+    }, adopt_unkeyed=True, ranks=ranks)
     model, tokenizer = load_trainable_policy(params)
     render = chat_template_renderer(tokenizer)
     examples = warm_start_examples(params, method, trajectories, tokenizer)
@@ -98,28 +101,30 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
                           fused_lora=params.sft.fused_lora)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with tracking(params, folder.name, parent_run_id) as tracker:
+    with tracking(params, folder.name, parent_run_id) if ranks.main else nullcontext(NullTracker()) as tracker:
         tracker.log_params({"method": method, "sft": params.sft.model_dump(), "lora": lora.model_dump(), "agent": params.agent.model_dump(),
                            "deepspeed": params.train_policy.deepspeed.model_dump()})
         trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tokenizer.pad_token_id or 0,
                              seed=params.seed, checkpoint_dir=folder / "ckpt", zero=params.train_policy.deepspeed,
-                             on_metrics=lambda step, m: tracker.log_metrics(m, step=step))
+                             on_metrics=lambda step, m: tracker.log_metrics(m, step=step), ranks=ranks)
         trainer.resume()
         history = trainer.train(progress=f"sft ({method})")
-        trainer.save()
-        save_adapter(policy.model, folder / "adapter")
+        trainer.save()  # every rank: its own optimizer and RNG files
         curve = pd.DataFrame(history)[["step", "loss", "tokens", "lr"]]
-        curve.to_csv(folder / "loss.csv", index=False)
         first, last = curve["loss"].iloc[: max(1, len(curve) // 10)].mean(), curve["loss"].iloc[-max(1, len(curve) // 10):].mean()
         metrics = {"trajectories": float(len(trajectories)), "rows": float(len(examples)),
                    "reflection_rows": float(len(reflections)), "reflection_rows_too_long": float(reflections_too_long),
                    "trained_tokens": float(sum(sum(e.loss_mask) for e in examples)),
                    "optimizer_steps": float(len(history)), "loss_first_tenth": round(float(first), 6),
                    "loss_last_tenth": round(float(last), 6)}
-        write_json(folder / "metrics.json", metrics)
-        write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
-        tracker.log_metrics(metrics)
-        tracker.log_artifact(folder / "loss.csv")
+        if ranks.main:
+            save_adapter(policy.model, folder / "adapter")
+            curve.to_csv(folder / "loss.csv", index=False)
+            write_json(folder / "metrics.json", metrics)
+            write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
+            tracker.log_metrics(metrics)
+            tracker.log_artifact(folder / "loss.csv")
+        ranks.barrier()  # the other ranks end once rank 0's files are written
     return SFTResult(adapter=str(folder / "adapter"), metrics=metrics)
 
 

@@ -26,20 +26,23 @@ point, and its metrics.csv starts with the source run's steps. The recipe is
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 from prefect import task
 from pydantic import BaseModel
 
 from components.io import read_jsonl, write_json
 from components.llm.factory import LLMPool
+from components.llm.middleware import Accounting
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.policy_run import PolicyRun, accumulated_timings
 from components.retrieval.run_index import load_toolbox
 from components.run_files import keep_record, out_path, record_path
 from components.schemas import Question
+from components.training.distributed import current_ranks
 from components.variants import VARIANTS, get_variant, variant_params
-from tasks.runtime import resolve, tracking
+from tasks.runtime import NullTracker, resolve, tracking
 
 
 class TrainResult(BaseModel):
@@ -56,6 +59,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
 
     seed_rngs(params.seed)  # python, numpy and torch: what a checkpoint saves and a resumed run restores
     get_variant(variant)  # an unknown variant fails here, before any input is read
+    ranks = current_ranks()  # under torchrun: rank 0 alone writes, logs and publishes; rank 0 of 1 without
     questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.train_policy.n_questions]
     toolbox = load_toolbox(params)
     folder = out_path(params, "train", variant, "metrics.json").parent
@@ -64,21 +68,26 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     started = time.perf_counter()
     try:
         with PolicyRun(params, variant, pool.role, toolbox, folder) as run, \
-                tracking(params, f"train_policy@{variant}", parent_run_id,
-                         tags={"method": variant, "variant": variant}) as tracker:
+                (tracking(params, f"train_policy@{variant}", parent_run_id, tags={"method": variant, "variant": variant})
+                 if ranks.main else nullcontext(NullTracker())) as tracker:
             tracker.log_params({"variant": variant, "grpo": params.grpo.model_dump(), "lora": params.lora.model_dump(),
                                 "train_policy": params.train_policy.model_dump(), "agent": params.agent.model_dump()})
             dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
             last = run.train(questions, dev, on_metrics=lambda step, metrics: tracker.log_metrics(metrics, step=step))
-            if dev:
-                tracker.log_metrics({k: v for k, v in last.items() if k.startswith("dev_")})
-            write_json(folder / "metrics.json", last)
-            keep_record(params, f"train_policy@{variant}")
-            write_json(folder / "timings.json", accumulated_timings(folder / "timings.json", time.perf_counter() - started))
-            tracker.log_metrics(pool.accounting.metrics())
-            tracker.log_artifact(folder / "metrics.csv")
-            for snapshots in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in ("ckpt", "adapter")):
-                tracker.log_artifact(snapshots, artifact_path=f"method_state/{snapshots.name}")  # memories, banks
+            usage = Accounting()  # every rank's model calls: each rank judged its own episodes
+            usage.roles = ranks.sum_fields(pool.accounting.roles)
+            if ranks.main:
+                if dev:
+                    tracker.log_metrics({k: v for k, v in last.items() if k.startswith("dev_")})
+                write_json(folder / "metrics.json", last)
+                keep_record(params, f"train_policy@{variant}")
+                write_json(folder / "timings.json",
+                           accumulated_timings(folder / "timings.json", time.perf_counter() - started))
+                tracker.log_metrics(usage.metrics())
+                tracker.log_artifact(folder / "metrics.csv")
+                for snapshots in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in ("ckpt", "adapter")):
+                    tracker.log_artifact(snapshots, artifact_path=f"method_state/{snapshots.name}")  # memories, banks
+            ranks.barrier()  # the other ranks end once rank 0's files are written
     finally:
         if own_pool:
             pool.close()

@@ -22,6 +22,8 @@ Usage::
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -97,6 +99,21 @@ class Ranks:
         box = [obj]
         torch.distributed.broadcast_object_list(box, src=0)
         return box[0]
+
+    def sum_fields(self, stats: dict[str, T]) -> dict[str, T]:
+        """Dataclasses of counts by name (a pool's per-role call statistics), each field summed over the ranks; a
+        name some rank lacks counts as zeros there."""
+        if not self.parallel:
+            return stats
+        out: dict[str, Any] = {}
+        for part in self.gather(stats):
+            for name, value in part.items():
+                if name not in out:
+                    out[name] = copy.deepcopy(value)
+                else:
+                    for f in dataclasses.fields(value):
+                        setattr(out[name], f.name, getattr(out[name], f.name) + getattr(value, f.name))
+        return out
 
     def barrier(self) -> None:
         if self.parallel:

@@ -1,0 +1,76 @@
+"""The train_policy stage on 2 data-parallel ranks (issue 75): ``torchrun --nproc_per_node 2 -m tasks.train_policy``
+under ``--profile paper --overlay smoke`` (tiny random Qwen2, the generated world, no warm start) leaves one set of
+files in its folder, written once, one MLflow run holding both ranks' model calls, and a response record with each
+request once: each rank wrote the checklists of its own share of the groups, as one process writes them all.
+
+    .venv/bin/python -m pytest -q tests/tasks/test_data_parallel_stage.py     # ~1 min: prepare, index, 2 ranks
+
+The variant is ``rar`` (a checklist written per question by the rubric_evaluator role, then a rating per
+trajectory): its model calls go through the stage's pool, where ``grpo`` makes none.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.conftest import requires_embedded
+from tests.reliability.kill import DATA, PARAMS, ROOT, SMOKE, Workspace, build_inputs, environment
+
+pytestmark = requires_embedded  # the tiny model's tokenizer is read from the embedded 0.5B GGUF
+
+STEPS = 2
+FILES = ["adapter", "ckpt", "dev_after.jsonl", "dev_before.json", "dev_before.jsonl", "lineage.json", "metrics.csv",
+         "metrics.json", "run_key.json", "timings.json"]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    base = build_inputs(tmp_path_factory.mktemp("dp") / "base", ["prepare", "index"])
+    ws = Workspace.fresh(base.root.parent / "two", base.root)
+    sets = [*DATA, f"run.out_dir={ws.out_dir}", f"run.cache_dir={ws.cache_dir}",
+            f"run.mlflow_tracking_uri=sqlite:///{ws.root / 'mlflow.db'}", f"run.mlflow_artifact_root={ws.root / 'mlruns'}",
+            "train_policy.warm_start.react=null", "train_policy.n_questions=2",  # one question (group) a rank
+            *(f"{section}.{k}" for section in ("grpo", "arbor.shared.grpo")
+              for k in ("prompts_per_step=2", f"steps={STEPS}", "checkpoint_every=1"))]
+    env = {**environment(), "RUBRICFLOW_MLFLOW": "1", "OMP_NUM_THREADS": "1", "RUBRICFLOW_RANK_TIMEOUT_S": "120"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "tasks.train_policy", "--variant", "rar", "--params", str(ws.root / PARAMS), *SMOKE,
+           *(x for s in sets for x in ("--set", s))]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return ws
+
+
+def test_rank_0_alone_writes_the_stage_files(two_ranks):
+    folder = two_ranks.out_dir / "train" / "rar"
+    assert sorted(p.name for p in folder.iterdir()) == FILES
+    # timings.json adds each invocation's time to the earlier ones': a second writer would have added its own
+    assert len(json.loads((folder / "timings.json").read_text())["sessions_s"]) == 1
+    csv = pd.read_csv(folder / "metrics.csv")
+    assert csv["step"].tolist() == list(range(1, STEPS + 1)) and (csv["episodes"] == 4).all()  # both ranks' groups
+    step = folder / "ckpt" / f"step_{STEPS:06d}"
+    assert (step / "ranks" / "rank_00001" / "optimizer.pt").exists()
+    assert json.loads((step / "trainer_state.json").read_text())["world_size"] == 2
+    assert json.loads((folder / "metrics.json").read_text())["step"] == STEPS
+
+
+def test_one_mlflow_run_counts_both_ranks_calls_and_the_record_holds_each_request_once(two_ranks):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{two_ranks.root / 'mlflow.db'}")
+    runs = mlflow.search_runs(search_all_experiments=True)
+    assert runs["tags.mlflow.runName"].tolist() == ["train_policy@rar"]  # rank 0's run only
+    csv = pd.read_csv(two_ranks.out_dir / "train" / "rar" / "metrics.csv")
+    judged = float(csv["reward/checklist/calls"].sum() + csv["reward/judge/calls"].sum())  # the reward's own count
+    assert judged >= 2  # a checklist for each of the 2 questions at least
+    pool = [c for c in runs.columns if c.startswith("metrics.llm.") and c.endswith(".calls")]
+    assert sum(runs[c].iloc[0] for c in pool) == judged  # the pools' counts, summed over the ranks
+    keys = [json.loads(line)["key"] for line in
+            (two_ranks.out_dir / "responses" / "train_policy" / "rar.jsonl").read_text().splitlines()]
+    # greedy requests, each question's the same every step: one line per question, as one process records them
+    assert len(keys) == len(set(keys)) == 2
