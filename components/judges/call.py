@@ -1,34 +1,12 @@
-"""The one way every LLM judgment is made: a :class:`JudgeCall` (prompt messages, sampling, an optional
-structured-output schema, a parse function) asked of a model with :func:`ask`, which returns either a
-:class:`Verdict` (the parsed value) or a :class:`Failure` (why there is none) as a value. A failure is never a
-score: each caller drops, skips or falls back as its method says.
-
-A parse function takes the reply text and returns the verdict. When the reply is not a valid verdict it raises
-:class:`Unparsed` with a one-line reason (or returns None, for parsers with nothing to say about why).
-:func:`reasons` adapts a parser that returns its reason as a string instead, and :func:`model_parser` makes one
-from a pydantic model.
-
-A :class:`Tally` counts one caller's (or role's) calls, tokens and failures by kind; :func:`ask` adds to it.
-
-**Scores from token probabilities.** A call whose answer is one of a few labels declares a :class:`Choice`: the
-labels, the value each stands for (``{"yes": 1.0, "no": 0.0}``, ``{"A": 1.0, "B": 0.0, "TIE": 0.5}``) and where
-the label sits in the reply (the value of a named JSON field, or the reply's first word). Its verdict then carries
-``expected``, the value the judge's answer is worth. Asked of a model whose role scores from probabilities
-(``ChatModel.scoring``, set per role by ``llm.scoring``), :func:`ask` requests the top log-probabilities of the
-reply's tokens and reads them at the label's position: the probability of each label is the summed probability
-of the alternatives there that begin it (case, leading blanks and quotes ignored), renormalised over the labels
-found, and ``expected`` is the probability-weighted mean of the labels' values (``scored_from="probability"``,
-``label_probs`` the renormalised probabilities). A label of several tokens is read at its first token, so the
-labels must differ in their first token: an alternative that could begin two labels counts for neither. Without
-usable probabilities (the backend has none, the label is not found in the tokens, or the token there is not the
-parsed label) and in the default text scoring, ``expected`` is the sampled label's value
-(``scored_from="text"``). The tally counts judgments scored each way.
-
-A reply that holds many labels (a score sheet: ``{"scores": [{"score": 2}, ...]}`` or ``{"scores": [[0, 2], ...]}``)
-declares ``Choice(..., every=True)``: a label sits at every value of ``field``, or at every element when that
-value is an array (nested arrays too), and ``label`` gives the parsed verdict's labels in reply order. Its
-verdict carries ``expected_each``, one value per label, read the same way; it is scored from probabilities only
-when every label is found where the verdict says, else every value is its sampled label's.
+"""The one way every LLM judgment is made: a :class:`JudgeCall` (messages, sampling, an optional structured-output
+schema, a parse function and an optional :class:`Choice` of labels) asked of a model with :func:`ask`, which returns
+a :class:`Verdict` or a :class:`Failure` (``call_failed``, ``unparsed``) as a value and counts it in the caller's
+:class:`Tally`. A failure is never a score: each caller drops, skips or falls back as its method says. A parser
+raises :class:`Unparsed` with a one-line reason (or returns None); :func:`reasons` and :func:`model_parser` adapt
+other parsers. With a ``Choice``, a role that scores from probabilities (``llm.scoring``) gets ``expected``, the
+probability-weighted value of the labels read at the label's first token and renormalised over the labels found
+(so labels must differ in their first token), else the sampled label's value; ``Choice(every=True)`` reads a score
+sheet of many labels into ``expected_each``.
 
     call = JudgeCall(messages, parse_winner, Sampling(temperature=0.0, max_tokens=32), schema=WINNER_SCHEMA,
                      choice=Choice({"A": 1.0, "B": 0.0, "TIE": 0.5}, field="winner"))
@@ -138,8 +116,16 @@ class Choice:
     the JSON field whose value is the label (None: the label is the reply's first word), ``label`` gives the label
     of a parsed verdict (default ``str(verdict)``; labels match case-insensitively) and ``top_logprobs`` how many
     alternatives to ask for at each token when scoring from probabilities. With ``every`` the reply holds one
-    label at each value (or array element) of ``field``, and ``label`` returns a verdict's labels in reply order
-    (module doc)."""
+    label at each value (or array element, nested arrays too) of ``field``, and ``label`` returns a verdict's
+    labels in reply order.
+
+    Scored from probabilities, a label's probability is the summed probability of the alternatives at its position
+    that begin it (case, leading blanks and quotes ignored), renormalised over the labels found; ``expected`` is the
+    probability-weighted mean of their values (``scored_from="probability"``, ``label_probs``). A label of several
+    tokens is read at its first token, so an alternative that could begin two labels counts for neither. Without
+    usable probabilities (none from the backend, the label not found, or the token there not the parsed label)
+    ``expected`` is the sampled label's value (``scored_from="text"``); with ``every`` the sheet is scored from
+    probabilities only when every label is found where the verdict says."""
 
     values: Mapping[str, float]
     field: str | None = None
@@ -263,7 +249,7 @@ def _read_at(choice: Choice, tokens: Sequence[TokenLogprob], start: int) -> tupl
 class JudgeCall(Generic[T]):
     """One judgment to ask for. ``schema``, when given, is sent as ``Sampling.json_schema`` (structured output
     on backends that have it; the others ignore it); None leaves ``sampling`` as it is. ``choice``, when given,
-    says which labels the answer picks from and what each is worth (scores from probabilities, module doc)."""
+    says which labels the answer picks from and what each is worth (scores from probabilities: :class:`Choice`)."""
 
     messages: Sequence[Message]
     parse: Callable[[str], T | None]
@@ -383,7 +369,7 @@ async def ask(model: ChatModel, call: JudgeCall[T], tally: Tally | None = None) 
     ``ChatFailure`` (after the middleware's retries) or an exception from an unwrapped backend comes back as a
     ``call_failed`` :class:`Failure`, a reply that does not parse as an ``unparsed`` one. A call with a
     :class:`Choice` asks for log-probabilities when ``model.scoring`` is ``"probability"`` and its verdict
-    carries ``expected`` (module doc); the model is told how each such verdict was scored."""
+    carries ``expected`` (:class:`Choice`); the model is told how each such verdict was scored."""
     probabilities = call.choice is not None and getattr(model, "scoring", "text") == "probability"
     try:
         outcome = await model.chat(list(call.messages), call.request_sampling(probabilities))

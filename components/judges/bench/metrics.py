@@ -1,42 +1,9 @@
-"""Agreement between a judge and the oracle, from a table of verdicts.
-
-A pairwise row is one judgment of one pair in one order: ``pair`` (the pair's id), ``order`` (``"AB"``: the
-pair's first trajectory shown as A; ``"BA"``: swapped), ``preferred`` (the oracle's choice in the shown
-positions, ``"A"``, ``"B"`` or None when the oracle has none), ``winner`` (the judge's label, ``"A"``, ``"B"``,
-``"TIE"``, or None when the judgment failed) and ``expected`` (what the verdict is worth to the trajectory shown
-as A: 1 / 0 / 0.5 from the text, or the probability-weighted value).
-
-- accuracy: among judged rows where the oracle prefers one, the share whose winner is the preferred one;
-- flat rate: among those rows, the share judged ``TIE``;
-- AUC: ``expected`` as a score for "A is the preferred one" over those rows (ties count half);
-- position effect: among pairs judged in both orders, the share whose two verdicts name the same position
-  (A then A, or B then B), i.e. follow the position rather than the trajectory; a judge that always says A
-  scores 1.0, a judge that tracks the trajectories 0.0;
-- attempt effect: among those pairs, the share whose two verdicts name the same trajectory (A then B, or B
-  then A), i.e. follow the trajectory; the target is a position effect smaller than this;
-- failure rate: failed rows over all rows.
-
-A slate row (:func:`slate_summary`: Co-ReAct's council and rubric evaluator, ARBOR's RaR rating) is one
-judgment over trajectories of one question: ``slate`` (the question), ``view`` (which judgment of the slate it
-belongs to: a shown order for the council, 0 for a judge that sees one trajectory at a time), ``scores``
-(trajectory variant -> the judge's score, higher better, None when that judgment failed), ``oracle`` (variant ->
-the oracle's key, :func:`oracle_key`) and, for a judge shown several at once, ``positions`` (variant -> shown
-position). The rows of one (slate, view) together give one scored view of the slate:
-
-- accuracy: over pairs of trajectories of one view that the oracle orders, the share the judge orders the same
-  way (strictly); flat rate: the share it scores equal; AUC: concordant 1, equal 0.5, discordant 0 (a
-  pairwise AUC, chance 0.5);
-- Kendall's tau-b and Spearman's rho between the judge's scores and the oracle's keys per view (a judge that
-  scores every trajectory alike counts 0), averaged over views; the interval is over views;
-- position effect and attempt effect (views with positions, balanced orders): per slate, the spread (max - min)
-  of the judge's mean score by shown position, and by trajectory, over the slate's score range, averaged over
-  slates. With balanced orders every trajectory is shown once at every position, so the two are separate.
-
-An answer row has ``label`` (the answer is right) and ``verdict`` (True / False, a probability of correct, or
-None when the judgment failed): accuracy reads a probability as correct at 0.5 or more, AUC uses it as it is.
-
-Intervals are 95% percentile bootstrap intervals (``scipy.stats.bootstrap``, a fixed seed) over the rows the
-point estimate is taken over (for AUC, resampling rows together with their labels).
+"""Agreement between a judge and the oracle, from a table of verdicts: pairwise rows (:func:`pairwise_summary`:
+accuracy, flat rate, AUC, position and attempt effects), slate rows (:func:`slate_summary`: Co-ReAct's council and
+evaluator, ARBOR's RaR rating; pairwise accuracy and AUC within a view, Kendall's tau-b and Spearman's rho against
+the oracle's keys, position and attempt effects) and answer rows (:func:`answer_summary`), each with its failure
+rate. Intervals are 95% percentile bootstrap intervals (``scipy.stats.bootstrap``, a fixed seed) over the rows the
+point estimate is taken over (for AUC, rows resampled with their labels).
 """
 
 from __future__ import annotations
@@ -93,7 +60,15 @@ def _with_interval(name: str, values: Sequence[float], seed: int) -> dict[str, A
 
 
 def pairwise_summary(rows: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """Accuracy (with interval), flat rate, AUC, position effect and failure rate of pairwise rows."""
+    """Accuracy (with interval), flat rate, AUC, position effect and failure rate of pairwise rows.
+
+    A row is one judgment of one pair in one order: ``pair``, ``order`` (``"AB"``: the pair's first trajectory
+    shown as A; ``"BA"``), ``preferred`` (the oracle's choice in the shown positions, or None), ``winner`` (``"A"``,
+    ``"B"``, ``"TIE"``, None when the judgment failed) and ``expected`` (the verdict's worth to the trajectory shown
+    as A). Accuracy and the flat rate (``TIE``) are over judged rows where the oracle prefers one; AUC takes
+    ``expected`` as the score of "A is preferred" (ties half); the position effect is the share of pairs judged in
+    both orders whose verdicts name the same position (always-A: 1.0), the attempt effect the share naming the
+    same trajectory; the failure rate is over all rows."""
     judged = [r for r in rows if r["winner"] is not None]
     decided = [r for r in judged if r["preferred"] is not None]
     out: dict[str, Any] = {"rows": len(rows), "failure_rate": (len(rows) - len(judged)) / len(rows) if rows else None}
@@ -120,7 +95,9 @@ def pairwise_summary(rows: Sequence[dict[str, Any]], seed: int = 0) -> dict[str,
 
 
 def answer_summary(rows: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """Accuracy (with interval), AUC and failure rate of answer-judge rows."""
+    """Accuracy (with interval), AUC and failure rate of answer-judge rows. A row has ``label`` (the answer is
+    right) and ``verdict`` (True / False, a probability of correct, or None when failed): accuracy reads a
+    probability as correct at 0.5 or more, AUC uses it as it is."""
     judged = [r for r in rows if r["verdict"] is not None]
     out: dict[str, Any] = {"rows": len(rows), "failure_rate": (len(rows) - len(judged)) / len(rows) if rows else None}
     out.update(_with_interval("accuracy", [float((float(r["verdict"]) >= 0.5) == bool(r["label"])) for r in judged],
@@ -209,8 +186,15 @@ def slate_pairs(rows: Sequence[dict[str, Any]], variant: str | None = None) -> l
 
 
 def slate_summary(rows: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """Accuracy, AUC, flat rate, rank correlations, position and attempt effects and failure rate of slate rows
-    (module doc)."""
+    """Accuracy, AUC, flat rate, rank correlations, position and attempt effects and failure rate of slate rows.
+
+    A row is one judgment over one question's trajectories: ``slate``, ``view`` (a shown order for the council, 0
+    for a judge that sees one at a time), ``scores`` (variant -> score, None when failed), ``oracle`` (variant ->
+    :func:`oracle_key`) and, shown several at once, ``positions``. Accuracy, flat rate and AUC (concordant 1,
+    equal 0.5, discordant 0) are over the pairs of one view that the oracle orders; tau-b and rho are per view (a
+    judge that scores all alike counts 0), averaged, the interval over views; the position and attempt effects
+    are, per slate, the spread of the mean score by shown position and by trajectory over the slate's score
+    range, averaged over slates."""
     failed = [r for r in rows if any(s is None for s in r["scores"].values())]
     out: dict[str, Any] = {"rows": len(rows), "failure_rate": len(failed) / len(rows) if rows else None}
     pairs = slate_pairs(rows)

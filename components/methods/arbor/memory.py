@@ -1,35 +1,8 @@
-"""ARBOR's rubric memory M = (D, P) and its lifecycle (paper 3.3, Table 4): a plain state machine that the
-method feeds with judged scores; it makes no LLM call itself (the consolidation text comes in from
+"""ARBOR's rubric memory M = (D, P) and its lifecycle (paper 3.3, Table 4): admission of judged drafts into the
+candidate pool D, consolidation into the common pool P with embedding de-duplication, activation statistics,
+retirement, capacity replacement, active selection and snapshots, as :class:`RubricMemory` describes. A plain state
+machine fed with judged scores: it makes no LLM call (the consolidation text comes from
 :func:`components.methods.arbor.induction.consolidate`) and embeds only through the injected ``embed`` callable.
-
-- **Admission**: a draft induced from a group and scored on that group by pairwise judging enters the
-  candidate pool D when its within-group score variance >= ``delta_v`` and its Pearson correlation with F1
-  >= ``rho_min``. Variance is the population variance over the scored trajectories; a draft with fewer than
-  two scored trajectories is rejected. When F1 is constant over the group (the unlabelled induction case)
-  the correlation is undefined and the draft is judged on variance alone.
-- **Consolidation**: once |D| >= ``k_consol`` the caller asks the consolidator; :meth:`RubricMemory.consolidate`
-  then drops each new rubric whose embedding has cosine >= ``dedup_threshold`` with a rubric in P (or with
-  one accepted earlier in the same batch), writes the rest into P and clears D.
-- **Activation statistics** (one activation = one query-group scored under a common rubric): the uses count,
-  the consecutive low-variance count n_r (reset by any activation with variance >= ``delta_v``), the
-  cumulative within-group variance (the sum of the activations' variances, ``variance_sum``), and the
-  cumulative Pearson rho_r over every (score, F1) pair of every activation.
-- **Retirement**: n_r > ``kappa`` (kappa is the tolerance: the (kappa+1)-th consecutive low-variance
-  activation retires), or rho_r < ``rho_min`` once rho_r is defined (F1 has varied over the activations).
-- **Capacity**: with |P| = ``max_common``, a new rubric replaces the mature rubric whose *cumulative*
-  within-group variance (the sum over its activations, not their mean) is lowest, as 3.3 specifies: a rubric
-  that discriminated a little on many groups outranks one that discriminated more on a few. On a tie the
-  older rubric (earlier ``created_step``) is replaced. Maturity rule: at least ``maturity_activations``
-  activations (default 5 = kappa, so a rubric has had the chance to be retired for low variance before it can
-  be out-ranked on it). When no rubric in P is mature, the new rubric is dropped and counted.
-- **Snapshots**: ``state_dict`` keeps each rubric's cumulative variance (``variance_sum``); every snapshot this
-  module has written holds it. An entry without the key is loaded with it estimated from the rubric's
-  cumulative (score, F1) sums as ``uses`` x the pooled variance of its scores (0 when it has no uses). The
-  pooled variance adds the spread between group means to the within-group spread, so with equal group sizes
-  the estimate is never below the true sum: such a rubric is, if anything, replaced later than its real
-  history would have it.
-- **Active selection**: ``active_rubrics`` per step: the highest rho_r (undefined rho ranks last, then the
-  oldest), then the least recently used among the others (never used first; equal recency: higher rho_r).
 
     memory = RubricMemory(params.arbor, embed=my_embed)
     active = memory.choose_active()
@@ -243,7 +216,26 @@ class ConsolidationEvents:
 
 
 class RubricMemory:
-    """M = (D, P) plus the retired rubrics (kept for audit and reuse statistics)."""
+    """M = (D, P) plus the retired rubrics (kept for audit and reuse statistics).
+
+    - Admission: a draft scored on its group enters D when its within-group population variance >= ``delta_v``
+      and its Pearson correlation with F1 >= ``rho_min`` (fewer than two scored trajectories: rejected; F1
+      constant over the group: judged on variance alone).
+    - Consolidation: once |D| >= ``k_consol`` the caller asks the consolidator; :meth:`consolidate` drops each
+      new rubric whose embedding has cosine >= ``dedup_threshold`` with one in P (or accepted earlier in the
+      batch), writes the rest into P and clears D.
+    - Activation statistics (an activation: one group scored under a common rubric): uses, the consecutive
+      low-variance count n_r (reset by a variance >= ``delta_v``), the cumulative within-group variance
+      (``variance_sum``) and the cumulative Pearson rho_r over every (score, F1) pair.
+    - Retirement: n_r > ``kappa`` (the (kappa+1)-th consecutive low-variance activation), or rho_r < ``rho_min``
+      once defined.
+    - Capacity: with |P| = ``max_common`` a new rubric replaces the mature rubric (at least
+      ``maturity_activations`` activations, default kappa) with the lowest cumulative variance, the older on a
+      tie, as 3.3 specifies; with none mature the new rubric is dropped and counted.
+    - Snapshots keep ``variance_sum``; an entry without it is loaded with ``uses`` x the pooled variance of its
+      scores, never below the true sum with equal group sizes (so replaced later, if anything).
+    - Active selection (``active_rubrics`` a step): the highest rho_r (undefined last, then the oldest), then the
+      least recently used (never used first; equal recency: higher rho_r)."""
 
     def __init__(self, settings: ArborParams, embed: Embed | None = None):
         self.settings = settings

@@ -79,7 +79,7 @@ def atomicity(rubric: Rubric) -> float:
 
 
 def format_term(parsed: ParsedRubric, rule: str) -> float:
-    """The format term of a parsed reply under ``rubric_generator.format_reward`` (see the module doc); 0 when
+    """The format term of a parsed reply under ``rubric_generator.format_reward`` (see :class:`RubricReward`); 0 when
     it did not parse."""
     if not parsed.ok:
         return 0.0
