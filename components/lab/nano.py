@@ -36,9 +36,10 @@ def _wrap(raw):
     return tok
 
 
-# GPT-2's pre-tokenizer pattern, with a run of capitalised words (" Corus Ulawyn", " The Glass Harbor") kept as one
-# piece: BPE then learns a name the world repeats as one token, which the nano policy copies with one attention step
-PRE_TOKENS = r" ?[A-Z][a-z]+(?: [A-Z][a-z]+)+| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# GPT-2's pre-tokenizer pattern, with a run of capitalised words (" Corus Ulawyn", " The Glass Harbor") and a
+# document id ("wd-00273") each kept as one piece: BPE then learns a name or id the world repeats as one token, which
+# the nano policy copies with one attention step
+PRE_TOKENS = r" ?[A-Z][a-z]+(?: [A-Z][a-z]+)+| ?wd-\d+| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 
 def fit_tokenizer(texts: Iterable[str], vocab_size: int):
@@ -83,6 +84,11 @@ def nano_qwen2(config: NanoParams, tokenizer, *, seed: int = 0) -> torch.nn.Modu
                        intermediate_size=config.intermediate_size, max_positions=config.max_positions,
                        initializer_range=config.initializer_range, seed=seed,
                        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if config.embedding_std is not None:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            weight = model.get_input_embeddings().weight
+            weight.copy_(torch.randn(weight.shape, generator=generator) * config.embedding_std)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model

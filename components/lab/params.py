@@ -27,6 +27,10 @@ class NanoParams(Section):
     intermediate_size: int = Field(default=384, ge=16, description="MLP width.")
     max_positions: int = Field(default=2048, ge=64, description="Longest row (prompt and episode) in tokens.")
     initializer_range: float = Field(default=0.02, gt=0, description="Std of the random init (transformers' default).")
+    embedding_std: float | None = Field(default=None, gt=0, description="Std of the token embeddings' init (tied, so "
+                                        "the LM head's too); None: initializer_range. The final RMSNorm caps a logit at "
+                                        "about sqrt(hidden_size) x the token's embedding norm, so at width 128 and std "
+                                        "0.02 a perfectly copied name gets at most a few percent of the mass.")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> NanoParams:

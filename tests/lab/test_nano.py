@@ -4,6 +4,8 @@ trainer with the same weights for the same seed, and GRPO steps through the proj
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -91,3 +93,22 @@ def test_saved_and_loaded_policy_evaluates_and_grpo_updates_it(params, corpus, t
     assert [p["step"] for p in curve] == [0.0, 1.0]
     assert {"dev_em", "reward", "time/rollout", "time/update"} <= set(curve[-1])
     assert any(not torch.equal(a, b) for a, b in zip(before, loaded.model.parameters()))
+
+
+def test_embedding_std_sets_the_tied_embeddings_scale_and_is_seeded(params, corpus):
+    tok = fit_tokenizer(["".join(t for t, _ in row) for row in corpus.rows], 400)
+    wide = params.lab.nano.model_copy(update={"embedding_std": 0.5})
+    a, b = nano_qwen2(wide, tok, seed=3), nano_qwen2(wide, tok, seed=3)
+    default = nano_qwen2(params.lab.nano, tok, seed=3)
+    emb = a.get_input_embeddings().weight
+    assert torch.equal(emb, b.get_input_embeddings().weight)
+    assert abs(emb.std().item() - 0.5) < 0.05 and default.get_input_embeddings().weight.std().item() < 0.05
+    assert a.get_output_embeddings().weight.data_ptr() == emb.data_ptr()  # tied: the LM head has the same scale
+
+
+def test_a_name_and_a_document_id_are_one_token_each(corpus):
+    tok = fit_tokenizer(["".join(t for t, _ in row) for row in corpus.rows] + corpus.documents, 4096)
+    text = "".join(t for t, _ in corpus.rows[0])
+    ids = re.findall(r"wd-\d+", text)
+    assert ids and all(len(tok.encode(i, add_special_tokens=False)) == 1 for i in ids)
+    assert len(tok.encode(" Corus Ulawyn", add_special_tokens=False)) <= 3  # unseen: a few pieces, still encodes
