@@ -12,7 +12,6 @@ Spearman rho; a 0/1/2 score whose truth is the scale's midpoint, which a flip le
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,8 +97,10 @@ def _groups(groups) -> list[list[str]]:
 def _rho(value, truth) -> float:
     labels = sorted(x for g in truth for x in g)
     place = lambda groups: [next(p for p, g in enumerate(groups) if x in g) for x in labels]
-    rho = spearmanr(place(value), place(truth)).statistic
-    return 0.0 if math.isnan(rho) else float(rho)
+    mine, oracle = place(value), place(truth)
+    if len(set(mine)) < 2 or len(set(oracle)) < 2:
+        return 0.0  # one tie group says nothing about the order
+    return float(spearmanr(mine, oracle).statistic)
 
 
 def _blocks(q, traj, full: bool) -> dict[str, str | None]:

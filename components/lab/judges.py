@@ -15,15 +15,32 @@ criterion that mentions none of them asks for the whole chain (every hop's fact 
 - ``arbor_verdict`` and ``arbor_single`` (its verdicts and single forms): whether the attempt asked about meets
   the criterion, as ``yes`` / ``no``;
 - ``coreact_checklist`` (Co-ReAct's verifier, checklist mode): every criterion satisfied when the proposed action
-  is the gold chain's next one (the paragraph of the first hop whose fact the history does not show yet, or the last
-  search refined; a browse of a gold paragraph; the right answer);
+  is the gold chain's next one (the paragraph of the first hop not done yet, a hop done when the history writes its
+  title and its fact, or the last search refined; a browse of a gold paragraph; the right answer);
+- ``coreact_council`` (the council's listwise ranking): the slate ordered by :func:`action_value` (a right answer,
+  then the further hop not done yet, a repeat, a stray search, a wrong answer; equal values tied), as the JSON
+  ranking; a flip reverses it, position bias ranks in the order shown;
+- ``coreact_evaluator``, ``coreact_slate``, ``coreact_criterion`` (the rubric evaluator's action, slate and
+  criterion modes; the criterion mode is also the verifier's): each (criterion, action) by :func:`action_meets` (a
+  criterion naming gold names is met by an action about one of them, one naming none asks for the next step), one
+  verdict each, with the atomic count (the criteria naming a gold name) when the prompt asks for it;
 - ``arbor_induction``: from each contrast, a rubric naming the first gold fact the better attempt found and the
   worse did not ("finds Torvel Ashmere": checkable by the oracle); a flip writes it from the worse side;
-- ``arbor_consolidation``: the drafts merge into one general standard, "follows the chain" (every fact found).
+- ``arbor_consolidation``: the drafts merge into one general standard, "follows the chain" (every fact found);
+- ``arbor_rar_checklist`` and ``arbor_rar_rating`` (ARBOR's RaR baseline): a checklist of each hop's paragraph
+  and fact (a flip: the first hop's only), and 1 + 9 x the share of the items the attempt meets (mirrored on flip);
+- ``rubricem_generation``: per stage, the oracle's rubrics (the plan names the question's paragraphs, the research
+  finds each fact, the review and the answer rest on the last fact) that separate the group's attempts, as positive
+  rubrics (a flip writes them as negative ones);
+- ``rubricem_stage_scores`` and ``rubricem_group_scores`` (its trajectory and group scoring): each rubric's 0/1/2,
+  2 met in its own stage's block, 1 only elsewhere, 0 nowhere (mirrored on flip), one verdict per (rubric, attempt);
+- ``rubricem_reflection`` (the reflection judge): each candidate 0.9 on every dimension when it names every fact of
+  the chain, 0.6 some, 0.1 none;
+- ``arco_teacher`` (ARCO's warm-up teacher, which writes criteria, not scores): per step, K criteria of the good
+  step after the steps before it (look up the first hop not done yet, or answer once all are); a flip writes a
+  poor step's (a repeated lookup, or an answer before any).
 
-Not simulated yet (they fail as ``call_failed``, never a score): Co-ReAct's council ranking (slates), rubric
-evaluator and criterion-mode verifier, ARBOR's RaR checklist and rating, RubricEM's stage scores and reflection
-judge, ARCO's teacher step scores.
+A reply of several verdicts gives each its own coin (:mod:`components.llm.backends.simulated`).
 
     from components.llm.backends.simulated import SimulatedJudge, Oracle, Dial
     judge = SimulatedJudge(Oracle(questions), Dial(flip_rate=0.2))
@@ -298,8 +315,8 @@ def _words_in(name: str, text: str) -> bool:
 
 def action_value(q: Question, history: str, action: str) -> float:
     """How far along the gold chain a proposed next action gets: a right answer n + 1 (n hops); a search or browse
-    of hop k's paragraph whose fact the history does not show yet k + 1; one whose fact it shows already (a repeat)
-    0.5; a search for no gold paragraph 0; a wrong answer or an unreadable action -1."""
+    of hop k's paragraph, the hop not done yet (:func:`hops_done`), k + 1; of one done already (a repeat) 0.5; a
+    search for no gold paragraph 0; a wrong answer or an unreadable action -1."""
     m = _ACTION.match(action.strip())
     if not m:
         return -1.0
@@ -572,8 +589,8 @@ _TEACHER_STEP = re.compile(r"^Step \d+(?: \(the agent was told to answer now\))?
 
 
 def teacher_criteria(q: Question, history: str, k: int, good: bool = True) -> list[str]:
-    """``k`` criteria a good step after ``history`` meets: the paragraph of the first hop whose fact the history
-    does not show yet looked up, or, every fact found, the answer given. ``good`` False: the criteria of a poor
+    """``k`` criteria a good step after ``history`` meets: the paragraph of the first hop not done yet
+    (:func:`hops_done`) looked up, or, every hop done, the answer given. ``good`` False: the criteria of a poor
     step (a repeated lookup of a paragraph already read, or an answer before anything was looked up)."""
     titles, done = hop_titles(q), hops_done(q, history)
     missing = next(((t, h) for t, h, d in zip(titles, q.gold_chain, done) if not d), None)
