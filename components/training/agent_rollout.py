@@ -1,35 +1,11 @@
-"""Multi-turn tool rollouts for GRPO: the walking skeleton's ReAct loop, sampled from the policy in training.
-
-The agent loop is not re-implemented here. :class:`EpisodePolicy` is a :class:`ChatModel` that the
-unchanged :class:`~components.agents.react.ReActAgent` (or any agent built on it) calls for each turn;
-it renders the messages with the chat template, samples through a :class:`RolloutEngine` (HF on CPU,
-vLLM on GPU) and records the exact token ids and log-probs of every turn. So a training rollout takes
-the same prompts, parser, budgets and tools as an evaluation episode.
-
-Token layout of one episode:
-
-- **chat history** (``agent.history_format: chat``): a turn's messages extend the previous turn's
-  messages by the assistant reply and the observation, so its context is built as *previous context +
-  previous sampled ids, verbatim + the template's closing and observation tokens*, never by re-tokenizing
-  the reply text. The episode is one row: ``[prompt | turn 1 | observation 1 | turn 2 | ...]``, trainable
-  on sampled tokens only.
-- **scratchpad history** (each turn is one fresh prompt): a row per turn, ``[prompt with history | turn]``.
-  The rows belong to one :class:`~components.training.episodes.Episode`, so a reward sees the episode
-  once and the trainer gives every row its episode's advantage.
-
-Either way observations are context only (``loss_mask`` 0), and the sampled log-probs are those of the
-very context the trainer scores, which ``tests/training/test_agent_rollout.py`` checks token by token.
-
-The agent tags each policy call with a :class:`~components.llm.base.PolicyCall`: a call marked not
-trainable (a rejected draft, a verifier or forced-answer call on the shared backbone) stays in its row as
-context without loss; ``segment`` / ``spans`` give its tokens stage or step ids (by character offset in
-the reply, so one reply may close one stage and open the next); untagged replies get their turn index.
-
-Concurrent episodes share one :class:`TurnBatcher`: it samples as soon as every live episode is waiting
-for a turn (in episode order, so sampling is reproducible under a fixed seed), so episodes that await
-other models (judges, verifiers) between turns still batch.
-
-Usage::
+"""Multi-turn tool rollouts for GRPO: the evaluation agent, unchanged, sampled from the policy in training.
+:class:`EpisodePolicy` is the :class:`ChatModel` the agent calls each turn: it renders the messages with the chat
+template, samples through a :class:`RolloutEngine` and records the exact token ids and log-probs, so a training
+rollout takes the same prompts, parser, budgets and tools as an evaluation episode; concurrent episodes batch their
+turns through one :class:`TurnBatcher`. An episode is one row under ``agent.history_format: chat`` (each turn's
+context the previous context plus the sampled ids verbatim, never re-tokenized) or a row per turn under
+``scratchpad``; observations are context only (``loss_mask`` 0), and a :class:`~components.llm.base.PolicyCall`
+tag makes a call non-trainable or gives its tokens stage or step segment ids.
 
     rollout_fn = make_agent_rollout(lambda policy: ReActAgent(policy, toolbox, params.agent), tokenizer)
     trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tokenizer), reward_fn, questions, config,

@@ -1,32 +1,12 @@
-"""ARBOR's pairwise process judge (paper 3.4): which of two trajectories better meets one rubric, as
-win / tie / loss, over the edges of the sparse graph of :mod:`components.methods.arbor.pairwise_graph`.
-
-Each call shows the pair in an order drawn from a seeded generator keyed on (seed, step, group, rubric,
-edge), so the judge's position bias averages out and a rerun asks the same questions. All edges of a group
-run concurrently (the middleware bounds the concurrency). Each is a judgment call
-(:mod:`components.judges.call`): one that fails after the middleware's retries, or whose reply does not parse,
-removes its edge and is counted by kind in the group's tally; the trajectory scores come from the judged edges
-only (:func:`components.methods.arbor.pairwise_graph.edge_scores`). The winner is a declared choice
-(:data:`WINNER`): with ``llm.scoring`` set to ``probability`` for the judge's role, an edge's outcome is the
-expectation over A / B / TIE (1, 0, 0.5) read from the label token's probabilities instead of the sampled
-label's value, so a hesitant A counts less than a sure one.
-
-**Two forms of one edge.** ``form="winner"`` (the paper's): one call, the judge names the winner or TIE. The
-embedded 1.5B answered TIE to every one of 124 bench pairs in both scorings (docs/results/judges_bench.md): even
-for pairs whose attempts differ in a missing hop or a wrong answer, its label probabilities were near-equal for
-A and B with TIE above half. ``form="verdicts"``: the same prompt (both attempts in view, the same criterion),
-then one yes/no question per attempt, "does attempt A meet the criterion?" and the same for B (:data:`MEETS`, two
-calls that share the prompt up to the last line, so a server's prompt cache serves the second); the edge is won
-by the attempt that meets it when the other does not, and tied when both or neither do (win / tie / loss, as the
-paper's). Scored from probabilities, its outcome is ``(1 + P(A meets) - P(B meets)) / 2``. A failed or unreadable
-verdict removes the edge, as in the winner form. On the bench's first pairs the 1.5B answered this form by
-position (yes for A, no for B, in both orders). ``form="single"``: the same yes/no, but each call shows one
-attempt alone (:func:`single_messages`), asked once per attempt and read by every edge that holds it (K calls
-for a group instead of the graph's edges); with no second attempt in view there is no position to follow, and
-the edge is still won, tied or lost as above.
-
-``reference`` (:func:`reference_facts`: the gold answer and the facts of the question's chain) may be shown to
-the judge in either form: ARBOR's process judge scores training rollouts only, never a test-time answer.
+"""ARBOR's pairwise process judge (paper 3.4): which of two trajectories better meets one rubric, as win / tie /
+loss, over the edges of the sparse graph of :mod:`components.methods.arbor.pairwise_graph`. Each edge shows the pair
+in an order drawn from a seeded generator keyed on (seed, step, group, rubric, edge), so position bias averages out
+and a rerun asks the same questions; all edges of a group run concurrently. Each is a judgment call
+(:mod:`components.judges.call`): one that fails or does not parse removes its edge and is counted, and the
+trajectory scores come from the judged edges only. With ``llm.scoring: probability`` an edge's outcome is the
+expectation over A / B / TIE read from the label's probabilities. Three forms of an edge (:func:`score_group`;
+why the embedded default is not the paper's: docs/methods/arbor.md), each optionally shown
+:func:`reference_facts` (training rollouts only, never a test-time answer).
 
     result = await score_group(judge, question, texts, edges, rubric, key="1234:3:0:c7")
     result.scores         # per trajectory: mean over judged edges, or None
@@ -212,7 +192,7 @@ async def ask_single(judge: ChatModel, question: str, text: str, rubric: RubricT
 async def ask_edge(judge: ChatModel, question: str, text_a: str, text_b: str, rubric: RubricText,
                    sampling: Sampling, tally: Tally, form: str = "winner",
                    reference: str | None = None, memo: dict | None = None) -> EdgeVerdict:
-    """One edge in the shown order, in ``form`` (module doc); calls are counted in ``tally``; ``memo`` keeps
+    """One edge in the shown order, in ``form`` (:func:`score_group`); calls are counted in ``tally``; ``memo`` keeps
     the single form's per-attempt judgments across edges."""
     if form == "winner":
         call = JudgeCall(judge_messages(question, text_a, text_b, rubric, reference), parse_winner, sampling,
@@ -257,9 +237,13 @@ async def _judge_edge(judge: ChatModel, question: str, texts: Sequence[str], edg
 async def score_group(judge: ChatModel, question: str, texts: Sequence[str], edges: Sequence[Edge],
                       rubric: RubricText, key: str, max_tokens: int = 32, form: str = "winner",
                       reference: str | None = None) -> GroupScores:
-    """Judge every edge concurrently, in ``form`` (``winner``: the paper's; ``verdicts``: one yes/no per
-    attempt with both in view; ``single``: one yes/no per attempt seen alone, asked once per attempt), with
-    ``reference`` shown when given; A/B order per edge from ``random.Random(f"{key}:{i}:{j}")``."""
+    """Judge every edge concurrently, in ``form``, with ``reference`` shown when given; A/B order per edge from
+    ``random.Random(f"{key}:{i}:{j}")``. ``winner`` (the paper's): one call naming the winner or TIE. ``verdicts``:
+    the same prompt, then one yes/no per attempt ("does attempt A meet the criterion?", :data:`MEETS`; two calls
+    sharing the prompt up to the last line), the edge won by the attempt that meets it when the other does not,
+    tied otherwise; from probabilities its outcome is ``(1 + P(A meets) - P(B meets)) / 2``. ``single``: the same
+    yes/no with each attempt shown alone (:func:`single_messages`), asked once per attempt and read by every edge
+    that holds it (K calls a group), so there is no position to follow."""
     if form not in FORMS:
         raise ValueError(f"unknown pairwise judge form {form!r}; known: {', '.join(FORMS)}")
     sampling = Sampling(temperature=0.0, max_tokens=max_tokens)

@@ -1,31 +1,8 @@
-"""Slate selection for a branching point (Co-ReAct 3.1): drop exact duplicates, then pick ``k``
-diverse candidate actions by Maximal Marginal Relevance (MMR) with BM25 similarity.
-
-Duplicates. Two actions are the same when their normalised strings are equal: lowercased, runs of
-whitespace collapsed to one space, and punctuation (``string.punctuation``) and whitespace stripped
-from both ends (so ``"Search[Foo] "`` and ``"search[foo]."`` are one action; inner punctuation is
-kept). The first occurrence in pool order represents the group.
-
-Tokens. ``components.retrieval.text.tokenize`` (lowercase alphanumeric runs), so
-``search[Nightfall Harbor]`` becomes ``search nightfall harbor``.
-
-BM25 inside the pool. The distinct actions form a tiny corpus (4-12 items). Scores use the Okapi term
-weight with k1=1.5, b=0.75 and the non-negative idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``. (The
-classic Okapi idf that rank-bm25 uses is zero for a term in exactly half of the pool and negative
-above that, which on a 4-item pool would erase most of the overlap MMR is meant to see.)
-
-Relevance. ``rel(c)`` = BM25 score of action ``c`` (as a document) for the branching-point context
-(question plus last observation, see ``slate_context``) as the query, divided by the pool's largest
-such score, so the most relevant action has 1 and an action sharing no context term has 0 (all 0
-when nothing overlaps).
-
-Similarity. ``d(a, b) = min(1, bm25(query=a, doc=b) / bm25(query=a, doc=a))`` (0 when ``a`` has no
-tokens) measures how much of ``a``'s self-match ``b`` reaches; ``sim(a, b) = (d(a, b) + d(b, a)) / 2``
-is symmetric, in [0, 1], 1 for identical token lists and 0 for actions sharing no token.
-
-MMR. Repeatedly add the remaining action maximising
-``lambda * rel(c) - (1 - lambda) * max_{s in selected} sim(c, s)`` (the max is 0 for the first pick);
-ties go to the earliest action in pool order.
+"""Slate selection for a branching point (Co-ReAct 3.1): drop exact duplicates (:func:`normalise_action`), then pick
+``k`` diverse candidate actions by Maximal Marginal Relevance (:func:`mmr`) over BM25 relevance to the point's
+context (:func:`relevance`) and BM25 similarity between actions (:func:`similarity_matrix`), all over the pool's
+own tiny corpus (:class:`PoolBM25`). Tokens are ``components.retrieval.text.tokenize``'s (lowercase alphanumeric
+runs: ``search[Nightfall Harbor]`` is ``search nightfall harbor``).
 
     sel = select_slate([c.action for c in pool], k=4, lam=0.5, context=slate_context(question, last_obs))
     if not sel.enough:      # fewer than k distinct actions: Co-ReAct drops the branching point
@@ -48,7 +25,8 @@ _EDGE = string.punctuation + string.whitespace
 
 
 def normalise_action(action: str) -> str:
-    """Duplicate key: lowercase, whitespace collapsed, punctuation and whitespace stripped at both ends."""
+    """Duplicate key: lowercase, whitespace collapsed, punctuation (``string.punctuation``) and whitespace stripped
+    at both ends, inner punctuation kept (``"Search[Foo] "`` and ``"search[foo]."`` are one action)."""
     return " ".join(action.lower().split()).strip(_EDGE)
 
 
@@ -70,7 +48,9 @@ def slate_context(question: str, last_observation: str = "") -> str:
 
 
 class PoolBM25:
-    """BM25 with a non-negative idf over a small list of tokenized strings."""
+    """BM25 with a non-negative idf over a small list of tokenized strings: the Okapi term weight with k1=1.5,
+    b=0.75 and idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``. The classic Okapi idf (rank-bm25's) is zero for a term
+    in half the pool and negative above, which on a 4-item pool would erase most of the overlap MMR is meant to see."""
 
     def __init__(self, docs: Sequence[list[str]], k1: float = 1.5, b: float = 0.75):
         self.k1, self.b = k1, b
@@ -100,7 +80,9 @@ def relevance(bm25: PoolBM25, tokens: Sequence[list[str]], context: str) -> list
 
 
 def similarity_matrix(bm25: PoolBM25, tokens: Sequence[list[str]]) -> list[list[float]]:
-    """Symmetric ``sim`` in [0, 1] between every pair of actions (see the module docstring)."""
+    """Symmetric ``sim`` in [0, 1] between every pair of actions: ``d(a, b) = min(1, bm25(query=a, doc=b) /
+    bm25(query=a, doc=a))`` (0 when ``a`` has no tokens), how much of ``a``'s self-match ``b`` reaches, and
+    ``sim(a, b) = (d(a, b) + d(b, a)) / 2``: 1 for identical token lists, 0 for actions sharing no token."""
     n = len(tokens)
     raw = [[bm25.score(tokens[a], b) for b in range(n)] for a in range(n)]
     directed = [[min(1.0, raw[a][b] / raw[a][a]) if raw[a][a] > 0 else 0.0 for b in range(n)]
@@ -111,7 +93,9 @@ def similarity_matrix(bm25: PoolBM25, tokens: Sequence[list[str]]) -> list[list[
 def mmr(
     rel: Sequence[float], sim: Sequence[Sequence[float]], k: int, lam: float
 ) -> tuple[list[int], list[float]]:
-    """MMR order of up to ``k`` items (positions into ``rel``) and the MMR score each had when picked."""
+    """MMR order of up to ``k`` items (positions into ``rel``) and the MMR score each had when picked: repeatedly
+    the remaining item maximising ``lambda * rel(c) - (1 - lambda) * max_{s in selected} sim(c, s)`` (0 for the
+    first pick), ties to the earliest in pool order."""
     selected: list[int] = []
     picked_scores: list[float] = []
     remaining = list(range(len(rel)))
