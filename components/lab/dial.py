@@ -40,6 +40,7 @@ from components.methods.arbor.pairwise_judge import (
 )
 from components.methods.arco import criteria as arco
 from components.methods.coreact import council, rubric_eval
+from components.methods.coreact.baselines import BestOfNAgent, parse_json_reply
 from components.methods.coreact.verifier import parse_verdicts, verifier_messages
 from components.methods.rubricem import reflection
 from components.methods.rubricem import stagewise_judge as stagewise
@@ -197,6 +198,12 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
         share = sum(lab.criterion_met(dq, it, text) for it in items) / len(items)
         out["arbor_rar_rating"].append((JudgeCall(rar.rating_messages(dq.question, text, items), rar.parse_rating,
                                                   GREEDY), 1 + round(9 * share)))
+        wrong = next(o.answers[0] for o in qs[i % len(qs):] + qs if not exact_match(o.answers[0], dq.answers))
+        rated = (traj if i % 4 < 2 else _half(traj)).model_copy(update={
+            "question": dq.question + nl.replace("\n", " "), "final_answer": dq.answers[0] if i % 2 == 0 else wrong})
+        shown_facts = lab.found_facts(dq, render_prefix([s for s in rated.steps if s.final_answer is None], 400))
+        out["coreact_best_of_n"].append((JudgeCall(BEST_OF_N.scorer_messages(rated), _score_reply, GREEDY),
+                                         1 + round(9 * shown_facts / len(dq.gold_chain)) if i % 2 == 0 else 1))
         plan = InductionPlan(kind="pairs", reason="contrast", pairs=[(0, 1)])
         out["arbor_induction"].append((induction.writing_call(induction.induction_messages(
             dq.question, None, [full, cut], [1.0, 0.0], plan, [], 2), 2, 768), (dq, full, cut)))
@@ -242,6 +249,7 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
         "arbor_rar_checklist": Known(out["arbor_rar_checklist"], lambda v, q: [_names_chain(v, q)],
                                      "the checklist names every fact of the chain"),
         "arbor_rar_rating": Known(out["arbor_rar_rating"], _same, "the oracle's 1-10 rating exactly"),
+        "coreact_best_of_n": Known(out["coreact_best_of_n"], _same, "the oracle's 1-10 score exactly"),
         "arbor_induction": Known(out["arbor_induction"], lambda v, t: [_separates(v, *t)],
                                  "the rubric is met by the better attempt and not the worse"),
         "arbor_consolidation": Known(out["arbor_consolidation"], lambda v, t: [
@@ -263,9 +271,17 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
 
 
 KINDS_MEASURED = ("answer_correct", "arbor_single", "arbor_winner", "arbor_verdict", "coreact_checklist",
-                  "coreact_evaluator", "coreact_criterion", "coreact_slate", "coreact_council", "arbor_rar_checklist",
+                  "coreact_evaluator", "coreact_criterion", "coreact_slate", "coreact_council", "coreact_best_of_n",
+                  "arbor_rar_checklist",
                   "arbor_rar_rating", "arbor_induction", "arbor_consolidation", "rubricem_generation",
                   "rubricem_stage_scores", "rubricem_group_scores", "rubricem_reflection", "arco_teacher")
+
+
+BEST_OF_N = BestOfNAgent(None, None, scorer=None)  # its scorer prompt only
+
+
+def _score_reply(text: str) -> int | None:
+    return parse_json_reply(text, "score", int)
 
 
 def _teacher_parser(steps: int, k: int):

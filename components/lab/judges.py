@@ -20,6 +20,8 @@ criterion that mentions none of them asks for the whole chain (every hop's fact 
 - ``coreact_council`` (the council's listwise ranking): the slate ordered by :func:`action_value` (a right answer,
   then the further hop not done yet, a repeat, a stray search, a wrong answer; equal values tied), as the JSON
   ranking; a flip reverses it, position bias ranks in the order shown;
+- ``coreact_best_of_n`` (the best-of-N baseline's scorer): 1 + 9 x the share of the chain's facts the steps
+  show when the final answer is right, else 1;
 - ``coreact_evaluator``, ``coreact_slate``, ``coreact_criterion`` (the rubric evaluator's action, slate and
   criterion modes; the criterion mode is also the verifier's): each (criterion, action) by :func:`action_meets` (a
   criterion naming gold names is met by an action about one of them, one naming none asks for the next step), one
@@ -59,7 +61,7 @@ from components.llm.base import Message
 from components.methods.arbor import induction, rar
 from components.methods.arbor import pairwise_judge as arbor
 from components.methods.arco import criteria as arco_criteria
-from components.methods.coreact import council, rubric_eval
+from components.methods.coreact import baselines, council, rubric_eval
 from components.methods.coreact import verifier as coreact_verifier
 from components.methods.rubricem import reflection
 from components.methods.rubricem import stagewise_judge as stagewise
@@ -420,6 +422,20 @@ def _read_requirement(messages: list[Message], oracle: Oracle) -> Judgment:
     return Judgment(action_meets(q, history, action, criterion), lambda v: "yes" if v else "no", attempts=[action])
 
 
+def _read_best_of_n(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Best-of-N's scorer: 1 + 9 x the share of the chain's facts the steps show when the final answer is right,
+    1 when it is wrong (nothing supports it), as ``{"score": ...}``."""
+    q = _question(messages, oracle)
+    content = plain(messages[-1].content)
+    steps = _between(content, "The agent's steps:\n", "\n\nFinal answer: ")
+    answer_given = _between(content, "\n\nFinal answer: ")
+    share = found_facts(q, steps) / len(q.gold_chain) if exact_match(answer_given, q.answers) else 0.0
+    return Judgment(Score(1 + round(9 * share), 1, 10), lambda v: json.dumps({"score": int(v.value)}),
+                    attempts=[steps])
+
+
+KINDS.register("coreact_best_of_n")(JudgmentKind("coreact_best_of_n", _system_is(baselines.SCORER_SYSTEM),
+                                                 _read_best_of_n))
 KINDS.register("coreact_council")(JudgmentKind("coreact_council", _system_is(council.SYSTEM_PROMPT), _read_council))
 KINDS.register("coreact_evaluator")(JudgmentKind("coreact_evaluator", _system_in(
     rubric_eval.SYSTEM_PROMPT, rubric_eval.SYSTEM_PROMPT + rubric_eval.ATOMIC_COUNT), _read_evaluator))

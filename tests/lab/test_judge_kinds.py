@@ -1,5 +1,5 @@
 """The simulated judge's kinds carry the signal the methods use, asked through each method's own entry point (the
-council's Borda, the rubric evaluator's three modes, the criterion-mode verifier, RaR's checklist and rating,
+council's Borda, the rubric evaluator's three modes, the criterion-mode verifier, best-of-N's scorer, RaR's checklist and rating,
 RubricEM's stagewise judge and reflection judge, ARCO's teacher annotation): the oracle's own next step ranks and
 scores above a stray one, a whole episode above the same episode cut after its first turn, a reflection that names
 the chain's facts above a generic one; a flip reverses them. The dial's graded verdicts: a score mirrored on its
@@ -16,9 +16,11 @@ from components.judges.render import render_prefix, trajectory_text
 from components.lab.judges import criterion_met, hops_done
 from components.lab.world import build_lab_world, compact_episodes
 from components.llm.backends.simulated import Dial, Judgment, Oracle, Ranking, Score, SimulatedJudge, dialled
+from components.llm.base import Sampling
 from components.methods.arbor import rar
 from components.methods.arco.criteria import annotate, trajectory_steps
 from components.methods.coreact import council, rubric_eval
+from components.methods.coreact.baselines import BestOfNAgent, parse_json_reply
 from components.methods.coreact.verifier import verify_action
 from components.methods.rubricem.reflection import Reflection, ReflectionJudge
 from components.methods.rubricem.stagewise_judge import StagewiseJudge
@@ -125,6 +127,21 @@ def test_the_criterion_mode_verifier_accepts_the_next_step_and_rejects_a_stray_o
     good, stray = (asyncio.run(verify_action(_judge(world), q.question, prefix, "", a, rubric, tau=0.5,
                                              mode="criterion")) for a in slate[:2])
     assert good.accepted and not stray.accepted and not good.failed
+
+
+def test_best_of_n_scores_a_supported_right_answer_highest(lab):
+    world, _, deep = lab
+    traj, q = deep[0]
+    agent = BestOfNAgent(None, None, scorer=None)
+
+    def score(trajectory, **dial) -> int | None:
+        out = asyncio.run(_judge(world, **dial).chat(agent.scorer_messages(trajectory), Sampling(max_tokens=16)))
+        return parse_json_reply(out.text, "score", int)
+
+    cut = _half(traj).model_copy(update={"final_answer": q.answers[0]})
+    wrong = traj.model_copy(update={"final_answer": next(o.answers[0] for _, o in deep if o.answers[0] not in q.answers)})
+    assert score(traj) == 10 and 1 < score(cut) < 10 and score(wrong) == 1
+    assert score(traj, flip_rate=1.0) == 1 and score(cut, flip_rate=1.0) == 11 - score(cut)
 
 
 # -- ARBOR's RaR -------------------------------------------------------------------------------------------------
