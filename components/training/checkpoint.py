@@ -1,30 +1,8 @@
-"""Atomic, complete training checkpoints: weights, optimizer, scheduler, RNG, data position, metrics,
-and method state (e.g. rubric memories or banks), so a resumed run continues exactly.
-
-Layout under a checkpoint root::
-
-    latest                  text file naming the newest complete checkpoint (replaced atomically)
-    step_000010/
-      weights/              peft adapter (adapter_model.safetensors + adapter_config.json) or model.safetensors
-      extra/<name>.safetensors  extra trainable modules of a method (e.g. ARCO's score head)
-      optimizer.pt          torch.save of optimizer.state_dict() (loaded with weights_only=True)
-      scheduler.pt
-      rng.json, rng.safetensors   python / numpy / torch (CPU and CUDA) generator states
-      trainer_state.json    step, data position, metrics history, config
-      method/state.json     the method's JSON state;  method/files/  files its writer put there
-      ranks/rank_00001/     on N data-parallel ranks: rank r's optimizer.pt and rng.* (the files above are rank 0's)
-      manifest.json         written last: file list with sizes and sha256
-
-On N ranks every rank writes its own files into rank 0's temporary folder, and rank 0 writes the manifest and
-renames it once all have (two barriers), so a rank that dies mid-save leaves no checkpoint; trainer_state.json
-then records ``world_size``, and a resume on another number of ranks is refused (its RNG and optimizer files are
-per rank).
-
-Everything is written into ``.tmp-step_000010-<random>/`` in the same root and renamed into place in one
-``os.replace``; a crash mid-save leaves only a ``.tmp-*`` folder (ignored, and cleaned by the next save)
-and ``latest`` still names the previous checkpoint. A folder without ``manifest.json`` is never loaded.
-
-Usage::
+"""Atomic, complete training checkpoints: weights, optimizer, scheduler, RNG, data position, metrics and method state
+(rubric memories, banks), so a resumed run continues exactly. Everything is written into a ``.tmp-*`` folder in the
+same root and renamed into place in one ``os.replace``, with ``manifest.json`` (every file's size and sha256)
+written last and ``latest`` replaced atomically: a crash mid-save leaves the previous checkpoint current, and a
+folder without a manifest is never loaded. The layout: :func:`save_checkpoint`.
 
     path = save_checkpoint(root, step, model=policy.model, optimizer=opt, scheduler=sched,
                            trainer_state={"step": step, "data": sampler.state_dict(), "history": history})
@@ -242,7 +220,20 @@ def save_checkpoint(
     empty folder to write any other method files into (rubric banks, memories). ``keep_last`` deletes
     older checkpoints beyond that many (the new one always stays). ``extra_modules`` (name -> module) are
     trainable modules beside the model, saved as ``extra/<name>.safetensors``. ``ranks``: every rank of a
-    data-parallel group calls this; rank 0 writes everything but the other ranks' optimizer and RNG files.
+    data-parallel group calls this; rank 0 writes everything but the other ranks' optimizer and RNG files, all
+    into rank 0's temporary folder, and renames it once all have (two barriers); ``trainer_state.json`` then
+    records ``world_size`` and a resume on another number of ranks is refused. The layout::
+
+        latest                  text file naming the newest complete checkpoint (replaced atomically)
+        step_000010/
+          weights/              peft adapter (adapter_model.safetensors + adapter_config.json) or model.safetensors
+          extra/<name>.safetensors  extra trainable modules of a method (e.g. ARCO's score head)
+          optimizer.pt, scheduler.pt  (loaded with weights_only=True)
+          rng.json, rng.safetensors   python / numpy / torch (CPU and CUDA) generator states
+          trainer_state.json    step, data position, metrics history, config
+          method/state.json     the method's JSON state;  method/files/  files its writer put there
+          ranks/rank_00001/     on N ranks: rank r's optimizer.pt and rng.* (the files above are rank 0's)
+          manifest.json         written last: file list with sizes and sha256
     """
     root = Path(root)
     ranks = ranks or Ranks()

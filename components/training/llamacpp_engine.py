@@ -1,29 +1,10 @@
-"""The CPU rollout engine for a policy being trained: llama.cpp's native server with the LoRA adapter swapped.
-
-:class:`LlamaCppRolloutEngine` implements :class:`~components.training.rollout.RolloutEngine` on
-``llama-server``'s ``/completion`` endpoint (built by ``scripts/setup.sh``): prompts go as token ids (no
-re-tokenisation), every prompt of a call is sent at once so the server's parallel slots decode them in
-one batch, and the sampled ids come back verbatim (``return_tokens``). After each optimiser step
-:meth:`~LlamaCppRolloutEngine.update_weights` saves the peft adapter, converts it to llama.cpp's LoRA GGUF
-and restarts the server with it (the server loads adapters at start-up only); ``last_update`` holds the
-timings. It serves the quantized (Q4_K_M) base, so its samples and log-probs differ slightly from the
-trained fp32 weights: the trainer recomputes log-probs from the trained weights.
-
-Log-probs (``Generation.logprobs``): the server reports, per sampled token, either the softmax of the raw
-logits (temperature 1) or the probability after its sampler chain. Exact values of the Generation
-contract (temperature-scaled, before truncation) therefore come back for greedy decoding, for
-``temperature == 1`` (any top-p/top-k) and for any temperature without top-p/top-k; otherwise (and when a
-token ends inside a UTF-8 character, which the server never scores) ``logprobs`` is None. The server
-drops the scores of a matched stop string's tokens; those are re-scored by one forced continuation
-(a token grammar) at temperature 1, and left None at other temperatures. Scores after the sampler chain
-(temperatures other than 0 and 1) sort the whole vocabulary per token: about 40% slower decoding, so
-pass ``logprobs=False`` when the trainer recomputes log-probs anyway (its default).
-
-Batch invariance: with several requests in flight the server decodes them in one batch, and the
-quantized kernels' results (hence greedy near-ties) depend on the batch's size and on which prompt
-prefix a slot had cached. Inside ``with engine.batch_invariant():`` requests go one at a time and
-reuse no cached prompt, so each continuation depends on its own prompt only; dev evaluations use it
-(``train_policy.eval_batch_invariant``; its cost is measured by ``perf/eval_determinism.py``).
+"""The CPU rollout engine for a policy being trained: llama.cpp's native ``llama-server`` (built by
+``scripts/setup.sh``) serving the quantized (Q4_K_M) base with the current LoRA adapter. Prompts go as token ids,
+every prompt of a call at once so the server's slots decode them in one batch, and the sampled ids come back
+verbatim; after each optimiser step :meth:`~LlamaCppRolloutEngine.update_weights` converts the peft adapter to a
+LoRA GGUF and restarts the server with it. Its samples and log-probs differ slightly from the trained fp32 weights,
+so the trainer recomputes log-probs; which log-probs come back exact, and batch invariance: the class and
+:meth:`~LlamaCppRolloutEngine.batch_invariant`.
 
     engine = LlamaCppRolloutEngine(ensure_gguf("qwen2.5-coder-0.5b-instruct"), tokenizer, parallel=4)
     gens = engine.generate([prompt_ids] * 4, SamplingParams(max_new_tokens=128))
@@ -69,6 +50,15 @@ class LlamaCppRolloutEngine:
     ``tokenizer`` is needed for text prompts and ``stop_token_ids`` (cut client-side; the server stops at
     the model's end-of-generation tokens itself). ``seed`` seeds the per-prompt sampling seeds;
     ``logprobs=False`` returns no log-probs (and skips their cost).
+
+    Log-probs: the server reports per sampled token either the softmax of the raw logits (temperature 1) or the
+    probability after its sampler chain, so the Generation contract's values (temperature-scaled, before
+    truncation) come back exact for greedy decoding, for temperature 1 (any top-p/top-k) and for any temperature
+    without top-p/top-k; otherwise, and for a token that ends inside a UTF-8 character, ``logprobs`` is None. A
+    matched stop string's tokens, which the server leaves unscored, are re-scored by one forced continuation at
+    temperature 1 (None at others). Scores after the sampler chain cost about 40% of decoding speed, so pass
+    ``logprobs=False`` when the trainer recomputes log-probs anyway (its default). ``last_update`` holds the
+    timings of the last adapter swap.
     """
 
     def __init__(
@@ -123,7 +113,10 @@ class LlamaCppRolloutEngine:
 
     @contextmanager
     def batch_invariant(self) -> Iterator[None]:
-        """Within the block, one request at a time and no cached prompt reused (see the module docstring)."""
+        """Within the block, one request at a time and no cached prompt reused, so each continuation depends on its
+        own prompt only: batched, the quantized kernels' results (and so greedy near-ties) depend on the batch's size
+        and on which prefix a slot had cached. Dev evaluations use it (``train_policy.eval_batch_invariant``; its
+        cost: ``perf/eval_determinism.py``)."""
         previous, self._invariant = self._invariant, True
         try:
             yield

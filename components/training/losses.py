@@ -1,30 +1,9 @@
-"""Token-level policy-gradient losses: clipped surrogate, k3 KL, and loss aggregation.
-
-All tensors are ``[B, T]`` and aligned with ``input_ids``: ``logp[b, t]`` is the log-probability of token
-``input_ids[b, t]`` given the tokens before it (see :func:`token_logprobs`). ``loss_mask[b, t]`` is 1 only
-for tokens the policy generated and should learn from; prompt tokens, tool observations and padding are 0.
-Masked positions never influence the loss or receive gradient, whatever values they hold (even inf/NaN).
-
-The objective is Co-ReAct Eq. 4 / RubricEM Eq. 1 with per-token advantages::
-
-    loss = -agg(min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)) + kl_coef * agg(k3)
-    ratio = exp(logp - old_logp),  k3 = exp(ref - logp) - (ref - logp) - 1
-
-With ``tis_cap`` C and the rollout engine's log-probs (token-level truncated importance sampling, ARBOR B.2),
-each token's surrogate term is weighted by ``w = min(exp(old_logp - rollout_logp), C)`` (no gradient): the
-old policy's probability as the trainer computes it over the probability the inference engine sampled with,
-capped so a token the engine under-scored cannot dominate the update. The KL term is not weighted.
-Two of verl's guards are options (``verl/trainer/ppo/core_algos.py``): the dual clip ``dual_clip_c`` c caps a
-negative-advantage token's loss at ``-c * A`` (Ye et al. 2019; verl's ``clip_ratio_c``), and ``kl_clamp`` caps
-each token's k3 term (verl clamps its ``low_var_kl`` to [-10, 10]); both are off by default.
-
-Log-probabilities come from a *selective* log-softmax: the log-sum-exp is taken in chunks of rows and only
-the target logit is gathered, so no fp32 ``[B, T, V]`` log-softmax is ever materialised (bf16 logits are
-upcast one chunk at a time) and the backward pass recomputes the softmax chunk by chunk.
-:func:`masked_logprobs` scores only the positions of a mask (the loss mask) from logits computed at those
-positions alone, which is what :meth:`components.training.model.Policy.token_logprobs` does with ``positions=``.
-
-Usage::
+"""Token-level policy-gradient losses: the clipped surrogate with per-token advantages (Co-ReAct Eq. 4 / RubricEM
+Eq. 1), the k3 KL, ARBOR B.2's token-level TIS and verl's dual clip and KL clamp as options
+(:func:`policy_loss`), and log-probabilities from a selective log-softmax that never materialises an fp32
+``[B, T, V]`` tensor (:func:`token_logprobs`, :func:`masked_logprobs`). All tensors are ``[B, T]``, aligned with
+``input_ids``; ``loss_mask`` is 1 only for tokens the policy generated, and masked positions never influence the
+loss or receive gradient, whatever values they hold (even inf/NaN).
 
     loss, metrics = policy_loss(logp, old_logp, advantages, loss_mask, ref_logp, kl_coef=5e-3)
     loss.backward()
@@ -288,7 +267,13 @@ def policy_loss(
     ``kl_coef`` is 0. ``tis_cap`` (with ``rollout_logp``, the engine's sampling log-probs) weights each token's
     surrogate term by ``min(exp(old_logp - rollout_logp), tis_cap)``; None leaves the loss as it is.
     ``dual_clip_c`` (> 1) caps a negative-advantage token's surrogate loss at ``-dual_clip_c * A`` before the TIS
-    weight; ``kl_clamp`` caps each token's k3 term (see :func:`clipped_surrogate`, :func:`kl_k3`).
+    weight; ``kl_clamp`` caps each token's k3 term (see :func:`clipped_surrogate`, :func:`kl_k3`). Both guards are
+    verl's (``verl/trainer/ppo/core_algos.py``: ``clip_ratio_c``, after Ye et al. 2019; its ``low_var_kl`` clamp to
+    [-10, 10]) and off by default. The TIS weight has no gradient and the KL term is not weighted::
+
+        loss = -agg(w * min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)) + kl_coef * agg(k3)
+        ratio = exp(logp - old_logp),  k3 = exp(ref - logp) - (ref - logp) - 1
+        w = min(exp(old_logp - rollout_logp), tis_cap)   # 1 without tis_cap
     """
     if not (logp.shape == old_logp.shape == advantages.shape == loss_mask.shape):
         raise ValueError(
