@@ -115,8 +115,8 @@ def _blocks(q, traj, full: bool) -> dict[str, str | None]:
 
 def _stage_rubrics(q, blocks) -> list[stagewise.StageRubric]:
     """The oracle's stage rubrics for the stages the attempt reaches (the judge asks no other)."""
-    return [stagewise.StageRubric(id=f"r{n}", stage=k, title=t, description=d, weight=2)
-            for n, (k, t, d) in enumerate(lab.stage_rubrics(q)) if blocks[stagewise.STAGES[k]] is not None]
+    return [stagewise.StageRubric(id=f"r{n}", stage=k, title=t, description=d, weight=2, negative=negative)
+            for n, (k, t, d, negative) in enumerate(lab.stage_rubrics(q)) if blocks[stagewise.STAGES[k]] is not None]
 
 
 def known_judgments(world, episodes, n: int) -> dict[str, Known]:
@@ -254,8 +254,8 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
                                  "the rubric is met by the better attempt and not the worse"),
         "arbor_consolidation": Known(out["arbor_consolidation"], lambda v, t: [
             any(r.title == lab.GENERAL["title"] for r in v) == t], "the general standard written iff not in use"),
-        "rubricem_generation": Known(out["rubricem_generation"], lambda v, t: [_positive(v) == t],
-                                     "the separating rubrics written as positive ones"),
+        "rubricem_generation": Known(out["rubricem_generation"], lambda v, t: [_polarities(v) == t],
+                                     "the separating rubrics written, each with the oracle's polarity"),
         "rubricem_stage_scores": Known(out["rubricem_stage_scores"], lambda v, t: _scores([s.score for s in sorted(
             v.scores, key=lambda s: s.index)], t), "each rubric's 0/1/2 (midpoint truths not counted)"),
         "rubricem_group_scores": Known(out["rubricem_group_scores"], lambda v, t: _scores(
@@ -307,9 +307,11 @@ def _separates(rubrics: list[RubricText], q, better: str, worse: str) -> bool:
     return lab.criterion_met(q, crit, better) and not lab.criterion_met(q, crit, worse)
 
 
-def _positive(drafts: stagewise.GeneratedRubrics) -> bool:
+def _polarities(drafts: stagewise.GeneratedRubrics) -> bool:
     stages = [getattr(drafts, f"stage_{k + 1}") for k in range(4)]
-    return any(s.positive_rubrics for s in stages) and not any(s.negative_rubrics for s in stages)
+    written = [(r.title, negative) for s in stages for negative, rs in ((False, s.positive_rubrics),
+                                                                       (True, s.negative_rubrics)) for r in rs]
+    return bool(written) and all(negative == (title in (lab.REPEATS, lab.STRAYS)) for title, negative in written)
 
 
 def _good_step(criteria: list[str]) -> bool:

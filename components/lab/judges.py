@@ -32,8 +32,8 @@ criterion that mentions none of them asks for the whole chain (every hop's fact 
 - ``arbor_rar_checklist`` and ``arbor_rar_rating`` (ARBOR's RaR baseline): a checklist of each hop's paragraph
   and fact (a flip: the first hop's only), and 1 + 9 x the share of the items the attempt meets (mirrored on flip);
 - ``rubricem_generation``: per stage, the oracle's rubrics (the plan names the question's paragraphs, the research
-  finds each fact, the review and the answer rest on the last fact) that separate the group's attempts, as positive
-  rubrics (a flip writes them as negative ones);
+  finds each fact and, negative, repeats a lookup or strays from the chain's paragraphs, the review and the answer
+  rest on the last fact) that separate the group's attempts, each with its polarity (a flip inverts it);
 - ``rubricem_stage_scores`` and ``rubricem_group_scores`` (its trajectory and group scoring): each rubric's 0/1/2,
   2 met in its own stage's block, 1 only elsewhere, 0 nowhere (mirrored on flip), one verdict per (rubric, attempt);
 - ``rubricem_reflection`` (the reflection judge): each candidate 0.9 on every dimension when it names every fact of
@@ -68,7 +68,7 @@ from components.methods.rubricem import stagewise_judge as stagewise
 from components.schemas import Question
 from components.world.oracle import hop_titles
 
-__all__ = ["action_meets", "action_value", "criterion_met", "found_facts", "hops_done", "mentions", "plain", "rar_items",
+__all__ = ["action_meets", "action_value", "criterion_met", "found_facts", "hops_done", "lookups", "mentions", "plain", "rar_items",
            "reflection_rating", "run_questions", "stage_blocks", "stage_rubrics", "stage_score", "teacher_criteria"]
 
 _PLAIN = str.maketrans({v: k for k, v in LOOKALIKES.items()})
@@ -489,42 +489,71 @@ def stage_blocks(attempt: str) -> list[str]:
     return blocks
 
 
-def stage_rubrics(q: Question) -> list[tuple[int, str, str]]:
-    """The oracle's rubrics, (stage, title, description): the plan names the paragraphs the question itself
-    names; the research finds each hop's fact; the review ties the last fact to its paragraph; the answer rests
-    on the last fact."""
+REPEATS, STRAYS = "repeats a lookup", "looks up a paragraph the chain does not read"
+_LOOKUP = re.compile(r'(search|browse)\[([^\]]*)\]|<call_tool name="(search|browse)">(.*?)</call_tool>', re.DOTALL)
+
+
+def lookups(text: str) -> list[tuple[str, str]]:
+    """The searches and browses a text shows, ReAct's ``search[...]`` or the scaffold's ``<call_tool>``, as (tool,
+    normalised argument)."""
+    return [(m.group(1) or m.group(3), normalize_answer(m.group(2) or m.group(4) or "")) for m in _LOOKUP.finditer(text)]
+
+
+def _flaw(q: Question, criterion: str, text: str) -> bool | None:
+    """Whether ``text`` shows the flaw a :data:`REPEATS` or :data:`STRAYS` rubric names (None: another rubric)."""
+    calls = lookups(text)
+    if criterion.startswith(REPEATS):
+        return len(calls) != len(set(calls))
+    if criterion.startswith(STRAYS):
+        docs, titles = {h.doc_id for h in q.gold_chain}, hop_titles(q)
+        return any(not (arg in {normalize_answer(d or "") for d in docs} if tool == "browse"
+                        else any(_words_in(t, arg) for t in titles)) for tool, arg in calls)
+    return None
+
+
+def stage_rubrics(q: Question) -> list[tuple[int, str, str, bool]]:
+    """The oracle's rubrics, (stage, title, description, negative): the plan names the paragraphs the question
+    itself names; the research finds each hop's fact, and neither repeats a lookup nor strays from the chain's
+    paragraphs (negative); the review ties the last fact to its paragraph; the answer rests on the last fact."""
     titles, last = hop_titles(q), q.gold_chain[-1].answer
     named = list(dict.fromkeys(t for t in titles if mentions(q.question, t)))
-    out = [(0, f"plans to look up {t}", f"the plan starts from {t}, named in the question") for t in named]
-    out += [(1, f"finds {h.answer}", f"a search or paragraph read shows {h.question} {h.answer}") for h in q.gold_chain]
-    out += [(2, f"grounds {last}", f"the review ties {last} to the paragraph that states it"),
-            (3, f"answers from {last}", f"the answer rests on {last}, the chain's last fact")]
+    out = [(0, f"plans to look up {t}", f"the plan starts from {t}, named in the question", False) for t in named]
+    out += [(1, f"finds {h.answer}", f"a search or paragraph read shows {h.question} {h.answer}", False)
+            for h in q.gold_chain]
+    out += [(1, REPEATS, "searches or reads the same thing twice", True),
+            (1, STRAYS, "searches or reads a paragraph no hop of the question needs", True),
+            (2, f"grounds {last}", f"the review ties {last} to the paragraph that states it", False),
+            (3, f"answers from {last}", f"the answer rests on {last}, the chain's last fact", False)]
     return out
 
 
 def stage_score(q: Question, stage: int, criterion: str, attempt: str) -> int:
-    """2 when the rubric is met in its own stage's block, 1 when only elsewhere in the attempt, 0 when nowhere."""
+    """2 when the rubric (the quality, or the flaw of a negative one) is shown in its own stage's block, 1 when only
+    elsewhere in the attempt, 0 when nowhere."""
     blocks = stage_blocks(attempt)
-    if criterion_met(q, criterion, blocks[stage]):
-        return 2
-    return 1 if criterion_met(q, criterion, "\n".join(blocks)) else 0
+
+    def shown(text: str) -> bool:
+        flaw = _flaw(q, criterion, text)
+        return criterion_met(q, criterion, text) if flaw is None else flaw
+
+    return 2 if shown(blocks[stage]) else 1 if shown("\n".join(blocks)) else 0
 
 
 def _read_generation(messages: list[Message], oracle: Oracle) -> Judgment:
-    """The oracle's stage rubrics that separate the group's attempts (met in its stage by some, not all), weight
-    2, as positive rubrics; a flip writes the same rubrics as negative ones (rewarding their absence)."""
+    """The oracle's stage rubrics that separate the group's attempts (shown in its stage by some, not all), weight
+    2, each with its polarity; a flip writes them with the opposite one (rewarding a flaw, penalising a quality)."""
     q = _question(messages, oracle)
     content = plain(messages[-1].content)
     attempts = [_between(b, "===\n", "\n\n=== Attempt ", "\n\nChecklists the agent wrote")
                 for b in content.split("=== Attempt ")[1:]]
     used = _between(content, "Rubrics already in use (do not repeat them):\n", "\n\nWhat each stage is for")
-    separating = [(k, t, d) for k, t, d in stage_rubrics(q) if t not in used and len(
-        {stage_score(q, k, f"{t} {d}", a) == 2 for a in attempts}) == 2]
+    separating = [(k, t, d, neg) for k, t, d, neg in stage_rubrics(q) if t not in used and len(
+        {stage_score(q, k, f"{t}: {d}", a) == 2 for a in attempts}) == 2]
 
-    def write(positive: bool) -> str:
+    def write(agrees: bool) -> str:
         stages = {f"stage_{k + 1}": {"positive_rubrics": [], "negative_rubrics": []} for k in range(4)}
-        for k, t, d in separating:
-            stages[f"stage_{k + 1}"]["positive_rubrics" if positive else "negative_rubrics"].append(
+        for k, t, d, negative in separating:
+            stages[f"stage_{k + 1}"]["negative_rubrics" if negative == agrees else "positive_rubrics"].append(
                 {"title": t, "description": d, "weight": 2})
         return json.dumps(stages)
 

@@ -13,7 +13,7 @@ import pytest
 
 from components.judges.call import Tally
 from components.judges.render import render_prefix, trajectory_text
-from components.lab.judges import criterion_met, hops_done
+from components.lab.judges import REPEATS, STRAYS, criterion_met, hops_done
 from components.lab.world import build_lab_world, compact_episodes
 from components.llm.backends.simulated import Dial, Judgment, Oracle, Ranking, Score, SimulatedJudge, dialled
 from components.llm.base import Sampling
@@ -190,6 +190,24 @@ def test_stagewise_judge_writes_separating_rubrics_and_scores_the_whole_episode_
     flipped.buffers = judge.buffers
     again = asyncio.run(flipped.score(q, trajs[0], blocks[0], rubrics))
     assert again.scores[1] == 0.0
+
+
+def test_stage_scores_penalise_a_repeated_and_a_stray_lookup(lab):
+    world, episodes, deep = lab
+    traj, q = deep[0]
+    first = traj.steps[0].action
+    stray = next(t for _, o in episodes for t in hop_titles(o) if t not in hop_titles(q))
+    clean = _scaffold_blocks(q, traj, True)
+    repeated = {**clean, "research": clean["research"] + f"\nAction: {first}"}
+    strayed = {**clean, "research": clean["research"] + f"\nAction: search[ {stray} ]"}
+    judge = StagewiseJudge(generator=_judge(world), evaluator=_judge(world))
+    trajs = [traj] * 3
+    drafts, _ = asyncio.run(judge.generate(q, trajs, [clean, repeated, strayed]))
+    assert {r.title for r in drafts.stage_2.negative_rubrics} == {REPEATS, STRAYS}
+    judge.admit(q, drafts, step=0)
+    rubrics = [r for r in judge.buffer(q).rubrics() if r.negative]
+    scores = [asyncio.run(judge.score(q, traj, b, rubrics)).scores[1] for b in (clean, repeated, strayed)]
+    assert scores == [1.0, 0.5, 0.5]  # each flaw costs its rubric (a negative rubric's value is 1 - score / 2)
 
 
 def test_the_reflection_judge_rates_naming_the_chain_above_generic_advice(lab):
