@@ -42,9 +42,10 @@ from components.run_files import keyed_folder, settings_digest, write_trajectori
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
 from components.training.distributed import Ranks, current_ranks
+from components.training.engines import ENGINES
 from components.training.policy_run_key import check_branch, lineage_record, run_settings
 from components.training.process_memory import release
-from components.training.rollout import HFRolloutEngine, SamplingParams
+from components.training.rollout import SamplingParams
 from components.training.trainer import GRPOTrainer
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
 from components.variants import VariantContext, get_variant, variant_grpo
@@ -53,33 +54,10 @@ logger = logging.getLogger(__name__)
 
 
 def make_engine(params: Params, policy, tokenizer, base_adapters=()):
-    """The rollout engine ``train_policy.engine`` names for ``policy``; ``base_adapters`` are the adapters
-    merged into the policy's base (the llama.cpp engine serves them under the trained one)."""
-    if params.train_policy.engine == "hf":
-        return HFRolloutEngine(policy.model, tokenizer)
-    if params.train_policy.engine == "vllm":
-        return vllm_engine_for_policy(params, policy, tokenizer, list(base_adapters))
-    from components.training.llamacpp_engine import engine_for_policy
-
-    return engine_for_policy(params, policy, tokenizer, base_adapters)
-
-
-def vllm_engine_for_policy(params: Params, policy, tokenizer, base_adapters: list):
-    """A vLLM rollout engine for ``policy`` (a LoRA policy): vLLM serves one LoRA per request, so a base that
-    holds merged adapters (the warm start) is written once as a transformers folder under ``run.cache_dir``
-    (keyed by the base model and the adapters' digests) and vLLM loads that; each update publishes the RL LoRA."""
-    from components.training.rollout import VLLMRolloutEngine
-    from components.training.vllm_base import export_base, warm_started_base
-
-    if not policy.is_lora:
-        raise ValueError("train_policy.engine: vllm serves LoRA policies only (lora.r > 0): full fine-tuning "
-                         "would need the weights reloaded into the engine after every update")
-    backend = params.llm.backends[params.llm.roles["trainable_policy"]]
-    model_path = backend.model
-    if base_adapters or backend.embedded:  # an embedded model's weights exist in process only: vLLM reads a folder
-        model_path = str(export_base(policy.model, tokenizer, *warm_started_base(params, base_adapters)))
-    return VLLMRolloutEngine(model_path, tokenizer=tokenizer, max_lora_rank=max(params.lora.r, 1),
-                             seed=params.seed, **params.train_policy.vllm_options)
+    """The rollout engine ``train_policy.engine`` names for ``policy`` (:data:`components.training.engines.ENGINES`);
+    ``base_adapters`` are the adapters merged into the policy's base (the llama.cpp engine serves them under the
+    trained one, vLLM loads the base exported with them merged)."""
+    return ENGINES.get(params.train_policy.engine).policy(params, policy, tokenizer, list(base_adapters))
 
 
 def write_rubrics(method: Any, folder: Path, step: int) -> None:

@@ -11,9 +11,9 @@ for RubricEM's scaffold: the same agent and options ``evaluate@sft`` runs) and r
 that entry's policy backend whose ``lora`` lists both adapters (applied together, merged when the warm
 start's backend merges; an in-process ``hf`` backend always merges them). Only the policy's weights differ from
 ``evaluate@<warm start>``. A policy trained with vLLM rollouts (``train_policy.engine: vllm``, the paper profile) is
-served the way it was rolled out instead: an in-process ``vllm`` backend over the warm-started base that
-train_policy exported, with the RL adapter as its one LoRA (vLLM applies one LoRA per request, so the warm start's
-served LoRA module cannot take a second).
+served the way it was rolled out instead (its engine's ``served``, components/training/engines.py): an in-process
+``vllm`` backend over the warm-started base that train_policy exported, with the RL adapter as its one LoRA
+(vLLM applies one LoRA per request, so the warm start's served LoRA module cannot take a second).
 
 Which agent a variant rolls out, and so which warm start it trained from, comes from the method registry: a
 variant of a method that registers an agent with a warm start (``train_policy.warm_start``) trains that agent
@@ -27,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.params import BackendParams, MethodParams, Params, ParamsError
+from components.training.engines import ENGINES
 
 __all__ = ["trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
 
@@ -66,8 +67,9 @@ def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendPar
                           f"as its warm start's backend plus the RL adapter, so set it to a params.methods entry, or "
                           f"define methods.{variant} yourself")
     entry = params.methods[warm]
-    if params.train_policy.engine == "vllm":
-        return _vllm_trained_policy(params, variant, warm, entry)
+    served_by = ENGINES.get(params.train_policy.engine).served  # how a policy rolled out on that engine is served
+    if served_by is not None:
+        return served_by(params, variant, agent, warm, entry, trained_adapter(params, variant))
     served = entry.roles.get("policy", params.llm.roles["policy"])
     backend = params.llm.backends[served]
     if not ((backend.server == "native" and backend.type == "openai") or backend.type == "hf"):
@@ -83,31 +85,6 @@ def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendPar
         agent=entry.agent, roles={**entry.roles, "policy": name}, options=dict(entry.options),
         description=f"The final policy of train_policy@{variant}: {warm}'s agent, prompts and options, served as "
                     f"{served} plus the variant's RL adapter.")
-    return name, trained, method
-
-
-def _vllm_trained_policy(params: Params, variant: str, warm: str, entry: MethodParams
-                         ) -> tuple[str, BackendParams, MethodParams]:
-    """A policy trained with vLLM rollouts (the paper profile) is served as it was rolled out: vLLM in process over
-    the warm-started base that train_policy exported (the base with the warm start merged in), with the RL adapter
-    as its one LoRA. vLLM applies one LoRA per request, so the warm start's own served entry (a LoRA module of
-    the base model's server) cannot take a second one."""
-    from components.training.vllm_base import base_folder, warm_started_base
-    from components.training.warm_started import warm_start_adapter
-
-    folder = base_folder(*warm_started_base(params, [warm_start_adapter(params, variant_agent(params, variant))]))
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"evaluate@{variant}: {folder} holds no warm-started base; train_policy@{variant} "
-                                f"exports it there (train_policy.engine: vllm) under this run.cache_dir")
-    name = f"{params.llm.roles['trainable_policy']}-{variant}"
-    options = dict(params.train_policy.vllm_options)
-    options.update(max_lora_rank=max(params.lora.r, 1), seed=params.seed)
-    trained = BackendParams(type="vllm", model=str(folder), lora=str(trained_adapter(params, variant)),
-                            options=options)
-    method = MethodParams(
-        agent=entry.agent, roles={**entry.roles, "policy": name}, options=dict(entry.options),
-        description=f"The final policy of train_policy@{variant}: {warm}'s agent, prompts and options, served by vLLM "
-                    f"over the warm-started base it was rolled out from, with the variant's RL adapter.")
     return name, trained, method
 
 

@@ -48,6 +48,7 @@ from components.params import ArcoParams, Params, ParamsError
 from components.rewards.outcome import OutcomeReward
 from components.schemas import Criterion, Rubric
 from components.training.advantages import group_advantages
+from components.training.engines import role_engine
 from components.training.episodes import Episode, RewardOutput, StepContext
 from components.training.model import LoRASettings
 from components.variants import VARIANTS, VariantContext, VariantParts
@@ -381,11 +382,8 @@ def build_mu(params: Params, *, int8_base: bool | None = None, fused_lora: bool 
     s, lora = params.arco, params.lora
     settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
     model, tokenizer = load_backbone(params, s.model_role)
-    engine = None  # transformers' generate on mu itself
-    if (s.engine or ("llamacpp" if params.train_policy.engine == "llamacpp" else "hf")) == "llamacpp":
-        from components.training.llamacpp_engine import engine_for_role
-
-        engine = engine_for_role(params, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
+    # None: transformers' generate on mu itself
+    engine = role_engine(params, s.engine, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
     return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed, engine=engine,
                        score_head=s.score_head, score_readout=s.score_readout, kl_estimator=s.kl_estimator,
                        write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
