@@ -1,33 +1,12 @@
-"""Load HotpotQA, 2WikiMultiHopQA, MuSiQue and Bamboogle as rubricflow Questions plus a local corpus.
+"""Load HotpotQA, 2WikiMultiHopQA, MuSiQue and Bamboogle as rubricflow Questions plus a local corpus: each
+question's own paragraphs pooled and de-duplicated, with stable document ids, supporting documents, gold chains
+where the files have them and a common question type (:func:`load_benchmark`). Bamboogle ships no paragraphs:
+:func:`bamboogle_corpus` gives it one. ``path`` is a JSONL file, or a folder holding ``<name>/dev.jsonl`` or
+``dev.jsonl`` (layouts: :mod:`components.datasets.records`).
 
     from components.datasets import load_benchmark, bamboogle_corpus
     questions, corpus = load_benchmark("musique", "../shared/data/benchmarks", limit=20)
     corpus = bamboogle_corpus(None, "../shared/data/benchmarks")
-
-``path`` is a JSONL file, or a folder holding ``<name>/dev.jsonl`` or ``dev.jsonl``. Layouts: see
-``records``. What the loaders produce:
-
-- **Corpus.** Each question's own paragraphs, pooled over all loaded questions and de-duplicated by
-  (title, text). A document id is ``<source>-`` + the first 16 hex digits of sha1(title NUL text), so it
-  is stable across runs, limits and file orders. ``Question.metadata["paragraph_ids"]`` lists a question's
-  own paragraphs (upstream order) for the distractor setting, where retrieval is restricted to them.
-- **supporting_doc_ids** come from the ``is_supporting`` flags / supporting-fact titles, in supporting
-  order (MuSiQue: decomposition order).
-- **gold_chain** comes from MuSiQue's ``question_decomposition`` ("#k" replaced by hop k's answer) and
-  2Wiki's ``evidences`` triples (as "What is the <relation> of <subject>?") when a file has them; the
-  shared normalised subsets dropped both, so their chains are empty.
-- **type**: HotpotQA bridge / comparison as is; 2Wiki compositional / comparison / inference as is and
-  bridge_comparison -> comparison; every MuSiQue pattern (2hop ... 4hop3) -> compositional with
-  ``metadata["hops"]`` (upstream MuSiQue lines have no type: it is read from the id prefix, e.g.
-  ``3hop1__...``); no type (Bamboogle) or an unknown one -> other. ``metadata["original_type"]``
-  keeps the dataset's value.
-
-**Bamboogle** ships no paragraphs: its loader returns an empty corpus. ``bamboogle_corpus(path, dir)``
-returns the documents of a JSONL file (one {title, text[, id, source]} per line) when ``path`` is given,
-and otherwise, by default, the pooled de-duplicated paragraphs of the other three benchmarks under
-``dir``. That default keeps everything offline, but it is a Wikipedia-like *distractor* corpus: it
-rarely holds the facts Bamboogle asks about, so EM on it measures behaviour under missing evidence.
-Point ``path`` at a real corpus (e.g. a Wikipedia paragraph dump) for comparable Bamboogle scores.
 """
 
 from __future__ import annotations
@@ -192,7 +171,19 @@ def load_benchmark(
     name: str, path: str | Path, limit: int | None = None
 ) -> tuple[list[Question], list[Document]]:
     """Load benchmark ``name`` (a registry name, or a dotted import path) from ``path``; first ``limit``
-    examples only when given. Returns (questions, de-duplicated corpus of their paragraphs)."""
+    examples only when given. Returns (questions, de-duplicated corpus of their paragraphs).
+
+    - Corpus: the questions' own paragraphs, de-duplicated by (title, text); a document id is ``<source>-`` plus
+      the first 16 hex digits of sha1(title NUL text), stable across runs, limits and file orders;
+      ``metadata["paragraph_ids"]`` lists a question's own paragraphs (upstream order) for the distractor setting.
+    - ``supporting_doc_ids`` from the ``is_supporting`` flags / supporting-fact titles, in supporting order
+      (MuSiQue: decomposition order).
+    - ``gold_chain`` from MuSiQue's ``question_decomposition`` ("#k" replaced by hop k's answer) and 2Wiki's
+      ``evidences`` ("What is the <relation> of <subject>?") when a file has them; the shared normalised subsets
+      dropped both, so their chains are empty.
+    - ``type``: HotpotQA's and 2Wiki's as they are (2Wiki's bridge_comparison -> comparison); every MuSiQue pattern
+      -> compositional with ``metadata["hops"]`` (read from the id prefix when a line has no type); none or unknown
+      -> other; ``metadata["original_type"]`` keeps the dataset's value."""
     loader = BENCHMARKS.get(name)
     return loader(resolve_path(name, path), limit)
 
@@ -201,7 +192,9 @@ def bamboogle_corpus(
     path_or_none: str | Path | None, benchmarks_dir: str | Path, limit_per_benchmark: int | None = None
 ) -> list[Document]:
     """The retrieval corpus for Bamboogle: a JSONL file of documents when given, else the pooled
-    paragraphs of HotpotQA, 2Wiki and MuSiQue under ``benchmarks_dir`` (see the module docstring)."""
+    paragraphs of HotpotQA, 2Wiki and MuSiQue under ``benchmarks_dir``: offline, but a Wikipedia-like distractor
+    corpus that rarely holds the facts Bamboogle asks about, so EM on it measures behaviour under missing
+    evidence. Point ``path`` at a real corpus (a Wikipedia paragraph dump) for comparable Bamboogle scores."""
     if path_or_none is not None:
         return _read_corpus_file(Path(path_or_none))
     docs: dict[tuple[str, str], Document] = {}

@@ -1,27 +1,11 @@
-"""The trainable policy: a causal LM, optionally wrapped with LoRA, plus its frozen reference.
-
-- :func:`load_trainable_policy` loads the weights of the ``trainable_policy`` role (an ``hf`` backend) with
-  their tokenizer: what every training stage starts from. :func:`load_backend_weights` loads any backend's
-  weights the same way (ARCO's rubric model). Both place them where ``train_policy.device`` and
-  ``train_policy.dtype`` say (:mod:`components.training.device`: on a machine without CUDA, the CPU in
-  float32).
-- :func:`load_causal_lm` loads a model from a folder or hub-style id, a GGUF file inside a folder
-  (``gguf_file=``; transformers dequantizes it), or passes an already-built model through (where it is,
-  unless a device or dtype is given).
-- :func:`build_policy` wraps the model with a peft LoRA adapter (``lora=LoRASettings(...)``) or leaves all
-  weights trainable (``lora=None``, full fine-tuning).
-- :class:`Policy` computes per-token log-probabilities for the current weights and for the frozen
-  reference: with LoRA the reference is the same base model with the adapter disabled (no extra memory);
-  with full fine-tuning it is a frozen deep copy taken at construction.
-
-Log-probabilities can be asked for the positions of a mask only (``positions=loss_mask``): the LM head then
-runs on each row's own masked positions alone (on those rows of the body's hidden states) and a selective
-log-softmax scores them, so neither the logits nor an fp32 log-softmax of the whole ``[B, T, V]`` block is
-ever built, and a tool observation between two policy turns costs the body's forward but no LM head. The
-result is still ``[B, T]``, zero outside the mask. :meth:`Policy.forward_logprobs` also returns the final hidden
-states (the LM head's input) from the same forward pass, for losses with extra heads (ARCO's score head).
-
-Usage::
+"""The trainable policy: a causal LM, optionally wrapped with LoRA, plus its frozen reference. The loaders place
+weights where ``train_policy.device`` and ``dtype`` say (:func:`load_trainable_policy` for the ``trainable_policy``
+role, :func:`load_backend_weights` for any backend's, :func:`load_causal_lm` from a folder, a GGUF file or a model
+object); :func:`build_policy` adds a peft LoRA (or leaves every weight trainable) and the speed options;
+:class:`Policy` scores per-token log-probabilities for the current weights and the reference (with LoRA, the base
+with the adapter disabled; with full fine-tuning, a frozen copy), for the masked positions only when asked, so
+neither the logits nor an fp32 log-softmax of the whole ``[B, T, V]`` block is built and a tool observation costs
+the body's forward but no LM head.
 
     policy = build_policy("path/to/model", lora=LoRASettings(r=8, alpha=16))
     logp = policy.token_logprobs(input_ids, attention_mask, positions=loss_mask)

@@ -1,27 +1,9 @@
 """Listwise GRPO of the rubric generator (paper 3.2.2) as data for the one GRPO trainer: which branching points
-train, the held-out split, the single-turn prompts, the trainer configuration, and the held-out Spearman.
-
-- A branching point trains when it was kept by ``collect``, has a slate of 2 or more actions and a consensus
-  that is not flat (equal Borda scores for every action give every rubric the same rank term).
-- The split is by question (seeded): the held-out points' questions are never trained on.
-- Each prompt is the generator's chat prompt (:func:`generator_messages`) rendered for the trained model, as a
-  mapping ``{"prompt": text, "point": BranchingPoint}`` that the trainer's single-turn rollout passes through
-  and :class:`~components.methods.coreact.generator_reward.RubricReward` reads.
-- Held-out Spearman: one greedy rubric per held-out point from the current weights, scored by the evaluator;
-  reported as the mean rho over the points whose rubric parsed and was evaluated, with the parse rate, the
-  mean listwise reward and the evaluator's failures beside it (the same measure before and after training,
-  whatever the training reward), and each held-out rubric's text beside its rho. With ``samples`` > 0, that
-  many rubrics per point are also sampled at the generator's own temperature and top-p (how the Co-ReAct agent
-  draws them) and reported as ``sampled_*``: the policy's expected held-out rho, which moves before a few
-  steps of LoRA change the greedy text.
-- Before vs after (:func:`paired_change`): per held-out point, the mean rho of its evaluated rubrics on each side,
-  and the after - before differences: their mean with a seeded bootstrap interval, the Wilcoxon signed-rank p
-  (both scipy) and how many points went up or down. A few held-out points make the two means alone unreadable.
-  The mean over evaluated rubrics leaves out the ones that did not parse, which an untrained generator writes
-  often (a parse rate of 0.55 before training against 1.0 after, on 20 held-out points); with
-  ``unparsed_as_chance`` such a rubric counts as rho 0, what it is worth to the agent (no checklist, no
-  ranking). Both views are reported (``change`` and ``change_unparsed_as_chance``; ``spearman_with_unparsed``
-  beside ``spearman``).
+train (:func:`usable_points`: kept by ``collect``, a slate of 2 or more actions, a consensus that is not flat), the
+held-out split by question (:func:`split_points`), the single-turn prompts that the trainer passes through to
+:class:`~components.methods.coreact.generator_reward.RubricReward` (:func:`prompt_items`), the trainer's
+configuration, and the held-out Spearman before and after training (:func:`held_out_spearman`,
+:func:`paired_change`).
 
     train, held_out = split_points(usable_points(points)[0], 0.25, seed=1234)
     items = prompt_items(train, render, max_criteria=4, max_chars=160)
@@ -114,9 +96,12 @@ def held_out_spearman(engine: RolloutEngine, items: Sequence[dict[str, Any]], sc
                       top_p: float = 1.0) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """The greedy rubric of each item from the engine's current weights (decoded batch-invariant, so that it
     depends on the weights and the prompt only), plus ``samples`` sampled ones at
-    ``temperature``/``top_p``, scored listwise (see the module doc): the summary (greedy keys, and ``sampled_*``
-    when ``samples`` > 0), and per rubric its point, text, rho (None: not evaluated), whether it parsed and
-    whether it was the greedy one."""
+    ``temperature``/``top_p``, scored listwise: the summary (greedy keys, and ``sampled_*`` when ``samples`` > 0),
+    and per rubric its point, text, rho (None: not evaluated), whether it parsed and whether it was the greedy one.
+    The summary is the mean rho over the points whose rubric parsed and was evaluated, with the parse rate, the
+    mean listwise reward and the evaluator's failures beside it (the same measure before and after training,
+    whatever the training reward). The sampled rubrics, drawn as the Co-ReAct agent draws them, give the policy's
+    expected held-out rho, which moves before a few steps of LoRA change the greedy text."""
     if not items:
         return {"points": 0.0}, []
     prompts = [it["prompt"] for it in items]
@@ -151,7 +136,9 @@ def paired_change(before: Sequence[dict[str, Any]], after: Sequence[dict[str, An
     signed-rank p (zero differences dropped) and the counts of points up, down and unchanged. A point evaluated
     on one side only is left out; with fewer than 2 paired points, or all differences zero, the interval and p
     are NaN. ``unparsed_as_chance``: a rubric that did not parse (``parsed`` False, the evaluator not failed)
-    counts as rho 0."""
+    counts as rho 0, what it is worth to the agent: an untrained generator writes many (a parse rate of 0.55
+    before training against 1.0 after, on 20 held-out points), so both views are reported (``change`` and
+    ``change_unparsed_as_chance``)."""
     def rho_of(r: dict[str, Any]) -> float | None:
         if r.get("rho") is not None:
             return float(r["rho"])

@@ -1,29 +1,8 @@
-"""RubricEM's stagewise evolving-rubric judge (paper 3.3, appendix C): per-question rubric buffers, adaptive
-rubric generation by contrasting a rollout group, 0/1/2 scoring, per-stage weighted scores, pruning.
-
-Each training question keeps a :class:`QuestionBuffer`: *persistent* rubrics (never removed; here the answer
-stage's reference check, scored as token F1 without an LLM) and *active* rubrics per stage, proposed online.
-One step, for every group (:meth:`StagewiseJudge.judge_groups`):
-
-1. one generation call per group, all concurrent: the judge sees the group's attempts stage by stage (the
-   agents' own ``<rubric>`` blocks only as references) and proposes positive and negative rubrics per stage,
-   weights 1-3; a failed or unparseable call adds nothing and is counted;
-2. one scoring call per trajectory, all concurrent, against persistent + active rubrics: 0/1/2 per rubric with
-   a justification (``scoring="trajectory"``, the paper's). ``scoring="group"`` instead asks for every attempt's
-   0/1/2 on every rubric with the attempts side by side, once per balanced order (each attempt once at every
-   position, :mod:`components.judges.orders`), and averages: a 1.5B judge that sees one attempt at a time gives
-   nearly every rubric a 2, and one that sees them side by side in one order scores by position.
-   A positive rubric's value is ``score / 2``, a negative one's ``1 - score / 2``; the stage
-   score ``R_k`` is the weight-averaged value of the stage's rubrics, in [0, 1]. A stage the trajectory never
-   reaches scores 0 (its rubrics are not asked); a stage with no rubric at all is missing (None). A failed or
-   unparseable scoring call falls back to the answer stage's persistent score only (the other stages are
-   None, i.e. masked), and is counted;
-   Each 0/1/2 is a label choice (:class:`components.judges.call.Choice`, ``every=True``): with the judge's role
-   scoring from token probabilities (``rubricem.score_from``, else ``llm.scoring``), a rubric's score is the
-   expectation over the probabilities of "0", "1" and "2" where the sheet writes it, so two attempts the sampled
-   digits tie can still differ; the step's metrics count the sheets scored each way;
-3. per stage, active rubrics beyond the cap (3, 2, 2, 3) are pruned lowest discrimination first (population
-   variance of their values over the group; unscored rubrics go last, then older before newer).
+"""RubricEM's stagewise evolving-rubric judge (paper 3.3, appendix C): per-question rubric buffers (persistent
+rubrics, here the answer stage's reference check scored as token F1 without an LLM, and active rubrics per stage
+proposed online), adaptive rubric generation by contrasting a rollout group, 0/1/2 scoring into per-stage
+weighted scores, and pruning (:meth:`StagewiseJudge.judge_groups` gives the order; why the embedded default scores
+a group side by side: docs/methods/rubricem.md).
 
     judge = StagewiseJudge(generator=pool.role("rubric_evaluator"), evaluator=pool.role("rubric_evaluator"))
     results, metrics = asyncio.run(judge.judge_groups([(question, [traj1, traj2, ...])], step=3))
@@ -496,7 +475,21 @@ class StagewiseJudge:
     async def judge_groups(self, groups: Sequence[tuple[Question, Sequence[Trajectory]]],
                            step: int) -> tuple[list[list[JudgeResult]], dict[str, float]]:
         """Generate (concurrently, one call per group), admit, score (concurrently, one call per trajectory),
-        prune. Returns the results per group, in order, and the step's judge metrics."""
+        prune. Returns the results per group, in order, and the step's judge metrics.
+
+        1. Generation: the judge sees the group's attempts stage by stage (the agents' own ``<rubric>`` blocks only
+           as references) and proposes positive and negative rubrics per stage, weights 1-3; a failed or
+           unparseable call adds nothing and is counted.
+        2. Scoring against persistent + active rubrics, 0/1/2 per rubric with a justification: one call per
+           trajectory (``scoring="trajectory"``, the paper's), or every attempt on every rubric side by side, once
+           per balanced order (:mod:`components.judges.orders`), averaged (``"group"``). A positive rubric is worth
+           ``score / 2``, a negative one ``1 - score / 2``; the stage score ``R_k`` is their weighted mean in [0, 1].
+           A stage the trajectory never reaches scores 0; one with no rubric is missing (None); a failed scoring
+           call keeps only the answer stage's persistent score (the others None) and is counted. Each 0/1/2 is a
+           label choice (``Choice(every=True)``): scored from probabilities (``rubricem.score_from``, else
+           ``llm.scoring``) a rubric's score is the expectation over "0", "1", "2".
+        3. Pruning: per stage, active rubrics beyond the cap (3, 2, 2, 3) go lowest discrimination first
+           (population variance of their values over the group; unscored last, then older before newer)."""
         blocks = [[split_stages(scaffold_text(t)).blocks for t in trajs] for _, trajs in groups]
         generated = await asyncio.gather(*(self.generate(q, trajs, b) for (q, trajs), b in zip(groups, blocks)))
         gen_failures = sum(d is None for d, _ in generated)
