@@ -3,7 +3,8 @@
 
 It reads a judgment's prompt as a real judge would: the first registered :class:`JudgmentKind` whose ``matches``
 accepts the messages answers them. A kind computes the oracle's verdict (``truth``: a bool for a yes/no or
-correct/incorrect judgment, a winner "A" / "B" / "TIE" for a pairwise one) from the question it finds in the
+correct/incorrect judgment and for a written one, True for the oracle's checklist, rubrics or criteria and False
+for the worse ones a flip writes; a winner "A" / "B" / "TIE" for a pairwise one) from the question it finds in the
 prompt (through :class:`Oracle`) and writes it in the reply format its caller parses. A graded verdict is a
 :class:`Score` (a value on its scale) or a :class:`Ranking` (tie groups of the shown candidates, best first); a
 reply with several verdicts (one per criterion, rubric, step or candidate) is a judgment of ``parts``, each dialled
@@ -13,7 +14,8 @@ temperature-0 judge):
 
 - ``bias_rate``: the systematic ``bias`` decides instead of the oracle (``length``: the longer attempt wins, one
   attempt alone passes when it is longer than its gold chain needs; ``keyword``: the attempt or answer that writes
-  ``keyword`` wins and passes; a ranking orders by it, a passing score is the scale's top, a failing one its bottom);
+  ``keyword`` wins and passes; a ranking orders by it, a passing score is the scale's top, a failing one its bottom;
+  a judgment that shows no attempt, such as a checklist written from the question alone, has none to favour);
 - ``position_bias``: a judgment that shows two attempts or more picks the first one shown ("A"; a yes/no or a score
   about the first is yes or the top, about another no or the bottom; a ranking is the order shown);
 - ``flip_rate``: the verdict is inverted (yes <-> no, A <-> B, a TIE stays a TIE; a score mirrored on its scale; a
