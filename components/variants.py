@@ -1,5 +1,10 @@
-"""The policy-training variants of ``train_policy@<variant>``: each method is a builder registered here that
-returns the parts it plugs into the one GRPO trainer, never a fork of the loop or the trainer.
+"""The policy-training variants of ``train_policy@<variant>``: each method is a builder registered here that returns
+the parts it plugs into the one GRPO trainer (:class:`VariantParts`, from a :class:`VariantContext`: params, a role
+lookup for judges, the toolbox, an output folder), never a fork of the loop. Built in here are the shared
+baselines' recipes (``BASELINE_RECIPES``): ``grpo`` (the outcome reward: token F1 when format-valid, else -1),
+``dapo`` (:func:`build_dapo`, its settings in the ``dapo`` section) and ``discard_homogeneous`` (ARBOR 4.1's DAPO
+baseline: :func:`build_discard_homogeneous`); a method's matched baselines run one of them under the method's
+settings, its ``shared`` block applied by :func:`variant_params` as to its own variants.
 
     @VARIANTS.register("arbor")
     def build_arbor(ctx: VariantContext) -> VariantParts:
@@ -7,25 +12,6 @@ returns the parts it plugs into the one GRPO trainer, never a fork of the loop o
 
     params = variant_params(params, "dapo")   # what train_policy@dapo trains with (its method's or dapo's settings)
     parts = VARIANTS.get("dapo")(VariantContext(params, roles, toolbox, out_dir))
-
-A builder receives a :class:`VariantContext` (params, a role lookup for judges, the toolbox, an output
-folder) and returns :class:`VariantParts`. Built in here, the shared baselines (``BASELINE_RECIPES``):
-
-- ``grpo``: the outcome reward (token F1 when the episode is format-valid, else -1);
-- ``dapo``: DAPO as Yu et al. 2025 define it, its settings in the ``dapo`` params section
-  (:class:`components.params.DAPOParams`), applied over ``grpo`` by :func:`variant_params` for this variant
-  only: clip-higher (eps_low / eps_high), no KL term, token-mean loss, dynamic sampling (outcome-homogeneous
-  groups are dropped and counted, and the trainer refills the step with fresh prompts until it holds
-  ``grpo.prompts_per_step`` groups whose outcomes differ, at most ``dapo.max_num_gen_batches`` generation rounds)
-  and overlong reward shaping (:mod:`components.rewards.overlong`);
-- ``discard_homogeneous``: DAPO as ARBOR 4.1 describes its baseline, the recipe of ARBOR's matched ``dapo_arbor``:
-  outcome-homogeneous groups are left out of the update, nothing else (no refill, no clip-higher, no length
-  shaping; its clipping and KL are ARBOR's own, B.2: symmetric 0.2, KL 0).
-
-A method's matched baselines (:class:`components.method_registry.MatchedBaseline`: ``grpo_arbor``, ``dapo_arbor``,
-``grpo_arco``, RubricEM's ``scaffold_grpo``) run one of these recipes (or the method's own answer-only builder)
-under the method's settings: :func:`variant_params` applies the method's ``shared`` block to them as to its
-variants.
 """
 
 from __future__ import annotations
@@ -110,8 +96,12 @@ def build_grpo(ctx: VariantContext) -> VariantParts:
 
 @VARIANTS.register("dapo")
 def build_dapo(ctx: VariantContext) -> VariantParts:
-    """DAPO (Yu et al. 2025): the outcome reward, homogeneous groups dropped by their outcome (verl's filter metric
-    is the accuracy before the length penalty), then overlong shaping on the rest; the trainer refills the step.
+    """DAPO (Yu et al. 2025), applied over ``grpo`` for this variant only: clip-higher (eps_low / eps_high), no KL
+    term, token-mean loss, dynamic sampling (the trainer refills the step with fresh prompts until it holds
+    ``grpo.prompts_per_step`` groups whose outcomes differ, at most ``dapo.max_num_gen_batches`` rounds) and overlong
+    shaping (:mod:`components.rewards.overlong`). The builder: the outcome reward, homogeneous groups dropped by
+    their outcome (verl's filter metric is the accuracy before the length penalty), then overlong shaping on the
+    rest; the trainer refills the step.
     Its clipping, KL and loss aggregation are the grpo block :func:`variant_params` gave the run. The refill counts
     a group by its shaped scores, so a group whose outcomes differ but whose shaped scores tie (no advantage left)
     is refilled here, where verl keeps it in the batch with advantage 0."""
@@ -128,7 +118,9 @@ def build_dapo(ctx: VariantContext) -> VariantParts:
 
 
 def build_discard_homogeneous(ctx: VariantContext) -> VariantParts:
-    """DAPO as ARBOR 4.1 describes its baseline: outcome-homogeneous groups are discarded from the update."""
+    """DAPO as ARBOR 4.1 describes its baseline (ARBOR's matched ``dapo_arbor``): outcome-homogeneous groups are
+    discarded from the update, nothing else (no refill, no clip-higher, no length shaping; its clipping and KL are
+    ARBOR's own, B.2: symmetric 0.2, KL 0)."""
     return VariantParts(reward_fn=drop_homogeneous_groups(OutcomeReward()))
 
 

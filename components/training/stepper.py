@@ -1,25 +1,9 @@
-"""How a trainer turns micro-batch losses into one optimizer step: plain torch, or DeepSpeed ZeRO by way of
-accelerate. Both trainers (:class:`~components.training.trainer.GRPOTrainer`,
-:class:`~components.training.sft_trainer.SFTTrainer`) run every update through one of these, so full
-fine-tuning of a policy too large for one device's optimizer state changes a setting, not the loop.
-
-- :class:`TorchStepper` is what the trainers always did: ``loss.backward()`` per micro-batch, then
-  ``clip_grad_norm_`` and ``optimizer.step()``. The embedded CPU path uses it (``train_policy.deepspeed.zero_stage:
-  null``). On N data-parallel ranks (:class:`components.training.distributed.Ranks`) it sums the accumulated
-  gradients over the ranks before clipping (DDP's all-reduce; the trainers divide each rank's loss by the whole
-  step's token or sequence count, so the sum is the single-process gradient), and every rank steps alike.
-- :class:`DeepSpeedStepper` hands the model and optimizer to ``accelerate.Accelerator`` with a
-  ``DeepSpeedPlugin`` built from :func:`components.training.distributed.deepspeed_config` (ZeRO-2: optimizer
-  state and gradients sharded; ZeRO-3: parameters too). Each micro-batch goes through accelerate's DeepSpeed
-  wrapper with the accumulation boundary set on the last one; DeepSpeed clips to ``max_grad_norm`` and steps.
-  The loss the trainers compute is already divided by the mini-batch's token or sequence count, so DeepSpeed is
-  told not to divide it again by its accumulation steps; ZeRO averages gradients over its N ranks, so on N
-  ranks each loss is multiplied by N to make that average the sum. The trainers' learning-rate schedulers keep
-  driving the learning rate: ZeRO's optimizer steps the same parameter groups the scheduler holds.
-
-Launch a multi-GPU run with ``accelerate launch --num_processes N -m tasks.train_policy ...`` (accelerate and
-DeepSpeed read the rank from its environment); a single process needs no launcher. DeepSpeed is in the ``[gpu]``
-extra; on a CPU (tests) it runs with ``DS_ACCELERATOR=cpu``, set here when the model is on the CPU.
+"""How a trainer turns micro-batch losses into one optimizer step: plain torch (:class:`TorchStepper`, the embedded
+CPU path, ``train_policy.deepspeed.zero_stage: null``) or DeepSpeed ZeRO by way of accelerate
+(:class:`DeepSpeedStepper`), so full fine-tuning of a policy too large for one device's optimizer state changes a
+setting, not the loop. Both trainers run every update through one; on N data-parallel ranks each makes the summed
+gradient the single-process one. A multi-GPU run: ``accelerate launch --num_processes N -m tasks.train_policy ...``;
+DeepSpeed is in the ``[gpu]`` extra, and on a CPU (tests) runs with ``DS_ACCELERATOR=cpu``, set here.
 
     stepper = make_stepper(model, optimizer, zero, max_grad_norm=1.0)   # zero: DeepSpeedParams or None
     stepper.zero_grad()
@@ -66,7 +50,10 @@ class Stepper(Protocol):
 
 
 class TorchStepper:
-    """``loss.backward()`` per micro-batch, then ``clip_grad_norm_`` and ``optimizer.step()``."""
+    """``loss.backward()`` per micro-batch, then ``clip_grad_norm_`` and ``optimizer.step()``. On N ranks
+    (:class:`components.training.distributed.Ranks`) it sums the accumulated gradients over the ranks before
+    clipping (DDP's all-reduce; the trainers divide each rank's loss by the whole step's token or sequence count,
+    so the sum is the single-process gradient), and every rank steps alike."""
 
     checkpoint_globals: tuple[type, ...] = ()  # what a checkpoint of its optimizer holds besides tensors
 
@@ -92,7 +79,13 @@ class TorchStepper:
 
 
 class DeepSpeedStepper:
-    """A model and optimizer prepared by accelerate under a DeepSpeed ZeRO plugin.
+    """A model and optimizer prepared by accelerate under a DeepSpeed ZeRO plugin
+    (:func:`components.training.distributed.deepspeed_config`; ZeRO-2 shards optimizer state and gradients, ZeRO-3
+    parameters too). Each micro-batch goes through accelerate's wrapper with the accumulation boundary on the last;
+    DeepSpeed clips to ``max_grad_norm`` and steps. The trainers' loss is already divided by the mini-batch's
+    token or sequence count, so DeepSpeed is told not to divide by its accumulation steps; ZeRO averages over its N
+    ranks, so each loss is multiplied by N to make that the sum. The trainers' schedulers keep driving the
+    learning rate (ZeRO's optimizer steps the parameter groups they hold).
 
     ``optimizer`` is DeepSpeed's ZeRO optimizer (its ``state_dict`` holds the fp32 master partitions, so a
     checkpoint of it resumes a bf16 run exactly); ``engine`` the DeepSpeed engine around the model, whose

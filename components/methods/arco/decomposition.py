@@ -1,28 +1,10 @@
-"""ARCO's step-level credit: the decomposition constraint that trains mu's score head, the dense step advantages
-the policy receives, and the diagnostics that say whether the credit is step-level at all.
-
-Decomposition constraint (no step labels): trajectory ``i`` with step rewards ``r_i1 .. r_iT`` and terminal
-reward ``R_i`` (EM or F1 of its answer) costs ``w_i (sum_t r_it - R_i)^2``; :func:`decomposition_loss` sums that
-over trajectories and divides by ``denominator`` (the number of trajectories of the update, so micro-batches
-add up to the batch mean). The weights are 1, or the released code's class balance
-(:func:`class_balanced_weights`: ``n / (2 n_pos)`` for ``R_i > 0.5``, ``n / (2 n_neg)`` for the others). The
-ablation without the constraint, :func:`per_step_outcome_loss`, regresses every step's reward to ``R_i`` on its
-own (``mean_t (r_it - R_i)^2``): each step predicts the outcome, nothing is shared out between steps.
-
-Dense advantages: reward-to-go ``G_it = sum_{t' >= t} gamma^(t'-t) r_it'`` minus a baseline, times ``scale``.
-:func:`position_bucket_advantages` (the released code's) takes the mean of ``G`` over the whole batch within the
-step's bucket (:func:`step_buckets`: ``search_k`` for the k-th search of a trajectory, ``terminal`` for the
-answering, last or unreadable step), the batch mean of every ``G`` for a bucket of one.
-:func:`step_advantages` takes a baseline per step index within the group: ``b_gt`` is the mean of ``G_jt`` over
-the group's trajectories that have step ``t`` when at least two do, otherwise the mean of every ``G`` of the
-group. Either divides by the std of ``G`` (the group's, the batch's) when ``normalize_std``. A step whose reward
-is missing (mu wrote no readable criterion) has no reward-to-go, and neither has any step before it: a missing
-value is never a 0.
-
-Diagnostics: :func:`oracle_step_quality` (from the world oracle: a step is good when it retrieves the next
-gold paragraph, or answers once all were retrieved), :func:`step_diagnostics` (within-trajectory variance
-of the step rewards, their Pearson correlation with the oracle quality overall and within trajectories,
-the decomposition gap) and :func:`criteria_diversity` (distinct criteria and lexical spread per step).
+"""ARCO's step-level credit: the decomposition constraint that trains mu's score head without step labels (a
+trajectory's step rewards should sum to its terminal reward: :func:`decomposition_loss`, weighted by
+:func:`class_balanced_weights` as the released code does; the ablation :func:`per_step_outcome_loss`), the dense
+step advantages the policy receives (reward-to-go minus a baseline: :func:`position_bucket_advantages`, the released
+code's, or :func:`step_advantages`; a step without a readable reward has no reward-to-go, nor has any step before
+it: a missing value is never a 0), and the diagnostics that say whether the credit is step-level at all
+(:func:`oracle_step_quality`, :func:`step_diagnostics`, :func:`criteria_diversity`).
 
     loss = decomposition_loss([r_traj0, r_traj1], outcomes, weights=class_balanced_weights(outcomes))
     adv = position_bucket_advantages(rewards, [3, 2], [step_buckets(s) for s in steps], scale=0.5)  # [n, K]
@@ -82,7 +64,8 @@ def _checked(step_rewards: Sequence[torch.Tensor], outcomes: torch.Tensor, weigh
 
 def decomposition_loss(step_rewards: Sequence[torch.Tensor], outcomes: torch.Tensor,
                        denominator: float | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """``sum_i w_i (sum_t r_it - R_i)^2 / denominator`` (default: the number of trajectories; weights 1)."""
+    """``sum_i w_i (sum_t r_it - R_i)^2 / denominator`` (default: the number of trajectories, so micro-batches add up
+    to the batch mean; weights 1), with ``R_i`` the trajectory's terminal reward (EM or F1 of its answer)."""
     _checked(step_rewards, outcomes, weights)
     sums = torch.stack([r.sum() for r in step_rewards])
     per = (sums - outcomes.to(sums)) ** 2
@@ -133,7 +116,9 @@ def step_buckets(steps: Sequence[ArcoStep]) -> list[str]:
 def position_bucket_advantages(rewards: torch.Tensor, lengths: Sequence[int], buckets: Sequence[Sequence[str]], *,
                                gamma: float = 1.0, scale: float = 1.0, normalize_std: bool = False,
                                eps: float = 1e-6) -> torch.Tensor:
-    """Reward-to-go minus the batch-wide mean of its bucket (``buckets[i][t]`` for step ``t`` of trajectory
+    """Reward-to-go ``G_it = sum_{t' >= t} gamma^(t'-t) r_it'`` minus the batch-wide mean of its bucket
+    (:func:`step_buckets`: ``search_k`` for the k-th search, ``terminal`` for the answering, last or unreadable step;
+    ``buckets[i][t]`` for step ``t`` of trajectory
     ``i``; a bucket of one value: the batch mean), over the batch's std when ``normalize_std``, times ``scale``;
     ``[n, K]``, NaN where there is no reward-to-go."""
     g = reward_to_go(rewards, lengths, gamma)
@@ -158,8 +143,10 @@ def position_bucket_advantages(rewards: torch.Tensor, lengths: Sequence[int], bu
 
 def step_advantages(rewards: torch.Tensor, lengths: Sequence[int], groups: Sequence[int], *, gamma: float = 1.0,
                     normalize_std: bool = True, eps: float = 1e-6, scale: float = 1.0) -> torch.Tensor:
-    """Reward-to-go minus a per-step-index group baseline (see the module docstring), times ``scale``; ``[n, K]``,
-    NaN where there is no reward-to-go. A group with a single reward-to-go value gets 0 there."""
+    """Reward-to-go minus a per-step-index group baseline, times ``scale``; ``[n, K]``, NaN where there is no
+    reward-to-go. The baseline ``b_gt`` is the mean of ``G_jt`` over the group's trajectories that have step ``t``
+    when at least two do, else the mean of every ``G`` of the group; ``normalize_std`` divides by the group's std of
+    ``G``. A group with a single reward-to-go value gets 0 there."""
     g = reward_to_go(rewards, lengths, gamma)
     out = torch.full_like(g, math.nan)
     groups_t = torch.as_tensor(list(groups), dtype=torch.long)

@@ -1,31 +1,14 @@
 """Co-ReAct inference (paper 3.3): Rubric -> Reason -> Act -> Verify -> Observe, on the ReAct seams.
-
-:class:`GuidedAgent` is the ReAct loop (unchanged: :meth:`ReActAgent.run`) plus what Co-ReAct and the test-time
-baselines of :mod:`components.methods.coreact.baselines` share, all inside :meth:`propose`:
-
-- **inject**: with a rubric generator, a rubric for the next step is written before each turn that may call a
-  tool and appended to the policy's context as a checklist (the baselines' plug-in mode is exactly this);
-- **token budget**: once the policy's last context plus its reply reaches ``token_budget`` tokens (paper: 6,000),
-  the next turn must answer (a tool call proposed then is not run);
-- **records**: one record per proposed step (rubric, drafts, verdicts, retries, a baseline's critiques) and the
-  episode's calls and tokens per role, in ``trajectory.metadata["guided"]``; ``Step.rubric`` holds the
-  rubric shown before the step.
-
-:class:`CoReActAgent` (registered ``coreact``) adds **verify** and **retry**: an independent ``verifier`` role
-checks a proposed tool call against the rubric (:mod:`components.methods.coreact.verifier`: one JSON checklist call, or
-one yes/no call per criterion with ``coreact.verifier_mode: criterion``); the step is accepted when
-the weighted fraction of satisfied criteria exceeds ``tau``, otherwise the draft is marked not trainable
-(``call.trainable = False``), recorded, and the policy proposes again with the unmet criteria and the
-verifier's reasons pinned in context, at most ``max_retries`` times; the last retry is taken as it is. A
-verifier that fails leaves the draft accepted (recorded with its error), never rejected. A generator that
-fails or writes an unparseable rubric leaves the step unguided (recorded with its error).
+:class:`GuidedAgent` is the unchanged ReAct loop plus what Co-ReAct and the test-time baselines of
+:mod:`components.methods.coreact.baselines` share inside :meth:`propose`: a rubric written before each turn that may
+call a tool and shown as a checklist, the token budget (paper: 6,000) after which the next turn must answer, and a
+record per proposed step in ``trajectory.metadata["guided"]``. :class:`CoReActAgent` (registered ``coreact``) adds
+verify and retry. Importing this module registers ``coreact`` and the baselines (``self_refine``, ``best_of_n``,
+``step_back``, ``critic``).
 
     agent = build_agent("coreact", pool.role, toolbox, params.agent, agent_options(params, params.methods["coreact"]))
     trajectory = asyncio.run(agent.run(question, seed=7))
     trajectory.metadata["guided"]["steps"][0]["drafts"]     # verdicts of each verified draft
-
-Importing this module registers ``coreact`` and the baselines (``self_refine``, ``best_of_n``, ``step_back``,
-``critic``).
 """
 
 from __future__ import annotations
@@ -87,7 +70,13 @@ class GuidedState(EpisodeState):
 
 
 class GuidedAgent(ReActAgent):
-    """ReAct with optional rubric injection, the token budget and per-step records (see the module doc).
+    """ReAct with optional rubric injection, the token budget and per-step records. With a rubric generator a
+    rubric for the next step is written before each turn that may call a tool and appended to the policy's context
+    as a checklist (the baselines' plug-in mode is exactly this); once the policy's last context plus its reply
+    reaches ``token_budget`` tokens the next turn must answer (a tool call proposed then is not run); one record per
+    proposed step (rubric, drafts, verdicts, retries, a baseline's critiques) and the episode's calls and tokens per
+    role go to ``trajectory.metadata["guided"]``, and ``Step.rubric`` holds the rubric shown before the step. A
+    generator that fails or writes an unparseable rubric leaves the step unguided (recorded with its error).
     Subclasses change :meth:`decide`, the step's decision mechanism; ``RUBRIC_BY_DEFAULT`` says whether the
     agent builds a generator when its options do not say (``plugin``); ``ROLE_OPTIONS`` maps constructor
     keywords to the roles they are bound to by default (option ``<keyword>_role`` rebinds)."""
@@ -230,7 +219,13 @@ class GuidedAgent(ReActAgent):
 
 @AGENTS.register("coreact")
 class CoReActAgent(GuidedAgent):
-    """Inject, verify, retry (see the module doc). ``verify=False`` is the "w/o verification" ablation."""
+    """Inject, verify, retry. ``verify=False`` is the "w/o verification" ablation. An independent ``verifier`` role
+    checks a proposed tool call against the rubric (:mod:`components.methods.coreact.verifier`: one checklist call,
+    or one yes/no call per criterion with ``coreact.verifier_mode: criterion``); the step is accepted when the
+    weighted fraction of satisfied criteria exceeds ``tau``, otherwise the draft is marked not trainable, recorded,
+    and the policy proposes again with the unmet criteria and the verifier's reasons pinned in context, at most
+    ``max_retries`` times (the last retry is taken as it is). A verifier that fails leaves the draft accepted
+    (recorded with its error), never rejected."""
 
     method = "coreact"
     RUBRIC_BY_DEFAULT = True
