@@ -234,3 +234,8 @@ def test_the_arco_teacher_names_each_step_s_next_paragraph_then_the_answer(lab):
     assert criteria[-1][0] == f"answers {q.answers[0]}"  # every fact found before the last step
     poor, _ = asyncio.run(annotate(_judge(world, flip_rate=1.0), q, steps, k=3))
     assert poor[0][0] == "answers at once" and poor[-1][0].endswith(" again")
+
+
+def test_a_reply_of_no_verdicts_stays_empty_under_any_dial():
+    empty = Judgment.of([], tuple)
+    assert dialled(empty, Dial(flip_rate=1.0, position_bias=1.0, bias="length", bias_rate=1.0), "k") == ()

@@ -181,7 +181,7 @@ def _flipped(verdict: Verdict) -> Verdict:
 
 def dialled(j: Judgment, dial: Dial, key: str) -> Verdict | tuple:
     """The verdict after the dial (module doc); a judgment of parts gives the tuple of its parts' verdicts."""
-    if j.parts:
+    if isinstance(j.truth, tuple):  # a judgment of parts (perhaps none: a checklist of no criteria)
         return tuple(dialled(p, dial, f"{key}:{i}") for i, p in enumerate(j.parts))
     verdict = j.truth
     if dial.bias != "none" and j.attempts and _coin(dial, key, "bias") < dial.bias_rate:
