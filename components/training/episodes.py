@@ -96,6 +96,10 @@ class MethodState(Protocol):
     past a step (RubricEM's reflection batch is judged during the next step; the last one lands here), and
     ``attach(trainer)``, called once when the trainer is built (before ``resume``), so a method can share
     the policy's model (a second adapter on the same base) instead of loading its own copy.
+    On N data-parallel ranks a method needs ``rank_share() -> Any`` (what this rank's reward left in it for the
+    draw, taken: picklable) and ``merge_ranks(parts)`` (every rank's shares in rank order, merged the same way on
+    every rank); its hooks then run on rank 0 alone and the others load its ``state_dict`` (``files_dir`` None).
+    A method without them is refused there, with its ``not_data_parallel`` reason when it gives one.
     """
 
     def state_dict(self) -> dict[str, Any]: ...

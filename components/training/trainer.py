@@ -220,11 +220,13 @@ class GRPOTrainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.ranks = ranks if ranks is not None else current_ranks()
-        if self.ranks.parallel:
-            hooks = [h for h in ("on_step_end", "on_train_end", "attach") if hasattr(method, h)]
+        if self.ranks.parallel and not hasattr(method, "merge_ranks"):
+            hooks = [h for h in ("on_step_end", "on_train_end", "attach", "state_dict") if hasattr(method, h)]
             if hooks:
-                raise ValueError(f"{type(method).__name__} has step hooks ({', '.join(hooks)}), which are not "
-                                 f"data-parallel yet: train it in one process, not {self.ranks.world_size} ranks")
+                why = getattr(method, "not_data_parallel", None)
+                raise ValueError(f"{type(method).__name__} has step hooks or state ({', '.join(hooks)}), which are "
+                                 f"not data-parallel{f' ({why})' if why else ''}: train it in one process, "
+                                 f"not {self.ranks.world_size} ranks")
             if zero is not None and zero.zero_stage == 3:
                 raise ValueError("train_policy.deepspeed.zero_stage: 3 on several ranks: ZeRO-3 gathers parameters "
                                  "inside every forward pass, and each rank's rollouts run their own number of them; "
@@ -521,6 +523,8 @@ class GRPOTrainer:
             reward = RewardOutput(scores=[x for part in parts for x in part[1]],
                                   metrics=_combined_reward_metrics([(len(p[0]), p[2]) for p in parts]))
             ctx.groups = [e.group for e in episodes]
+            if hasattr(self.method, "merge_ranks"):  # what each rank's reward left in the method: the whole draw's
+                self.method.merge_ranks(self.ranks.gather(self.method.rank_share()))
         timing["rollout"] += t1 - t0
         timing["reward"] += time.perf_counter() - t1
         return episodes, reward
@@ -647,7 +651,7 @@ class GRPOTrainer:
             self.engine.update_weights(self.policy, ctx.step)
         memory.release()
         t3 = time.perf_counter()
-        metrics.update(run_method_hook(self.method, "on_step_end", self, ctx, episodes, scores))
+        metrics.update(self._method_hook("on_step_end", ctx, episodes, scores))
         memory.release()
         self.step_count += 1
         method_timings = wall_clock(metrics)
@@ -685,7 +689,7 @@ class GRPOTrainer:
         this again (a resumed, finished run) changes nothing. A run extended after it finished has applied
         that work at the end of the shorter run, one step earlier than an uninterrupted run would."""
         ctx = StepContext(step=self.step_count, groups=[], method=self.method)
-        metrics = {f"end/{k}": v for k, v in run_method_hook(self.method, "on_train_end", self, ctx).items()}
+        metrics = {f"end/{k}": v for k, v in self._method_hook("on_train_end", ctx).items()}
         memory.release()
         if not metrics:
             return {}
@@ -695,6 +699,17 @@ class GRPOTrainer:
             self.on_metrics(self.step_count, metrics)
         if self.checkpoint_dir is not None and self.config.checkpoint_every:
             self.save()
+        return metrics
+
+    def _method_hook(self, name: str, *args: Any) -> dict[str, float]:
+        """The method's hook ``name``; on N ranks rank 0 alone runs it (on the whole step: episodes and scores are
+        every rank's, and so is what the reward left in the method) and the others take its metrics and state."""
+        if not self.ranks.parallel or not hasattr(self.method, name):
+            return run_method_hook(self.method, name, self, *args)
+        out = run_method_hook(self.method, name, self, *args) if self.ranks.main else None
+        metrics, state = self.ranks.broadcast((out, self.method.state_dict()) if self.ranks.main else None)
+        if not self.ranks.main:
+            self.method.load_state_dict(state, None)
         return metrics
 
     def save(self, root: str | Path | None = None) -> Path:

@@ -1,7 +1,7 @@
 """One data-parallel training case of tests/training/test_data_parallel.py: run as a single process, or as N ranks
 under ``torchrun`` (each rank reads its rank from the launcher's environment, gloo on the CPU).
 
-    python -m tests.training.data_parallel_case OUT {grpo,grpo_zero2,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
+    python -m tests.training.data_parallel_case OUT {grpo,grpo_arbor,grpo_zero2,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
     python -m torch.distributed.run --nproc_per_node 2 -m tests.training.data_parallel_case OUT grpo 3
 
 ``RUBRICFLOW_DP_DEVICE=cuda`` trains on each rank's GPU (NCCL). Trains a tiny random Qwen2 with LoRA (``*_zero2``/``sft_zero3``: every weight, under DeepSpeed ZeRO-2/3) for STEPS steps on a
@@ -11,6 +11,9 @@ it scores in ``OUT.calls.<rank>.json``; SFT over 8 examples, 4 a step. Rank 0 al
 weights, safetensors) and ``OUT.json`` (each step's metrics, the ranks and whether it resumed); ``on_metrics``
 appends to ``OUT.metrics.jsonl``. With CKPT_DIR it resumes from there when it can and checkpoints every step;
 with KILL_AT, rank 1 (or the only rank) SIGKILLs itself in the middle of step KILL_AT, after its rollout.
+``grpo_arbor`` trains with ARBOR's rubric memory as the method: the reward leaves each group's record (one
+draft rubric, scored as the episodes are) in it, the memory admits the drafts in its step hook, and each rank writes
+its method state in ``OUT.method.<rank>.json`` and how often the hook ran in ``OUT.hooks.<rank>.json``.
 GRPO then keys a run folder ``OUT.run`` (components.run_files.keyed_folder) and plays a greedy dev evaluation of 5
 questions there (components.policy_run.dev_evaluation), each rank its share (recorded in ``OUT.dev.<rank>.json``).
 """
@@ -76,6 +79,37 @@ def _reward(calls: list):
     return reward
 
 
+def _arbor():
+    """ARBOR's memory as the method (no consolidation in 3 steps, every draft admitted), counting its hook's runs."""
+    from components.methods.arbor.memory import GroupRecord, RubricMemory, RubricText
+    from components.methods.arbor.params import ArborParams
+    from components.methods.arbor.variants import ArborState
+
+    class Counted(ArborState):
+        hook_calls = 0
+
+        async def on_step_end(self, trainer, ctx, episodes, scores):
+            self.hook_calls += 1
+            return await super().on_step_end(trainer, ctx, episodes, scores)
+
+    settings = ArborParams(delta_v=0.0, k_consol=1000)
+    state = Counted(RubricMemory(settings), consolidator=None, settings=settings)
+
+    def observe(reward):
+        def scored(episodes, ctx):
+            scores = reward(episodes, ctx)
+            groups: dict[int, list[int]] = {}
+            for i, e in enumerate(episodes):
+                groups.setdefault(e.group, []).append(i)
+            state.pending = ([], [GroupRecord(episodes[m[0]].prompt, episodes[m[0]].prompt, [scores[i] for i in m], {},
+                                              [(RubricText(title=f"g{g}", description=f"step {ctx.step}",
+                                                           counter_description="not"), [10 * scores[i] for i in m])])
+                                  for g, m in groups.items()])
+            return scores
+        return scored
+    return state, observe
+
+
 def _dev(out: str, ranks) -> None:
     from components.policy_run import dev_evaluation
     from components.run_files import keyed_folder
@@ -122,9 +156,13 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
                                 kl_coef=0.0 if full else 0.01,
                                 max_grad_norm=1.0, steps=int(steps), checkpoint_every=1 if ckpt else 0)
             box: list = []
-            trainer = GRPOTrainer(policy, _Engine(), _reward(calls), PROMPTS, config, seed=0, on_metrics=log,
+            method, reward = None, _reward(calls)
+            if kind == "grpo_arbor":
+                method, observe = _arbor()
+                reward = observe(reward)
+            trainer = GRPOTrainer(policy, _Engine(), reward, PROMPTS, config, seed=0, on_metrics=log,
                                   rollout_fn=_rollout(None if kill_at is None else int(kill_at), box),
-                                  checkpoint_dir=root, zero=zero, ranks=ranks)
+                                  checkpoint_dir=root, zero=zero, ranks=ranks, method=method)
             box.append(trainer)
         else:
             config = SFTParams(lr=2e-2, batch_size=4, micro_batch_size=1 if zero else 3, max_grad_norm=0.5,
@@ -147,6 +185,9 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
             weights = {n: p for n, p in trainer.policy.model.named_parameters() if p.requires_grad}
         weights = {n: p.detach().float().cpu().contiguous().clone() for n, p in weights.items()}
     Path(f"{out}.calls.{ranks.rank}.json").write_text(json.dumps(calls))
+    if kind == "grpo_arbor":
+        Path(f"{out}.method.{ranks.rank}.json").write_text(json.dumps(trainer.method.state_dict()))
+        Path(f"{out}.hooks.{ranks.rank}.json").write_text(json.dumps(trainer.method.hook_calls))
     if kind.startswith("grpo"):
         _dev(out, ranks)
     if ranks.main:

@@ -246,11 +246,44 @@ class _Hooked:
 
 
 def test_a_method_with_step_hooks_is_refused_on_several_ranks():
+    """Unless it merges what the ranks' rewards left in it (ARBOR, RAR); ARCO and RubricEM say why they do not."""
+    from components.methods.arco.variants import ArcoState
+    from components.methods.rubricem.variants import RubricEMState
+
     policy = build_policy(tiny_qwen2(case.TOK.vocab_size, seed=0), lora=LoRASettings(r=4, alpha=8))
     with pytest.raises(ValueError, match="_Hooked has step hooks .*on_step_end.* one process, not 2 ranks"):
         GRPOTrainer(policy, case._Engine(), lambda e, c: [0.0] * len(e), ["a"], GRPOParams(), method=_Hooked(),
                     ranks=Ranks(0, 2))
     GRPOTrainer(policy, case._Engine(), lambda e, c: [0.0] * len(e), ["a"], GRPOParams(), method=_Hooked())
+    with pytest.raises(ValueError, match=r"RubricEMState has step hooks .*\(its Phase A trains the policy"):
+        GRPOTrainer(policy, case._Engine(), lambda e, c: [0.0] * len(e), ["a"], GRPOParams(),
+                    method=RubricEMState(), ranks=Ranks(0, 2))
+    assert "mu, the rubric model" in ArcoState.not_data_parallel
+
+
+def test_two_ranks_keep_arbors_rubric_memory_equal_to_one_process(tmp_path):
+    """ARBOR's memory on 2 ranks: each rank's reward leaves its groups' records (a draft each), the trainer merges
+    them in rank order, the lifecycle runs on rank 0 alone and its state goes to rank 1: both ranks end with the
+    memory one process builds, every group's draft admitted once."""
+    single(tmp_path / "one.st", "grpo_arbor", 3)
+    torchrun(tmp_path / "two.st", "grpo_arbor", 3)
+    one, rank0, rank1 = (json.loads(Path(f"{tmp_path}/{name}.st.method.{r}.json").read_text())
+                         for name, r in (("one", 0), ("two", 0), ("two", 1)))
+    assert rank0 == rank1 == one
+    assert len(one["drafts"]) == 3 * 4 and one["totals"]["admitted"] == 12  # 4 groups a step, 2 on each rank
+    assert [json.loads(Path(f"{tmp_path}/two.st.hooks.{r}.json").read_text()) for r in (0, 1)] == [3, 0]
+    assert max_difference(results(tmp_path / "two.st")[0], results(tmp_path / "one.st")[0]) < TOL
+
+
+def test_rar_checklists_written_on_one_rank_are_every_ranks():
+    from components.methods.arbor.variants import RarState
+
+    ranks = [RarState(), RarState()]
+    ranks[0].checklists["q1"], ranks[1].checklists["q2"] = ["a"], ["b"]
+    parts = [r.rank_share() for r in ranks]
+    for r in ranks:
+        r.merge_ranks(parts)
+    assert ranks[0].checklists == ranks[1].checklists == {"q1": ["a"], "q2": ["b"]}
 
 
 def test_zero_needs_every_rank_to_run_as_many_sft_micro_batches():

@@ -127,6 +127,19 @@ class ArborState:
     def write_files(self, folder: Path) -> None:
         write_json(Path(folder) / "memory.json", self.memory.state_dict())
 
+    def rank_share(self) -> tuple[list[str], list[GroupRecord]] | None:
+        """This rank's observations of the draw (its groups' records), taken: :meth:`merge_ranks` puts back the
+        whole draw's, so rank 0's lifecycle (consolidation calls included) sees every group, once."""
+        share, self.pending = self.pending, None
+        return share
+
+    def merge_ranks(self, parts: list[tuple[list[str], list[GroupRecord]] | None]) -> None:
+        """Every rank's observations in rank order (the groups' order in one process); the active rubrics are
+        the memory's choice, the same on every rank (a rank without prompts has none)."""
+        given = [p for p in parts if p is not None]
+        self.pending = (list(dict.fromkeys(i for active, _ in given for i in active)),
+                        [r for _, records in given for r in records]) if given else None
+
     def _contents(self) -> tuple[list[str], list[str]]:
         return [d.id for d in self.memory.drafts], [r.id for r in self.memory.common]
 
@@ -272,6 +285,14 @@ class RarState:
 
     def write_files(self, folder: Path) -> None:
         write_json(Path(folder) / "rar_checklists.json", self.checklists)
+
+    def rank_share(self) -> dict[str, list[str]]:
+        return self.checklists
+
+    def merge_ranks(self, parts: list[dict[str, list[str]]]) -> None:
+        """Every rank's checklists on every rank: a question another rank wrote one for is not written again."""
+        for part in parts:
+            self.checklists.update(part)
 
 
 @dataclass

@@ -81,6 +81,10 @@ class ScoredEpisode:
 class ArcoState:
     """mu, its warm-up data and its schedule; the run's method state (checkpointed, updated in on_step_end)."""
 
+    not_data_parallel = ("mu, the rubric model, trains in on_step_end and its weights and optimizer are files, "
+                         "not part of state_dict: its update would need its own gradient all-reduce, or mu's "
+                         "weights sent from rank 0 every step")
+
     def __init__(self, settings: ArcoParams, mu_factory: Callable[[], RubricModel], teacher: Any = None, *,
                  loss: str = "decomposition", frozen: bool = False, sparse_steps: int = 0,
                  normalize_std: bool = True, eps: float = 1e-6, seed: int = 0):

@@ -294,6 +294,10 @@ class RubricEMState:
     """Judge buffers, rubric bank and reflection branch of one run; saved inside every checkpoint (the bank as
     a file), the bank also snapshotted to ``bank_dir`` every ``save_every`` steps."""
 
+    not_data_parallel = ("its Phase A trains the policy inside the reward, on the rank that calls it, and its bank "
+                         "is a file, not part of state_dict: rank 0 would have to run the update for all ranks and "
+                         "send the bank each step")
+
     def __init__(self, judge: StagewiseJudge | None = None, bank: RubricBank | None = None,
                  reflection: ReflectionBranch | None = None, bank_dir: str | Path | None = None, save_every: int = 10):
         self.judge, self.bank, self.reflection = judge, bank, reflection
