@@ -173,7 +173,9 @@ class GRPOTrainer:
     dynamic sampling and metrics cover the whole step on every rank, and each rank trains its own episodes' rows
     (the loss over the whole step's token counts, gradients summed; ``mini_batch_size`` rows over all ranks; under
     ZeRO-2 a rank short of micro-batches adds empty backward passes). Rank 0 alone calls ``on_metrics``; every rank
-    writes its own optimizer and RNG files. A method with step hooks, and ZeRO-3, are refused on N ranks.
+    writes its own optimizer and RNG files. A method merges what the ranks' rewards left in it after each draw
+    (``rank_share``/``merge_ranks``: ARBOR, RAR) and its hooks run on rank 0, their state sent to the others; a
+    method with hooks or state that does not (ARCO, RubricEM), and ZeRO-3, are refused on N ranks.
     """
 
     def __init__(
