@@ -1,48 +1,10 @@
 """The judgment kinds the simulated judge (:mod:`components.llm.backends.simulated`) answers from the world oracle,
-each recognised by its caller's own system prompt (imported from where it is defined, so a reworded prompt is
-still recognised) and answered in the format its caller parses. The methods' code is unchanged: they call the
-one judge interface as always; only the backend behind the role differs.
-
-In the lab a criterion is checked by the oracle: the names it mentions (the titles the question's gold chain looks
-up, and the facts each hop finds) must all appear in what the attempt found (its actions and observations); a
-criterion that mentions none of them asks for the whole chain (every hop's fact found). Kinds:
-
-- ``answer_correct`` (components/judges/answer.py): the prediction against the references in the prompt (exact
-  match, token F1 >= 0.8, or the reference inside a prediction at most three words longer), as
-  ``{"correct": true|false}``;
-- ``arbor_winner`` (ARBOR's pairwise judge, winner form): the attempt that meets the criterion when the other does
-  not, else TIE, as ``{"winner": ...}``;
-- ``arbor_verdict`` and ``arbor_single`` (its verdicts and single forms): whether the attempt asked about meets
-  the criterion, as ``yes`` / ``no``;
-- ``coreact_checklist`` (Co-ReAct's verifier, checklist mode): every criterion satisfied when the proposed action
-  is the gold chain's next one (the paragraph of the first hop not done yet, a hop done when the history writes its
-  title and its fact, or the last search refined; a browse of a gold paragraph; the right answer);
-- ``coreact_council`` (the council's listwise ranking): the slate ordered by :func:`action_value` (a right answer,
-  then the further hop not done yet, a repeat, a stray search, a wrong answer; equal values tied), as the JSON
-  ranking; a flip reverses it, position bias ranks in the order shown;
-- ``coreact_best_of_n`` (the best-of-N baseline's scorer): 1 + 9 x the share of the chain's facts the steps
-  show when the final answer is right, else 1;
-- ``coreact_evaluator``, ``coreact_slate``, ``coreact_criterion`` (the rubric evaluator's action, slate and
-  criterion modes; the criterion mode is also the verifier's): each (criterion, action) by :func:`action_meets` (a
-  criterion naming gold names is met by an action about one of them, one naming none asks for the next step), one
-  verdict each, with the atomic count (the criteria naming a gold name) when the prompt asks for it;
-- ``arbor_induction``: from each contrast, a rubric naming the first gold fact the better attempt found and the
-  worse did not ("finds Torvel Ashmere": checkable by the oracle); a flip writes it from the worse side;
-- ``arbor_consolidation``: the drafts merge into one general standard, "follows the chain" (every fact found);
-- ``arbor_rar_checklist`` and ``arbor_rar_rating`` (ARBOR's RaR baseline): a checklist of each hop's paragraph
-  and fact (a flip: the first hop's only), and 1 + 9 x the share of the items the attempt meets (mirrored on flip);
-- ``rubricem_generation``: per stage, the oracle's rubrics (the plan names the question's paragraphs, the research
-  finds each fact and, negative, repeats a lookup or strays from the chain's paragraphs, the review and the answer
-  rest on the last fact) that separate the group's attempts, each with its polarity (a flip inverts it);
-- ``rubricem_stage_scores`` and ``rubricem_group_scores`` (its trajectory and group scoring): each rubric's 0/1/2,
-  2 met in its own stage's block, 1 only elsewhere, 0 nowhere (mirrored on flip), one verdict per (rubric, attempt);
-- ``rubricem_reflection`` (the reflection judge): each candidate 0.9 on every dimension when it names every fact of
-  the chain, 0.6 some, 0.1 none;
-- ``arco_teacher`` (ARCO's warm-up teacher, which writes criteria, not scores): per step, K criteria of the good
-  step after the steps before it (look up the first hop not done yet, or answer once all are); a flip writes a
-  poor step's (a repeated lookup, or an answer before any).
-
-A reply of several verdicts gives each its own coin (:mod:`components.llm.backends.simulated`).
+one for every judgment the four methods make (answer correctness; ARBOR's pairwise, induction, consolidation and
+RaR judgments; Co-ReAct's verifier, council, rubric evaluator and best-of-N scorer; RubricEM's stage rubrics, stage
+scores and reflection ratings; ARCO's teacher criteria): each is recognised by its caller's own system prompt
+(imported from where it is defined, so a reworded prompt is still recognised), read against what the attempt found
+of the question's gold chain (each reader's docstring says how) and answered in the format its caller parses, so
+the methods' code is unchanged.
 
     from components.llm.backends.simulated import SimulatedJudge, Oracle, Dial
     judge = SimulatedJudge(Oracle(questions), Dial(flip_rate=0.2))
@@ -110,7 +72,9 @@ def found_facts(question: Question, attempt: str) -> int:
 
 
 def criterion_met(question: Question, criterion: str, attempt: str) -> bool:
-    """The lab's reading of a criterion (module doc)."""
+    """The lab's reading of a criterion: the names it mentions (the titles the question's gold chain looks up, and
+    the facts each hop finds) must all appear in what the attempt found (its actions and observations); a criterion
+    that mentions none of them asks for the whole chain (every hop's fact found)."""
     named = [n for n in _names(question) if len(n) > 3 and mentions(criterion, n)]
     if named:
         return all(mentions(attempt, n) for n in named)
@@ -146,6 +110,8 @@ def _same_thing(prediction: str, reference: str) -> bool:
 
 
 def _read_answer(messages: list[Message], oracle: Oracle) -> Judgment:
+    """components/judges/answer.py's judge: the prediction against the references in the prompt (exact match, token
+    F1 >= 0.8, or the reference inside a prediction at most three words longer), as ``{"correct": ...}``."""
     content = plain(messages[-1].content)
     refs = _between(content, "Reference answers: ", "\n").split(" | ")
     prediction = _between(content, "Predicted answer: ")
@@ -172,6 +138,7 @@ def _winner(flags: list[bool]) -> str:
 
 
 def _read_winner(messages: list[Message], oracle: Oracle) -> Judgment:
+    """ARBOR's pairwise judge, winner form: the attempt that meets the criterion when the other does not, else TIE."""
     q = _question(messages, oracle)
     attempts, criterion = _arbor_parts(plain(messages[-1].content), pair=True)
     truth = _winner([criterion_met(q, criterion, a) for a in attempts])
@@ -179,6 +146,7 @@ def _read_winner(messages: list[Message], oracle: Oracle) -> Judgment:
 
 
 def _read_verdict(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Its verdicts form: whether the attempt asked about meets the criterion, yes or no."""
     q = _question(messages, oracle)
     content = plain(messages[-1].content)
     attempts, criterion = _arbor_parts(content, pair=True)
@@ -188,6 +156,7 @@ def _read_verdict(messages: list[Message], oracle: Oracle) -> Judgment:
 
 
 def _read_single(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Its single form: whether the one attempt meets the criterion, yes or no."""
     q = _question(messages, oracle)
     attempts, criterion = _arbor_parts(plain(messages[-1].content), pair=False)
     return Judgment(criterion_met(q, criterion, attempts[0]), lambda v: "yes" if v else "no", attempts=attempts,
@@ -228,6 +197,9 @@ def _good_action(q: Question, history: str, action: str) -> bool:
 
 
 def _read_checklist(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Co-ReAct's verifier, checklist mode: every criterion satisfied when the proposed action is the gold chain's
+    next one (the paragraph of the first hop not done yet, or the last search refined; a browse of a gold paragraph;
+    the right answer)."""
     q = _question(messages, oracle)
     content = plain(messages[-1].content)
     n = int(re.search(r"Checklist \((\d+) criteria\)", content).group(1))
@@ -414,6 +386,7 @@ def _read_slate(messages: list[Message], oracle: Oracle) -> Judgment:
 
 
 def _read_requirement(messages: list[Message], oracle: Oracle) -> Judgment:
+    """The rubric evaluator's criterion mode (the criterion-mode verifier's too): :func:`action_meets`, yes or no."""
     q = _question(messages, oracle)
     content = plain(messages[-1].content)
     history = _between(content, "What the agent has done so far:\n", "\n\nRequirement: ")
@@ -454,6 +427,7 @@ def rar_items(q: Question, full: bool = True) -> list[str]:
 
 
 def _read_rar_checklist(messages: list[Message], oracle: Oracle) -> Judgment:
+    """RaR's checklist writer: :func:`rar_items` (a flip writes the first hop's only)."""
     q = _question(messages, oracle)
     return Judgment(True, lambda v: json.dumps({"items": rar_items(q, full=bool(v))}))
 
@@ -603,7 +577,8 @@ def reflection_rating(q: Question, text: str) -> float:
 
 
 def _read_reflections(messages: list[Message], oracle: Oracle) -> Judgment:
-    """Each reflection rated by :func:`reflection_rating` on every dimension, within and cross alike."""
+    """RubricEM's reflection judge: each candidate rated by :func:`reflection_rating` on every dimension, within and
+    cross alike."""
     q = _question(messages, oracle)
     content = plain(messages[-1].content)
     shown = re.findall(r"--- Reflection (\d+) ---\n(.*?)</reflection_takeaways>", content, re.DOTALL)
@@ -654,8 +629,8 @@ def teacher_criteria(q: Question, history: str, k: int, good: bool = True) -> li
 
 
 def _read_teacher(messages: list[Message], oracle: Oracle) -> Judgment:
-    """Each step's criteria by :func:`teacher_criteria` on the steps before it, one verdict per step (a flip
-    writes a poor step's)."""
+    """ARCO's warm-up teacher, which writes criteria, not scores: each step's by :func:`teacher_criteria` on the steps
+    before it, one verdict per step (a flip writes a poor step's)."""
     q = _question(messages, oracle)
     content = plain(messages[-1].content)
     k = int(re.search(r"Write exactly (\d+) criteria for each", content).group(1))

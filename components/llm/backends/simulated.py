@@ -1,30 +1,11 @@
-"""``simulated`` backend: a judge that answers from the world's oracle, with a quality dial. For the lab only
-(``--overlay lab``), never a default.
-
-It reads a judgment's prompt as a real judge would: the first registered :class:`JudgmentKind` whose ``matches``
-accepts the messages answers them. A kind computes the oracle's verdict (``truth``: a bool for a yes/no or
-correct/incorrect judgment and for a written one, True for the oracle's checklist, rubrics or criteria and False
-for the worse ones a flip writes; a winner "A" / "B" / "TIE" for a pairwise one) from the question it finds in the
-prompt (through :class:`Oracle`) and writes it in the reply format its caller parses. A graded verdict is a
-:class:`Score` (a value on its scale) or a :class:`Ranking` (tie groups of the shown candidates, best first); a
-reply with several verdicts (one per criterion, rubric, step or candidate) is a judgment of ``parts``, each dialled
-on its own. Before it is written the dial acts on each verdict, in this order, each with its own coin (a function
-of the dial's seed, the prompt and the part, so the same prompt gets the same verdict, as from a cached
-temperature-0 judge):
-
-- ``bias_rate``: the systematic ``bias`` decides instead of the oracle (``length``: the longer attempt wins, one
-  attempt alone passes when it is longer than its gold chain needs; ``keyword``: the attempt or answer that writes
-  ``keyword`` wins and passes; a ranking orders by it, a passing score is the scale's top, a failing one its bottom;
-  a judgment that shows no attempt, such as a checklist written from the question alone, has none to favour);
-- ``position_bias``: a judgment that shows two attempts or more picks the first one shown ("A"; a yes/no or a score
-  about the first is yes or the top, about another no or the bottom; a ranking is the order shown);
-- ``flip_rate``: the verdict is inverted (yes <-> no, A <-> B, a TIE stays a TIE; a score mirrored on its scale; a
-  ranking reversed).
-
-A prompt no kind recognises fails permanently (``PermanentLLMError``, a ``call_failed`` judgment: never a score).
-The kinds live where the prompts are defined (``components.lab.judges`` registers the methods' kinds); the backend
-imports the module named by ``kinds_module`` when it is built, the registries' dotted-path escape hatch, so this
-shared layer never imports a method.
+"""``simulated`` backend: a judge that answers from the world's oracle, with a quality dial, for the lab only
+(``--overlay lab``), never a default. It reads a judgment's prompt as a real judge would: the first registered
+:class:`JudgmentKind` whose ``matches`` accepts the messages reads the oracle's verdict from it (a
+:class:`Judgment`), the dial acts on it (:func:`dialled`) and the kind writes it in the reply format its caller
+parses; a prompt no kind recognises fails permanently (``PermanentLLMError``, a ``call_failed`` judgment: never a
+score). The kinds live where the prompts are defined (``components.lab.judges``); the backend imports the module
+named by ``kinds_module`` when it is built, the registries' dotted-path escape hatch, so this shared layer never
+imports a method.
 
     judge = SimulatedJudge.from_params(params)          # params.lab.judge is the dial, the lab world the oracle
     judge = SimulatedJudge(oracle, Dial(flip_rate=0.2))
@@ -108,7 +89,10 @@ Verdict = bool | str | Score | Ranking
 
 @dataclass(frozen=True)
 class Judgment:
-    """What a kind read from one prompt: the oracle's verdict, the reply writer, and what the dial's biases need:
+    """What a kind read from one prompt: the oracle's verdict (a bool for a yes/no or correct/incorrect judgment, and
+    for a written one True for the oracle's checklist, rubrics or criteria and False for the worse ones a flip
+    writes; "A" / "B" / "TIE" for a pairwise one; a :class:`Score` or a :class:`Ranking`), the reply writer, and
+    what the dial's biases need:
     ``attempts`` (the texts shown, in order; one for a single-attempt judgment), ``about`` (the index of the
     attempt a yes/no or a score is about, when several are shown) and ``gold_turns`` (the turns the gold chain
     needs). A reply of several verdicts has ``parts`` (one judgment each, dialled on its own; ``truth`` is then
@@ -180,7 +164,20 @@ def _flipped(verdict: Verdict) -> Verdict:
 
 
 def dialled(j: Judgment, dial: Dial, key: str) -> Verdict | tuple:
-    """The verdict after the dial (module doc); a judgment of parts gives the tuple of its parts' verdicts."""
+    """The verdict after the dial; a judgment of parts gives the tuple of its parts' verdicts, each dialled on its
+    own. The dial acts in this order, each with its own coin (a function of the dial's seed, the prompt's ``key``
+    and the part, so the same prompt gets the same verdict, as from a cached temperature-0 judge):
+
+    - ``bias_rate``: the systematic ``bias`` decides instead of the oracle (``length``: the longer attempt wins, one
+      attempt alone passes when it is longer than its gold chain needs; ``keyword``: the attempt or answer that
+      writes ``keyword`` wins and passes; a ranking orders by it, a passing score is the scale's top, a failing one
+      its bottom; a judgment that shows no attempt, such as a checklist written from the question alone, has none
+      to favour);
+    - ``position_bias``: a judgment that shows two attempts or more picks the first one shown ("A"; a yes/no or a
+      score about the first is yes or the top, about another no or the bottom; a ranking is the order shown);
+    - ``flip_rate``: the verdict is inverted (yes <-> no, A <-> B, a TIE stays a TIE; a score mirrored on its
+      scale; a ranking reversed).
+    """
     if isinstance(j.truth, tuple):  # a judgment of parts (perhaps none: a checklist of no criteria)
         return tuple(dialled(p, dial, f"{key}:{i}") for i, p in enumerate(j.parts))
     verdict = j.truth
