@@ -1,50 +1,13 @@
 """Latency a call, p50 / p95, of Co-ReAct's MMR slate (12-action pool) and of BM25 and dense (MiniLM + faiss)
 search over 10k paragraphs, against issue 49.6's targets. All in one process, each timed per call over a fixed
-query set.
-
-- MMR: :func:`components.methods.coreact.slates.select_slate` (dedupe, pool BM25, MMR) with the embedded
-  ``collect.slate_size`` and ``collect.mmr_lambda``; target p95 under 5 ms a slate.
-- BM25: :class:`components.retrieval.bm25.BM25Index` ``search`` (scores, top ``retrieval.top_k``, snippets), the
-  search tool's path; target p95 under 20 ms a query. Beside it, not judged, the index it replaced (issue 49.6):
-  the same search through ``rank_bm25.BM25Okapi`` (``RankBM25Before``; skipped when rank-bm25, a dev dependency,
-  is absent or with ``--no-before``), after checking that both return the same hits and scores for every query.
-- dense: :class:`components.retrieval.dense.DenseIndex` ``search`` with the embedded MiniLM loaded offline
-  (:func:`components.embedded.models.load_embedder`), the query's embedding included; target p95 under 10 ms a
-  query; a row per thread count (``--dense-threads``, 1 and 2 by default: torch's, with passive OpenMP waits, and
-  the ONNX Runtime query encoder's, ``DenseIndex(query_threads=...)``). Beside
-  each, not judged, the same search with the query through the traced TorchScript graph (the path before ONNX
-  Runtime, when the index chose ONNX Runtime), and the search as it was before issue 49.6 (``DenseBefore``: the query embedded by
-  sentence-transformers' ``encode``, faiss on all its OpenMP threads; ``--no-before`` skips it), timed in the same
-  passes, alternating query by query, after checking that both give the same documents in the same order for
-  every query, with scores within 1e-6 (faiss on one thread sums a dot product in another order). Also not judged (``--no-probes`` skips
-  them): query encoders of lower precision that were measured and not adopted, a bf16 copy of the model and int8
-  dynamic quantisation of its linear layers, each with its CPU time a query and the overlap of its top ``k`` with
-  the fp32 encoder's over the same queries. Skipped, with the reason in the JSON, when the model cannot be loaded
-  or with ``--no-dense``.
-
-The corpus is the embedded world (``params.yaml``'s ``world`` sizes) enlarged deterministically: every entity count
-is multiplied by the smallest factor that gives at least ``--paragraphs`` paragraphs, and the first
-``--paragraphs`` of the generated (seeded, shuffled) documents are kept. The queries are the same world's
-questions, alternately a question's text and the entity title its first hop looks up (what an agent searches
-for). A slate pool per question: twelve actions built from its hop titles, other titles, a browse, finish
-guesses and spelling variants of the same search (which dedupe must merge), with the question plus its first
-gold paragraph as the relevance context.
-
-Run (seconds once the dense index is cached; embedding the 10k paragraphs the first time took over 10 minutes
-on 2 busy cores)::
+query set of the embedded world enlarged to ``--paragraphs``, each beside what it replaced (rank-bm25; the dense
+query through sentence-transformers' ``encode`` and through the traced graph) after checking that both give the
+same hits, plus lower-precision query encoders measured and not adopted; what each row times, and the JSON:
+:func:`run`. Seconds once the dense index is cached in ``--index-cache`` (embedding 10k paragraphs the first time
+took over 10 minutes on 2 busy cores).
 
     python perf/bench_retrieval.py [--paragraphs 10000] [--queries 200] [--repeats 3] [--no-dense] [--no-before] \\
         [--no-probes] [--index-cache .cache/bench_retrieval | --no-index-cache] [--out perf/results/retrieval.json]
-
-The dense index is built with :func:`components.retrieval.store.build_index` into ``--index-cache`` and loaded
-from there next time (``load_index`` refuses an index of any other corpus, so a changed world is re-embedded).
-
-Each row is judged on the wall-clock p95 and also gives the CPU-time percentiles (this process's CPU time over the
-call), which leave out waiting for a core: on the shared 2-core machine, at a load average of 8, they are what a
-quiet machine would come nearer to. Prints a table and writes JSON: ``rows`` (measure, figures, value = p95 in ms,
-target, met, p50_ms, p95_ms, cpu_p50_ms, cpu_p95_ms), ``before`` (the rank-bm25 row and the ``encode`` dense rows:
-the same timings, no target), ``probes`` (the lower-precision encoders: timings and top-k overlap), the corpus and
-query sizes, index build times and the machine's load average before and after.
 """
 
 from __future__ import annotations
@@ -146,7 +109,7 @@ def query_set(questions: Sequence[Question], n: int) -> list[str]:
 
 
 def slate_pool(question: Question, titles: Sequence[str], rng: random.Random) -> list[str]:
-    """Twelve candidate actions for a branching point of ``question`` (see the module docstring)."""
+    """Twelve candidate actions for a branching point of ``question`` (the pool :func:`run` describes)."""
     hops = list(dict.fromkeys(question.metadata["hop_titles"]))
     pool = [f"search[{hops[0]}]", f"Search[{hops[0]}] ", f"search[{hops[0].lower()}]."]
     pool += [f"search[{t}]" for t in hops[1:]]
@@ -291,6 +254,31 @@ def precision_probes(index, embedder, queries: Sequence[str], k: int) -> list[di
 def run(paragraphs: int, n_queries: int, repeats: int, dense: bool, params_path: str = "params.yaml",
         index_cache: Path | None = None, dense_threads: Sequence[int] = (), before: bool = True,
         probes: bool = True) -> dict:
+    """The benchmark's report (the JSON ``main`` writes).
+
+    - MMR: :func:`components.methods.coreact.slates.select_slate` with the embedded ``collect.slate_size`` and
+      ``mmr_lambda``; target p95 under 5 ms a slate.
+    - BM25: :class:`components.retrieval.bm25.BM25Index` ``search`` (scores, top ``retrieval.top_k``, snippets), the
+      search tool's path; target p95 under 20 ms a query; beside it, not judged, ``rank_bm25.BM25Okapi``
+      (:class:`RankBM25Before`; skipped without rank-bm25 or with ``before=False``), same hits and scores checked.
+    - dense: :class:`components.retrieval.dense.DenseIndex` ``search`` with the embedded MiniLM, the query's
+      embedding included; target p95 under 10 ms a query; a row per count of ``dense_threads`` (torch's, with
+      passive OpenMP waits, and the ONNX Runtime encoder's). Beside each, not judged and alternating query by
+      query, the query through the traced TorchScript graph and the search as it was before (:class:`DenseBefore`),
+      after checking the same documents in the same order with scores within 1e-6. ``probes``: a bf16 copy and int8
+      dynamic quantisation of the encoder, their CPU time a query and top-k overlap with fp32. Skipped, with the
+      reason, when the model cannot be loaded or ``dense`` is False.
+
+    The corpus is the embedded world with every entity count multiplied by the smallest factor giving at least
+    ``paragraphs`` paragraphs, the first ``paragraphs`` of its (seeded, shuffled) documents kept; the queries are its
+    questions, alternately a question's text and the title its first hop looks up; a slate pool per question is
+    twelve actions (its hop titles, other titles, a browse, finish guesses and spelling variants dedupe must
+    merge), the question plus its first gold paragraph as the context. The dense index is built with
+    :func:`components.retrieval.store.build_index` into ``index_cache`` (``load_index`` refuses another corpus's).
+    Each row is judged on the wall-clock p95 and gives the CPU-time percentiles too (what a quiet machine comes
+    nearer to). The report: ``rows`` (measure, figures, value = p95 in ms, target, met, p50_ms, p95_ms,
+    cpu_p50_ms, cpu_p95_ms), ``before``, ``probes``, the corpus and query sizes, index build times and the load
+    average before and after."""
     params = load_params(params_path)
     world_sizes = params.world.model_dump()
     started = time.perf_counter()
