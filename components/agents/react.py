@@ -1,25 +1,10 @@
-"""The ReAct search agent: reason, act with a tool, observe, repeat, then answer; and the agent registry.
-
-The policy sees a system prompt that teaches three actions (``search[query]``, ``browse[doc_id]``,
-``finish[answer]``) with one worked example, then the question; each policy turn is followed by an
-``Observation:`` message. Budgets: ``max_turns`` turns and ``max_search_calls`` tool calls; once the tool
-budget is spent, further tool calls are refused with a message asking for the answer. Observations are
-cut to ``observation_max_chars``. A policy call that fails after the middleware's retries ends the episode
-with ``finish_reason="llm_failure"`` (no answer, never a guessed one).
-
-The loop is split into seams that variants override instead of copying the loop:
-
-- :meth:`ReActAgent.propose` asks the policy for one turn and parses it into a :class:`Proposal`
-  (Co-ReAct injects a rubric here, verifies the draft and retries; RubricEM runs its stage scaffold);
-- :meth:`ReActAgent.commit` records the turn as a :class:`Step` and runs its tool off the event loop;
-- :meth:`ReActAgent.call_policy` is the one way an agent calls the policy: it tags the call with a
-  :class:`~components.llm.base.PolicyCall` (trainable or not, stage/step segments) that training reads
-  and the trajectory records;
-- :meth:`ReActAgent.messages`, :meth:`ReActAgent.sampling`, :meth:`ReActAgent.force_answer` and
-  :meth:`ReActAgent.finish` are reused as they are.
-
-Agents register under a name (``@AGENTS.register("react")``) and are built from params by
-:func:`build_agent`; ``evaluate --method NAME`` picks the method's agent from ``params.methods``.
+"""The ReAct search agent: reason, act with a tool (``search[query]``, ``browse[doc_id]``, ``finish[answer]``, taught
+by a system prompt with one worked example), observe, repeat, then answer; and the ``AGENTS`` registry, from which
+:func:`build_agent` builds a method's agent (``evaluate --method NAME`` picks it from ``params.methods``). Budgets:
+``max_turns`` turns and ``max_search_calls`` tool calls (a tool call past it is refused with a request for the
+answer); observations are cut to ``observation_max_chars``; a policy call that fails after the middleware's retries
+ends the episode with ``finish_reason="llm_failure"``, never a guessed answer. Variants override the loop's seams
+(:class:`ReActAgent`) instead of copying it.
 
     agent = ReActAgent(policy=pool.role("policy"), toolbox=toolbox, settings=params.agent)
     trajectory = asyncio.run(agent.run(question))
@@ -142,6 +127,13 @@ class PolicyFailure(Exception):
 
 @AGENTS.register("react")
 class ReActAgent:
+    """The loop, split into seams that variants override instead of copying it: :meth:`propose` asks the policy
+    for one turn and parses it into a :class:`Proposal` (Co-ReAct injects a rubric, verifies and retries here;
+    RubricEM runs its stage scaffold); :meth:`commit` records the turn as a :class:`Step` and runs its tool off the
+    event loop; :meth:`call_policy` is the one way an agent calls the policy, tagging the call with a
+    :class:`~components.llm.base.PolicyCall` (trainable or not, stage/step segments) that training reads and the
+    trajectory records; :meth:`messages`, :meth:`sampling`, :meth:`force_answer` and :meth:`finish` are reused."""
+
     def __init__(self, policy: ChatModel, toolbox, settings: AgentParams | None = None,
                  system_prompt: str = SYSTEM_PROMPT, name: str | None = None):
         self.policy = policy

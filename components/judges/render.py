@@ -1,24 +1,9 @@
-"""The texts a judge (or a writer of rubrics or reflections) is shown for an agent's steps: one home for the
-renderers, each named for the view it gives.
-
-- :func:`render_prefix`: Co-ReAct's committed steps as numbered action / observation lines (council, rubric
-  generator, rubric evaluator, verifier, and the agents that show their own history the same way);
-- :func:`trajectory_text`: ARBOR's and RaR's turn-by-turn view: thought, action, truncated observation, an
-  unreadable turn marked, then the final answer or how the episode ended;
-- :func:`scaffold_text`: RubricEM's episode as the policy wrote it, each observation in a ``<tool_output>``
-  block (:func:`tool_output`), which the stage parser cuts into stages; :func:`clip_tool_outputs` shortens the
-  tool outputs of such a text;
-- :func:`untrusted`: the one gate for text a judge must read but not obey (documents, observations, actions,
-  answers, rubric text a policy wrote). The renderers above pass every such piece through it, and so does each
-  method's prompt for the pieces it pastes in itself.
-
-Untrusted text is *defanged*, not quoted: ordinary text comes back unchanged (so prompts, and the response
-cache's keys, stay what they were), and only a sequence that could pass for a piece of the prompt or of a
-verdict has the one character that gives it that meaning swapped for a look-alike: the brace of a JSON object,
-the colon of a ``winner: A`` or of a section header such as ``Attempt B:`` at the start of a line, the ``>``
-of a line that is only a ranking, the ``<`` of a scaffold or chat-template tag, the dashes of a ``--- banner ---``.
-A reader still sees the same words; no parser of a judge's reply and no delimiter of a judge's prompt matches
-them. Each swap is one character for one, so lengths (and where a clip cuts) do not change.
+"""The texts a judge (or a writer of rubrics or reflections) is shown for an agent's steps, one home for the
+renderers, each named for its view: :func:`render_prefix` (Co-ReAct's committed steps as numbered action /
+observation lines), :func:`trajectory_text` (ARBOR's and RaR's turn-by-turn view), :func:`scaffold_text` (RubricEM's
+episode as the policy wrote it, observations in ``<tool_output>`` blocks; :func:`clip_tool_outputs` shortens them),
+and :func:`untrusted`, the one gate for text a judge must read but not obey (documents, observations, actions,
+answers, rubric text a policy wrote), which the renderers and each method's prompt pass every such piece through.
 
     prefix = render_prefix(point.prefix, 400)
     text = trajectory_text(episode.info["trajectory"], observation_chars=300)
@@ -94,11 +79,15 @@ def _objects(text: str) -> set[int]:
 
 
 def untrusted(text: str, *, tags: bool = True) -> str:
-    """``text`` defanged for a judge's prompt (see the module doc): the same text when it holds nothing that
+    """``text`` defanged, not quoted, for a judge's prompt: the same text when it holds nothing that
     reads as a delimiter of a judge's prompt or as a verdict, else the same text with the character that makes
     each such sequence one swapped for its look-alike (:data:`LOOKALIKES`). ``tags`` False leaves the
     scaffold's tags alone, for the policy's own scaffold text, where they are the structure the stage parser
-    reads."""
+    reads. What is swapped: the brace of a JSON object, the colon of a ``winner: A`` or of a section header such
+    as ``Attempt B:`` at the start of a line, the ``>`` of a line that is only a ranking, the ``<`` of a scaffold
+    or chat-template tag, the dashes of a ``--- banner ---``. A reader sees the same words, no parser of a judge's
+    reply or delimiter of its prompt matches them, and each swap is one character for one, so lengths (and where
+    a clip cuts) do not change; ordinary text, and so the response cache's keys, stay as they were."""
     if not text:
         return text
     swap = _objects(text) if "{" in text else set()

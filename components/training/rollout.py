@@ -1,22 +1,10 @@
-"""Rollout engines and the segment record that turns (multi-turn) rollouts into training batches.
-
-An engine samples continuations from the policy being trained:
-
-- :class:`HFRolloutEngine`: transformers ``generate`` on the policy object itself (CPU or GPU), so it
-  always samples from the current weights; returns the sampled ids and their log-probabilities.
-- :class:`VLLMRolloutEngine`: vLLM (on a GPU, or its CPU build) with the LoRA adapter hot-swapped after each
-  update (``LoRARequest``). vLLM is imported inside the class only; the ``vllm`` tests run it on the CPU
-  (tests/training/test_vllm_engine_cpu.py).
-
-A rollout is a list of :class:`RolloutSegment`: the prompt (not trainable), each policy turn (trainable,
-with its sampling log-probs) and each tool observation (not trainable). An agent loop calls
-``engine.generate([context_ids], sampling)`` once per turn, appends the generated ids as a trainable
-segment and the tool output as a non-trainable one, and hands the finished lists to :func:`assemble`,
-which right-pads them into a :class:`RolloutBatch` with ``loss_mask`` 0 on prompts and observations.
-The generated ids are kept verbatim (never re-tokenized from text), so training scores exactly the
-tokens that were sampled.
-
-Usage::
+"""Rollout engines and the segment record that turns (multi-turn) rollouts into training batches. Engines sample
+continuations from the policy being trained: :class:`HFRolloutEngine` (transformers ``generate`` on the policy
+itself, so always the current weights) and :class:`VLLMRolloutEngine` (vLLM, imported inside the class, with the
+LoRA hot-swapped after each update; ``tests/training/test_vllm_engine_cpu.py`` runs it on the CPU). A rollout is a
+list of :class:`RolloutSegment` (the prompt and tool observations not trainable, each policy turn trainable with
+its sampling log-probs, its ids kept verbatim, never re-tokenized), which :func:`assemble` right-pads into a
+:class:`RolloutBatch` with ``loss_mask`` 0 on prompts and observations.
 
     engine = HFRolloutEngine(policy.model, tokenizer)
     gens = engine.generate(["Question: ..."], SamplingParams(max_new_tokens=64))

@@ -1,26 +1,6 @@
 """Rejection sampling for SFT trajectories: keep an episode only when it is one a policy should imitate.
-
-``problems(trajectory, question, min_f1)`` lists what is wrong with an episode, as (reason, detail) in
-a fixed order; ``select`` keeps the episodes without problems and turns every other one into a
-``Rejection`` record whose ``reason`` is its first problem. Reasons:
-
-- ``llm_failure``: a policy call failed after the middleware's retries;
-- ``no_answer``: the episode ended without any answer;
-- ``forced_answer``: it answered only when forced after the budget ran out (no answering turn to learn);
-- ``format``: a turn is not exactly ``Thought: ...`` followed by one ``Action: search|browse|finish[...]``
-  line, or the parser read it differently, or the last turn is not the ``finish`` turn (ReAct episodes);
-- ``stage_boundary``, ``tool_syntax``, ``citation``: RubricEM scaffold episodes (``agent="scaffold"``) in place
-  of ``format``, as :func:`components.methods.rubricem.scaffold_format.scaffold_problems` finds them (B.2.3; its grounding
-  check is ``ungrounded`` below);
-- ``tool_errors``: scaffold episodes only, two or more tool calls in a row that came back with an error
-  (``ToolCall.error``); one failed call followed by a working one is kept (RubricEM B.2.3). The rule is
-  RubricEM's filter for its teacher's scaffold data, so the ReAct format, whose warm start no paper filters
-  this way, does not check it;
-- ``repeated_call``: the same tool call (tool and argument, case and spacing ignored) was made twice;
-- ``wrong_answer``: neither exact match nor token F1 >= ``min_f1`` against the gold answers;
-- ``ungrounded``: the answer is not written in any tool observation (yes/no answers cannot be quoted:
-  they need at least one successful tool call instead);
-- ``duplicate``: the same actions and answer as an episode already kept for that question.
+:func:`problems` lists what is wrong with an episode as (reason, detail) in a fixed order (``REASONS``); :func:`select`
+keeps the episodes without problems and turns every other one into a ``Rejection`` whose ``reason`` is its first.
 
     kept, rejected = select([(trajectory, question, "teacher"), ...], min_f1=1.0)
     kept, rejected = select([(trajectory, question, "oracle"), ...], min_f1=1.0, agent="scaffold")
@@ -97,7 +77,14 @@ def _react_format(t: Trajectory) -> list[tuple[str, str]]:
 
 def problems(trajectory: Trajectory, question: Question, min_f1: float, agent: str = "react") -> list[tuple[str, str]]:
     """Everything wrong with an episode of ``agent`` (a registered warm-start format), as (reason, detail) in
-    ``REASONS`` order."""
+    ``REASONS`` order: ``llm_failure`` (a policy call failed after the retries); ``no_answer``; ``forced_answer``
+    (answered only when forced after the budget); ``format`` (ReAct: a turn that is not exactly ``Thought: ...``
+    and one ``Action: search|browse|finish[...]`` line, read otherwise by the parser, or a last turn that is not
+    ``finish``); for scaffold episodes instead ``stage_boundary``, ``tool_syntax``, ``citation``
+    (:func:`components.methods.rubricem.scaffold_format.scaffold_problems`, B.2.3) and ``tool_errors`` (two or more
+    failed tool calls in a row, RubricEM's filter only); ``repeated_call`` (the same tool and argument twice, case
+    and spacing ignored); ``wrong_answer`` (neither EM nor token F1 >= ``min_f1``); ``ungrounded`` (the answer is
+    in no observation; a yes/no needs one successful tool call instead); ``duplicate`` (:func:`select`)."""
     check = warm_start_format(agent).problems
     out: list[tuple[str, str]] = []
     t = trajectory
