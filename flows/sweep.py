@@ -1,31 +1,14 @@
-"""The ablation sweep: train_policy@<variant> for each (variant, seed) and evaluate@<method> for each
-(method, seed) side by side, then one comparison of the variants and one of the methods.
-
-The comparisons are tasks/report.py's: tables and plots in the sweep's folder and in MLflow.
+"""The ablation sweep: train_policy@<variant> for each (variant, seed) and evaluate@<method> for each (method, seed)
+side by side, each seed in ``<run.out_dir>/<sweep.out_dir>/seed_<seed>/`` linked to the main job's outputs (run
+``python -m flows.pipeline`` first), in threads or on Ray, then tasks/report.py's comparison of the variants and of
+the methods (tables and plots in the sweep's folder and in MLflow); how the runs are placed and fail:
+:func:`sweep`.
 
     python -m flows.sweep                        # params.yaml's sweep section: variants, methods, seeds, runner
     python -m flows.sweep --variants grpo dapo --seeds 1 2 --runner thread --set grpo.steps=1
     python -m flows.sweep --methods sft coreact self_refine self_refine_rubric --seeds 1 2 \
         --set evaluation.n_questions=10          # Co-ReAct's comparison table (no training)
     python -m flows.sweep --runner ray           # the `ray` extra: pip install -e '.[ray]'
-
-Each run has ``seed`` = its seed and ``run.out_dir`` = <run.out_dir>/<sweep.out_dir>/seed_<seed>/, so its
-outputs land in seed_<seed>/train/<variant>/ or seed_<seed>/eval/<method>/ and no two runs share a folder.
-The runs read the main job's outputs (data/, index/ and the folders of the adapters its backends serve: the
-warm starts, the trained rubric generators; run `python -m flows.pipeline` first) through links in each seed
-folder. The runs' own backends serve the main job's adapters too, since their paths were resolved against its
-``run.out_dir``; the links let a stage run pointed at a seed folder serve the same weights (and branch from
-its runs: train_policy's lineage counts adapters by content). Given ``--methods`` alone, no variant trains.
-
-Runs are independent, so they are submitted together: ``runner="thread"`` runs them in threads of this
-process, ``runner="ray"`` as Prefect tasks on Ray through prefect-ray's RayTaskRunner (each run stays a
-Prefect task run, with its state in the UI, and a cluster is only an address away: ``sweep.ray_address``;
-otherwise a local instance with ``sweep.workers`` CPUs, no dashboard, no usage stats). Either way at most
-``sweep.workers`` runs at once. On Ray each training run also asks for ``sweep.ray_gpus_per_training_task``
-GPUs (flows/placement.py): with 1, training runs queue for the cluster's GPUs while evaluations run on its
-CPUs. One MLflow parent run `sweep` groups every train_policy run and the report.
-A run that fails is left out of the comparison, the others are still reported, and the flow then fails
-naming it.
 """
 
 from __future__ import annotations
@@ -150,6 +133,15 @@ def sweep(params: Params | None = None, variants: list[str] | None = None, seeds
           methods: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Train every (variant, seed), evaluate every (method, seed) and compare them; returns each variant's and
     each method's mean metrics over its seeds.
+
+    Each run has its seed and its own ``run.out_dir`` (``seed_<seed>/``, so no two runs share a folder); its
+    backends serve the main job's adapters (their paths resolved against the main ``run.out_dir``), and the seed
+    folder's links to the main job's data, index and adapter folders let a stage pointed at it serve the same
+    weights and branch from its runs. Runs are submitted together, at most ``sweep.workers`` at once: ``thread`` in
+    this process, ``ray`` as Prefect tasks through prefect-ray (``sweep.ray_address``, else a local instance), each
+    training run asking for ``sweep.ray_gpus_per_training_task`` GPUs (flows/placement.py). One MLflow parent run
+    ``sweep`` groups them and the report; a failed run is left out of the comparison and the flow then fails
+    naming it. Given ``methods`` alone, no variant trains.
 
     Args:
         params: The parameters; None reads params.yaml when the run starts.

@@ -1,29 +1,10 @@
-"""Stage `sft_data`: warm-start trajectories in the agent's own format, from the world oracle and from the
-teacher role, rejection-sampled (RubricEM B.2; the warm start of every method).
+"""Stage `sft_data`: warm-start trajectories in the agent's own format, from the world oracle and from the teacher
+role, rejection-sampled (RubricEM B.2; the warm start of every method). ``--method`` names the warm start (a
+``params.methods`` entry, default ``sft``), whose agent sets the format (ReAct, or RubricEM's scaffold with its
+own rejection checks); what it reads and writes: :func:`sft_data`.
 
     python -m tasks.sft_data [--set sft.n_oracle=50 --set sft.n_teacher_questions=4]
     python -m tasks.sft_data --method sft_scaffold     # RubricEM's scaffold format -> outputs/sft_data_scaffold/
-
-``--method`` names the warm start (a params.methods entry, default ``sft``): its agent sets the format the
-oracle writes and the teacher runs in (ReAct, or the scaffold, whose rejection adds stage-boundary, tool-syntax
-and citation checks), and its options except the system prompt apply to the teacher (the teacher writes under
-the agent's full prompt; the ``sft`` stage trains the student under the method's own, e.g. compact, one).
-
-Oracle: ``sft.n_worlds`` training worlds seeded ``seed+1 .. seed+n_worlds`` (never the evaluation world),
-each with its corpus and index under outputs/sft_data/worlds/seed-N/; ``sft.n_oracle`` of their questions
-become oracle episodes (the gold chain followed through the real tools, recorded by the agent).
-Teacher: the ``teacher`` role runs the ReAct agent on ``sft.n_teacher_questions`` training questions (world:
-the training worlds' questions the oracle did not take; benchmarks: outputs/data/train.jsonl with the
-prepared corpus and index), ``sft.samples_per_question`` samples each, then rejection sampling keeps
-format-valid, correct (EM, or F1 >= ``sft.min_f1``), grounded episodes without repeated calls. Both
-honour ``retrieval.scope``.
-Reflections: for a warm start listed in ``sft.reflection_rows``, the teacher reflects on that many of the
-episodes above (kept or not) in the reflection meta-policy's format, and the valid reflections become SFT rows
-too (components/methods/rubricem/warmstart_reflections.py: RubricEM's meta-policy needs a policy that can write them).
-Writes outputs/sft_data/ (outputs/sft_data_<name>/ for ``sft_<name>``): trajectories.jsonl (kept; metadata.source
-= oracle | teacher), rejections.jsonl (one record per rejected episode, with its reason), reflections.jsonl and
-reflection_rejections.jsonl (empty unless reflections were asked for), metrics.json (counts only,
-deterministic) and timings.json.
 """
 
 from __future__ import annotations
@@ -112,6 +93,23 @@ def _reflection_summary(asked: int, rows: list[ReflectionRow], rejected: list[Re
 @task(name="sft_data")
 def sft_data(params: Params | None = None, parent_run_id: str | None = None,
              pool: LLMPool | None = None, method: str = SFT_METHOD) -> SFTDataResult:
+    """The warm start ``method``'s data. Its agent's options but the system prompt apply to the teacher (the teacher
+    writes under the agent's full prompt; ``sft`` trains the student under the method's own).
+
+    - Oracle: ``sft.n_worlds`` training worlds seeded ``seed+1 .. seed+n_worlds`` (never the evaluation world),
+      each with its corpus and index under ``worlds/seed-N/``; ``sft.n_oracle`` of their questions become oracle
+      episodes (the gold chain followed through the real tools, recorded by the agent).
+    - Teacher: the ``teacher`` role runs the agent on ``sft.n_teacher_questions`` training questions (world: those
+      the oracle did not take; benchmarks: outputs/data/train.jsonl with the prepared corpus and index),
+      ``sft.samples_per_question`` samples each, kept by rejection sampling (:mod:`components.warmstart.rejection`).
+      Both honour ``retrieval.scope``.
+    - Reflections: for a warm start listed in ``sft.reflection_rows``, the teacher reflects on that many of the
+      episodes (kept or not) in the reflection meta-policy's format, and the valid ones become SFT rows
+      (:mod:`components.methods.rubricem.warmstart_reflections`).
+
+    Writes outputs/sft_data/ (``sft_data_<name>/`` for ``sft_<name>``): ``trajectories.jsonl`` (kept;
+    ``metadata.source`` oracle | teacher), ``rejections.jsonl`` (each with its reason), ``reflections.jsonl`` and
+    ``reflection_rejections.jsonl`` (empty unless asked for), ``metrics.json`` (counts only) and ``timings.json``."""
     params = resolve(params)
     # the warm start of a method's own agent (RubricEM's scaffold) takes that method's sft/agent blocks
     params = with_method_settings(params, method_section(agent_method(params.methods[method].agent)))

@@ -1,30 +1,11 @@
-"""Stage `train_rubric_generator` (Co-ReAct 3.2): GRPO of the rubric generator on the collected branching points,
-through the one GRPO trainer: G single-turn rubrics per point, rewarded by the listwise Spearman reward (or the
-pairwise one, the "w/o listwise" ablation), with the held-out Spearman measured before and after training.
+"""Stage `train_rubric_generator` (Co-ReAct 3.2): GRPO of the rubric generator on the collected branching points
+(outputs/collect/branching_points.parquet) through the one GRPO trainer, G single-turn rubrics per point rewarded
+by the listwise Spearman reward (or the pairwise one, the "w/o listwise" ablation), from the ``trainable_policy``
+role's base with a fresh LoRA (after an oracle-rubric SFT warm start with ``rubric_generator.warm_start=oracle``),
+with the held-out Spearman measured before and after. The recipe is
+:mod:`components.methods.coreact.generator_training`; what it writes: :func:`train_rubric_generator`.
 
     python -m tasks.train_rubric_generator [--reward pairwise] [--set rubric_generator.epochs=2]
-
-Reads outputs/collect/branching_points.parquet. The generator starts from the base model of the
-``trainable_policy`` role (the untrained generator, as in the paper) with a fresh LoRA (``lora``); the
-``rubric_generator`` section holds G, lr, KL, epochs and sampling; the evaluator is the
-``rubric_generator.evaluator_role`` role. With ``rubric_generator.warm_start=oracle``, the generator is first
-SFT-trained on gold-chain rubrics (:mod:`components.methods.coreact.oracle_rubrics`) at the training questions' branching
-points and at every prefix of the policy warm start's trajectories (outputs/sft_data: trajectories.jsonl, and the
-training worlds' questions.jsonl for their gold chains); that adapter is merged into
-the base, GRPO trains a fresh LoRA over it (its KL reference is the warm start), and the held-out Spearman is
-measured after the warm start too. Writes under outputs/train_rubric_generator/<reward>/: adapter/ (everything
-training changed, served as ``rubric_generator_trained`` / ``rubric_generator_pairwise``; after a warm start, its
-adapter and GRPO's concatenated into one, by peft's ``add_weighted_adapter(..., combination_type="cat")``, which
-adds their deltas exactly), warm_start/ (always written, so that DVC clears it with the stage: metrics.json, with
-``kind`` none or oracle; after an oracle warm start also its adapter/, ckpt/, heldout.json (held-out Spearman after
-the warm start) and grpo_adapter/, GRPO's own LoRA over it), ckpt/ (resumable), metrics.csv (one row per step:
-reward and each of its terms, evaluator calls and failures; a DVC plot), heldout.json (held-out Spearman before,
-after the warm start and after training: greedy, and ``heldout_samples`` sampled rubrics per point; each rubric with its rho; ``change``, the
-paired per-point difference of after vs before with its bootstrap interval and Wilcoxon p,
-``change_unparsed_as_chance``, the same with an unparseable rubric counted as rho 0, and ``change_grpo[_...]``,
-after vs the warm start), metrics.json and timings.json. With no usable branching point (a collect that kept none)
-there is no step to take: the untrained LoRA is written as the adapter, the other files say ``skipped`` and why,
-and a warning names it. The recipe is :mod:`components.methods.coreact.generator_training`.
 """
 
 from __future__ import annotations
@@ -47,6 +28,18 @@ from tasks.runtime import resolve, tracking
 @task(name="train_rubric_generator")
 def train_rubric_generator(params: Params | None = None, reward: RewardKind = "listwise",
                            parent_run_id: str | None = None, pool: LLMPool | None = None) -> RubricTrainResult:
+    """Train the generator for ``reward`` and write outputs/train_rubric_generator/<reward>/: ``adapter/`` (everything
+    training changed, served as ``rubric_generator_trained`` / ``rubric_generator_pairwise``; after a warm start its
+    adapter and GRPO's joined by peft's ``add_weighted_adapter(..., combination_type="cat")``, which adds their deltas
+    exactly), ``warm_start/`` (always, so DVC clears it with the stage: ``metrics.json`` with ``kind`` none or
+    oracle, and after an oracle warm start its ``adapter/``, ``ckpt/``, ``heldout.json`` and ``grpo_adapter/``),
+    ``ckpt/``, ``metrics.csv`` (a row per step: the reward and its terms, evaluator calls and failures),
+    ``heldout.json`` (held-out Spearman before, after the warm start and after training, greedy and sampled, each
+    rubric with its rho; ``change``, ``change_unparsed_as_chance``, ``change_grpo[_...]``), ``metrics.json`` and
+    ``timings.json``. The oracle warm start trains on gold-chain rubrics
+    (:mod:`components.methods.coreact.oracle_rubrics`) at the training points and every prefix of outputs/sft_data's
+    trajectories; GRPO's KL reference is then the warm start. With no usable branching point the untrained LoRA is
+    written as the adapter, the other files say ``skipped`` and why, and a warning names it."""
     params = resolve(params)
     from components.training.checkpoint import seed_rngs
 
