@@ -7,29 +7,6 @@ Run (about 27 minutes on 2 cores at the defaults; the ``sft_data`` stage's traje
 
     python perf/bench_arco_mu.py [--modes fp32 fused int8+fused] [--trajectories 4] [--write-steps 4] \
         [--repeats 2] [--out perf/results/arco_mu.json]
-
-``--modes BASE OTHER ...``: ``fp32`` (peft's forward over the fp32 base), or ``+``-joined parts: ``fused``
-(``grpo.fused_lora``, on by default), ``int8`` (``grpo.int8_base``), ``padded`` (``arco.micro_batch_tokens`` null
-and ``arco.prefix_packing`` false: one pass over a micro-batch's steps, each padded to the longest), ``grouped``
-(``arco.prefix_packing`` false: passes over length-sorted groups of steps instead of shared-prefix packs), ``recompute`` (``arco.checkpoint_min_tokens``
-0: every micro-batch recomputes its activations), ``kept`` (every micro-batch keeps them) and ``KEY=VALUE`` (any
-``arco`` key, e.g. ``write_batch=8``); what a mode does not name is as ``params.yaml`` has it. Each
-OTHER is measured against BASE. Each mode builds mu
-as the ``arco`` variant does (:func:`components.methods.arco.model_setup.load_backbone` on ``arco.model_role``, mu's
-LoRA and score head under ``seed``: :func:`components.methods.arco.variants.build_mu`) and runs, in this order:
-
-- **warm-up**: :meth:`ArcoState.warm_up` (its peak resident memory above the memory it started with, too) on ``--trajectories`` of the ``sft_data`` stage's teacher trajectories
-  (training questions), ``--epochs`` passes at ``arco.micro_batch`` trajectories an optimizer step, each step of a
-  trajectory one sample of mu's prompt and three criteria. The teacher's annotations are not on disk, so the
-  criteria are written from the step itself (its query or answer, a reuse check, a no-repeat check), about the
-  teacher's length; what is timed is mu's arithmetic, not the criteria's wording;
-- **score**: :meth:`RubricModel.score` (no gradient) of the same samples after the warm-up;
-- **write**: :meth:`RubricModel.write` of the first ``--write-steps`` steps' criteria, greedy, at most
-  ``arco.criteria_max_tokens`` (transformers ``generate`` on the CPU, as ARCO's dense phase runs it).
-
-Modes alternate over ``--repeats`` (BASE, OTHER, ..., BASE, OTHER, ...; each a freshly built mu) and each time is
-the median, so the first build's allocations do not weigh on BASE alone. What each OTHER changes: the adapter after the warm-up (largest difference from BASE's), the step rewards scored
-(largest difference), and the written token ids (how many replies are the same). Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -185,6 +162,31 @@ def changes(other: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    ``--modes BASE OTHER ...``: ``fp32`` (peft's forward over the fp32 base), or ``+``-joined parts: ``fused``
+    (``grpo.fused_lora``, on by default), ``int8`` (``grpo.int8_base``), ``padded`` (``arco.micro_batch_tokens`` null
+    and ``arco.prefix_packing`` false: one pass over a micro-batch's steps, each padded to the longest), ``grouped``
+    (``arco.prefix_packing`` false: passes over length-sorted groups of steps instead of shared-prefix packs), ``recompute`` (``arco.checkpoint_min_tokens``
+    0: every micro-batch recomputes its activations), ``kept`` (every micro-batch keeps them) and ``KEY=VALUE`` (any
+    ``arco`` key, e.g. ``write_batch=8``); what a mode does not name is as ``params.yaml`` has it. Each
+    OTHER is measured against BASE. Each mode builds mu
+    as the ``arco`` variant does (:func:`components.methods.arco.model_setup.load_backbone` on ``arco.model_role``, mu's
+    LoRA and score head under ``seed``: :func:`components.methods.arco.variants.build_mu`) and runs, in this order:
+
+    - **warm-up**: :meth:`ArcoState.warm_up` (its peak resident memory above the memory it started with, too) on ``--trajectories`` of the ``sft_data`` stage's teacher trajectories
+      (training questions), ``--epochs`` passes at ``arco.micro_batch`` trajectories an optimizer step, each step of a
+      trajectory one sample of mu's prompt and three criteria. The teacher's annotations are not on disk, so the
+      criteria are written from the step itself (its query or answer, a reuse check, a no-repeat check), about the
+      teacher's length; what is timed is mu's arithmetic, not the criteria's wording;
+    - **score**: :meth:`RubricModel.score` (no gradient) of the same samples after the warm-up;
+    - **write**: :meth:`RubricModel.write` of the first ``--write-steps`` steps' criteria, greedy, at most
+      ``arco.criteria_max_tokens`` (transformers ``generate`` on the CPU, as ARCO's dense phase runs it).
+
+    Modes alternate over ``--repeats`` (BASE, OTHER, ..., BASE, OTHER, ...; each a freshly built mu) and each time is
+    the median, so the first build's allocations do not weigh on BASE alone. What each OTHER changes: the adapter after the warm-up (largest difference from BASE's), the step rewards scored
+    (largest difference), and the written token ids (how many replies are the same). Prints a table and writes JSON.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", nargs="+", type=mode_name, default=["fp32", "fused", "int8+fused"], metavar="MODE",
                         help=f"the base mode, then the modes measured against it: fp32, or parts joined by + of "

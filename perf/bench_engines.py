@@ -4,20 +4,6 @@ llama.cpp rollout engines for the same LoRA adapter (embedded 0.5B Q4_K_M policy
 Run (after ``bash scripts/setup.sh``; about 4 minutes on 2 quiet cores)::
 
     python perf/bench_engines.py [--threads 2] [--out perf/results/engines.json]
-
-Measures (one server at a time, so they never compete):
-
-1. servers: generated tok/s of 1 / 4 / 8 concurrent 96-token completions (``/v1/completions``,
-   ``ignore_eos`` where the server has it, else a prompt that runs long; tokens counted from ``usage``);
-2. rollouts: one G=4 group of <=128-token samples (T=1) from the same prompt through
-   :class:`HFRolloutEngine` (the LoRA-wrapped policy in transformers, fp32) and
-   :class:`LlamaCppRolloutEngine` (base Q4_K_M + the same adapter as GGUF, 4 slots);
-3. how far the engine's log-probs of its sampled tokens are from the trained weights' (HF, fp32);
-4. the adapter swap: save + convert + restart, as ``update_weights`` does after each step.
-
-The adapter is peft's LoRA (r=8, alpha=16) with its B matrices drawn at random (std 0.02), so it moves
-the outputs like a trained adapter does. Prints a table and writes JSON; the JSON records the load
-average and the other busy processes, since engineers share this machine's 2 cores.
 """
 
 from __future__ import annotations
@@ -165,6 +151,22 @@ def bench_rollouts(gguf: Path, threads: int, workdir: Path) -> dict[str, object]
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    Measures (one server at a time, so they never compete):
+
+    1. servers: generated tok/s of 1 / 4 / 8 concurrent 96-token completions (``/v1/completions``,
+       ``ignore_eos`` where the server has it, else a prompt that runs long; tokens counted from ``usage``);
+    2. rollouts: one G=4 group of <=128-token samples (T=1) from the same prompt through
+       :class:`HFRolloutEngine` (the LoRA-wrapped policy in transformers, fp32) and
+       :class:`LlamaCppRolloutEngine` (base Q4_K_M + the same adapter as GGUF, 4 slots);
+    3. how far the engine's log-probs of its sampled tokens are from the trained weights' (HF, fp32);
+    4. the adapter swap: save + convert + restart, as ``update_weights`` does after each step.
+
+    The adapter is peft's LoRA (r=8, alpha=16) with its B matrices drawn at random (std 0.02), so it moves
+    the outputs like a trained adapter does. Prints a table and writes JSON; the JSON records the load
+    average and the other busy processes, since engineers share this machine's 2 cores.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)

@@ -9,27 +9,6 @@ Run::
         python perf/bench_grpo_step.py                      # and the embedded 0.5B policy (minutes)
     RUBRICFLOW_POLICY_GGUF=... python perf/bench_grpo_step.py --cases agent-update --steps 2 --baseline-rev HEAD
                                                             # the 0.5B's update on agent-shaped rows (~20 min)
-
-Cases: ``tiny`` (16-token vocabulary, 2 prompts x G=8, 8 new tokens: mostly fixed overhead) and
-``tiny-32k`` (a 64-wide Qwen2 with a 32k vocabulary, 48-token prompts, 24 new tokens and a stop string,
-at most 3 timed steps: the vocabulary-sized parts, LM head and log-softmax, dominate as in real models).
-``agent-update`` (needs ``RUBRICFLOW_POLICY_GGUF``) times the update alone, as ``train_policy`` runs it on the
-embedded profile (the 0.5B in fp32 with LoRA r=8, gradient checkpointing, and the revision's own
-``params.yaml`` ``grpo`` block: today the k3 KL at 1e-3, so a reference pass, and 4096-token micro-batches), on a
-fixed batch shaped like search-agent episodes: 2 rows of a 250-token
-prompt and 4 or 6 turns of a 60-token policy reply (the loss) and a 200-token tool observation, advantages
-+1 and -1; no warm-up (each update takes minutes), ``--steps`` updates timed.
-
-Each revision runs in its own subprocess (``--worker``) with ``PYTHONPATH`` at its code: the working tree,
-or ``git archive REV`` unpacked in a temporary folder (read-only for the shared repository). The measuring
-code is this file on both sides, so both run the same benchmark. Per case: median step time over
-``--steps`` timed steps after one warm-up step (wall, and this process's CPU time, which other processes
-on the machine disturb much less), its rollout/update split (CPU time inside the engine's ``generate`` and
-the rest; the trainer's wall-clock split is in the JSON), generated tokens per step and
-per second, and peak RSS during the timed steps (the kernel's high-water mark, reset after warm-up;
-``rss growth`` is that peak minus the RSS before the timed steps). Other processes on the machine change
-the numbers a lot; the JSON records the 1-minute load average. Prints a table and writes JSON to
-``perf/results/grpo_step.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -411,6 +390,29 @@ def _ratio(new: Any, old: Any) -> float | None:
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    Cases: ``tiny`` (16-token vocabulary, 2 prompts x G=8, 8 new tokens: mostly fixed overhead) and
+    ``tiny-32k`` (a 64-wide Qwen2 with a 32k vocabulary, 48-token prompts, 24 new tokens and a stop string,
+    at most 3 timed steps: the vocabulary-sized parts, LM head and log-softmax, dominate as in real models).
+    ``agent-update`` (needs ``RUBRICFLOW_POLICY_GGUF``) times the update alone, as ``train_policy`` runs it on the
+    embedded profile (the 0.5B in fp32 with LoRA r=8, gradient checkpointing, and the revision's own
+    ``params.yaml`` ``grpo`` block: today the k3 KL at 1e-3, so a reference pass, and 4096-token micro-batches), on a
+    fixed batch shaped like search-agent episodes: 2 rows of a 250-token
+    prompt and 4 or 6 turns of a 60-token policy reply (the loss) and a 200-token tool observation, advantages
+    +1 and -1; no warm-up (each update takes minutes), ``--steps`` updates timed.
+
+    Each revision runs in its own subprocess (``--worker``) with ``PYTHONPATH`` at its code: the working tree,
+    or ``git archive REV`` unpacked in a temporary folder (read-only for the shared repository). The measuring
+    code is this file on both sides, so both run the same benchmark. Per case: median step time over
+    ``--steps`` timed steps after one warm-up step (wall, and this process's CPU time, which other processes
+    on the machine disturb much less), its rollout/update split (CPU time inside the engine's ``generate`` and
+    the rest; the trainer's wall-clock split is in the JSON), generated tokens per step and
+    per second, and peak RSS during the timed steps (the kernel's high-water mark, reset after warm-up;
+    ``rss growth`` is that peak minus the RSS before the timed steps). Other processes on the machine change
+    the numbers a lot; the JSON records the 1-minute load average. Prints a table and writes JSON to
+    ``perf/results/grpo_step.json`` (``--out``).
+    """
     from components.io import write_json  # here, not at the top: a --worker imports a revision's code
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5, help="timed steps per case, after one warm-up step")

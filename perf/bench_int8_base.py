@@ -7,24 +7,6 @@ Run (about 3 minutes a mode on 2 cores, the ``sft`` stage's adapter and ``sft_da
     python perf/bench_int8_base.py [--modes fp32 int8] [--rows 4] [--repeats 2] [--adapter-std 0.01] \
         [--out perf/results/int8_base.json]
     python perf/bench_int8_base.py --modes fp32 int8 fused    # as the suite runs it
-
-``--modes BASE OTHER ...``: of ``fp32`` (peft's forward over the fp32 base), ``int8``, ``fused`` and
-``int8+fused``; each OTHER is measured against BASE.
-
-The policy is built as ``train_policy`` builds it (``warm_started_policy``: the base 0.5B in fp32, the ``sft``
-adapter merged, a fresh LoRA of ``lora``'s settings) and its LoRA ``B`` drawn from N(0, ``--adapter-std``), seeded,
-so that the policy differs from its reference as it does after a step (LoRA ``A`` is peft's draw, seeded by
-``--seed``: the gradient's cosine moved between 0.97 and 0.99 over unseeded draws). The rows are real agent episodes: the
-``--rows`` longest of ``outputs/sft_data/trajectories.jsonl``, rendered as the ``sft`` stage renders them (the
-warm start's prompts, the policy's turns with loss, tool observations without). Each row is one micro-batch, as
-the trainer runs rows of up to 2,048 tokens, with its activations kept.
-
-Per mode and row: the reference forward (adapter off, no grad), the policy's forward and the backward of a GRPO
-loss (advantage +1 / -1 by row, the k3 KL term at ``grpo.kl_coef``), timed apart; modes alternate over
-``--repeats`` (BASE, OTHER, ..., BASE, OTHER, ...) and each time is the median. What each OTHER changes: the
-log-probabilities of the loss tokens (policy and reference; mean, 99th percentile and max of the absolute difference,
-in nats), the KL term, and the LoRA gradient (cosine with BASE's, norm ratio, largest difference). Prints a table
-and writes JSON.
 """
 
 from __future__ import annotations
@@ -148,6 +130,26 @@ def changes(other: tuple, base: tuple, other_mode: str, base_mode: str) -> dict[
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    ``--modes BASE OTHER ...``: of ``fp32`` (peft's forward over the fp32 base), ``int8``, ``fused`` and
+    ``int8+fused``; each OTHER is measured against BASE.
+
+    The policy is built as ``train_policy`` builds it (``warm_started_policy``: the base 0.5B in fp32, the ``sft``
+    adapter merged, a fresh LoRA of ``lora``'s settings) and its LoRA ``B`` drawn from N(0, ``--adapter-std``), seeded,
+    so that the policy differs from its reference as it does after a step (LoRA ``A`` is peft's draw, seeded by
+    ``--seed``: the gradient's cosine moved between 0.97 and 0.99 over unseeded draws). The rows are real agent episodes: the
+    ``--rows`` longest of ``outputs/sft_data/trajectories.jsonl``, rendered as the ``sft`` stage renders them (the
+    warm start's prompts, the policy's turns with loss, tool observations without). Each row is one micro-batch, as
+    the trainer runs rows of up to 2,048 tokens, with its activations kept.
+
+    Per mode and row: the reference forward (adapter off, no grad), the policy's forward and the backward of a GRPO
+    loss (advantage +1 / -1 by row, the k3 KL term at ``grpo.kl_coef``), timed apart; modes alternate over
+    ``--repeats`` (BASE, OTHER, ..., BASE, OTHER, ...) and each time is the median. What each OTHER changes: the
+    log-probabilities of the loss tokens (policy and reference; mean, 99th percentile and max of the absolute difference,
+    in nats), the KL term, and the LoRA gradient (cosine with BASE's, norm ratio, largest difference). Prints a table
+    and writes JSON.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", nargs="+", choices=MODES, default=["fp32", "int8"], metavar="MODE",
                         help=f"the base mode, then the modes measured against it, of {', '.join(MODES)}")

@@ -2,31 +2,10 @@
 loopback server with a fixed latency. The server is OpenAI-compatible and reached through the project's real client
 path (the ``openai`` backend behind the reliability middleware, as a run builds a judge role).
 
-- concurrency: ``--calls`` distinct calls at ``--concurrency`` in flight finish within 1.15x of the ideal
-  ``calls / concurrency x latency`` (target from the issue). Timed ``--repeats-conc`` times each, interleaved, for
-  the backend as it is (aiohttp) and, beside it, the httpx client it replaced (``HttpxBefore``, the old
-  ``_request`` verbatim, behind the same middleware); judged on the median. Each row also gives the client's CPU
-  time per call (this process only: the server runs in its own), which a busy machine inflates far less than
-  wall time;
-- the same calls against the server this script used before (Python's ``http.server``, a thread and a new
-  connection per call; not judged): what the bench's own server cost;
-- the middleware alone: its CPU per call over a backend that answers at once (not judged);
-- cache: a repeated deterministic call (temperature 0) is answered from the response cache at least 100x faster
-  than a miss;
-- ARBOR's sparse graph: ``score_group`` makes (K-1) + floor(K/2) judge calls for K = 4, 8, 16 trajectories, against
-  K(K-1)/2 for all pairs, as the middleware's accounting counts them.
-
-The server is aiohttp's (keep-alive HTTP/1.1 on one event loop, as vLLM's uvicorn serves), in a process of its
-own. Python's ``http.server`` (HTTP/1.0: a new connection and a new thread for every call) cost about 0.5 ms of
-server CPU a call, in the same burst the client was measured in.
-
 Run (seconds; needs no model)::
 
     python perf/bench_judge_client.py [--latency 0.1] [--calls 256] [--concurrency 32] [--repeats-conc 3] \\
         [--out perf/results/judge_client.json]
-
-Prints a table and writes JSON: ``rows`` (the judged and reported measures), ``runs`` (every timed repetition:
-seconds, ratio, client CPU ms a call), ``machine`` (load average before and after).
 """
 
 from __future__ import annotations
@@ -255,6 +234,29 @@ def conc_row(name: str, runs: list[dict], ideal: float, calls: int, judged: bool
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    - concurrency: ``--calls`` distinct calls at ``--concurrency`` in flight finish within 1.15x of the ideal
+      ``calls / concurrency x latency`` (target from the issue). Timed ``--repeats-conc`` times each, interleaved, for
+      the backend as it is (aiohttp) and, beside it, the httpx client it replaced (``HttpxBefore``, the old
+      ``_request`` verbatim, behind the same middleware); judged on the median. Each row also gives the client's CPU
+      time per call (this process only: the server runs in its own), which a busy machine inflates far less than
+      wall time;
+    - the same calls against the server this script used before (Python's ``http.server``, a thread and a new
+      connection per call; not judged): what the bench's own server cost;
+    - the middleware alone: its CPU per call over a backend that answers at once (not judged);
+    - cache: a repeated deterministic call (temperature 0) is answered from the response cache at least 100x faster
+      than a miss;
+    - ARBOR's sparse graph: ``score_group`` makes (K-1) + floor(K/2) judge calls for K = 4, 8, 16 trajectories, against
+      K(K-1)/2 for all pairs, as the middleware's accounting counts them.
+
+    The server is aiohttp's (keep-alive HTTP/1.1 on one event loop, as vLLM's uvicorn serves), in a process of its
+    own. Python's ``http.server`` (HTTP/1.0: a new connection and a new thread for every call) cost about 0.5 ms of
+    server CPU a call, in the same burst the client was measured in.
+
+    Prints a table and writes JSON: ``rows`` (the judged and reported measures), ``runs`` (every timed repetition:
+    seconds, ratio, client CPU ms a call), ``machine`` (load average before and after).
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, default=0.1, help="seconds the server takes per call (> 0)")
     parser.add_argument("--calls", type=int, default=256)

@@ -5,15 +5,6 @@ agreement between them.
 Run (after ``bash scripts/setup.sh``; about 5 minutes on 2 quiet cores)::
 
     python perf/bench_lora_serving.py [--requests 8] [--parallel 4] [--out perf/results/lora_serving.json]
-
-The workload has an evaluation's shape: ``--requests`` distinct prompts of about ``--prompt-tokens`` tokens
-(an agent's system prompt, question and search results), ``--parallel`` at a time on ``--parallel``
-slots, ``--gen-tokens`` greedy tokens each (``ignore_eos``), no prompt cache. Per configuration it reports
-the wall time and the server's own prompt and decode timings. It also compares (c) with (b) token by
-token: greedy agreement and the gap between their log-probs of the tokens (b) chose, against the gap
-between (b) and the base (what the adapter itself moves). The adapter is r=8, alpha=16 on every attention
-and MLP matrix, with random A (std 1/sqrt(in)) and B (std 0.02), the size of the SFT warm start's.
-Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -96,6 +87,17 @@ def compare(ref: dict, other: dict) -> dict[str, float]:
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    The workload has an evaluation's shape: ``--requests`` distinct prompts of about ``--prompt-tokens`` tokens
+    (an agent's system prompt, question and search results), ``--parallel`` at a time on ``--parallel``
+    slots, ``--gen-tokens`` greedy tokens each (``ignore_eos``), no prompt cache. Per configuration it reports
+    the wall time and the server's own prompt and decode timings. It also compares (c) with (b) token by
+    token: greedy agreement and the gap between their log-probs of the tokens (b) chose, against the gap
+    between (b) and the base (what the adapter itself moves). The adapter is r=8, alpha=16 on every attention
+    and MLP matrix, with random A (std 1/sqrt(in)) and B (std 0.02), the size of the SFT warm start's.
+    Prints a table and writes JSON.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--parallel", type=int, default=4)

@@ -1,27 +1,12 @@
 """The newcomer's clock (issue 49.7): what a new user waits for, from a clean clone of this repository's HEAD, on
-this machine. The README's three commands, each timed whole with its peak memory:
-
-- setup: ``bash scripts/setup.sh`` on the fresh clone (nothing built yet: llama.cpp, the venv, the embedded
-  weights), then again on the set-up clone (warm: nothing left to build);
-- tests: ``.venv/bin/python -m pytest -q`` (the summary line is kept);
-- main: ``.venv/bin/python -m flows.pipeline``, with the time of each of its stages, read from the stage runs the
-  flow records in the clone's MLflow store (``mlflow.db``: one child run per stage under the ``pipeline`` run; a
-  stage's time runs from the end of the stage before it to its own end).
-
-Targets: setup from a cold build at most 12 minutes; the main job at most 60 minutes. pip's wheel cache is not
-the clone's: whether it held anything when the run began is recorded beside the times.
+this machine. The README's three commands (setup, cold and warm; the tests; the main job), each timed whole with
+its peak memory.
 
 Run (about 75 minutes on 2 cores; leave the machine otherwise idle if the times are to be compared)::
 
     python perf/bench_newcomer.py [--work /tmp/newcomer] [--phases setup setup_warm tests main] \\
         [--out perf/results/newcomer.json]
     python perf/bench_newcomer.py --report-only --work /tmp/newcomer   # the table and JSON from a run's files
-
-The clone is ``<work>/main``, with a copy of ``../shared`` beside it (the benchmark subsets the tests read). Each
-phase writes ``<work>/<phase>.log`` and ``<work>/<phase>.time`` (GNU time's ``-v`` report) and appends a line to
-``<work>/phases.jsonl`` (return code, start and end, load average), so ``--report-only`` rebuilds the result from
-a run that was stopped, or from phases run by hand with the same files. Prints a table and writes JSON: ``rows``
-(the judged measures), ``phases`` and ``stages`` (the main job's, in the order they ran).
 """
 
 from __future__ import annotations
@@ -176,6 +161,24 @@ def table(result: dict) -> str:
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    - setup: ``bash scripts/setup.sh`` on the fresh clone (nothing built yet: llama.cpp, the venv, the embedded
+      weights), then again on the set-up clone (warm: nothing left to build);
+    - tests: ``.venv/bin/python -m pytest -q`` (the summary line is kept);
+    - main: ``.venv/bin/python -m flows.pipeline``, with the time of each of its stages, read from the stage runs the
+      flow records in the clone's MLflow store (``mlflow.db``: one child run per stage under the ``pipeline`` run; a
+      stage's time runs from the end of the stage before it to its own end).
+
+    Targets: setup from a cold build at most 12 minutes; the main job at most 60 minutes. pip's wheel cache is not
+    the clone's: whether it held anything when the run began is recorded beside the times.
+
+    The clone is ``<work>/main``, with a copy of ``../shared`` beside it (the benchmark subsets the tests read). Each
+    phase writes ``<work>/<phase>.log`` and ``<work>/<phase>.time`` (GNU time's ``-v`` report) and appends a line to
+    ``<work>/phases.jsonl`` (return code, start and end, load average), so ``--report-only`` rebuilds the result from
+    a run that was stopped, or from phases run by hand with the same files. Prints a table and writes JSON: ``rows``
+    (the judged measures), ``phases`` and ``stages`` (the main job's, in the order they ran).
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("/tmp/newcomer"), help="the clone and the phases' files")
     parser.add_argument("--phases", nargs="+", choices=list(PHASES), default=list(PHASES))

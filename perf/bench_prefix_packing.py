@@ -5,22 +5,6 @@ Run (about 10 minutes on 2 cores at the defaults; the ``collect`` stage's branch
 ``train_rubric_generator`` run's held-out rubrics and the ``sft`` adapter present)::
 
     python perf/bench_prefix_packing.py [--prompts 2] [--repeats 2] [--out perf/results/prefix_packing.json]
-
-The rows are Co-ReAct's rubric generator's, as ``train_rubric_generator`` trains it: for each of ``--prompts``
-branching points (the first of ``outputs/collect/branching_points.parquet``), the generator's prompt rendered as
-that stage renders it, and ``rubric_generator.group_size`` completions, taken from the rubrics the listwise run
-wrote for its held-out points (``heldout.json``; what is timed is the arithmetic, so any rubric of the right
-length serves). The update is :meth:`GRPOTrainer.update` under ``rubric_generator``'s GRPO settings
-(``generator_config``: ``micro_batch_tokens`` 2048, the KL term at its ``kl_coef``, every micro-batch
-recomputing its activations), advantages of +1 / -1 within each group. The policy is the warm-started 0.5B as
-``train_policy`` builds it (``warm_started_policy``) with its LoRA ``B`` drawn from N(0, 0.01), so that it differs
-from its reference; the generator's own backbone is the same architecture.
-
-Modes alternate over ``--repeats`` (padded, packed, padded, packed, ...), each from the same LoRA weights with a
-fresh optimizer; times are medians. What packing changes: the loss and KL the update reports, the LoRA gradient
-(cosine, and largest difference against the largest entry) and the LoRA weights after the optimizer step (largest
-difference; AdamW's first step moves every weight by about the learning rate whatever its gradient's size, so a
-weight whose gradient is next to nothing can move either way). Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -102,6 +86,24 @@ def one_update(policy: Any, tokenizer: Any, config: Any, start: dict[str, Any], 
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    The rows are Co-ReAct's rubric generator's, as ``train_rubric_generator`` trains it: for each of ``--prompts``
+    branching points (the first of ``outputs/collect/branching_points.parquet``), the generator's prompt rendered as
+    that stage renders it, and ``rubric_generator.group_size`` completions, taken from the rubrics the listwise run
+    wrote for its held-out points (``heldout.json``; what is timed is the arithmetic, so any rubric of the right
+    length serves). The update is :meth:`GRPOTrainer.update` under ``rubric_generator``'s GRPO settings
+    (``generator_config``: ``micro_batch_tokens`` 2048, the KL term at its ``kl_coef``, every micro-batch
+    recomputing its activations), advantages of +1 / -1 within each group. The policy is the warm-started 0.5B as
+    ``train_policy`` builds it (``warm_started_policy``) with its LoRA ``B`` drawn from N(0, 0.01), so that it differs
+    from its reference; the generator's own backbone is the same architecture.
+
+    Modes alternate over ``--repeats`` (padded, packed, padded, packed, ...), each from the same LoRA weights with a
+    fresh optimizer; times are medians. What packing changes: the loss and KL the update reports, the LoRA gradient
+    (cosine, and largest difference against the largest entry) and the LoRA weights after the optimizer step (largest
+    difference; AdamW's first step moves every weight by about the learning rate whatever its gradient's size, so a
+    weight whose gradient is next to nothing can move either way). Prints a table and writes JSON.
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=2, help="branching points, each one group of rows")
     parser.add_argument("--repeats", type=int, default=2)

@@ -3,17 +3,9 @@ OpenMP waits and 2 or 1 threads. The policy runs on the native ``llama-server``,
 ``llama_cpp.server``; the settings are 2 threads each with OpenMP's default spinning waits, 2 threads with passive
 waits (``OMP_WAIT_POLICY=PASSIVE``) and 1 thread with passive waits, and the 1.5B alone under the same three.
 
-Why: with 3 servers decoding at once on 2 cores the python servers logged 0.4-0.6 tokens/s at 2 threads (session
-18); the native server already waits passively (components/embedded/native_server.py), the python one did not.
-
 Run (after ``bash scripts/setup.sh``; about 6 minutes on 2 quiet cores)::
 
     python perf/bench_server_threads.py [--requests 2] [--gen-tokens 32] [--out perf/results/server_threads.json]
-
-Each server answers ``--requests`` chat requests one after another (greedy, ``--gen-tokens`` at most, a prompt
-of about 250 tokens that asks for a long list, so each reply runs to the limit); in the "three at once" scenario
-the three servers' request chains run concurrently. Reported per setting: wall time, generated tokens per second
-of each server and in all. Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -89,6 +81,16 @@ def scenario(servers: dict[str, LlamaServer], requests: int, gen_tokens: int) ->
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    Why: with 3 servers decoding at once on 2 cores the python servers logged 0.4-0.6 tokens/s at 2 threads (session
+    18); the native server already waits passively (components/embedded/native_server.py), the python one did not.
+
+    Each server answers ``--requests`` chat requests one after another (greedy, ``--gen-tokens`` at most, a prompt
+    of about 250 tokens that asks for a long list, so each reply runs to the limit); in the "three at once" scenario
+    the three servers' request chains run concurrently. Reported per setting: wall time, generated tokens per second
+    of each server and in all. Prints a table and writes JSON.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--gen-tokens", type=int, default=32)

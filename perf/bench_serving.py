@@ -1,35 +1,10 @@
 """Serving against the decode limit (issue 49.4): the evaluation's agent loop against llama.cpp's native server at
 the same concurrency, side by side in one process.
 
-- the limit: the native ``llama-server`` serving the policy as ``evaluate@sft`` serves it (the backend of the
-  method's ``policy`` role, started by :class:`components.llm.factory.LLMPool`: its slots, its adapter merged as
-  ``merge_lora`` says), sent agent-turn-like requests straight over HTTP, N in flight at a time: the first-turn
-  messages the agent sends for other test questions (one a request), each decoding a fixed ``--gen-tokens`` tokens
-  (``ignore_eos``, no stop strings). Aggregate generated tokens/s;
-- ours: the evaluation's agent loop (:func:`components.agents.react.build_agent`, the pool, the toolbox, N episodes
-  at once as ``tasks/evaluate.py`` runs them) on ``--questions`` questions, the response cache off so every call
-  decodes, on the same server. Questions per minute and generated tokens/s (the pool's accounting of the policy
-  role), and ours / limit at the same N against the issue's target of 0.8.
-
-Per N the server is started once (``parallel`` = N, ``evaluation.episode_concurrency`` = N) and the two sides run
-in turns, limit then ours, ``--rounds`` times, so load from other work falls on both alike; figures are medians
-over rounds. Where the gap goes is measured, not guessed: llama-server's ``/metrics`` (turned on through
-``LLAMA_ARG_ENDPOINT_METRICS``) gives, per side, prompt tokens processed and taken from the prompt cache per
-generated token and busy slots per decode step; the start and end of every policy call and episode split ours'
-slot-time into slots with a call in flight, slots whose episode is between turns (tool calls, retrieval, Python)
-and slots with no episode left to run (episodes finishing at different times).
-
 Run (needs the real 0.5B; the adapter from ``outputs/sft/adapter``, i.e. after the ``sft`` stage)::
 
     nice -n 19 python perf/bench_serving.py [--questions 4] [--n 4 8] [--rounds 1] [--gen-tokens auto] \\
         [--no-adapter] [--out perf/results/serving.json]
-
-``--no-adapter`` serves the base 0.5B instead (the JSON says so). Models and merged weights are read from and written
-to a temporary ``run.cache_dir`` whose ``models/`` links to ``.cache/models``. Prints a table and writes JSON:
-``rows`` (ours / limit per N, with ``target`` and ``met`` for ``python -m perf``), ``per_n`` (every run of both
-sides and the gap breakdown), the workload, and the load average before and after.
-``step_cost`` fits a decode step's time to the tokens it carries on the limit's runs and reads ours' steps through
-it (:func:`step_costs`); ``--analyse FILE`` adds it to a JSON written before it existed, running nothing.
 """
 
 from __future__ import annotations
@@ -444,6 +419,33 @@ def git(*a: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """How it measures, and what it writes.
+
+    - the limit: the native ``llama-server`` serving the policy as ``evaluate@sft`` serves it (the backend of the
+      method's ``policy`` role, started by :class:`components.llm.factory.LLMPool`: its slots, its adapter merged as
+      ``merge_lora`` says), sent agent-turn-like requests straight over HTTP, N in flight at a time: the first-turn
+      messages the agent sends for other test questions (one a request), each decoding a fixed ``--gen-tokens`` tokens
+      (``ignore_eos``, no stop strings). Aggregate generated tokens/s;
+    - ours: the evaluation's agent loop (:func:`components.agents.react.build_agent`, the pool, the toolbox, N episodes
+      at once as ``tasks/evaluate.py`` runs them) on ``--questions`` questions, the response cache off so every call
+      decodes, on the same server. Questions per minute and generated tokens/s (the pool's accounting of the policy
+      role), and ours / limit at the same N against the issue's target of 0.8.
+
+    Per N the server is started once (``parallel`` = N, ``evaluation.episode_concurrency`` = N) and the two sides run
+    in turns, limit then ours, ``--rounds`` times, so load from other work falls on both alike; figures are medians
+    over rounds. Where the gap goes is measured, not guessed: llama-server's ``/metrics`` (turned on through
+    ``LLAMA_ARG_ENDPOINT_METRICS``) gives, per side, prompt tokens processed and taken from the prompt cache per
+    generated token and busy slots per decode step; the start and end of every policy call and episode split ours'
+    slot-time into slots with a call in flight, slots whose episode is between turns (tool calls, retrieval, Python)
+    and slots with no episode left to run (episodes finishing at different times).
+
+    ``--no-adapter`` serves the base 0.5B instead (the JSON says so). Models and merged weights are read from and written
+    to a temporary ``run.cache_dir`` whose ``models/`` links to ``.cache/models``. Prints a table and writes JSON:
+    ``rows`` (ours / limit per N, with ``target`` and ``met`` for ``python -m perf``), ``per_n`` (every run of both
+    sides and the gap breakdown), the workload, and the load average before and after.
+    ``step_cost`` fits a decode step's time to the tokens it carries on the limit's runs and reads ours' steps through
+    it (:func:`step_costs`); ``--analyse FILE`` adds it to a JSON written before it existed, running nothing.
+    """
     from components.io import write_json
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=4, help="evaluation questions per run of ours")

@@ -6,14 +6,6 @@ shared-prefix pack (``sft.prefix_packing``), in one process and on the same rows
 Run (after ``python -m tasks.sft_data``; a few minutes on 2 cores)::
 
     python perf/bench_sft_step.py [--steps 3] [--method sft] [--set sft.batch_size=2 ...]
-
-Each configuration builds a fresh LoRA policy on the same weights and takes one warm-up step and then
-``--steps`` timed steps over the same rows (a seeded sampler, so every configuration sees the same
-batches). Prints median seconds per step, the ratio to "off", and the peak RSS growth over the timed steps;
-writes ``perf/results/sft_step.json``. The recomputation settings change speed and memory, never the update
-(tests/training/test_sft_checkpointing.py), nor do packs, to float rounding (tests/training/test_sft_packing.py;
-each row's ``losses`` are in the JSON); the int8 base changes the update by int8 rounding
-(tests/training/test_int8_base.py, perf/bench_int8_base.py). ``pass_tokens``: tokens through the model.
 """
 
 from __future__ import annotations
@@ -37,6 +29,16 @@ def rss_mib() -> float:
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    Each configuration builds a fresh LoRA policy on the same weights and takes one warm-up step and then
+    ``--steps`` timed steps over the same rows (a seeded sampler, so every configuration sees the same
+    batches). Prints median seconds per step, the ratio to "off", and the peak RSS growth over the timed steps;
+    writes ``perf/results/sft_step.json``. The recomputation settings change speed and memory, never the update
+    (tests/training/test_sft_checkpointing.py), nor do packs, to float rounding (tests/training/test_sft_packing.py;
+    each row's ``losses`` are in the JSON); the int8 base changes the update by int8 rounding
+    (tests/training/test_int8_base.py, perf/bench_int8_base.py). ``pass_tokens``: tokens through the model.
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--method", default="sft")

@@ -9,24 +9,6 @@ Run::
         # about 25 minutes on 2 cores
     python perf/bench_train_step.py --adapter outputs/sft/adapter --baseline-rev fbc3f92 \
         --side int8:grpo.int8_base=true     # and the working tree again with these overrides
-
-Each side is one revision's own code (the working tree, or ``git archive REV`` unpacked in a temporary folder) run
-as its own stages, ``python -m tasks.prepare``, ``tasks.index`` and ``tasks.train_policy --variant V``, with that
-revision's ``params.yaml``, in a fresh output folder where ``--adapter`` is copied in as the ``sft`` stage's
-warm start, and a fresh cache folder that links the embedded models of ``.cache/models`` (no response cache, no
-earlier dev evaluation). Every side runs the same size: ``--steps`` steps of ``--prompts`` questions x the
-revision's group size, no dev evaluation, and ``grpo.skip_zero_advantage=false``, so that every episode is in
-the update whatever its group's rewards (with skipping on, a step whose groups came out all right or all wrong
-has no update at all, and one step against one step would compare luck). Rollouts are sampled from the same
-seed: where the revisions prompt or sample alike, both sides run the same episodes (the same generated tokens,
-reward, loss and gradient norm, all in the JSON); where they do not, the generated tokens say how the work differs.
-
-The figures per side come from the revision's own ``outputs/train/<variant>/metrics.csv`` (the trainer's
-``time/rollout``, ``time/reward`` and ``time/update``, the update including the hand-over of the new adapter to
-the rollout engine and the method's step-end work, ``time/method``, which newer revisions time apart and which is
-also reported alone as ``method_s``; ``time/checkpoint`` as ``checkpoint_s`` where a revision records it, outside
-the step as before; ``memory/peak_rss_gb``) and the stage's wall time (model load, server start and the final
-save around the steps). Prints a table and writes JSON to ``perf/results/train_step.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -208,6 +190,26 @@ def shown_command(args: argparse.Namespace) -> str:
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    Each side is one revision's own code (the working tree, or ``git archive REV`` unpacked in a temporary folder) run
+    as its own stages, ``python -m tasks.prepare``, ``tasks.index`` and ``tasks.train_policy --variant V``, with that
+    revision's ``params.yaml``, in a fresh output folder where ``--adapter`` is copied in as the ``sft`` stage's
+    warm start, and a fresh cache folder that links the embedded models of ``.cache/models`` (no response cache, no
+    earlier dev evaluation). Every side runs the same size: ``--steps`` steps of ``--prompts`` questions x the
+    revision's group size, no dev evaluation, and ``grpo.skip_zero_advantage=false``, so that every episode is in
+    the update whatever its group's rewards (with skipping on, a step whose groups came out all right or all wrong
+    has no update at all, and one step against one step would compare luck). Rollouts are sampled from the same
+    seed: where the revisions prompt or sample alike, both sides run the same episodes (the same generated tokens,
+    reward, loss and gradient norm, all in the JSON); where they do not, the generated tokens say how the work differs.
+
+    The figures per side come from the revision's own ``outputs/train/<variant>/metrics.csv`` (the trainer's
+    ``time/rollout``, ``time/reward`` and ``time/update``, the update including the hand-over of the new adapter to
+    the rollout engine and the method's step-end work, ``time/method``, which newer revisions time apart and which is
+    also reported alone as ``method_s``; ``time/checkpoint`` as ``checkpoint_s`` where a revision records it, outside
+    the step as before; ``memory/peak_rss_gb``) and the stage's wall time (model load, server start and the final
+    save around the steps). Prints a table and writes JSON to ``perf/results/train_step.json`` (``--out``).
+    """
     from components.io import write_json
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adapter", type=Path, required=True, help="the sft stage's warm-start adapter folder")

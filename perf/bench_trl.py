@@ -5,28 +5,6 @@ Run (the ``perf`` extra: ``.venv/bin/pip install -e '.[perf]'``)::
 
     python perf/bench_trl.py                       # tiny and small models (a few minutes on 2 cores)
     python perf/bench_trl.py --cases tiny --quick  # the smallest shapes, one timed step (what the test runs)
-
-Models: random Qwen2s over the embedded 0.5B's real tokenizer (151,936-token vocabulary; read from the GGUF the
-project already caches, nothing downloaded). ``tiny`` is ``tiny-qwen2`` (hidden 32, 2 layers): the LM head and
-log-softmax over the vocabulary dominate. ``small`` is hidden 256, 4 layers, MLP 704: the decoder matmuls weigh
-more. Each side gets its own copy of the same weights (TRL patches the model's forward with its fused LM head).
-
-GRPO: ``--prompts`` prompts of exactly ``--prompt-len`` tokens x ``--group`` completions of exactly
-``--completion-len`` tokens (no EOS on our side: the model's generation config has none; TRL: ``min_new_tokens``),
-the same reward (the fraction of even token ids), LoRA r=8 alpha=16 on all seven Qwen2 projections, KL coefficient
-5e-3 (TRL ``beta``; both take the reference as the base with the adapter disabled), clip 0.2, token-mean loss
-(TRL ``loss_type="dapo"``), one optimizer step per step, temperature 1, no top-k/top-p, activations kept (TRL's
-configs default to ``gradient_checkpointing=True``; ours to False; both sides run without it here). Metrics per side: tokens/s of
-the whole step (generation + reward + update; generated tokens over step time) and of the update alone (the step
-minus the time in generation and reward: the reference pass, forward, backward and the optimizer). SFT: ``--sft-rows``
-rows of prompt + completion tokens, loss on the completion, batch ``--sft-batch``; tokens/s over the batch's tokens.
-Each side takes one warm-up step, then ``--steps`` timed steps (median); torch threads are fixed (``--threads``).
-
-Checks: both sides must report the same generated (GRPO) and trained (SFT) token counts per step, counted on each
-side from what it actually produced (the reward's completion ids for TRL, the engine's generations for us; the
-labels TRL trained on, the loss mask we trained on); a mismatch is an error. Prints a table and writes
-``perf/results/bench_trl.json`` (rows of side, case, metric, value; ratios ours/TRL with target 1.0 and met or
-not; versions; load average). Without trl installed it prints why and exits 0.
 """
 
 from __future__ import annotations
@@ -457,6 +435,30 @@ def print_table(ratios: list[dict[str, Any]], checks: list[dict[str, Any]]) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
+    """How it measures, and what it writes.
+
+    Models: random Qwen2s over the embedded 0.5B's real tokenizer (151,936-token vocabulary; read from the GGUF the
+    project already caches, nothing downloaded). ``tiny`` is ``tiny-qwen2`` (hidden 32, 2 layers): the LM head and
+    log-softmax over the vocabulary dominate. ``small`` is hidden 256, 4 layers, MLP 704: the decoder matmuls weigh
+    more. Each side gets its own copy of the same weights (TRL patches the model's forward with its fused LM head).
+
+    GRPO: ``--prompts`` prompts of exactly ``--prompt-len`` tokens x ``--group`` completions of exactly
+    ``--completion-len`` tokens (no EOS on our side: the model's generation config has none; TRL: ``min_new_tokens``),
+    the same reward (the fraction of even token ids), LoRA r=8 alpha=16 on all seven Qwen2 projections, KL coefficient
+    5e-3 (TRL ``beta``; both take the reference as the base with the adapter disabled), clip 0.2, token-mean loss
+    (TRL ``loss_type="dapo"``), one optimizer step per step, temperature 1, no top-k/top-p, activations kept (TRL's
+    configs default to ``gradient_checkpointing=True``; ours to False; both sides run without it here). Metrics per side: tokens/s of
+    the whole step (generation + reward + update; generated tokens over step time) and of the update alone (the step
+    minus the time in generation and reward: the reference pass, forward, backward and the optimizer). SFT: ``--sft-rows``
+    rows of prompt + completion tokens, loss on the completion, batch ``--sft-batch``; tokens/s over the batch's tokens.
+    Each side takes one warm-up step, then ``--steps`` timed steps (median); torch threads are fixed (``--threads``).
+
+    Checks: both sides must report the same generated (GRPO) and trained (SFT) token counts per step, counted on each
+    side from what it actually produced (the reward's completion ids for TRL, the engine's generations for us; the
+    labels TRL trained on, the loss mask we trained on); a mismatch is an error. Prints a table and writes
+    ``perf/results/bench_trl.json`` (rows of side, case, metric, value; ratios ours/TRL with target 1.0 and met or
+    not; versions; load average). Without trl installed it prints why and exits 0.
+    """
     from components.io import write_json
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="tiny,small", help=f"comma-separated, from {sorted(CASES)}")

@@ -1,22 +1,10 @@
 """Does a greedy dev evaluation give the same answers twice? Batched vs batch-invariant serving, side by side.
 
-``train_policy`` measures ``dev_before`` / ``dev_after`` with greedy episodes on the rollout engine. Batched,
-the native llama-server decodes the episodes' turns together, and which requests share a batch (and which
-prompt a slot had cached) moves the quantized kernels' results enough to flip greedy near-ties: the same
-warm start scored EM 0.0 and 0.2 on the same 5 questions in two runs. ``engine.batch_invariant()`` sends
-one request at a time with no cached prompt. This script runs the same evaluation ``--repeats`` times in
-each mode, interleaved (batched, invariant, batched, ...) so every invariant repeat starts from different
-server state, and reports per mode the scores of each repeat, how many distinct answer lists the repeats
-gave, how many questions ever changed answer, and the wall time (invariant / batched as a ratio).
-
 Run after the ``sft`` stage (the main job's warm start; ``--agent scaffold`` after ``sft_scaffold``); with the
 defaults 31.5 minutes on 2 busy cores (2026-11-29). 5 questions x 2 repeats once saw no flip where 20 x 3 saw three::
 
     python perf/eval_determinism.py [--agent react] [--questions 20] [--repeats 3] \
         [--set train_policy.n_ctx=4096] [--out perf/results/eval_determinism.json]
-
-The policy is the agent's warm start (``train_policy.warm_start``) served by ``train_policy.engine`` exactly
-as ``train_policy`` serves it (:func:`components.policy_run.make_engine`), on the first ``--questions`` dev questions.
 """
 
 from __future__ import annotations
@@ -44,6 +32,20 @@ RESULTS = Path(__file__).parent / "results" / "eval_determinism.json"
 
 
 def main() -> None:
+    """How it measures, and what it writes.
+
+    ``train_policy`` measures ``dev_before`` / ``dev_after`` with greedy episodes on the rollout engine. Batched,
+    the native llama-server decodes the episodes' turns together, and which requests share a batch (and which
+    prompt a slot had cached) moves the quantized kernels' results enough to flip greedy near-ties: the same
+    warm start scored EM 0.0 and 0.2 on the same 5 questions in two runs. ``engine.batch_invariant()`` sends
+    one request at a time with no cached prompt. This script runs the same evaluation ``--repeats`` times in
+    each mode, interleaved (batched, invariant, batched, ...) so every invariant repeat starts from different
+    server state, and reports per mode the scores of each repeat, how many distinct answer lists the repeats
+    gave, how many questions ever changed answer, and the wall time (invariant / batched as a ratio).
+
+    The policy is the agent's warm start (``train_policy.warm_start``) served by ``train_policy.engine`` exactly
+    as ``train_policy`` serves it (:func:`components.policy_run.make_engine`), on the first ``--questions`` dev questions.
+    """
     parser = stage_argparser(__doc__)
     parser.add_argument("--agent", default="react", help="agent registry name (its warm start is served)")
     parser.add_argument("--questions", type=int, default=20)
