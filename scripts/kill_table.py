@@ -90,7 +90,8 @@ def page(rows: list[dict], wall_s: float, note: str | None = None) -> str:
         f"after each, 3 questions for collect and evaluate. Machine: {platform.machine()} CPU, 2 cores shared "
         f"with other work; {wall_s / 60:.0f} min of kill runs, inputs built once per command aside."),
         "",
-        ("Each row is one run, killed with SIGKILL (its own process only, as the OOM killer would) at each kill point "
+        ("Each row is one run, killed with SIGKILL (its own process only, as the OOM killer would; for a `-2ranks` "
+        "stage, which runs under `torchrun --nproc_per_node 2`, the worker of rank 1) at each kill point "
         "in turn, restarted after each kill with the same command, and compared with the uninterrupted run: every "
         "file of the stage's folder, JSONL records by id (lost, duplicated, changed), JSON and CSV metrics, "
         "parquet, checkpoint and adapter tensors, optimizer and RNG state, method state (ARBOR memory, RubricEM "
@@ -114,6 +115,10 @@ def page(rows: list[dict], wall_s: float, note: str | None = None) -> str:
             notes = f"{notes}; " if notes else ""
             notes += (f"processes its kills left alive: {cell(r['survivors_after_kill'])}, "
                       f"{'all gone' if not r['orphans'] else 'not all gone'} after the resume")
+        if r.get("stop_after_kill_s"):  # a data-parallel case: one rank's worker was the one killed
+            notes = f"{notes}; " if notes else ""
+            notes += (f"rank 1 of 2 killed: torchrun stopped the job {cell(r['stop_after_kill_s'])} s after each "
+                      "kill, and 2 ranks resumed")
         if r.get("note"):
             notes = f"{notes}; {r['note']}" if notes else r["note"]
         lines.append(f"| {r['stage']} | {r['unit']} | {points} | {cell(r['records_at_kill'])} | "

@@ -6,7 +6,9 @@ with fixed seeds, the folders under ``run.out_dir`` it writes, and how to count 
 far (finished questions, episodes, optimizer steps with a checkpoint). A :class:`KillPoint` is when to kill:
 after the k-th record appears (event-based, reproducible) or after a number of seconds drawn from a seeded RNG.
 Only the stage's own process gets SIGKILL, as the OOM killer or ``kill -9 <pid>`` would do it; what it started
-(a temporary Prefect server) is left running, and must be gone once the resumed run ends.
+(a temporary Prefect server) is left running, and must be gone once the resumed run ends. A data-parallel case
+(``victim``: a rank) runs its stage under ``torchrun`` and SIGKILLs that one rank's worker instead: the launcher and
+the other ranks must then stop on their own, and how long they took after the kill is recorded.
 
     base = build_inputs(tmp / "base", ["sft", "index"])          # the upstream stages, once
     outcomes = kill_matrix(case, base, tmp / case.name, [[KillPoint(after=1)], [KillPoint(fraction=0.5)]])
@@ -78,6 +80,10 @@ class Case:
     unchecked: tuple[tuple[str, str], ...] = ()
     """(file name, top-level JSON key) pairs left out of the comparison, each with its reason in the case's
     definition: only state that a resumed run cannot be expected to reproduce and that no result reads."""
+    victim: int | None = None
+    """The rank (``RANK`` in a torchrun worker's environment) to SIGKILL instead of the command's own process."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables the command runs with, beside :func:`environment`'s."""
 
     def command(self, ws: Workspace) -> list[str]:
         sets = [*DATA, *self.sets, f"run.out_dir={ws.out_dir}", f"run.cache_dir={ws.cache_dir}"]
@@ -137,10 +143,10 @@ class Workspace:
         return ws
 
 
-def environment() -> dict[str, str]:
+def environment(extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"RUBRICFLOW_MLFLOW": "0", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONUNBUFFERED": "1"})
+                "PYTHONUNBUFFERED": "1", **dict(extra)})
     env.pop("PREFECT_API_URL", None)  # a flow starts its own temporary server, as a user's run would
     return env
 
@@ -198,6 +204,7 @@ class Kill:
     at_s: float
     records: int
     survivors: list[int] = field(default_factory=list)
+    stop_s: float | None = None  # a rank killed: from the kill to the command's exit
 
 
 @dataclass
@@ -219,6 +226,7 @@ class Outcome:
                 "killed": [k.killed for k in self.kills], "killed_at_s": [round(k.at_s, 1) for k in self.kills],
                 "records_at_kill": [k.records for k in self.kills],
                 "survivors_after_kill": [len(k.survivors) for k in self.kills],
+                "stop_after_kill_s": [k.stop_s for k in self.kills if k.stop_s is not None],
                 "records_after_resume": self.records_resumed,
                 "records_uninterrupted": self.records_reference, "identical": self.identical,
                 "differences": self.differences, "orphans": self.orphans}
@@ -228,11 +236,11 @@ def _tail(path: Path, chars: int = 3000) -> str:
     return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
 
-def _run(cmd: list[str], log: Path, timeout: float) -> None:
+def _run(cmd: list[str], log: Path, timeout: float, env: tuple[tuple[str, str], ...] = ()) -> None:
     with log.open("a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=environment(env), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
@@ -255,7 +263,7 @@ def _kill_group(pgid: int) -> None:
 
 def run_to_end(case: Case, ws: Workspace) -> None:
     """Run ``case`` in ``ws`` to completion (it resumes whatever ``ws`` holds); raises with the log's tail."""
-    _run(case.command(ws), ws.root / "run.log", case.timeout_s)
+    _run(case.command(ws), ws.root / "run.log", case.timeout_s, case.env)
 
 
 def _descendants(proc: psutil.Process, seen: dict[int, float]) -> None:
@@ -292,7 +300,7 @@ def run_killed(case: Case, ws: Workspace, point: KillPoint, tracked: dict[int, f
         out.write(f"$ {' '.join(cmd)}   # to be killed {point.describe(case.unit)}\n")
         out.flush()
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=environment(case.env), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         me = psutil.Process(proc.pid)
         tracked[proc.pid] = me.create_time()
@@ -304,9 +312,10 @@ def run_killed(case: Case, ws: Workspace, point: KillPoint, tracked: dict[int, f
             elapsed = time.perf_counter() - started
             due = (point.after is not None and case.progress(ws.out_dir) >= point.after) or \
                 (point.seconds is not None and elapsed >= point.seconds)
-            if due:
+            target = proc.pid if case.victim is None else _rank(me, case.victim)
+            if due and target is not None:  # a rank not started yet is killed once it is there
                 _descendants(me, tracked)
-                os.kill(proc.pid, signal.SIGKILL)
+                os.kill(target, signal.SIGKILL)
                 killed = True
                 break
             time.sleep(0.02)
@@ -314,14 +323,37 @@ def run_killed(case: Case, ws: Workspace, point: KillPoint, tracked: dict[int, f
             _kill_group(proc.pid)
             raise RuntimeError(f"{case.name}: kill point {point.describe(case.unit)} not reached in "
                                f"{case.timeout_s} s\n{_tail(log)}")
-        proc.wait()
+        kill_at = time.perf_counter()
+        try:
+            proc.wait(timeout=case.timeout_s)  # a rank killed: the launcher must stop the others and exit
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            raise RuntimeError(f"{case.name}: still running {case.timeout_s} s after rank {case.victim} was "
+                               f"killed\n{_tail(log)}") from None
         at = time.perf_counter() - started
-        out.write(f"# {'killed' if killed else 'finished before the kill point'} at {at:.1f} s, rc {proc.returncode}\n")
+        stop = round(time.perf_counter() - kill_at, 1) if killed and case.victim is not None else None
+        out.write(f"# {'killed' if killed else 'finished before the kill point'} at {at:.1f} s, rc {proc.returncode}"
+                  f"{f', stopped {stop} s after the kill' if stop is not None else ''}\n")
     if not killed and proc.returncode != 0:
         raise RuntimeError(f"exit {proc.returncode} before the kill point: {' '.join(cmd)}\n{_tail(log)}")
     time.sleep(0.2)  # let children that die with their parent go
     return Kill(point, killed, at, case.progress(ws.out_dir), alive({p: c for p, c in tracked.items()
-                                                                         if p != proc.pid}))
+                                                                         if p != proc.pid}), stop)
+
+
+def _rank(launcher: psutil.Process, rank: int) -> int | None:
+    """The pid of the torchrun worker of ``rank`` under ``launcher`` (its ``RANK``), None until it has started."""
+    try:
+        children = launcher.children(recursive=True)
+    except psutil.Error:
+        return None
+    for child in children:
+        try:
+            if child.environ().get("RANK") == str(rank):
+                return child.pid
+        except psutil.Error:
+            pass
+    return None
 
 
 def resume_and_compare(case: Case, got: Workspace, ref: Workspace, kills: list[Kill],
@@ -335,7 +367,7 @@ def resume_and_compare(case: Case, got: Workspace, ref: Workspace, kills: list[K
     with log.open("a") as out:
         out.write(f"$ {' '.join(cmd)}   # resume\n")
         out.flush()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=environment(case.env), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         me = psutil.Process(proc.pid)
         deadline = time.perf_counter() + case.timeout_s

@@ -4,6 +4,9 @@ the last (three questions, three optimizer steps with a checkpoint after each), 
 killed at (the default suite takes the first of each family; ``-m slow`` and scripts/kill_table.py take all).
 
 UPSTREAM lists the smoke DAG's stages the cases read, built once into a base out_dir (:func:`kill.build_inputs`).
+``train_policy@grpo-2ranks`` is train_policy@grpo on 2 data-parallel ranks (issue 75): torchrun's worker of rank 1
+is the one killed, mid-step (its rollout or its update of step 2); the launcher must stop rank 0 (a collective
+with the dead peer fails at once, or after ``RUBRICFLOW_RANK_TIMEOUT_S``: 60 s here) and exit, and 2 ranks resume.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ def _train(variant: str, section: str | None, *extra: str) -> Case:
                 folders=(f"train/{variant}",), progress=checkpoint_step("train", variant, "ckpt"), unit="step")
 
 
+def _two_ranks(variant: str) -> Case:
+    one = _train(variant, None, "grpo.prompts_per_step=2", "train_policy.n_questions=2")  # one group a rank
+    return Case(name=f"{one.name}-2ranks", family="train_policy",
+                args=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *one.args),
+                sets=one.sets, folders=one.folders, progress=one.progress, unit=one.unit, victim=1,
+                env=(("RUBRICFLOW_RANK_TIMEOUT_S", "60"), ("OMP_NUM_THREADS", "1")))
+
+
 SWEEP_DIR = ("sweep", "seed_1")
 
 CASES: dict[str, Case] = {c.name: c for c in [
@@ -41,6 +52,7 @@ CASES: dict[str, Case] = {c.name: c for c in [
     # the paper profile runs ARCO only on its released setup, whose n_train is the smoke overlay's 2 (it trains
     # on train_policy.n_questions=1 of the three prepared questions either way)
     _train("arco", "arco", "data.n_train=2"),
+    _two_ranks("grpo"),
     Case(name="evaluate@sft", family="evaluate", args=("-m", "tasks.evaluate", "--method", "sft"),
          sets=("evaluation.n_questions=3",), folders=("eval/sft",),
          progress=count_lines("eval", "sft", "trajectories.jsonl"), unit="episode"),

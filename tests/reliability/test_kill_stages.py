@@ -1,7 +1,8 @@
 """Kill -9 anywhere (issue 48): each stage, SIGKILLed mid-run and started again, ends with the same records,
 checkpoint tensors, method state (ARBOR's memory, RubricEM's bank, ARCO's mu) and metrics as an uninterrupted
 run with the same seeds, and leaves no process behind (tests/reliability/kill.py; the cases and their kill
-points: tests/reliability/kill_cases.py).
+points: tests/reliability/kill_cases.py). A data-parallel case (train_policy on 2 torchrun ranks) has one rank
+killed: the job must also stop on its own within ``STOP_BOUND_S``.
 
     .venv/bin/python -m pytest -q tests/reliability/test_kill_stages.py -m slow -k evaluate_killed  # ~2 min
     .venv/bin/python -m pytest -q tests/reliability/test_kill_stages.py -m slow    # every case, every point
@@ -29,8 +30,14 @@ EVALUATE_REACT = Case(name="evaluate@react", family="evaluate", args=("-m", "tas
                       progress=count_lines("eval", "react", "trajectories.jsonl"), unit="episode")
 
 
+STOP_BOUND_S = 90
+"""A data-parallel case's job, one rank killed, has stopped by then: the collectives' timeout (60 s) and margin."""
+
+
 def assert_resumed(outcomes) -> None:
     for outcome in outcomes:
+        assert all(k.stop_s is None or k.stop_s < STOP_BOUND_S for k in outcome.kills), \
+            f"{outcome.case}: the job ran on after a rank was killed: {[k.stop_s for k in outcome.kills]}"
         # an event point comes before the last record, so the run must still be there to kill; a timed point (a
         # share of the uninterrupted run's wall time) may come after a faster run ended
         assert all(k.killed for k in outcome.kills if k.point.after is not None), \
