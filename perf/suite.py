@@ -1,22 +1,7 @@
-"""The benchmark suite behind ``python -m perf``: a registry of the perf scripts, running each in its own subprocess,
-one summary table, ``perf/results/suite.json`` and the generated part of ``docs/performance.md``.
-
-Per benchmark the registry holds its script and arguments, whether it needs the real embedded models or a long time
-(then ``--quick`` skips it and says why), its targets, and how to read its JSON. A script reports against a target
-with a ``rows`` list whose items carry ``target`` and ``met`` (``measure``, ``figures`` and ``value`` or ``ratio``
-beside them), as ``bench_judge_client.py`` and ``bench_retrieval.py`` do; rows like that anywhere in a file are read
-as they are. Scripts written before the suite keep their own JSON, and the registry's ``extract`` turns it into
-rows with no target (their figures, for the table).
-
-Each run writes its JSON under ``perf/results/suite/`` (the ``--out`` every script takes), so a benchmark's own
-recorded file (``perf/results/<name>.json``) is not overwritten. The page holds a section per benchmark: what it
-measures (the first paragraph of its script's docstring), its command, its rows side by side, and the date and
-commit of the measurement; a benchmark the suite skipped or never ran shows its recorded files' rows instead. The
-load averages and the CPU count are taken before and after every benchmark, since other work shares this machine.
-The JSON and the page are rewritten after every benchmark, so a suite stopped part-way keeps what it measured.
-``--only`` reruns the benchmarks it names and carries every other benchmark's entry over from the JSON it
-rewrites, marked with the date, commit and command that measured it; ``--page`` runs nothing and rewrites the page
-from the results files (``tests/test_perf_suite.py`` checks that it is up to date).
+"""The benchmark suite behind ``python -m perf``: a registry of the perf scripts (:data:`REGISTRY`), each run in its
+own subprocess, one summary table, ``perf/results/suite.json`` and the generated part of ``docs/performance.md`` (a
+section per benchmark: what its script measures, its command, its rows side by side, the commit that measured
+them); how rows are read, skipped and carried over: :func:`main`.
 
     python -m perf --page                   # the page from perf/results/, nothing run
     python -m perf --quick                  # what needs no real model and little time
@@ -620,6 +605,20 @@ def section_bounds(text: str, doc: Path) -> tuple[int, int]:
 
 
 def main(argv: Sequence[str] | None = None, registry: Sequence[Benchmark] = REGISTRY) -> int:
+    """Run the suite (or, with ``--page``, only rewrite the page) and write the JSON and the page.
+
+    Per benchmark the registry holds its script and arguments, whether it needs the real embedded models or a long
+    time (then ``--quick`` skips it and says why), its targets, and how to read its JSON. A script reports against a
+    target with a ``rows`` list whose items carry ``target`` and ``met`` (``measure``, ``figures`` and ``value`` or
+    ``ratio`` beside them), found at any depth; scripts written before the suite keep their own JSON, which the
+    registry's ``extract`` turns into rows with no target. Each run writes its JSON under ``perf/results/suite/``,
+    so a benchmark's own recorded file (``perf/results/<name>.json``) is not overwritten; a benchmark the suite
+    skipped or never ran shows its recorded files' rows on the page, with the commit that measured them. The load
+    averages and the CPU count are taken before and after every benchmark, since other work shares the machine.
+    The JSON and the page are rewritten after every benchmark, so a suite stopped part-way keeps what it measured.
+    ``--only`` reruns the benchmarks it names and carries every other benchmark's entry over from the JSON it
+    rewrites, marked with the date, commit and command that measured it. ``tests/test_perf_suite.py`` checks that
+    the page is what ``--page`` writes."""
     parser = argparse.ArgumentParser(prog="python -m perf", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip what needs the real models or a long time")
