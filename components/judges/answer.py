@@ -1,24 +1,9 @@
-"""LLM-judge accuracy: the answer-judge role decides whether a prediction means the same as a gold answer.
-
-Each judgment is a :class:`~components.judges.call.JudgeCall`. One that fails (after the middleware's retries)
-or whose reply cannot be read gives ``None``: the question is counted as unjudged and left out of the
-accuracy, never scored 0; a ``tally``, when given, counts the calls and their failures by kind. A prediction
-with no content (empty, or nothing left after SQuAD normalisation, such as ``":"``) is wrong and an exact
-match right, both without a call: the judge is asked only where string matching cannot decide, and is shown the
-prediction's first non-empty line, without braces or the words of the judge's reply (:func:`answer_line`). It
-reaches the prompt
-:func:`~components.judges.render.untrusted`, so it cannot carry a verdict of its own. A reply's verdict is its JSON ``{"correct": true|false}``; only a reply with no JSON at all may say it in words
-(``correct`` / ``incorrect``, ``yes`` / ``no``...): broken JSON, or JSON without a boolean, is unreadable,
-since the word ``correct`` is the key's own name. When the role scores from probabilities (``llm.scoring``:
-``answer_judge: probability``) a judged answer is worth the probability the judge gives ``"correct": true``
-(a float in [0, 1]) instead of a bool, so the accuracy counts near-misses; replies it cannot read that way keep
-their bool.
-
-A pass must survive decoys (:data:`DECOY_REFERENCES`): the judge is asked the same question with each decoy as the
-only reference, in turn, and a prediction it also passes against a decoy is one it passes whatever the reference,
-so the pass is withdrawn (``False``; from probabilities, the pass is capped at one minus each decoy's, and the
-decoys stop at the first one passed). A decoy call that fails leaves the question unjudged. Decoys are asked only
-after a pass, so a judged-wrong answer costs one call.
+"""LLM-judge accuracy: the answer-judge role decides whether a prediction means the same as a gold answer
+(:func:`judge_answer`). A call that fails or a reply that cannot be read leaves the question unjudged, out of the
+accuracy, never scored 0; an empty prediction is wrong and an exact match right without a call; the judge is shown
+only the prediction's first line, defanged (:func:`answer_line`), and a pass must survive decoy references
+(:data:`DECOY_REFERENCES`). With ``llm.scoring: {answer_judge: probability}`` a judged answer is worth the
+probability of ``"correct": true``.
 
     verdicts = asyncio.run(judge_answers(pool.role("answer_judge"), questions, predictions))
 """
@@ -88,6 +73,15 @@ def answer_line(prediction: str) -> str:
 
 async def judge_answer(judge: ChatModel, question: Question, prediction: str | None,
                        tally: Tally | None = None) -> bool | float | None:
+    """True / False (from probabilities: a float in [0, 1]) or None (unjudged); ``tally`` counts the calls and their
+    failures by kind. A prediction with no content after SQuAD normalisation (``":"``) is wrong and an exact match
+    right, both without a call. The line shown reaches the prompt through
+    :func:`~components.judges.render.untrusted`. A reply's verdict is its JSON ``{"correct": true|false}``; only a
+    reply with no JSON at all may say it in words (``correct`` / ``incorrect``, ``yes`` / ``no``), since broken JSON
+    or JSON without a boolean holds the key's own word. A pass is asked again with each decoy as the only reference,
+    in turn: one it also passes against a decoy passes whatever the reference and is withdrawn (from probabilities,
+    capped at one minus each decoy's; the decoys stop at the first passed), and a failed decoy call leaves the
+    question unjudged. Decoys are asked only after a pass, so a judged-wrong answer costs one call."""
     if not contentful(prediction):
         return False
     if exact_match(prediction, question.answers):

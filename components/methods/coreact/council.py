@@ -1,26 +1,15 @@
-"""The expert council of Co-ReAct 3.1: permuted listwise judging of a slate, parsing, Borda consensus.
-
-Every judge sees the slate under its own random permutation, relabelled with neutral ids (X, Y, Z, W,
-then V, U, ... for larger slates), and returns a full best-to-worst ranking with a short rationale.
-Rankings are parsed strictly (every label exactly once, ties allowed) and mapped back to slate
-positions. A judge whose call failed or whose reply does not parse gives an invalid vote, which is
-recorded with its error and left out of the Borda count: it is never a score. A branching point is
-kept only when at least ``min_valid`` judges gave a valid ranking. Each call is a judgment call
-(:func:`ranking_call`, asked with :func:`components.judges.call.ask`).
-
-With ``orders`` > 1 each judge ranks the slate once in each of that many balanced orders (cyclic shifts of its
-own drawn permutation, :mod:`components.judges.orders`): every action is shown once at every position when
-``orders`` equals the slate's size, so a judge that ranks by position alone adds the same points to every
-action, and what it says about the actions themselves remains. Each order is a vote of that judge. The paper's
-council ranks once per judge (``orders`` = 1).
+"""The expert council of Co-ReAct 3.1: permuted listwise judging of a slate, strict parsing, Borda consensus. Every
+judge sees the slate under its own random permutation with neutral labels (X, Y, Z, W, then V, U, ...) and returns
+a best-to-worst ranking with a short rationale; a judge whose call fails or whose reply does not parse gives an
+invalid vote, recorded with its error and left out of the Borda count (never a score), and a branching point is
+kept only when at least ``min_valid`` judges gave a valid ranking (:func:`judge_slate`). With ``orders`` > 1 each
+judge ranks the slate once in each of that many balanced orders (the paper's council ranks once: why here more,
+docs/methods/coreact.md).
 
     votes, consensus, scores, kept = await judge_slate(   # render_prefix: components.judges.render
         judges, question, render_prefix(steps), [c.action for c in slate], rng_seed=17, min_valid=2)
     consensus[0]          # slate position of the council's best action
     agreement(votes)      # Kendall tau between judges, label of each judge's top pick
-
-Borda: with k candidates a ranking gives k-1 points to its first place down to 0 for its last; a tie
-group shares the mean of the points of the places it spans. Scores are summed over valid votes.
 """
 
 from __future__ import annotations
@@ -243,7 +232,8 @@ def vote_from_reply(judge: str, permutation: list[int], labels: list[str], resul
 
 
 def borda(votes: Sequence[JudgeVote], k: int) -> list[float]:
-    """Borda score per slate position over the valid votes (ties share their places' mean points)."""
+    """Borda score per slate position over the valid votes: with k candidates a ranking gives k-1 points to its
+    first place down to 0 for its last, and a tie group shares the mean of the points of the places it spans."""
     scores = [0.0] * k
     for vote in votes:
         if not vote.valid:
@@ -286,7 +276,10 @@ async def judge_slate(
 ) -> CouncilOutcome:
     """Ask every judge concurrently, ``orders`` times each; Borda over the valid votes; keep only when
     ``min_valid`` judges gave at least one valid vote. ``reference`` goes into every judge's prompt
-    (reference-guided judging; None: the paper's council)."""
+    (reference-guided judging; None: the paper's council). With ``orders`` > 1 the orders are cyclic shifts of the
+    judge's own drawn permutation (:mod:`components.judges.orders`): every action is shown once at every position
+    when ``orders`` equals the slate's size, so a judge that ranks by position alone adds the same points to every
+    action. Each order is a vote of that judge."""
     if orders < 1:
         raise ValueError(f"orders must be at least 1, got {orders}")
     k = len(slate_actions)

@@ -1,23 +1,11 @@
 """Co-ReAct's independent verifier (paper 3.3, "Verify"): before a proposed action runs, the ``verifier`` role
-checks it against the step's rubric and returns a verdict and a short reason per criterion::
-
-    {"verdicts": [{"satisfied": true, "reason": "looks up the director"},
-                  {"satisfied": false, "reason": "repeats the search of step 1"}]}
-
-The step is accepted when the weighted fraction of satisfied criteria exceeds ``tau``; otherwise the failed
-criteria and their reasons become the feedback of the retry. The call is a judgment call
-(:mod:`components.judges.call`): a failed call or an unparseable reply is a failed verification
-(``Verification.failed``), which the agent records and does not turn into a rejection.
-
-With ``mode="criterion"`` (``coreact.verifier_mode``) the verifier is asked one yes/no question per criterion
-instead, the rubric evaluator's criterion mode (:func:`components.methods.coreact.rubric_eval.evaluate_criteria`): asked
-for the JSON checklist, the embedded 1.5B gave every action of a slate the same verdicts on 7 of 10 slates where
-the yes/no questions told the actions apart. Asked yes/no, its fractions follow the council better (mean rho
-+0.22 against +0.07 on 28 slates, gold-chain rubric), though at tau 0.5 the decision was still the same for every
-action of 22 slates (README). The verdicts then come without reasons; the retry's feedback names the unmet
-criteria. With ``llm.scoring: {verifier: probability}`` each criterion counts as the verifier's probability of
-yes, so ``fraction`` is the weighted mean probability that the action meets the rubric (ties between actions
-break, a near-miss counts) and the decision compares it with ``tau``; ``satisfied`` keeps the sampled answers.
+checks it against the step's rubric, ``{"verdicts": [{"satisfied": true, "reason": "..."}, ...]}`` (or, with
+``coreact.verifier_mode: criterion``, one yes/no question per criterion, the rubric evaluator's criterion mode:
+why it is the embedded default, docs/methods/coreact.md). The step is accepted when the weighted fraction of
+satisfied criteria (from probabilities with ``llm.scoring: {verifier: probability}``: the weighted mean
+probability of yes) exceeds ``tau``; otherwise the failed criteria and their reasons become the retry's feedback. A
+failed call or an unparseable reply is a failed verification (``Verification.failed``), which the agent records and
+never turns into a rejection.
 
     v = await verify_action(pool.role("verifier"), question, prefix_text, thought, action, rubric, tau=0.5)
     v.accepted, v.fraction, v.feedback()
