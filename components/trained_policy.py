@@ -1,25 +1,11 @@
 """A training variant's final policy as a method ``evaluate`` can run, so trained and inference-time methods are
-measured on one harness: the same test questions, agent prompts, budgets and answer judge.
+measured on one harness: the same test questions, agent prompts, budgets and answer judge. The generated method is
+the warm start's entry as it is (``methods.sft``, or ``methods.sft_scaffold`` for RubricEM's scaffold variants:
+:func:`variant_agent`) with ``policy`` rebound to a backend serving the warm start's and the RL adapter together
+(:func:`trained_policy_method`); only the policy's weights differ from ``evaluate@<warm start>``.
 
     params = with_trained_policy(params, "arbor")   # adds methods.arbor and the backend that serves its policy
     params, spec = for_method(params, "arbor")      # what `evaluate --method arbor` runs
-
-``train_policy@<variant>`` trains a fresh LoRA over its warm start merged into the base (components/training/
-warm_started.py), so the trained policy is the base with two adapters: the warm start's and the RL one. The
-generated method takes the warm-start method's entry as it is (``methods.sft`` for ReAct, ``methods.sft_scaffold``
-for RubricEM's scaffold: the same agent and options ``evaluate@sft`` runs) and rebinds ``policy`` to a copy of
-that entry's policy backend whose ``lora`` lists both adapters (applied together, merged when the warm
-start's backend merges; an in-process ``hf`` backend always merges them). Only the policy's weights differ from
-``evaluate@<warm start>``. A policy trained with vLLM rollouts (``train_policy.engine: vllm``, the paper profile) is
-served the way it was rolled out instead (its engine's ``served``, components/training/engines.py): an in-process
-``vllm`` backend over the warm-started base that train_policy exported, with the RL adapter as its one LoRA
-(vLLM applies one LoRA per request, so the warm start's served LoRA module cannot take a second).
-
-Which agent a variant rolls out, and so which warm start it trained from, comes from the method registry: a
-variant of a method that registers an agent with a warm start (``train_policy.warm_start``) trains that agent
-(RubricEM's ``scaffold``); every other variant, the shared ``grpo`` and ``dapo`` included, rolls out ReAct.
-A ``params.methods`` entry named like a variant is taken as written instead. Training-time helpers of a
-variant (RubricEM's rubric bank, ARBOR's memory) are not part of the evaluated agent.
 """
 
 from __future__ import annotations
@@ -59,7 +45,14 @@ def _variants() -> list[str]:
 
 def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendParams, MethodParams]:
     """(backend name, backend, method entry) that evaluate ``variant``'s final policy. Raises ParamsError when the
-    variant's agent has no warm start or its warm start is not served by a backend that takes LoRA adapters."""
+    variant's agent has no warm start or its warm start is not served by a backend that takes LoRA adapters.
+
+    ``train_policy@<variant>`` trains a fresh LoRA over its warm start merged into the base
+    (:mod:`components.training.warm_started`), so the backend is a copy of the warm start's policy backend whose
+    ``lora`` lists both adapters (applied together; merged when the warm start's backend merges, and always by an
+    in-process ``hf`` backend). A policy trained with vLLM rollouts (``train_policy.engine: vllm``) is served as it
+    was rolled out (its engine's ``served``, :mod:`components.training.engines`): an in-process ``vllm`` backend over
+    the exported warm-started base with the RL adapter as its one LoRA, since vLLM applies one LoRA per request."""
     agent = variant_agent(params, variant)
     warm = params.train_policy.warm_start.get(agent)
     if warm is None or warm not in params.methods:
@@ -92,7 +85,8 @@ def with_trained_policy(params: Params, name: str) -> Params:
     """``params`` with ``methods.<name>`` (and its backend) added when ``name`` is a training variant that
     params.methods does not define; otherwise ``params`` unchanged. Raises FileNotFoundError when the variant's
     adapter is missing (the train_policy stage has not run under this ``run.out_dir``), ParamsError for a name
-    that is neither."""
+    that is neither. A ``params.methods`` entry named like a variant is taken as written; training-time helpers of a
+    variant (RubricEM's rubric bank, ARBOR's memory) are not part of the evaluated agent."""
     if name in params.methods:
         return params
     variants = _variants()

@@ -1,24 +1,8 @@
-"""The judge bench's trajectory set: for each of N world questions, the oracle's gold trajectory (the gold
-chain followed through the real tools by :func:`components.warmstart.oracle.oracle_trajectory`) and perturbed
-copies of it, each labelled by the oracle.
-
-Perturbations (each edits the recorded gold trajectory; none asks a model):
-
-- ``wrong_answer``: the finish turn names a wrong answer (the other side of a yes/no or two-way comparison,
-  else another world question's answer of the same kind);
-- ``skip_hop``: one tool turn is dropped, chosen (seeded) among those whose removal loses exactly one hop;
-- ``truncated``: the finish turn and the last tool turn are dropped, so the episode ends without an answer;
-- ``irrelevant_search``: a search for an unrelated entity's title, with the real tool's observation, is put
-  before the finish turn.
-
-Labels (:func:`labels`) are read from the trajectory itself against the question's gold chain: ``em`` (exact
-match of the final answer, 0 without one), ``hop_steps`` (for each hop, the first turn whose observation shows
-the hop's gold paragraph id together with the hop's answer, or None), ``hops_found`` and ``facts_found`` (hop
-answers that appear in any observation, whichever paragraph showed them). :func:`preference` is the oracle's
-order of two trajectories of one question: more hops found, then a correct answer; None when neither wins.
-
-The set is written as JSONL (one trajectory per line, question text and answers included) with a manifest that
-holds its version, seed, sizes and the SHA-256 of the JSONL bytes, so a result names the exact set it used.
+"""The judge bench's trajectory set: for each of N world questions, the oracle's gold trajectory (the gold chain
+followed through the real tools by :func:`components.warmstart.oracle.oracle_trajectory`) and perturbed copies of it
+(:func:`perturb`: edits of the recorded trajectory, no model asked), each labelled by the oracle (:func:`labels`,
+:func:`preference`). The set is written as JSONL with a manifest (version, seed, sizes, the SHA-256 of the JSONL
+bytes), so a result names the exact set it used.
 
     items = build_set(world, toolbox, agent_settings, n_questions=8, seed=7)
     digest = write_set(items, out / "trajectories.jsonl")
@@ -61,7 +45,10 @@ class Item:
 
 
 def labels(trajectory: Trajectory, question: Question) -> dict[str, Any]:
-    """The oracle's labels of ``trajectory`` (module doc)."""
+    """The oracle's labels of ``trajectory``, read from it against the question's gold chain: ``em`` (exact match of
+    the final answer, 0 without one), ``hop_steps`` (per hop, the first turn whose observation shows the hop's gold
+    paragraph id with the hop's answer, or None), ``hops_found`` and ``facts_found`` (hop answers in any
+    observation, whichever paragraph showed them)."""
     hop_steps: list[int | None] = []
     for hop in question.gold_chain:
         found = None
@@ -125,7 +112,11 @@ def _finish(step: Step, answer: str) -> Step:
 
 def perturb(gold: Trajectory, question: Question, others: Sequence[Question], toolbox, titles: Sequence[str],
             settings: AgentParams, rng: random.Random) -> dict[str, Trajectory]:
-    """The perturbed copies of ``gold`` (module doc); a perturbation that cannot be made is left out."""
+    """The perturbed copies of ``gold``; a perturbation that cannot be made is left out. ``wrong_answer``: the finish
+    turn names a wrong answer (the other side of a yes/no or two-way comparison, else another question's answer of
+    the same kind); ``skip_hop``: one tool turn dropped, chosen (seeded) among those whose removal loses exactly one
+    hop; ``truncated``: the finish turn and the last tool turn dropped, so no answer; ``irrelevant_search``: a
+    search for an unrelated entity's title, with the real tool's observation, put before the finish turn."""
     out: dict[str, Trajectory] = {}
     steps, finish = gold.steps[:-1], gold.steps[-1]
     base = labels(gold, question)

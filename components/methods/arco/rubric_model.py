@@ -1,21 +1,7 @@
-"""ARCO's rubric model mu: one causal-LM backbone with its own LoRA adapter and two heads.
-
-- **generation head**: the LM head, writing K numbered criteria for a step (prompt from
-  :func:`components.methods.arco.criteria.step_messages`);
-- **score head**: :class:`ScoreHead`, an MLP on the backbone's last hidden state (in one forward pass over
-  ``[prompt | criteria]``): by default the released code's, H-512-GELU-128-GELU-K-tanh on the hidden states
-  averaged over the step's tokens, K scores in [-1, 1] (``score_readout="mean_pool"``); or one score per
-  criterion read at its last token (``"criterion_end"``). The step reward is the mean of the scores.
-
-mu's weights are the peft adapter ``arco_mu`` plus the score head. A second adapter, ``arco_mu_ref``, holds a
-frozen copy of ``arco_mu`` taken by :meth:`RubricModel.snapshot_reference` after the warm-up: the generation
-head's KL term is measured against it at the criteria tokens mu wrote (``kl_estimator``: the exact KL(ref || mu)
-over the vocabulary, as the released code, or the k3 estimate of KL(mu || ref) at the written token). Nothing
-else trains:
-base weights stay frozen, and when mu shares a base with the policy (``model`` is the policy's
-``PeftModel``; mu's adapters are added beside the policy's and the active adapter is switched only inside
-:meth:`RubricModel.adapter`, in which mu's forward *and backward* passes run), gradients reach neither the
-policy's adapter nor the reference.
+"""ARCO's rubric model mu: one causal-LM backbone with its own LoRA adapter (``arco_mu``) and two heads, the LM head
+writing K numbered criteria for a step and a :class:`ScoreHead` scoring them from the backbone's last hidden state
+in the same forward pass (the step reward: the mean of the K scores), with a frozen reference adapter for the
+generation head's KL term (:class:`RubricModel`).
 
     mu = RubricModel(model, tokenizer, lora=LoRASettings(r=8, alpha=16), k=3)
     samples = mu.write([step_messages(q, steps, t, 3) for t in range(len(steps))], temperature=0.7)
@@ -134,6 +120,15 @@ class MuForward:
 
 class RubricModel:
     """mu: a LoRA adapter (and its frozen reference copy) on a causal LM, plus the score head.
+
+    The score head reads, by default as the released code does, the hidden states averaged over the step's tokens
+    (``score_readout="mean_pool"``: K scores in [-1, 1]), or one score per criterion at its last token
+    (``"criterion_end"``). The reference ``arco_mu_ref`` is a frozen copy of ``arco_mu`` taken by
+    :meth:`snapshot_reference` after the warm-up; the KL is measured at the criteria tokens mu wrote
+    (``kl_estimator``: the exact KL(ref || mu) over the vocabulary, as the released code, or the k3 estimate of
+    KL(mu || ref) at the written token). Nothing else trains: base weights stay frozen, and when mu shares the
+    policy's base its forward and backward passes run inside :meth:`adapter`, so gradients reach neither the
+    policy's adapter nor the reference.
 
     ``model`` is a plain causal LM (mu gets its own base) or a peft model (mu's adapters join it; the adapter
     that was active stays active outside :meth:`adapter`). ``engine`` samples criteria (default: transformers

@@ -1,24 +1,8 @@
-"""Reflection rows of a warm start: the teacher reflects on warm-start attempts in the meta-policy's format
-(``components.methods.rubricem.reflection``), and rejection sampling keeps the valid reflections.
-
-RubricEM's reflection meta-policy is the policy itself writing ``<reflection_rubrics>`` and
-``<reflection_takeaways>`` about one of its attempts. The paper's Qwen3-8B follows that format from the prompt
-alone. The embedded 0.5B, after scaffold SFT, does not: it goes on writing the scaffold. Then every candidate
-is invalid, the group is flat, the bank stays empty and the meta-policy never gets an update. So the embedded
-profile adds ``sft.reflection_rows`` reflection rows to a warm start's SFT data, and the paper profile adds
-none.
-
-The attempts are the warm start's own episodes, oracle and teacher alike, kept or rejected (a failed attempt
-is what a reflection is most useful for), drawn with the run's seed. Each is shown to the teacher exactly as
-the meta-policy is shown an attempt during training (``reflection_messages`` over ``scaffold_text``), but
-without the prompt's worked example and with one sentence more: the teacher replies under structured output, as
-a ``ReflectionDraft`` JSON object that is rendered into the two blocks (``render_draft``). Asked for the tagged
-blocks, the 1.5B teacher copied the format's placeholders in 20 of 20 replies; shown a worked example instead,
-it dropped the tags in 5 of 6; under JSON with the example, it copied the example's lines in 5 of 6. The SFT
-row's prompt is the meta-policy's own, example included. Sample 0 is greedy and samples 1.. are drawn at
-``temperature``. The first rendered reflection that ``parse_reflection`` accepts is kept: both blocks, no
-placeholder or line of the prompt's example, and neither the gold answer nor the attempt's own answer named.
-Every rejected sample is recorded with its reason (a reply that is not a valid draft is ``format``).
+"""Reflection rows of a warm start (``sft.reflection_rows``, embedded profile only): the teacher reflects on the
+warm start's own attempts in the meta-policy's format (:mod:`components.methods.rubricem.reflection`), under
+structured output as a ``ReflectionDraft`` rendered into the two blocks (:func:`render_draft`), and rejection
+sampling keeps the valid reflections, each SFT row under the meta-policy's own prompt. Why the embedded warm start
+needs them, and why the teacher answers in JSON: docs/methods/rubricem.md.
 
     rows, rejected = asyncio.run(teacher_reflections(pool.role("teacher"), attempts, n=24, samples=2,
                                                      temperature=0.7, seed=params.seed, max_tokens=256))
@@ -122,7 +106,14 @@ async def teacher_reflections(
 ) -> tuple[list[ReflectionRow], list[ReflectionRejection]]:
     """Reflections on ``n`` of the ``(trajectory, question, source)`` attempts, drawn with ``seed`` (all of them
     when there are fewer), at most one per attempt, in draw order; and every rejected sample. The middleware
-    bounds how many calls run at once; ``progress`` (a tqdm bar) advances by one per attempt reflected on."""
+    bounds how many calls run at once; ``progress`` (a tqdm bar) advances by one per attempt reflected on.
+
+    The attempts are the warm start's episodes, oracle and teacher, kept or rejected (a failed attempt is what a
+    reflection is most useful for). Each is shown as the meta-policy is shown one in training
+    (``reflection_messages`` over ``scaffold_text``), without the prompt's worked example and with one sentence
+    more. Sample 0 is greedy, samples 1.. at ``temperature``; the first rendered reflection ``parse_reflection``
+    accepts is kept (both blocks, no placeholder or line of the example, neither the gold answer nor the attempt's
+    own named), and every rejected sample is recorded with its reason (not a valid draft: ``format``)."""
     if n <= 0 or not attempts:
         return [], []
     drawn = random.Random(seed).sample(range(len(attempts)), min(n, len(attempts)))
