@@ -1,32 +1,11 @@
-"""Judge bench: how well each judgment the methods make agrees with the embedded world's oracle, in text
-scoring, probability scoring and reference-guided judging, on the real judge model.
+"""Judge bench: how well each judgment the methods make agrees with the embedded world's oracle, in text scoring,
+probability scoring and reference-guided judging, on the real judge model, over a fixed trajectory set
+(:mod:`components.judges.bench.trajectories`); writes its rows and tables under ``--out`` and rewrites
+docs/results/judges_bench.md (how the modes are asked and what is written: :func:`main`). A script rather than a
+module of components.judges because it loads the methods' judgments; it imports components only.
 
     .venv/bin/python scripts/judge_bench.py [--questions 8] [--world-seed 7] [--out outputs/judge_bench]
         [--judgments arbor_pairwise coreact_council ...] [--modes text probability reference] [--cache] [--set ...]
-
-Builds the fixed trajectory set (:mod:`components.judges.bench.trajectories`: gold trajectories of N world
-questions and their perturbations, with oracle labels), writes it as JSONL with its digest, then asks every
-selected bench judgment (:mod:`components.judges.bench.registry`; each method registers its own from
-``components/methods/<m>/bench.py``, the answer judge from :mod:`components.judges.bench.answer`) about each of
-its units, in each of the asked modes it has:
-
-- ``text``: the params as given;
-- ``probability``: the same params with ``llm.scoring`` set to ``probability`` for the judgment's role (set here
-  in code; params.yaml is not touched), for judgments whose answer is a label choice;
-- ``reference``: text scoring with the gold answer and facts shown, for judgments whose method's judge may see
-  them (each judgment's ``reference_note`` says why or why not; the results page lists them).
-
-Both scorings share one backend (the probability pool gets the text pool's backends as overrides), and the
-modes of one unit are asked back to back (the server's prompt cache serves the shared prefix), the first mode
-alternating between units, so that no mode's seconds gain more from that cache; ``s / judgment (cold)`` is over
-the judgments asked first. The response cache is off unless ``--cache`` (a replay would make seconds meaningless).
-
-Writes under ``--out``: ``trajectories.jsonl`` (+ manifest), ``rows.jsonl`` (every judgment), ``summary.json``,
-``table.md``; and rewrites ``--results-page`` (default docs/results/judges_bench.md) after each judgment, so a
-run stopped early leaves the judgments it finished (the page says which were not run).
-
-This is a script rather than a module of components.judges because it loads the methods' judgments; it imports
-components only (never tasks or flows).
 """
 
 from __future__ import annotations
@@ -156,6 +135,18 @@ def summarise(rows, judgments, modes, seed, roles) -> tuple[list[dict], dict]:
 
 
 def main() -> None:
+    """Build the trajectory set (gold trajectories of N world questions and their perturbations, with oracle labels)
+    and write it as JSONL with its digest, then ask every selected bench judgment
+    (:mod:`components.judges.bench.registry`: each method's ``bench.py``, the answer judge's
+    :mod:`components.judges.bench.answer`) about each of its units in each asked mode it has: ``text`` (the params
+    as given), ``probability`` (``llm.scoring: probability`` for the judgment's role, set here in code, for label
+    choices) and ``reference`` (text scoring with the gold answer and facts shown, where the method's judge may see
+    them; each judgment's ``reference_note`` says why or why not). Both scorings share one backend, and the modes
+    of one unit are asked back to back (the prompt cache serves the shared prefix), the first mode alternating
+    between units so no mode's seconds gain more from it; ``s / judgment (cold)`` is over the judgments asked
+    first. The response cache is off unless ``--cache``. Writes ``trajectories.jsonl`` (+ manifest),
+    ``rows.jsonl``, ``summary.json`` and ``table.md`` under ``--out``, and rewrites ``--results-page`` after each
+    judgment, so a run stopped early leaves the judgments it finished (the page says which were not run)."""
     parser = stage_argparser(__doc__)
     parser.add_argument("--questions", type=int, default=8, help="world questions in the trajectory set")
     parser.add_argument("--world-seed", type=int, default=7, help="seed of the bench's world and perturbations")

@@ -1,20 +1,7 @@
-"""The SFT loop: masked cross-entropy over (prompt | reply | observation | reply ...) rows, resumable.
-
-The configuration is ``params.sft`` (:class:`components.params.SFTParams`): the same names in the YAML file
-and in the code. One optimizer step takes ``batch_size`` rows (in ``micro_batch_size`` chunks with
-gradient accumulation, each chunk's loss divided by the batch's token or sequence count so the sum is the
-batch loss); rows are shuffled with a seed each epoch; the LR warms up linearly over ``warmup_steps`` (or
-``warmup_ratio`` of the run's optimizer steps) and then stays constant or, with ``lr_schedule: cosine``,
-decays along a half cosine to 0 at the last step (ARBOR B.2, RubricEM F.1.1: cosine after a 10% warm-up);
-checkpoints hold weights, optimizer, scheduler, RNG and the data position, through the same atomic
-checkpoint code as GRPO. With ``gradient_checkpointing``, micro-batches under ``checkpoint_min_tokens`` padded
-tokens keep their activations (:func:`components.training.model.kept_if_short`). With ``prefix_packing`` a
-micro-batch runs as one shared-prefix pack (:mod:`components.training.prefix_pack`) instead of a padded batch: no
-padding, and a history two rows share is computed once; the same rows and loss, to float rounding. On N
-data-parallel ranks (``torchrun``/``accelerate launch``) every rank draws the same batch and trains its contiguous
-share of its rows, each loss divided by the whole batch's counts, and the gradients are summed over the ranks
-(DDP's all-reduce; ZeRO's under ``zero``), so a step equals the single-process one to float rounding; rank 0 alone
-calls ``on_metrics``, and every rank takes part in a checkpoint (its own optimizer and RNG files).
+"""The SFT loop: masked cross-entropy over (prompt | reply | observation | reply ...) rows, resumable through the
+same atomic checkpoints as GRPO, with the same speed options (activation recomputation for long micro-batches,
+shared-prefix packs) and data-parallel ranks (:class:`SFTTrainer`). The configuration is ``params.sft``
+(:class:`components.params.SFTParams`): the same names in the YAML file and in the code.
 
     trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=params.seed,
                          checkpoint_dir="outputs/sft/ckpt", on_metrics=log)
@@ -72,6 +59,18 @@ def lr_scheduler(optimizer: torch.optim.Optimizer, config: SFTParams,
 
 
 class SFTTrainer:
+    """One optimizer step takes ``batch_size`` rows in ``micro_batch_size`` chunks, each chunk's loss divided by the
+    batch's token or sequence count so the sum is the batch loss; rows are shuffled with a seed each epoch; the LR
+    warms up linearly over ``warmup_steps`` (or ``warmup_ratio`` of the run's steps), then stays constant or, with
+    ``lr_schedule: cosine``, decays along a half cosine to 0 (ARBOR B.2, RubricEM F.1.1: cosine after a 10%
+    warm-up). With ``gradient_checkpointing`` micro-batches under ``checkpoint_min_tokens`` padded tokens keep
+    their activations (:func:`components.training.model.kept_if_short`); with ``prefix_packing`` a micro-batch runs
+    as one shared-prefix pack (:mod:`components.training.prefix_pack`): no padding, a shared history computed once,
+    the same loss to float rounding. On N data-parallel ranks every rank draws the same batch and trains its
+    contiguous share, each loss over the whole batch's counts and the gradients summed (DDP's all-reduce; ZeRO's
+    under ``zero``), so a step equals the single-process one to float rounding; rank 0 alone calls ``on_metrics``
+    and every rank writes its own optimizer and RNG files."""
+
     def __init__(
         self,
         policy: Policy,

@@ -1,22 +1,8 @@
 """A recorded ReAct episode rewritten as a RubricEM scaffold episode (Plan / Research / Review / Answer), turn by
-turn, in the tags the scaffold oracle writes (:mod:`.scaffold_oracle`): what the stagewise judge needs to score
-the judge bench's trajectories (gold and perturbed, :mod:`components.judges.bench.trajectories`) stage by stage.
-
-Unlike :func:`.scaffold_oracle.scaffold_replies`, which writes the oracle's own plan and assumes every hop is
-found and the gold answer given, each reply here states only what the recorded episode did, so a perturbation
-shows in the stage it touches:
-
-- the first tool turn plans as the oracle does (the plan depends on the question only: the same for every
-  episode of a question that starts with the same lookup), then calls the tool;
-- each later tool turn keeps the turn's thought in ``<think>`` and says in ``<state_evaluation>`` which items the
-  episode's earlier observations settled (``hop_steps``: the turn that first showed each hop, None if none did)
-  and which are open; a lookup made after every item is settled is there as it was (a detour);
-- the finish turn reviews every item: a ``<cite>`` of the paragraph for a settled one, "not found" for an open
-  one; its writing plan and ``<answer>`` give the episode's own answer (a wrong one included);
-- an episode that ends without a finish has no review and no answer stage.
-
-Observations are kept, so the text the judge reads is the episode's. Fact phrasings are drawn from one rng per
-question, item by item, so two episodes of a question phrase a fact they both found alike.
+turn, in the tags the scaffold oracle writes (:mod:`.scaffold_oracle`): what the stagewise judge needs to score the
+judge bench's trajectories (gold and perturbed, :mod:`components.judges.bench.trajectories`) stage by stage. Unlike
+:func:`.scaffold_oracle.scaffold_replies`, each reply states only what the recorded episode did, so a perturbation
+shows in the stage it touches (:func:`scaffold_episode`).
 
     episode = scaffold_episode(question, trajectory, labels["hop_steps"])
     split_stages(scaffold_text(episode)).blocks        # components.judges.render.scaffold_text
@@ -56,7 +42,14 @@ def _review(question: Question, thought: str, answer: str, settled: set[int], fa
 
 def scaffold_episode(question: Question, trajectory: Trajectory, hop_steps: Sequence[int | None]) -> Trajectory:
     """``trajectory`` (oracle-style ReAct turns ``Thought: ..\\nAction: tool[arg]``) with each turn's text
-    rewritten in the scaffold's tags (module doc); steps, observations and the final answer are kept."""
+    rewritten in the scaffold's tags; steps, observations and the final answer are kept. The first tool turn plans
+    as the oracle does (the plan depends on the question only), then calls the tool; each later tool turn keeps its
+    thought in ``<think>`` and says in ``<state_evaluation>`` which items the earlier observations settled
+    (``hop_steps``: the turn that first showed each hop, None if none did) and which are open, a lookup after every
+    item is settled kept as it was (a detour); the finish turn reviews every item (a ``<cite>`` of the paragraph
+    for a settled one, "not found" for an open one) and its ``<answer>`` is the episode's own, a wrong one
+    included; an episode that ends without a finish has no review and no answer stage. Fact phrasings are drawn
+    from one rng per question, item by item, so two episodes of a question phrase a fact they both found alike."""
     chain = question.gold_chain
     if len(hop_steps) != len(chain):
         raise ValueError(f"{question.id}: {len(hop_steps)} hop steps for a chain of {len(chain)} hops")
