@@ -67,6 +67,10 @@ class LabParams(Section):
     sft_questions_per_world: int = Field(default=300, ge=1, description="Questions drawn in each of those worlds.")
     sft_own_world: bool = Field(default=False, description="Also train on oracle episodes of the lab world's train "
                                 "split (the facts of test questions can then be memorised; off by default).")
+    sft_opening_worlds: int = Field(default=0, ge=0, description="Further worlds (seeds world_seed+101..) whose "
+                                    "questions add only their oracle episode's opening turn (the question, then a "
+                                    "search for the name it asks about): short rows that are nearly all copying, "
+                                    "the skill the nano policy is slowest to form.")
     nano: NanoParams = Field(default_factory=NanoParams)
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")

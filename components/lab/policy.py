@@ -72,7 +72,8 @@ class SFTCorpus:
 
 def sft_corpus(params: Params) -> SFTCorpus:
     """Compact oracle episodes of ``lab.sft_worlds`` other worlds (seeds lab seed + 1 ..) and, with
-    ``lab.sft_own_world``, of the lab world's train split, as chat-history SFT rows."""
+    ``lab.sft_own_world``, of the lab world's train split, as chat-history SFT rows; plus the opening turn alone of
+    each question in ``lab.sft_opening_worlds`` further worlds."""
     lab, seed = params.lab, lab_seed(params)
     rows, episodes, counts, documents = [], 0, Counter(), []
     sources = [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None)
@@ -88,6 +89,13 @@ def sft_corpus(params: Params) -> SFTCorpus:
         rows += sft_rows(found, params.agent)
         episodes += len(found)
         counts.update(skipped)
+    for i in range(101, 101 + lab.sft_opening_worlds):
+        world = build_lab_world(params, seed + i, lab.sft_questions_per_world)
+        documents += [d.text for d in world.world.documents]
+        found, skipped = compact_episodes(world, world.questions, params.agent)
+        rows += [row[:2] for row in sft_rows(found, params.agent)]  # the prompt and the first reply
+        counts.update(skipped)
+        counts["opening_rows"] += len(found)
     return SFTCorpus(rows, episodes, counts, documents)
 
 

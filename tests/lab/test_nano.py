@@ -112,3 +112,14 @@ def test_a_name_and_a_document_id_are_one_token_each(corpus):
     ids = re.findall(r"wd-\d+", text)
     assert ids and all(len(tok.encode(i, add_special_tokens=False)) == 1 for i in ids)
     assert len(tok.encode(" Corus Ulawyn", add_special_tokens=False)) <= 3  # unseen: a few pieces, still encodes
+
+
+def test_opening_worlds_add_only_each_questions_first_turn(params):
+    base = sft_corpus(params)
+    more = sft_corpus(params.model_copy(update={"lab": params.lab.model_copy(update={"sft_opening_worlds": 1})}))
+    extra = more.rows[len(base.rows):]
+    assert more.rows[:len(base.rows)] == base.rows and more.episodes == base.episodes
+    assert len(extra) == more.counts["opening_rows"] >= 10
+    for (prompt, p_trainable), (reply, r_trainable) in extra:
+        assert prompt.endswith("<|assistant|>") and "Observation" not in prompt and not p_trainable
+        assert r_trainable and parse_turn(reply.removesuffix("<|end|>\n")).text.startswith("search[")
