@@ -28,7 +28,16 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_random,
+)
 
 from components.llm.base import (
     ChatFailure, ChatModel, ChatOutcome, ChatResult, Completion, Message, PolicyCall, Sampling, TransientLLMError,
@@ -44,8 +53,12 @@ class ResponseCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT, created REAL)")
+        # the ranks of a data-parallel run open one cache at once: switching a new file to WAL takes no busy wait
+        for attempt in Retrying(retry=retry_if_exception(lambda e: "locked" in str(e)), stop=stop_after_delay(60),
+                                wait=wait_random(0.01, 0.2), reraise=True):
+            with attempt:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT, created REAL)")
 
     # sampling options added after responses were first cached: in the key only once they differ from their
     # default, so the keys of requests that leave them alone (and the responses cached under them) stay valid

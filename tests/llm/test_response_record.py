@@ -124,3 +124,31 @@ def test_the_ranks_of_one_run_append_to_one_record_each_request_once(tmp_path):
     assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["aa", "bb"]
     fresh = ResponseRecord(path)
     assert fresh.get("aa") == one and fresh.get("bb") == two
+
+
+def _open_cache(path, barrier, results):
+    from components.llm.middleware import ResponseCache
+
+    barrier.wait()  # both processes switch the new file to WAL at once
+    try:
+        ResponseCache(path).close()
+        results.put("ok")
+    except Exception as exc:  # noqa: BLE001 - the failure is the result
+        results.put(repr(exc))
+
+
+def test_two_processes_open_one_new_response_cache_at_once(tmp_path):
+    """The ranks of a data-parallel run open the machine's cache together: before the retry, about a third of such
+    races failed one rank with 'database is locked' (switching a new file to WAL does not wait for the lock)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for i in range(8):
+        barrier, results = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_open_cache, args=(tmp_path / f"cache{i}.sqlite", barrier, results))
+                 for _ in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [results.get(timeout=5) for _ in procs] == ["ok", "ok"]
