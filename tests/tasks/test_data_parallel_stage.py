@@ -5,7 +5,7 @@ response record with each request once: each rank wrote the checklists of its ow
 process writes them all. ``-m tasks.sft`` on 2 ranks (over the sft_data stage's trajectories) likewise.
 
     .venv/bin/python -m pytest -q tests/tasks/test_data_parallel_stage.py           # ~1.5 min: train_policy
-    .venv/bin/python -m pytest -q tests/tasks/test_data_parallel_stage.py -m slow   # sft too: ~50 s more
+    .venv/bin/python -m pytest -q tests/tasks/test_data_parallel_stage.py -m slow   # the sft one: ~1 min
 
 The variant is ``rar`` (a checklist written per question by the rubric_evaluator role, then a rating per
 trajectory): its model calls go through the stage's pool, where ``grpo`` makes none.
