@@ -4,6 +4,7 @@ can search.
 
     python -m tasks.sft [--set sft.epochs=2]
     python -m tasks.sft --method sft_scaffold     # RubricEM's scaffold warm start -> outputs/sft_scaffold/
+    torchrun --nproc_per_node 2 -m tasks.sft      # data-parallel, rank 0 writes: docs/data_parallel.md
 
 ``--method`` names the warm start (a params.methods entry, default ``sft``): rows are rendered under its
 agent and options, the prompts ``evaluate --method`` uses for the adapter.

@@ -4,6 +4,7 @@ grpo_arco) plugged into the one trainer. A method's variants and its matched bas
 settings (its ``shared`` block); dapo under the ``dapo`` section (components.variants.variant_params).
 
     python -m tasks.train_policy --variant grpo [--set grpo.steps=4]
+    torchrun --nproc_per_node 2 -m tasks.train_policy --variant grpo   # data-parallel: docs/data_parallel.md
 
 Reads outputs/data/train.jsonl, the corpus and index, and the warm-start adapter of the variant's agent
 (``train_policy.warm_start``: react -> the ``sft`` stage's, scaffold -> ``sft_scaffold``'s; merged into the base
