@@ -21,7 +21,8 @@ import torch
 
 from components.lab.params import NanoParams
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "fit_tokenizer", "load_nano", "load_tokenizer", "nano_qwen2"]
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "TOKEN_CLASSES", "fit_tokenizer", "load_nano", "load_tokenizer", "nano_qwen2",
+           "token_classes"]
 
 SPECIAL_TOKENS = ["<pad>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
@@ -74,6 +75,20 @@ def load_nano(folder: str | Path) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
 
 
+# each as the text shows it: a name or a number after a space, an id after "(" or "["
+TOKEN_CLASSES = {"name": r" [A-Z][a-z]+(?: [A-Z][a-z]+)*", "doc_id": r"wd-\d+", "number": r" \d+"}
+
+
+def token_classes(tokenizer) -> dict[str, list[int]]:
+    """The ids of the tokens that are a whole name, a whole document id or a whole number (:data:`TOKEN_CLASSES`)."""
+    import re
+
+    vocab = sorted(tokenizer.get_vocab().values())
+    texts = [tokenizer.decode([i]) for i in vocab]
+    return {name: [i for i, t in zip(vocab, texts) if re.fullmatch(pattern, t)] for name, pattern in
+            TOKEN_CLASSES.items()}
+
+
 def nano_qwen2(config: NanoParams, tokenizer, *, seed: int = 0) -> torch.nn.Module:
     """A randomly initialised ``Qwen2ForCausalLM`` of ``config``'s size over ``tokenizer``'s vocabulary (tied
     embeddings); the same ``seed`` gives the same weights and the global torch RNG is left untouched."""
@@ -84,11 +99,15 @@ def nano_qwen2(config: NanoParams, tokenizer, *, seed: int = 0) -> torch.nn.Modu
                        intermediate_size=config.intermediate_size, max_positions=config.max_positions,
                        initializer_range=config.initializer_range, seed=seed,
                        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    if config.embedding_std is not None:
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            weight = model.get_input_embeddings().weight
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        weight = model.get_input_embeddings().weight
+        if config.embedding_std is not None:
             weight.copy_(torch.randn(weight.shape, generator=generator) * config.embedding_std)
+        if config.class_direction:
+            for ids in token_classes(tokenizer).values():
+                direction = torch.randn(weight.shape[1], generator=generator)
+                weight[ids] += direction / direction.norm() * config.class_direction
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model

@@ -32,6 +32,12 @@ class NanoParams(Section):
                                         "about sqrt(hidden_size) x the token's embedding norm, so at width 128 and std "
                                         "0.02 a perfectly copied name gets at most a few percent of the mass.")
 
+    class_direction: float = Field(default=0.0, ge=0, description="Norm of a random direction shared at init by "
+                                   "every token of one class (a whole name, a whole document id, a whole number; "
+                                   "components.lab.nano.TOKEN_CLASSES), one direction per class; 0: none. An "
+                                   "inductive bias for copying: one attention head can then find the names in its "
+                                   "context before each name's own embedding has been trained.")
+
     @model_validator(mode="after")
     def _heads_divide(self) -> NanoParams:
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:

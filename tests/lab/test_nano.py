@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from components.agents.parsing import parse_turn
-from components.lab.nano import fit_tokenizer, nano_qwen2
+from components.lab.nano import fit_tokenizer, nano_qwen2, token_classes
 from components.lab.policy import NanoPolicy, evaluate, grpo_run, sft_corpus, train_nano
 from components.lab.world import LAB_PROMPT, build_lab_world, compact_episodes, render_chat, sft_rows
 from components.llm.base import assistant, system, user
@@ -123,3 +123,22 @@ def test_opening_worlds_add_only_each_questions_first_turn(params):
     for (prompt, p_trainable), (reply, r_trainable) in extra:
         assert prompt.endswith("<|assistant|>") and "Observation" not in prompt and not p_trainable
         assert r_trainable and parse_turn(reply.removesuffix("<|end|>\n")).text.startswith("search[")
+
+
+def test_class_direction_gives_the_names_a_shared_direction_at_init(params, corpus):
+    tok = fit_tokenizer(["".join(t for t, _ in row) for row in corpus.rows] + corpus.documents, 600)
+    classes = token_classes(tok)
+    assert all(tok.decode([i]).startswith(" ") and tok.decode([i])[1].isupper() for i in classes["name"])
+    assert classes["name"] and classes["number"] and not set(classes["name"]) & set(classes["number"])
+
+    def mean_cosine(model, ids):
+        e = torch.nn.functional.normalize(model.get_input_embeddings().weight[ids].detach(), dim=1)
+        return ((e @ e.T).sum() - len(ids)) / (len(ids) * (len(ids) - 1))
+
+    shared = params.lab.nano.model_copy(update={"embedding_std": 0.1, "class_direction": 1.0})
+    plain = params.lab.nano.model_copy(update={"embedding_std": 0.1})
+    names = classes["name"]
+    assert mean_cosine(nano_qwen2(shared, tok, seed=0), names) > 0.3 > 0.05 > abs(
+        mean_cosine(nano_qwen2(plain, tok, seed=0), names))
+    e = torch.nn.functional.normalize(nano_qwen2(shared, tok, seed=0).get_input_embeddings().weight.detach(), dim=1)
+    assert abs((e[names] @ e[classes["number"]].T).mean()) < 0.2  # one direction per class, not one for all
