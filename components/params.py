@@ -476,6 +476,11 @@ class TrainPolicyParams(Section):
         "name) whose adapter is merged into the base before RL, so the KL reference is the warm-started policy, "
         "and whose prompts the agent keeps. An agent not listed, or mapped to null, starts from the base model.",
     )
+    merge_warm_start: bool = Field(
+        default=True, description="Merge the warm-start method's adapter into the base before RL. false: the "
+        "trainable base already is the warm-started policy (a warm start trained by full fine-tuning and saved as "
+        "the model the trainable_policy backend loads, e.g. the lab's nano policy at outputs/lab/sft), so no adapter "
+        "is read and only the warm start's prompts carry over. Keyed through the warm start's adapter digest (none).")
     n_questions: int = Field(default=40, ge=1, description="Training questions (train split) the prompts cycle over.")
     n_ctx: int = Field(default=4096, ge=256, description="llamacpp engine: context tokens per slot.")
     eval_questions: int = Field(

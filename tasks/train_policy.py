@@ -59,6 +59,10 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     from components.training.checkpoint import seed_rngs
 
     seed_rngs(params.seed)  # python, numpy and torch: what a checkpoint saves and a resumed run restores
+    if params.run.torch_threads:  # as the sft stage: OpenMP threads spinning against a busy machine slow a step
+        import torch
+
+        torch.set_num_threads(params.run.torch_threads)
     get_variant(variant)  # an unknown variant fails here, before any input is read
     ranks = current_ranks()  # under torchrun: rank 0 alone writes, logs and publishes; rank 0 of 1 without
     questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.train_policy.n_questions]

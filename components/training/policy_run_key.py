@@ -40,7 +40,8 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     settings = {name: getattr(params, name) for name in sections}
     settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant",
                                                                        "branch_from", "device", "dtype",
-                                                                       "vllm_options", "deepspeed"})
+                                                                       "vllm_options", "deepspeed",
+                                                                       "merge_warm_start"})
     if params.train_policy.deepspeed.zero_stage is not None:  # keyed once set, so earlier runs keep their keys
         settings["train_policy"]["deepspeed"] = params.train_policy.deepspeed.model_dump()
     dtype = placement(params).keyed()  # where the weights live is not keyed; their precision is, when not float32

@@ -22,9 +22,10 @@ def warm_start_method(params: Params, agent: str) -> str | None:
 
 
 def warm_start_adapter(params: Params, agent: str) -> Path | None:
-    """The adapter the sft stage trained for ``agent``'s warm-start method; None for the base model."""
+    """The adapter the sft stage trained for ``agent``'s warm-start method; None for the base model, or when the
+    base already is the warm start (``train_policy.merge_warm_start`` false)."""
     method = warm_start_method(params, agent)
-    return None if method is None else warm_start_folder(params, "sft", method) / "adapter"
+    return None if method is None or not params.train_policy.merge_warm_start else warm_start_folder(params, "sft", method) / "adapter"
 
 
 def warm_start_options(params: Params, agent: str) -> dict:
