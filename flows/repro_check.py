@@ -6,10 +6,14 @@ response records (outputs/responses/, what those stages replay: components/llm/r
 outputs of the stages named by ``--pull`` (default `sft`: its ~70 minutes of CPU training are not rerun here; its
 inputs are, and a changed input would make DVC rerun it, which the script refuses). Every other output of the
 checked stages is recomputed by `dvc repro -s <stage>`, stage by stage in DAG order, and its md5 compared with the
-original lock. Wall-clock files (`timings.json`) are listed but expected to differ.
+original lock. An output whose md5 differs is compared with its locked bytes (this checkout's file, the DVC
+cache's or the remote's copy) and labelled `identical`, `within tolerance` (metrics JSON numbers, CSV decimals,
+JSONL final answers: components/reporting/reproduction.py states each tolerance) or `changed` with its largest
+difference. Wall-clock files (`timings.json`) are listed but expected to differ.
 
     .venv/bin/python -m flows.repro_check                      # the main job's stages, sft pulled
     .venv/bin/python -m flows.repro_check --stages prepare index evaluate@react --pull
+    .venv/bin/python -m flows.repro_check --tolerant            # on another CPU: exit 0 unless one is changed
 
 It pushes the outputs to a local remote first (``--remote``, a folder; configured in `.dvc/config.local`, so no
 tracked file changes), needs the embedded models assembled (`bash scripts/setup.sh`; the clone links this
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import shutil
@@ -32,6 +37,17 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from components.reporting.reproduction import (
+    ANSWER_KEY,
+    CHANGED,
+    CSV_DECIMALS,
+    ID_KEY,
+    IDENTICAL,
+    METRICS_ABS_TOL,
+    WITHIN,
+    Verdict,
+    compare,
+)
 from flows.pipeline import select
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +68,56 @@ def lock_outs(root: Path) -> dict[str, dict[str, str]]:
     """Stage -> {out path: md5} from ``root``/dvc.lock."""
     stages = YAML(typ="safe", pure=True).load((root / "dvc.lock").read_text())["stages"]
     return {name: {o["path"]: o.get("md5", "") for o in entry.get("outs", [])} for name, entry in stages.items()}
+
+
+def md5_of(path: Path) -> str:
+    digest = hashlib.md5()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def locked_copy(path: str, md5: str, into: Path, caches: list[Path]) -> Path | None:
+    """The locked bytes of ``path`` (its md5 in dvc.lock): this checkout's file when its md5 matches, else the copy
+    in a DVC cache or local remote (``files/md5/ab/cdef...``); a folder (a ``.dir`` md5) as links under ``into``
+    to its files found the same way. None when some locked bytes are not at hand."""
+    def find(rel: str, digest: str) -> Path | None:
+        here = ROOT / rel
+        if here.is_file() and md5_of(here) == digest:
+            return here
+        return next((c for cache in caches if (c := cache / "files" / "md5" / digest[:2] / digest[2:]).is_file()),
+                    None)
+
+    if not md5.endswith(".dir"):
+        return find(path, md5)
+    listing = next((c for cache in caches if (c := cache / "files" / "md5" / md5[:2] / md5[2:]).is_file()), None)
+    if listing is None:
+        return None
+    folder = into / path
+    shutil.rmtree(folder, ignore_errors=True)
+    for entry in json.loads(listing.read_text()):
+        found = find(f"{path}/{entry['relpath']}", entry["md5"])
+        if found is None:
+            return None
+        link = folder / entry["relpath"]
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(found.resolve())
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def verdict(path: str, md5: str, again: str, clone: Path, into: Path, caches: list[Path]) -> Verdict:
+    """The clone's ``path`` (md5 ``again``) against the locked one (``md5``)."""
+    if md5 and md5 == again:
+        return Verdict(IDENTICAL, "md5")
+    fresh = clone / path
+    if not fresh.exists():
+        return Verdict(CHANGED, "presence", "not written in the clone")
+    locked = locked_copy(path, md5, into, caches)
+    if locked is None:
+        return Verdict(CHANGED, "md5", "md5 differs; the locked bytes are not at hand to compare")
+    return compare(locked, fresh)
 
 
 def rerun_in_clone(work: Path, dvc: str, env: dict, args: argparse.Namespace, stages: list[str],
@@ -85,6 +151,9 @@ def main() -> None:
     parser.add_argument("--pull", nargs="*", default=["sft"], help="stages whose outputs are pulled, not rerun")
     parser.add_argument("--remote", default=str(Path(tempfile.gettempdir()) / "rubricflow-dvc-remote"))
     parser.add_argument("--workdir", default=None, help="where the clone goes (default: a new temporary folder)")
+    parser.add_argument("--tolerant", action="store_true",
+                        help="exit 0 when no output is changed (within tolerance passes), as on another CPU; "
+                             "by default every output must be identical, as on the machine that wrote dvc.lock")
     args = parser.parse_args()
 
     if sh(["git", "status", "--porcelain", "dvc.lock", "dvc.yaml"], ROOT).strip():
@@ -106,27 +175,33 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="rubricflow-repro-"))
     try:
         ran, status, pulled_current, rerun = rerun_in_clone(work, dvc, env, args, stages, records, pulled)
+        caches = [Path(args.remote), ROOT / ".dvc" / "cache"]
+        rows = []
+        for stage in stages:
+            for path, md5 in original[stage].items():
+                again = rerun.get(stage, {}).get(path, "")
+                kind = "wall clock" if path.endswith(WALL_CLOCK) else ("record" if path in records else "output")
+                found = verdict(path, md5, again, work / "clone", work / "locked", caches)
+                rows.append({"stage": stage, "path": path, "kind": kind, "original": md5, "fresh_clone": again,
+                             "identical": found.label == IDENTICAL, "label": found.label,
+                             "compared": found.compared, "difference": found.difference})
     finally:
         if not args.workdir:  # a clone holds the pulled sft adapter and every rerun output: ~850 MB
             shutil.rmtree(work, ignore_errors=True)
 
-    rows = []
-    for stage in stages:
-        for path, md5 in original[stage].items():
-            again = rerun.get(stage, {}).get(path, "")
-            kind = "wall clock" if path.endswith(WALL_CLOCK) else ("record" if path in records else "output")
-            rows.append({"stage": stage, "path": path, "kind": kind, "original": md5, "fresh_clone": again,
-                         "identical": md5 == again})
     checked = [r for r in rows if r["kind"] != "wall clock"]
     result = {"commit": commit, "date": dt.date.today().isoformat(), "stages": stages, "pulled": args.pull,
-              "seconds": ran, "pulled_current": pulled_current, "pulled_status": status, "identical": sum(r["identical"] for r in checked), "checked": len(checked),
+              "seconds": ran, "pulled_current": pulled_current, "pulled_status": status, "checked": len(checked),
+              **{label: sum(r["label"] == label for r in checked) for label in (IDENTICAL, WITHIN, CHANGED)},
               "rows": rows}
     out = ROOT / "outputs" / "repro_check.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     write_page(result, " ".join(["-m flows.repro_check", *sys.argv[1:]]))
-    print(f"{result['identical']} of {result['checked']} outputs identical (wall-clock files aside)")
-    sys.exit(0 if result["identical"] == result["checked"] and pulled_current else 1)
+    print(f"of {result['checked']} outputs (wall-clock files aside): {result[IDENTICAL]} identical, "
+          f"{result[WITHIN]} within tolerance, {result[CHANGED]} changed")
+    passed = result[CHANGED] == 0 if args.tolerant else result[IDENTICAL] == result["checked"]
+    sys.exit(0 if passed and pulled_current else 1)
 
 
 def write_page(result: dict, command: str, page: Path = PAGE) -> None:
@@ -140,16 +215,26 @@ def write_page(result: dict, command: str, page: Path = PAGE) -> None:
         "",
         f"A fresh clone of the commit pulled the response records of the stages below and the outputs of "
         f"{', '.join(f'`{s}`' for s in result['pulled']) or 'no stage'} from a DVC remote, then ran "
-        f"`dvc repro -s <stage>` for each stage in DAG order. Each output's md5 against the original `dvc.lock`: "
-        f"**{result['identical']} of {result['checked']} identical** (wall-clock files aside).",
+        f"`dvc repro -s <stage>` for each stage in DAG order. Each output against the original `dvc.lock`, of "
+        f"{result['checked']} (wall-clock files aside): **{result[IDENTICAL]} identical, {result.get(WITHIN, 0)} "
+        f"within tolerance, {result.get(CHANGED, 0)} changed**.",
         "",
-        "| stage | output | kind | original md5 | fresh clone md5 | identical |",
-        "|---|---|---|---|---|---|",
+        (f"`identical`: the same md5 (bytes). An output whose md5 differs is compared with its locked bytes: "
+         f"`within tolerance` when a metrics JSON's numbers are within {METRICS_ABS_TOL:g} (absolute) of the locked "
+         f"ones, a CSV's numbers equal to {CSV_DECIMALS} decimals, a JSONL of trajectories has the same "
+         f"`{ANSWER_KEY}` per `{ID_KEY}`, and everything else equal; otherwise `changed`, with the largest "
+         f"difference (a folder: its worst file)."),
+        "",
+        "| stage | output | kind | original md5 | fresh clone md5 | reproduction | compared | largest difference |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
-        same = "yes" if r["identical"] else ("differs (expected)" if r["kind"] == "wall clock" else "**no**")
+        label = r.get("label", IDENTICAL if r["identical"] else CHANGED)
+        shown = f"{label} (wall clock, expected)" if r["kind"] == "wall clock" and label != IDENTICAL else (
+            f"**{label}**" if label == CHANGED else label)
+        difference = r.get("difference", "").replace("|", "\\|")
         lines.append(f"| {r['stage']} | `{r['path']}` | {r['kind']} | `{r['original'][:12]}` | "
-                     f"`{r['fresh_clone'][:12]}` | {same} |")
+                     f"`{r['fresh_clone'][:12]}` | {shown} | {r.get('compared', 'md5')} | {difference} |")
     if result["pulled"]:
         lines += ["", f"`dvc status {' '.join(result['pulled'])}` in the clone after the reruns (its inputs recomputed): "
                   + ("up to date." if result["pulled_current"] else f"**changed**: {result['pulled_status']}")]
