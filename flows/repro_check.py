@@ -1,24 +1,14 @@
-"""Does `dvc repro` on a fresh clone write the bytes `dvc.lock` records? Run the main job's stages again in a new
-clone of the committed tree and compare every output's hash with the lock's.
+"""Does `dvc repro` on a fresh clone write what `dvc.lock` records? A new clone of the commit pulls from a DVC remote
+(``--remote``, a local folder set in `.dvc/config.local`) only the sampled stages' response records and the outputs
+of the ``--pull`` stages (default `sft`, ~70 CPU minutes; DVC must find its inputs unchanged), reruns every other
+stage with `dvc repro -s <stage>` in DAG order and labels each output against its locked bytes: `identical`,
+`within tolerance` or `changed` with its largest difference (the tolerances: components/reporting/reproduction.py;
+`timings.json` is wall clock). Needs the embedded models (`bash scripts/setup.sh`) and a committed `dvc.lock`;
+writes docs/results/reproduction.md (its part below ``KEEP`` kept) and outputs/repro_check.json.
 
-A fresh clone has the code, `dvc.lock` and nothing else. It gets from a DVC remote only the sampled stages'
-response records (outputs/responses/, what those stages replay: components/llm/response_record.py) and the
-outputs of the stages named by ``--pull`` (default `sft`: its ~70 minutes of CPU training are not rerun here; its
-inputs are, and a changed input would make DVC rerun it, which the script refuses). Every other output of the
-checked stages is recomputed by `dvc repro -s <stage>`, stage by stage in DAG order, and its md5 compared with the
-original lock. An output whose md5 differs is compared with its locked bytes (this checkout's file, the DVC
-cache's or the remote's copy) and labelled `identical`, `within tolerance` (metrics JSON numbers, CSV decimals,
-JSONL final answers: components/reporting/reproduction.py states each tolerance) or `changed` with its largest
-difference. Wall-clock files (`timings.json`) are listed but expected to differ.
-
-    .venv/bin/python -m flows.repro_check                      # the main job's stages, sft pulled
+    .venv/bin/python -m flows.repro_check                      # the main job's stages, sft pulled; all identical
     .venv/bin/python -m flows.repro_check --stages prepare index evaluate@react --pull
     .venv/bin/python -m flows.repro_check --tolerant            # on another CPU: exit 0 unless one is changed
-
-It pushes the outputs to a local remote first (``--remote``, a folder; configured in `.dvc/config.local`, so no
-tracked file changes), needs the embedded models assembled (`bash scripts/setup.sh`; the clone links this
-checkout's `.cache/models`, never its response cache) and a committed `dvc.lock`. Writes
-docs/results/reproduction.md (keeping the hand-written part below its ``KEEP`` line) and outputs/repro_check.json.
 """
 
 from __future__ import annotations
