@@ -32,8 +32,8 @@ from typing import Any, Self
 
 import pandas as pd
 
+from components.adapters import save_adapter
 from components.agents.react import build_agent
-from components.embedded.lora_gguf import save_adapter
 from components.evaluation.gaming import gaming_check
 from components.evaluation.metrics import exact_match, f1_score
 from components.io import read_json, write_json, write_jsonl

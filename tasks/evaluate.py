@@ -55,7 +55,7 @@ class EvalResult(BaseModel):
 def served_adapters(params: Params) -> dict[str, list[str | None]]:
     """Content digests of the LoRA adapters the bound backends serve: a retrained adapter at the same path
     is a different model, so its evaluation must not resume the old one's trajectories."""
-    from components.embedded.lora_gguf import adapter_digest
+    from components.adapters import adapter_digest
 
     bound = {b for v in params.llm.roles.values() for b in ([v] if isinstance(v, str) else v)}
     served = {}

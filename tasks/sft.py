@@ -24,7 +24,7 @@ import pandas as pd
 from prefect import task
 from pydantic import BaseModel
 
-from components.embedded.lora_gguf import save_adapter
+from components.adapters import save_adapter
 from components.embedded.models import sha256_file
 from components.io import read_jsonl, write_json
 from components.method_registry import agent_method, method_section

@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md, checked with import-linter (contracts in pyproject.toml): flows >
-tasks > components; components free of Prefect, MLflow and DVC; the four method packages independent; the
-shared seams never importing a method; no task importing another; no import loop between sibling packages
-or modules. The second test plants one cross-method import in a copy of the tree
+tasks > components; components free of Prefect, MLflow and DVC; adapter saving and digests a leaf; the four
+method packages independent; the shared seams never importing a method; no task importing another; no import
+loop between sibling packages or modules. The second test plants one cross-method import in a copy of the tree
 and checks the contracts catch it, so a contract that could never fail would show here."""
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def copy_tree(repo_root: Path, dest: Path) -> Path:
     ("components/training/advantages.py", "from components.methods.arco import decomposition",
      "the shared seams never import a method"),
     ("components/io.py", "import mlflow", "components are free of Prefect, MLflow and DVC"),
+    ("components/adapters.py", "from components.embedded import lora_gguf", "adapter saving and digests are a leaf"),
     ("components/schemas.py", "import tasks.runtime", "flows compose tasks; tasks call components"),
     ("components/world/names.py", "import components.world.render", "no import loops"),
     ("tasks/train_policy.py", "import tasks.sft", "no task imports another task"),

@@ -11,29 +11,23 @@ The output equals what llama.cpp's own ``convert_lora_to_gguf.py`` (vendored in 
 with ``--outtype f32`` (tests/embedded/test_lora_gguf.py checks it); this module is used instead because
 it needs neither that source tree nor the base model's config, and converts in ~0.05 s, not ~5 s.
 
-An adapter folder's identity lives here too: :func:`save_adapter` writes a peft adapter so that the same weights
-give the same bytes, and :func:`adapter_digest` hashes those bytes (evaluation run keys, merged-model caches).
-
     python -m components.embedded.lora_gguf ADAPTER_DIR [OUT.gguf]
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from components.adapters import adapter_digest
 from components.io import atomic_target, build_once
 
-__all__ = ["LoraConversionError", "adapter_digest", "ensure_lora_gguf", "peft_to_gguf", "random_lora_gguf",
-           "read_lora_gguf", "save_adapter"]
+__all__ = ["LoraConversionError", "ensure_lora_gguf", "peft_to_gguf", "random_lora_gguf", "read_lora_gguf"]
 
 # transformers module name -> llama.cpp tensor name (Qwen2 / Llama layout)
 TENSOR_NAMES = {
@@ -134,42 +128,6 @@ def read_lora_gguf(path: str | Path) -> tuple[dict[str, object], dict[str, np.nd
             meta[name] = field.contents()
     tensors = {t.name: np.array(t.data).reshape([int(n) for n in reversed(t.shape)]) for t in reader.tensors}
     return meta, tensors
-
-
-def save_adapter(model: Any, folder: str | Path, **kwargs: Any) -> Path:
-    """A peft model's ``save_pretrained(folder)`` with every ``adapter_config.json`` it writes made canonical.
-
-    peft holds ``target_modules`` as a set and writes it in the order of the process's string hashing, so two runs
-    that trained the very same weights wrote different configs, hence different adapter digests (evaluation run
-    keys, merged-model caches) and DVC hashes. The list is written sorted, the keys as peft sorts them. ``kwargs``
-    go to ``save_pretrained`` (``selected_adapters=[...]``)."""
-    folder = Path(folder)
-    model.save_pretrained(str(folder), safe_serialization=True, **kwargs)
-    for config in sorted(folder.rglob("adapter_config.json")):
-        data = json.loads(config.read_text())
-        if isinstance(data.get("target_modules"), list):
-            data["target_modules"] = sorted(data["target_modules"])
-        tmp = config.with_name(f".{config.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        os.replace(tmp, config)
-    return folder
-
-
-def adapter_digest(adapter: str | Path, *, arch: str = "qwen2") -> str | None:
-    """sha256 of an adapter's content (a peft folder's config and weights, or a GGUF file); None if absent.
-    What identifies the weights an adapter path serves, e.g. in an evaluation's resume key."""
-    adapter = Path(adapter)
-    digest = hashlib.sha256(arch.encode())
-    if adapter.is_file():
-        digest.update(adapter.read_bytes())
-    elif adapter.is_dir():
-        for name in ("adapter_config.json", "adapter_model.safetensors"):
-            path = adapter / name
-            if path.is_file():
-                digest.update(path.read_bytes())
-    else:
-        return None
-    return digest.hexdigest()
 
 
 def ensure_lora_gguf(adapter: str | Path, cache_dir: str | Path, *, arch: str = "qwen2") -> Path:

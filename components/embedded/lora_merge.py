@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from components.embedded.lora_gguf import adapter_digest, read_lora_gguf
+from components.adapters import adapter_digest
+from components.embedded.lora_gguf import read_lora_gguf
 from components.io import atomic_target, build_once
 
 __all__ = ["LoraMergeError", "ensure_merged_gguf", "merge_lora_into_gguf"]

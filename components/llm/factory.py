@@ -219,7 +219,7 @@ class LLMPool:
 def _with_adapters(name: str, base: str, adapters: list[str]) -> str:
     """The identity (response-cache key part) of ``base`` with ``adapters`` applied in order; a missing adapter is
     a permanent error naming the backend."""
-    from components.embedded.lora_gguf import adapter_digest
+    from components.adapters import adapter_digest
 
     digests = [adapter_digest(a) for a in adapters]
     for adapter, digest in zip(adapters, digests, strict=True):

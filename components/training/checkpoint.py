@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
-from components.embedded.lora_gguf import save_adapter
+from components.adapters import save_adapter
 from components.training.distributed import Ranks
 
 __all__ = [

@@ -27,7 +27,8 @@ from typing import Any, Self
 
 import httpx
 
-from components.embedded.lora_gguf import peft_to_gguf, save_adapter
+from components.adapters import save_adapter
+from components.embedded.lora_gguf import peft_to_gguf
 from components.embedded.native_server import NativeLlamaServer
 from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop, encode_prompt
 

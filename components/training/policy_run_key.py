@@ -33,7 +33,7 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     and the same warm-start weights; ``grpo.steps`` (so a finished run can be extended), micro-batching (the
     same update, to a float tolerance; less memory), how the dev evaluation is served and the device the
     weights train on may change. Their dtype is keyed once it is not float32 (``train_policy.dtype``)."""
-    from components.embedded.lora_gguf import adapter_digest
+    from components.adapters import adapter_digest
 
     warm = warm_start_adapter(params, agent)
     sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora")
@@ -99,7 +99,7 @@ def lineage_settings(settings: dict, version: int = LINEAGE_VERSION) -> dict:
     point. The backends' adapters count by content (:func:`adapter_digest`; None when absent), not by path:
     paths follow ``run.out_dir``, which differs between a sweep's runs and a stage run beside them. ``version``
     1 kept the paths (the lineage.json of older runs)."""
-    from components.embedded.lora_gguf import adapter_digest
+    from components.adapters import adapter_digest
 
     shared = {k: v for k, v in settings.items() if k not in ("variant", "branch_from")}
     if version >= 2:

@@ -41,7 +41,7 @@ def warm_started_base(params: Params, base_adapters: Sequence[str | Path]) -> tu
     """(root, identity) of the exported base of the trainable policy with ``base_adapters`` merged into it: the
     cache folder that holds exported bases, and what names this one (the ``trainable_policy`` backend's model and
     the digests of the adapters, in order). :func:`export_base` writes it; :func:`base_folder` finds it."""
-    from components.embedded.lora_gguf import adapter_digest
+    from components.adapters import adapter_digest
 
     backend = params.llm.backends[params.llm.roles["trainable_policy"]]
     identity = "|".join([backend.embedded or backend.model, *(str(adapter_digest(a)) for a in base_adapters)])

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SAVE = """
 import sys, torch
-from components.embedded.lora_gguf import save_adapter
+from components.adapters import save_adapter
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 torch.manual_seed(0)

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from components.embedded.lora_gguf import save_adapter
+from components.adapters import save_adapter
 
 __all__ = ["CPU_ENV", "LORA_RANKS", "AdapterSlot", "cpu_defaults", "shutdown_llm", "vllm_lora_rank"]
 

@@ -92,7 +92,7 @@ def served_backend(name: str, cfg, params, sha: str | None) -> tuple[VLLMServer,
     """The (not yet started) server of backend ``name`` (``server: vllm``) and the identity its replies are cached
     under: ``embedded`` served from its transformers folder (else ``model``, a folder or hub id), under the name
     ``model`` (the LoRA module's when ``lora`` is set, the base's under ``<model>-base``)."""
-    from components.embedded.lora_gguf import adapter_digest
+    from components.adapters import adapter_digest
 
     cache_dir = params.run.cache_dir
     weights, tokenizer = cfg.model, None

@@ -28,7 +28,7 @@ from typing import Any, Literal, Self
 import pandas as pd
 from pydantic import BaseModel
 
-from components.embedded.lora_gguf import save_adapter
+from components.adapters import save_adapter
 from components.io import read_json, read_jsonl, write_json
 from components.llm.base import ChatModel
 from components.methods.coreact.generator_reward import RubricReward

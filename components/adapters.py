@@ -1,0 +1,53 @@
+"""An adapter folder's identity: :func:`save_adapter` writes a peft adapter so that the same weights give the same
+bytes, and :func:`adapter_digest` hashes those bytes (evaluation run keys, merged-model caches). A leaf that the
+trainers, the checkpoints, the serving backends and the GGUF converter share (pyproject.toml's contract keeps it low).
+
+    from components.adapters import adapter_digest, save_adapter
+    save_adapter(policy.model, "outputs/sft/adapter"); adapter_digest("outputs/sft/adapter")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["adapter_digest", "save_adapter"]
+
+
+def save_adapter(model: Any, folder: str | Path, **kwargs: Any) -> Path:
+    """A peft model's ``save_pretrained(folder)`` with every ``adapter_config.json`` it writes made canonical.
+
+    peft holds ``target_modules`` as a set and writes it in the order of the process's string hashing, so two runs
+    that trained the very same weights wrote different configs, hence different adapter digests (evaluation run
+    keys, merged-model caches) and DVC hashes. The list is written sorted, the keys as peft sorts them. ``kwargs``
+    go to ``save_pretrained`` (``selected_adapters=[...]``)."""
+    folder = Path(folder)
+    model.save_pretrained(str(folder), safe_serialization=True, **kwargs)
+    for config in sorted(folder.rglob("adapter_config.json")):
+        data = json.loads(config.read_text())
+        if isinstance(data.get("target_modules"), list):
+            data["target_modules"] = sorted(data["target_modules"])
+        tmp = config.with_name(f".{config.name}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        os.replace(tmp, config)
+    return folder
+
+
+def adapter_digest(adapter: str | Path, *, arch: str = "qwen2") -> str | None:
+    """sha256 of an adapter's content (a peft folder's config and weights, or a GGUF file); None if absent.
+    What identifies the weights an adapter path serves, e.g. in an evaluation's resume key."""
+    adapter = Path(adapter)
+    digest = hashlib.sha256(arch.encode())
+    if adapter.is_file():
+        digest.update(adapter.read_bytes())
+    elif adapter.is_dir():
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            path = adapter / name
+            if path.is_file():
+                digest.update(path.read_bytes())
+    else:
+        return None
+    return digest.hexdigest()
