@@ -108,6 +108,13 @@ def _plot(runs: list[dict], sft_em: float, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _commit() -> str:
+    import subprocess
+
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
 def report(params: Params) -> Path:
     sft = read_json(lab_dir(params) / "sft" / "sft.json")
     runs = [read_json(p) for p in sorted(lab_dir(params).glob("grpo_seed*.json")) if not p.name.endswith(".partial.json")]
@@ -120,7 +127,8 @@ def report(params: Params) -> Path:
     lines = [
         "# The lab: a nano policy, GRPO with the exact outcome reward",
         "",
-        "Written by `python -m components.lab.experiment report --overlay lab`. **Lab results**: a "
+        f"Written {time.strftime('%Y-%m-%d')} at commit {_commit()} by `python -m components.lab.experiment report "
+        "--overlay lab` (the SFT and each GRPO run by the `sft` and `grpo` commands of that module). **Lab results**: a "
         f"{sft['parameters'] / 1e6:.2f}M-parameter Qwen2 trained from scratch in a fictional world; they say what the "
         "training mechanism does under a reward of known quality, never how a real model does. Do not mix these "
         "rows into the real-model tables.",
