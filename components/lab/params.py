@@ -73,6 +73,10 @@ class LabParams(Section):
     sft_questions_per_world: int = Field(default=300, ge=1, description="Questions drawn in each of those worlds.")
     sft_own_world: bool = Field(default=False, description="Also train on oracle episodes of the lab world's train "
                                 "split (the facts of test questions can then be memorised; off by default).")
+    sft_own_questions: int | None = Field(default=None, ge=1, description="With sft_own_world, the SFT reads only the "
+                                          "first this many questions of the lab world's train split and GRPO trains "
+                                          "on the rest, questions whose episodes the policy has not fitted (None: the "
+                                          "SFT reads the whole split and GRPO trains on it too).")
     sft_opening_worlds: int = Field(default=0, ge=0, description="Further worlds (seeds world_seed+101..) whose "
                                     "questions add only their oracle episode's opening turn (the question, then a "
                                     "search for the name it asks about): short rows that are nearly all copying, "

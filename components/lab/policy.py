@@ -35,7 +35,8 @@ from components.training.sft import build_sft_example
 from components.training.sft_trainer import SFTTrainer
 from components.training.trainer import GRPOTrainer
 
-__all__ = ["NanoPolicy", "SFTCorpus", "evaluate", "grpo_run", "lab_seed", "sft_corpus", "train_nano"]
+__all__ = ["NanoPolicy", "SFTCorpus", "evaluate", "grpo_questions", "grpo_run", "lab_seed", "sft_corpus", "sft_questions",
+           "train_nano"]
 
 
 def lab_seed(params: Params) -> int:
@@ -70,6 +71,19 @@ class SFTCorpus:
     documents: list[str] = field(default_factory=list)  # the paragraphs of every world read: the tokenizer fits them too
 
 
+def sft_questions(params: Params, lab: LabWorld) -> list[Question]:
+    """The lab world's train questions the SFT reads (``lab.sft_own_questions``; all of them when None)."""
+    return lab.splits["train"][:params.lab.sft_own_questions]
+
+
+def grpo_questions(params: Params, lab: LabWorld) -> list[Question]:
+    """The train questions GRPO trains on: those after the SFT's share when ``lab.sft_own_questions`` holds some
+    back, else the whole split."""
+    n = params.lab.sft_own_questions
+    held_out = lab.splits["train"][n:] if params.lab.sft_own_world and n is not None else []
+    return held_out or lab.splits["train"]
+
+
 def sft_corpus(params: Params) -> SFTCorpus:
     """Compact oracle episodes of ``lab.sft_worlds`` other worlds (seeds lab seed + 1 ..) and, with
     ``lab.sft_own_world``, of the lab world's train split, as chat-history SFT rows; plus the opening turn alone of
@@ -80,7 +94,7 @@ def sft_corpus(params: Params) -> SFTCorpus:
                for i in range(1, lab.sft_worlds + 1)]
     if lab.sft_own_world:
         own = build_lab_world(params, seed)
-        sources.append((own, own.splits["train"]))
+        sources.append((own, sft_questions(params, own)))
     else:  # the lab world's names are fitted to, never its questions' episodes
         documents += [d.text for d in build_lab_world(params, seed).world.documents]
     for world, questions in sources:
@@ -164,7 +178,7 @@ def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, ste
             on_metrics(step, metrics)
 
     reward = reward or OutcomeReward(format_penalty=0.0, metric="em")
-    trainer = GRPOTrainer(policy, engine, reward, split["train"],
+    trainer = GRPOTrainer(policy, engine, reward, grpo_questions(params, lab),
                           params.grpo, rollout_fn=_rollout(start.tokenizer, lab.toolbox, params.agent),
                           pad_token_id=start.tokenizer.pad_token_id, seed=seed, on_metrics=record)
     nano = NanoPolicy(policy.model, start.tokenizer)

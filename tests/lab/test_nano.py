@@ -11,7 +11,8 @@ import torch
 
 from components.agents.parsing import parse_turn
 from components.lab.nano import fit_tokenizer, nano_qwen2, token_classes
-from components.lab.policy import NanoPolicy, evaluate, grpo_run, sft_corpus, train_nano
+from components.lab.policy import (NanoPolicy, evaluate, grpo_questions, grpo_run, sft_corpus, sft_questions,
+                                   train_nano)
 from components.lab.world import LAB_PROMPT, build_lab_world, compact_episodes, render_chat, sft_rows
 from components.llm.base import assistant, system, user
 from components.params import load_params
@@ -142,3 +143,15 @@ def test_class_direction_gives_the_names_a_shared_direction_at_init(params, corp
         mean_cosine(nano_qwen2(plain, tok, seed=0), names))
     e = torch.nn.functional.normalize(nano_qwen2(shared, tok, seed=0).get_input_embeddings().weight.detach(), dim=1)
     assert abs((e[names] @ e[classes["number"]].T).mean()) < 0.2  # one direction per class, not one for all
+
+
+def test_sft_own_questions_holds_the_rest_of_the_train_split_out_for_grpo(params):
+    lab = build_lab_world(params, params.seed)
+    train = lab.splits["train"]
+    assert sft_questions(params, lab) == train and grpo_questions(params, lab) == train  # None: both read all
+    held = params.model_copy(update={"lab": params.lab.model_copy(update={"sft_own_questions": 4})})
+    assert sft_questions(held, lab) == train[:4] and grpo_questions(held, lab) == train[4:]
+    assert not {q.id for q in sft_questions(held, lab)} & {q.id for q in grpo_questions(held, lab)}
+    rows = sft_corpus(held).rows
+    assert not any(q.question in row[0][0] for q in train[4:] for row in rows)  # GRPO's questions never SFT rows
+    assert any(q.question in row[0][0] for q in train[:4] for row in rows)
