@@ -100,7 +100,7 @@ def test_embedding_std_sets_the_tied_embeddings_scale_and_is_seeded(params, corp
     tok = fit_tokenizer(["".join(t for t, _ in row) for row in corpus.rows], 400)
     wide = params.lab.nano.model_copy(update={"embedding_std": 0.5})
     a, b = nano_qwen2(wide, tok, seed=3), nano_qwen2(wide, tok, seed=3)
-    default = nano_qwen2(params.lab.nano, tok, seed=3)
+    default = nano_qwen2(params.lab.nano.model_copy(update={"embedding_std": None, "class_direction": 0.0}), tok, seed=3)
     emb = a.get_input_embeddings().weight
     assert torch.equal(emb, b.get_input_embeddings().weight)
     assert abs(emb.std().item() - 0.5) < 0.05 and default.get_input_embeddings().weight.std().item() < 0.05
@@ -137,7 +137,7 @@ def test_class_direction_gives_the_names_a_shared_direction_at_init(params, corp
         return ((e @ e.T).sum() - len(ids)) / (len(ids) * (len(ids) - 1))
 
     shared = params.lab.nano.model_copy(update={"embedding_std": 0.1, "class_direction": 1.0})
-    plain = params.lab.nano.model_copy(update={"embedding_std": 0.1})
+    plain = params.lab.nano.model_copy(update={"embedding_std": 0.1, "class_direction": 0.0})
     names = classes["name"]
     assert mean_cosine(nano_qwen2(shared, tok, seed=0), names) > 0.3 > 0.05 > abs(
         mean_cosine(nano_qwen2(plain, tok, seed=0), names))

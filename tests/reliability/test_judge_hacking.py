@@ -96,7 +96,7 @@ def unescaped():
     imported, the answer judge asks about any non-blank prediction and takes a pass without asking decoys."""
     identity = lambda text, *, tags=True: text
     saved = [(m, "untrusted", m.untrusted) for m in list(sys.modules.values())
-             if getattr(m, "untrusted", None) is render.untrusted]
+             if vars(m).get("untrusted") is render.untrusted]  # not getattr: a lazy module would import on it
     saved.append((answer_module, "contentful", answer_module.contentful))
     saved.append((answer_module, "DECOY_REFERENCES", answer_module.DECOY_REFERENCES))
     replacements = {"untrusted": identity, "contentful": lambda p: bool(p and p.strip()), "DECOY_REFERENCES": ()}
