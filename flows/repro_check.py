@@ -61,11 +61,8 @@ def lock_outs(root: Path) -> dict[str, dict[str, str]]:
 
 
 def md5_of(path: Path) -> str:
-    digest = hashlib.md5()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "md5").hexdigest()
 
 
 def locked_copy(path: str, md5: str, into: Path, caches: list[Path]) -> Path | None:

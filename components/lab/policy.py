@@ -90,26 +90,25 @@ def sft_corpus(params: Params) -> SFTCorpus:
     each question in ``lab.sft_opening_worlds`` further worlds."""
     lab, seed = params.lab, lab_seed(params)
     rows, episodes, counts, documents = [], 0, Counter(), []
-    sources = [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None)
+    sources = [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None, False)
                for i in range(1, lab.sft_worlds + 1)]
     if lab.sft_own_world:
         own = build_lab_world(params, seed)
-        sources.append((own, sft_questions(params, own)))
+        sources.append((own, sft_questions(params, own), False))
     else:  # the lab world's names are fitted to, never its questions' episodes
         documents += [d.text for d in build_lab_world(params, seed).world.documents]
-    for world, questions in sources:
+    sources += [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None, True)
+                for i in range(101, 101 + lab.sft_opening_worlds)]
+    for world, questions, opening_only in sources:
         documents += [d.text for d in world.world.documents]
         found, skipped = compact_episodes(world, world.questions if questions is None else questions, params.agent)
-        rows += sft_rows(found, params.agent)
-        episodes += len(found)
         counts.update(skipped)
-    for i in range(101, 101 + lab.sft_opening_worlds):
-        world = build_lab_world(params, seed + i, lab.sft_questions_per_world)
-        documents += [d.text for d in world.world.documents]
-        found, skipped = compact_episodes(world, world.questions, params.agent)
-        rows += [row[:2] for row in sft_rows(found, params.agent)]  # the prompt and the first reply
-        counts.update(skipped)
-        counts["opening_rows"] += len(found)
+        if opening_only:
+            rows += [row[:2] for row in sft_rows(found, params.agent)]  # the prompt and the first reply
+            counts["opening_rows"] += len(found)
+        else:
+            rows += sft_rows(found, params.agent)
+            episodes += len(found)
     return SFTCorpus(rows, episodes, counts, documents)
 
 

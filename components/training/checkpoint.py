@@ -78,11 +78,8 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
