@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,48 @@ def test_the_policy_loads_from_its_dequantized_copy_with_the_gguf_s_own_values(r
         t = tensors[key]
         assert param.dtype == torch.float32
         assert torch.equal(param.detach(), torch.tensor(gguf.quants.dequantize(t.data, t.tensor_type))), key
+
+
+def test_an_exported_folder_records_its_digests_rebuilds_when_stale_and_refuses_a_changed_file(tmp_path):
+    """The dequantized and code-built model folders (components/embedded/models.py ``_export_once``): each file's
+    sha256 recorded at build; a folder from before the record, or from another source, is rebuilt; a file whose bytes
+    changed afterwards is refused with the file named."""
+    from components.embedded.models import DIGESTS, _export_once
+
+    builds = []
+
+    def save(tmp):
+        builds.append(tmp)
+        (Path(tmp) / "config.json").write_text('{"a": 1}')
+        (Path(tmp) / "model.safetensors").write_bytes(bytes(range(256)) * 16)
+
+    folder = tmp_path / "m.hf"
+    assert _export_once(folder, "model.safetensors", save, source="gguf sha A") == folder
+    record = json.loads((folder / DIGESTS).read_text())
+    assert record["source"] == "gguf sha A"
+    assert record["files"]["model.safetensors"]["sha256"] == sha256_file(folder / "model.safetensors")
+    assert sorted(record["files"]) == ["config.json", "model.safetensors"]
+    _export_once(folder, "model.safetensors", save, source="gguf sha A")
+    assert len(builds) == 1  # built once
+
+    _export_once(folder, "model.safetensors", save, source="gguf sha B")  # another source: stale, rebuilt
+    assert len(builds) == 2 and json.loads((folder / DIGESTS).read_text())["source"] == "gguf sha B"
+    (folder / DIGESTS).unlink()  # a folder from before digests were recorded: rebuilt, not trusted
+    _export_once(folder, "model.safetensors", save, source="gguf sha B")
+    assert len(builds) == 3 and (folder / DIGESTS).is_file()
+
+    weights = folder / "model.safetensors"
+    original = weights.read_bytes()
+    data = bytearray(original)
+    data[10] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ModelIntegrityError, match=r"model.safetensors: sha256 \w+ does not match .* recorded in "
+                                                  "digests.json .* refusing to load"):
+        _export_once(folder, "model.safetensors", save, source="gguf sha B")
+    weights.write_bytes(original)  # the same bytes again (a new mtime): re-hashed and accepted
+    _export_once(folder, "model.safetensors", save, source="gguf sha B")
+    (folder / "config.json").unlink()
+    weights.write_bytes(bytes(range(256)) * 16)
+    with pytest.raises(ModelIntegrityError, match="config.json is missing"):
+        _export_once(folder, "model.safetensors", save, source="gguf sha B")
+    assert len(builds) == 3  # a changed or missing file is refused, never silently rebuilt

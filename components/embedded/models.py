@@ -18,10 +18,11 @@ import hashlib
 import importlib.resources
 import json
 import os
-import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from filelock import FileLock
 
 from components.io import atomic_target, build_once
 
@@ -215,7 +216,8 @@ def load_hf_policy(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str | P
     """(model, tokenizer) in transformers, dequantized from the verified GGUF (on the CPU, in ``dtype``, a torch
     dtype; None: float32), for training. A code-built model's name (:data:`TINY_MODELS`) gives that model, freshly
     initialised from its seed. Transformers dequantizes the GGUF once into ``<cache_dir>/models/<name>-<sha>.hf/``
-    (float32 safetensors, the same tensors bit for bit); later loads read that folder (a few seconds, against
+    (float32 safetensors, the same tensors bit for bit, each file's sha256 recorded and checked: a changed file is
+    refused, a folder without the record rebuilt); later loads read that folder (a few seconds, against
     about a minute through the GGUF for the 0.5B)."""
     if name in TINY_MODELS:
         return load_tiny(name, cache_dir, dtype)
@@ -237,17 +239,49 @@ def load_hf_tokenizer(name: str = "qwen2.5-coder-0.5b-instruct", cache_dir: str 
     return AutoTokenizer.from_pretrained(str(_tokenizer_folder(name, cache_dir)))
 
 
-def _export_once(folder: Path, marker: str, save) -> Path:
-    """``folder``, written once by ``save(tmp)`` (a ``save_pretrained``) and moved in with ``marker`` last, so a
-    folder whose marker exists is complete; processes that need it at once build it once."""
+DIGESTS = "digests.json"
+"""In every exported folder: the sha256, size and mtime of each file, recorded when it was written, and its source."""
+
+
+def _export_once(folder: Path, marker: str, save, source: str) -> Path:
+    """``folder``, written once by ``save(tmp)`` (a ``save_pretrained``) and moved in with ``marker`` (then the
+    record) last, so a folder whose marker exists is complete; processes that need it at once build it once. Each
+    file's sha256 is recorded in :data:`DIGESTS` with ``source`` (what the folder is built from): a folder without
+    that record, or built from another source, is rebuilt; a file that no longer hashes to its record raises
+    ModelIntegrityError (re-hashed only when its size or mtime changed, as :func:`verify` does)."""
 
     def export(target: Path) -> None:
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             save(tmp)
-            for file in sorted(os.listdir(tmp), key=lambda n: n == target.name):
-                shutil.move(os.path.join(tmp, file), target.parent / file)
+            record = {"source": source, "files": {
+                name: {"sha256": sha256_file(Path(tmp, name)), "stat": _stat_key(Path(tmp, name))}
+                for name in sorted(os.listdir(tmp))}}
+            Path(tmp, DIGESTS).write_text(json.dumps(record, indent=1))
+            # the marker, then the record, last: a reader that finds the record finds the files it describes
+            for file in sorted(os.listdir(tmp), key=lambda n: (n == DIGESTS, n == target.name)):
+                os.replace(os.path.join(tmp, file), target.parent / file)  # a reader keeps the file it opened
 
-    return build_once(folder / marker, export).parent
+    target = build_once(folder / marker, export)
+    if _recorded(folder).get("source") != source:  # stale: from before digests were kept, or another source
+        with FileLock(f"{target}.lock"):
+            if _recorded(folder).get("source") != source:
+                export(target)
+    for name, entry in _recorded(folder)["files"].items():
+        path = folder / name
+        if not path.is_file():
+            raise ModelIntegrityError(f"{folder}: {name} is missing; delete the folder to rebuild it")
+        if _stat_key(path) != entry["stat"] and (actual := sha256_file(path)) != entry["sha256"]:
+            raise ModelIntegrityError(
+                f"{path}: sha256 {actual} does not match the {entry['sha256']} recorded in {DIGESTS} when it was "
+                "built: it changed since; refusing to load (delete the folder to rebuild it)")
+    return folder
+
+
+def _recorded(folder: Path) -> dict:
+    try:
+        return json.loads((folder / DIGESTS).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 def _tokenizer_folder(name: str, cache_dir: str | Path | None) -> Path:
@@ -257,7 +291,7 @@ def _tokenizer_folder(name: str, cache_dir: str | Path | None) -> Path:
     path = ensure_gguf(name, cache_dir)
     folder = Path(cache_dir or default_cache_dir()) / "models" / f"{name}.tokenizer"
     return _export_once(folder, "tokenizer.json", lambda tmp: AutoTokenizer.from_pretrained(
-        str(path.parent), gguf_file=path.name).save_pretrained(tmp))
+        str(path.parent), gguf_file=path.name).save_pretrained(tmp), source=f"{path.name} {EMBEDDED_MODELS[name].sha256}")
 
 
 def _weights_folder(name: str, cache_dir: str | Path | None) -> Path:
@@ -279,7 +313,7 @@ def _weights_folder(name: str, cache_dir: str | Path | None) -> Path:
         model.generation_config.save_pretrained(tmp)
         save_model(model, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
 
-    return _export_once(folder, "model.safetensors", save)
+    return _export_once(folder, "model.safetensors", save, source=f"{path.name} {EMBEDDED_MODELS[name].sha256}")
 
 
 def transformers_folders(name: str, cache_dir: str | Path | None = None) -> tuple[Path, Path]:
@@ -290,7 +324,8 @@ def transformers_folders(name: str, cache_dir: str | Path | None = None) -> tupl
         return _weights_folder(name, cache_dir), _tokenizer_folder(name, cache_dir)
     spec = TINY_MODELS[name]
     folder = Path(cache_dir or default_cache_dir()) / "models" / f"{name}-{embedded_sha(name)[:12]}.hf"
-    weights = _export_once(folder, "model.safetensors", lambda tmp: load_tiny(name, cache_dir)[0].save_pretrained(tmp))
+    weights = _export_once(folder, "model.safetensors", lambda tmp: load_tiny(name, cache_dir)[0].save_pretrained(tmp),
+                           source=f"{name} {embedded_sha(name)}")
     return weights, _tokenizer_folder(spec.tokenizer, cache_dir)
 
 
