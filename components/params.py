@@ -451,6 +451,14 @@ class DeepSpeedParams(Section):
     offload_params: bool = Field(default=False, description="ZeRO-3 only: parameters in host memory between uses.")
 
     @model_validator(mode="after")
+    param_persistence_threshold: int = Field(
+        default=100_000, ge=0, description="ZeRO-3 only: parameters of at most this many elements stay whole on "
+        "every rank after their first use (DeepSpeed's stage3_param_persistence_threshold); 0 shards every one.")
+
+    def keyed(self) -> dict[str, Any] | None:
+        """What a run key holds of this section: nothing while ``zero_stage`` is unset (earlier runs keep their
+        keys), and never the persistence threshold (it moves memory and communication, not the weights)."""
+        return None if self.zero_stage is None else self.model_dump(exclude={"param_persistence_threshold"})
     def _offload_params_needs_stage_3(self) -> DeepSpeedParams:
         if self.offload_params and self.zero_stage != 3:
             raise ValueError("offload_params needs zero_stage: 3 (only ZeRO-3 shards the parameters)")

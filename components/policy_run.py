@@ -228,16 +228,19 @@ class PolicyRun:
         if dev and not ranks.broadcast(before_file.exists()):  # the folder is keyed: a measurement in it is of this run
             fresh = started_from == "fresh" and invariant
             shared = shared_dev_before(params, self.settings, parts.agent, self.options, dev) if fresh else None
-            measure_dev_before(self.rollout_fn, self.engine, dev, config.max_new_tokens, folder, invariant, shared,
-                               ranks)
+            with trainer.whole_weights():  # ZeRO-3 on N ranks: each rank plays its share on the gathered weights
+                measure_dev_before(self.rollout_fn, self.engine, dev, config.max_new_tokens, folder, invariant,
+                                   shared, ranks)
         history = trainer.train(params.grpo.steps, progress=f"train_policy@{self.variant}" if ranks.main else None)
         trainer.save()
-        if ranks.main:
-            save_adapter(self.policy.model, folder / "adapter")
+        with trainer.stepper.full_weights():  # ZeRO-3: every rank gathers the weights rank 0 writes
+            if ranks.main:
+                save_adapter(self.policy.model, folder / "adapter")
         last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
         if dev:
-            after = dev_evaluation(self.rollout_fn, self.engine, dev, config.max_new_tokens,
-                                   folder / "dev_after.jsonl", invariant, ranks)
+            with trainer.whole_weights():
+                after = dev_evaluation(self.rollout_fn, self.engine, dev, config.max_new_tokens,
+                                       folder / "dev_after.jsonl", invariant, ranks)
             before = ranks.broadcast(read_json(before_file) if ranks.main else None)
             last.update({f"dev_before.{k}": round(v, 6) for k, v in before.items()})
             last.update({f"dev_after.{k}": round(v, 6) for k, v in after.items()})

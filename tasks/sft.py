@@ -87,7 +87,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
         "lora": params.lora.model_dump(), "agent": params.agent.model_dump(),
         "spec": params.methods[method].model_dump(), "rubricem": params.rubricem.reflection_observation_chars,
         "policy": params.llm.backends[params.llm.roles["trainable_policy"]].model_dump(),
-        "zero": params.train_policy.deepspeed.model_dump() if params.train_policy.deepspeed.zero_stage else None,
+        "zero": params.train_policy.deepspeed.keyed(),
         "data": {name: sha256_file(data / name) for name in ("trajectories.jsonl", REFLECTIONS_FILE)
                  if (data / name).exists()},
     }, adopt_unkeyed=True, ranks=ranks)
@@ -118,8 +118,10 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
                    "trained_tokens": float(sum(sum(e.loss_mask) for e in examples)),
                    "optimizer_steps": float(len(history)), "loss_first_tenth": round(float(first), 6),
                    "loss_last_tenth": round(float(last), 6)}
+        with trainer.stepper.full_weights():  # ZeRO-3: every rank gathers the weights rank 0 writes
+            if ranks.main:
+                save_adapter(policy.model, folder / "adapter")
         if ranks.main:
-            save_adapter(policy.model, folder / "adapter")
             curve.to_csv(folder / "loss.csv", index=False)
             write_json(folder / "metrics.json", metrics)
             write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})

@@ -166,8 +166,10 @@ def deepspeed_config(
     bf16: bool = True,
     offload_optimizer: bool = False,
     offload_params: bool = False,
+    param_persistence_threshold: int = 100_000,
 ) -> dict[str, Any]:
-    """ZeRO stage 2 (optimizer states and gradients sharded) or 3 (parameters sharded too).
+    """ZeRO stage 2 (optimizer states and gradients sharded) or 3 (parameters sharded too; those of at most
+    ``param_persistence_threshold`` elements stay whole after their first use).
 
     The optimizer and scheduler are created by the trainer, so the config names none. ``grad_clip`` is the
     Co-ReAct value (1.0) by default.
@@ -188,7 +190,7 @@ def deepspeed_config(
         zero.update(
             {
                 "stage3_prefetch_bucket_size": 50_000_000,
-                "stage3_param_persistence_threshold": 100_000,
+                "stage3_param_persistence_threshold": param_persistence_threshold,
                 "stage3_max_live_parameters": 1_000_000_000,
                 "stage3_max_reuse_distance": 1_000_000_000,
                 "stage3_gather_16bit_weights_on_model_save": True,

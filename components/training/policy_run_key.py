@@ -43,7 +43,7 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
                                                                        "vllm_options", "deepspeed",
                                                                        "merge_warm_start"})
     if params.train_policy.deepspeed.zero_stage is not None:  # keyed once set, so earlier runs keep their keys
-        settings["train_policy"]["deepspeed"] = params.train_policy.deepspeed.model_dump()
+        settings["train_policy"]["deepspeed"] = params.train_policy.deepspeed.keyed()
     dtype = placement(params).keyed()  # where the weights live is not keyed; their precision is, when not float32
     if dtype is not None:
         settings["train_policy"]["dtype"] = dtype

@@ -301,7 +301,9 @@ class HFRolloutEngine:
     learned too). Sampling draws from torch's global RNG, so
     seeding (and restoring RNG state from a checkpoint) makes rollouts reproducible. Prompts of different
     lengths are left-padded within a call; inside :meth:`batch_invariant` each prompt is generated alone
-    (no padding, no batch neighbours).
+    (no padding, no batch neighbours). Each call generates on this process alone (``synced_gpus`` off, which
+    transformers turns on under ZeRO-3 on N ranks): there the trainer gathers the whole weights for a rollout first
+    (:meth:`components.training.trainer.GRPOTrainer.whole_weights`), so each rank runs its own number of calls.
     """
 
     def __init__(
@@ -407,6 +409,7 @@ class HFRolloutEngine:
             toks = new[i].tolist()
             n, reason = _find_stop(toks, stops, stop_strings, decode)
             text = (
+            synced_gpus=False,
                 None
                 if decode is None
                 else _cut_text(decode(toks[:n], skip_special_tokens=True), stop_strings)

@@ -10,12 +10,15 @@ DeepSpeed is in the ``[gpu]`` extra, and on a CPU (tests) runs with ``DS_ACCELER
     for i, loss in enumerate(losses):
         stepper.backward(loss, boundary=i == len(losses) - 1)
     grad_norm = stepper.step(params)
+    with stepper.full_weights():                # ZeRO-3: the whole weights on every rank, e.g. for a rollout
+        engine.generate(prompts, sampling)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -34,6 +37,7 @@ class Stepper(Protocol):
 
     optimizer: torch.optim.Optimizer
     checkpoint_globals: tuple[type, ...]
+    forward_in_lockstep: bool  # every forward pass is a collective (ZeRO-3): the ranks must run as many
 
     @property
     def checkpointable(self) -> Any:
@@ -43,6 +47,11 @@ class Stepper(Protocol):
     def zero_grad(self) -> None: ...
 
     def backward(self, loss: torch.Tensor, *, boundary: bool) -> None: ...
+
+    def full_weights(self) -> Any:
+        """A context in which the model holds its whole weights on this process and its forward passes are no
+        collectives: every rank enters and leaves it together, and may run its own number of passes inside."""
+        ...
 
     def step(self, params: Sequence[nn.Parameter], max_norm: float) -> float:
         """Clip, step, and return the gradient norm before clipping."""
@@ -56,6 +65,7 @@ class TorchStepper:
     so the sum is the single-process gradient), and every rank steps alike."""
 
     checkpoint_globals: tuple[type, ...] = ()  # what a checkpoint of its optimizer holds besides tensors
+    forward_in_lockstep = False
 
     def __init__(self, optimizer: torch.optim.Optimizer, ranks: Ranks | None = None):
         self.optimizer = optimizer
@@ -70,6 +80,9 @@ class TorchStepper:
 
     def backward(self, loss: torch.Tensor, *, boundary: bool) -> None:
         loss.backward()
+
+    def full_weights(self) -> Any:
+        return nullcontext()
 
     def step(self, params: Sequence[nn.Parameter], max_norm: float) -> float:
         self.ranks.sum_gradients(params)
@@ -109,7 +122,8 @@ class DeepSpeedStepper:
         dtype = next(model.parameters()).dtype
         config = deepspeed_config(zero.zero_stage, micro_batch_size=1, grad_accum=1, grad_clip=max_grad_norm,
                                   bf16=dtype == torch.bfloat16, offload_optimizer=zero.offload_optimizer,
-                                  offload_params=zero.offload_params)
+                                  offload_params=zero.offload_params,
+                                  param_persistence_threshold=zero.param_persistence_threshold)
         if on_cpu:  # communication overlap needs a device stream
             config["zero_optimization"]["overlap_comm"] = False
         self.accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config))
@@ -122,6 +136,8 @@ class DeepSpeedStepper:
         # the non-tensor objects ZeRO's optimizer state holds, allowed when a checkpoint of it is read back
         self.checkpoint_globals = (LossScaler, ZeroStageEnum, fragment_address)
         self.max_grad_norm = max_grad_norm
+        self.forward_in_lockstep = self.ranks.parallel and zero.zero_stage == 3
+        self._sharded = zero.zero_stage == 3
 
     def zero_grad(self) -> None:
         self.engine.zero_grad()
@@ -136,6 +152,19 @@ class DeepSpeedStepper:
         clear = getattr(self.optimizer, "clear_backward_seen_flag", None)
         if clear is not None and not boundary:
             clear()
+
+    @contextmanager
+    def full_weights(self) -> Iterator[None]:
+        """ZeRO-3: every parameter gathered once for the span and the module's gather hooks taken off (TRL's
+        ``unwrap_model_for_generation``, as DeepSpeed ships it), so each rank's rollouts run their own number of
+        forward passes on the whole weights; re-sharded, hooks back, on leaving. ZeRO-2 holds whole weights."""
+        if not self._sharded:
+            yield
+            return
+        from deepspeed.runtime.zero import unwrap_model_for_generation
+
+        with unwrap_model_for_generation(self.engine):
+            yield
 
     @property
     def checkpointable(self) -> _ZeroState:

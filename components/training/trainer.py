@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -172,10 +173,11 @@ class GRPOTrainer:
     rolls out and scores its contiguous share of whole groups; episodes and scores are gathered, so advantages,
     dynamic sampling and metrics cover the whole step on every rank, and each rank trains its own episodes' rows
     (the loss over the whole step's token counts, gradients summed; ``mini_batch_size`` rows over all ranks; under
-    ZeRO-2 a rank short of micro-batches adds empty backward passes). Rank 0 alone calls ``on_metrics``; every rank
-    writes its own optimizer and RNG files. A method merges what the ranks' rewards left in it after each draw
-    (``rank_share``/``merge_ranks``: ARBOR, RAR) and its hooks run on rank 0, their state sent to the others; a
-    method with hooks or state that does not (ARCO, RubricEM), and ZeRO-3, are refused on N ranks.
+    ZeRO a rank short of micro-batches adds empty forward and backward passes; under ZeRO-3 the passes without
+    gradient, rollouts included, run on the whole weights, gathered once: :meth:`whole_weights`). Rank 0 alone
+    calls ``on_metrics``; every rank writes its own optimizer and RNG files. A method merges what the ranks' rewards
+    left in it after each draw (``rank_share``/``merge_ranks``: ARBOR, RAR) and its hooks run on rank 0, their state
+    sent to the others; a method with hooks or state that does not (ARCO, RubricEM) is refused on N ranks.
     """
 
     def __init__(
@@ -229,10 +231,6 @@ class GRPOTrainer:
                 raise ValueError(f"{type(method).__name__} has step hooks or state ({', '.join(hooks)}), which are "
                                  f"not data-parallel{f' ({why})' if why else ''}: train it in one process, "
                                  f"not {self.ranks.world_size} ranks")
-            if zero is not None and zero.zero_stage == 3:
-                raise ValueError("train_policy.deepspeed.zero_stage: 3 on several ranks: ZeRO-3 gathers parameters "
-                                 "inside every forward pass, and each rank's rollouts run their own number of them; "
-                                 "use zero_stage: 2 (ZeRO-3 shards SFT on N ranks) or one process")
         # DeepSpeed's stepper replaces the optimizer with its ZeRO optimizer (over the same parameter groups the
         # scheduler holds), so checkpoints save its state
         self.stepper = make_stepper(policy.model, self.optimizer, zero, max_grad_norm=config.max_grad_norm,
@@ -303,10 +301,23 @@ class GRPOTrainer:
         return not isinstance(self.stepper, TorchStepper)
 
     def _null_loss(self) -> torch.Tensor:
-        """0 times the policy's output on one padding token: a loss whose backward gives every weight a zero
-        gradient."""
-        ids = torch.full((1, 1), self.pad_token_id, dtype=torch.long, device=self.policy.device)
-        return self.policy.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum() * 0.0
+        """0 times the policy's log-prob of a padding token after another: a loss whose backward gives every weight
+        a zero gradient, through the modules a micro-batch's pass calls, in its order (ZeRO-3 gathers each
+        module's parameters in the backward as in the forward: the ranks' gathers must pair up)."""
+        ids = torch.full((1, 2), self.pad_token_id, dtype=torch.long, device=self.policy.device)
+        logp, _ = self.policy.forward_logprobs(ids, torch.ones_like(ids), temperature=self._temperature,
+                                               positions=torch.ones_like(ids, dtype=torch.bool))
+        return logp.sum() * 0.0
+
+    def whole_weights(self, needed: bool = True) -> AbstractContextManager[None]:
+        """Under ZeRO-3 on N ranks, a span of policy passes without gradient (rollouts, old and reference
+        log-probs, a dev evaluation) on the whole weights, gathered once (the stepper's ``full_weights``), so each
+        rank runs its own number of them; every rank enters it together, ``needed`` saying whether this one has
+        such passes (nothing is gathered when no rank has). Elsewhere nothing: ZeRO-3 in one process keeps
+        gathering layer by layer, as its memory (``offload_params``) asks."""
+        if self.stepper.forward_in_lockstep and self.ranks.max(needed):
+            return self.stepper.full_weights()
+        return nullcontext()
 
     def _trainable_parameters(self) -> list[nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -378,19 +389,22 @@ class GRPOTrainer:
         if batch is None:
             if not self.ranks.parallel:
                 raise ValueError("update() needs a batch (None only for a rank with no rows of its own)")
+            with self.whole_weights(needed=False):  # the others' passes without gradient
+                pass
             return self._update_rows(None, None, loss_fn, torch.zeros(0, dtype=torch.long), ctx, None, None, None)
         if advantages.shape != batch.input_ids.shape:
             raise ValueError(f"advantages {tuple(advantages.shape)} != batch {tuple(batch.input_ids.shape)}")
         row_episode = torch.as_tensor(range(len(batch)) if row_episode is None else row_episode, dtype=torch.long)
-        if c.old_logprobs == "engine":
-            if batch.old_logprobs is None:
-                raise ValueError("old_logprobs: engine, but the rollout engine gave no log-probs")
-            old = batch.old_logprobs
-        elif c.old_logprobs == "auto" and self.on_policy(len(batch)):
-            old = None  # exactly on-policy: the current log-probs, detached, are the old ones
-        else:
-            old = self._logprobs(batch, reference=False)
-        ref = self._logprobs(batch, reference=True) if c.kl_coef > 0 else None
+        if c.old_logprobs == "engine" and batch.old_logprobs is None:
+            raise ValueError("old_logprobs: engine, but the rollout engine gave no log-probs")
+        # exactly on-policy (auto): the current log-probs, detached, are the old ones
+        recompute = c.old_logprobs == "recompute" or (c.old_logprobs == "auto" and not self.on_policy(len(batch)))
+        with self.whole_weights(needed=recompute or c.kl_coef > 0):
+            if recompute:
+                old = self._logprobs(batch, reference=False)
+            else:
+                old = batch.old_logprobs if c.old_logprobs == "engine" else None
+            ref = self._logprobs(batch, reference=True) if c.kl_coef > 0 else None
         # truncated importance sampling (ARBOR B.2): the engine's log-probs against the trainer's old ones; a
         # batch the engine did not score in full trains without the weights, and says so (tis_skipped)
         rollout = batch.old_logprobs if c.tis_cap is not None else None
@@ -511,7 +525,8 @@ class GRPOTrainer:
         order = self.sampler.next(n_prompts)
         lo, hi = self.ranks.bounds(len(order))  # this rank's prompts (all of them in one process)
         prompts = [self.prompts[i] for i in order[lo:hi]]
-        episodes = self.rollout_fn(self.engine, prompts, self.config.group_size, self.sampling) if prompts else []
+        with self.whole_weights(needed=bool(prompts)):
+            episodes = self.rollout_fn(self.engine, prompts, self.config.group_size, self.sampling) if prompts else []
         for e in episodes:
             e.group += first_group + lo
         self._own_groups.update(range(first_group + lo, first_group + hi))

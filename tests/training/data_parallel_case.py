@@ -1,7 +1,7 @@
 """One data-parallel training case of tests/training/test_data_parallel.py: run as a single process, or as N ranks
 under ``torchrun`` (each rank reads its rank from the launcher's environment, gloo on the CPU).
 
-    python -m tests.training.data_parallel_case OUT {grpo,grpo_arbor,grpo_zero2,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
+    python -m tests.training.data_parallel_case OUT {grpo,grpo_arbor,grpo_zero2,grpo_zero3,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
     python -m torch.distributed.run --nproc_per_node 2 -m tests.training.data_parallel_case OUT grpo 3
 
 ``RUBRICFLOW_DP_DEVICE=cuda`` trains on each rank's GPU (NCCL). Trains a tiny random Qwen2 with LoRA (``*_zero2``/``sft_zero3``: every weight, under DeepSpeed ZeRO-2/3) for STEPS steps on a
@@ -14,6 +14,10 @@ with KILL_AT, rank 1 (or the only rank) SIGKILLs itself in the middle of step KI
 ``grpo_arbor`` trains with ARBOR's rubric memory as the method: the reward leaves each group's record (one
 draft rubric, scored as the episodes are) in it, the memory admits the drafts in its step hook, and each rank writes
 its method state in ``OUT.method.<rank>.json`` and how often the hook ran in ``OUT.hooks.<rank>.json``.
+``grpo_zero3`` is the README's full fine-tuning recipe: ZeRO-3 with every parameter sharded (persistence threshold
+0), each episode's response generated greedily by the policy itself (transformers' generate, its length the
+episode's own), two PPO epochs (so the old log-probs are a pass of their own), 3 prompts on 2 ranks (rank 0 runs
+twice as many generations and log-prob passes as rank 1).
 GRPO then keys a run folder ``OUT.run`` (components.run_files.keyed_folder) and plays a greedy dev evaluation of 5
 questions there (components.policy_run.dev_evaluation), each rank its share (recorded in ``OUT.dev.<rank>.json``).
 """
@@ -34,7 +38,7 @@ from components.params import DeepSpeedParams, GRPOParams, SFTParams
 from components.training.distributed import current_ranks
 from components.training.episodes import Episode
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import RolloutSegment
+from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2
@@ -67,6 +71,24 @@ def _rollout(kill_at: int | None, trainer_box: list):
                 response = [2 + (ids[0] * 3 + k * 5 + j) % 14 for j in range(2 + k % 3)]
                 episodes.append(Episode(prompt=p, group=len(episodes) // group_size,
                                         rows=[[RolloutSegment(ids, False), RolloutSegment(response, True)]],
+                                        text=f"{p}/{k}"))
+        return episodes
+    return rollout
+
+
+def _generated_rollout(model):
+    """Each episode's response is the policy's own greedy continuation of the prompt plus the episode's index
+    token, 2-4 tokens long: a function of the weights, and every rank runs as many forward passes as its share."""
+    engine = HFRolloutEngine(model, pad_token_id=0, max_batch_size=1)
+
+    def rollout(_engine, prompts, group_size, sampling):
+        episodes = []
+        for p in prompts:
+            for k in range(group_size):
+                ids = TOK.encode(p) + [2 + k]
+                (gen,) = engine.generate([ids], SamplingParams(max_new_tokens=2 + k % 3, temperature=0.0))
+                episodes.append(Episode(prompt=p, group=len(episodes) // group_size,
+                                        rows=[[RolloutSegment(ids, False), RolloutSegment(gen.token_ids, True)]],
                                         text=f"{p}/{k}"))
         return episodes
     return rollout
@@ -134,7 +156,9 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
     torch.set_num_threads(1)
     ranks = current_ranks()
     torch.manual_seed(0)
-    zero = DeepSpeedParams(zero_stage=int(kind[-1])) if "_zero" in kind else None
+    zero = None
+    if "_zero" in kind:  # grpo_zero3: every parameter sharded, so each forward pass gathers
+        zero = DeepSpeedParams(zero_stage=int(kind[-1]), param_persistence_threshold=0 if kind == "grpo_zero3" else 100_000)
     lora = None if zero is not None else LoRASettings(r=4, alpha=8)
     device = os.environ.get("RUBRICFLOW_DP_DEVICE", "cpu")  # scripts/gpu_tests.sh: cuda, one GPU a rank (NCCL)
     if device == "cuda":
@@ -152,7 +176,7 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
             full = zero is not None  # full fine-tuning: no LoRA-off reference for the KL term, a smaller step
             # full: 3 prompts, so rank 1's share (1 prompt: 2 micro-batches) pads to rank 0's 3 with empty backwards
             config = GRPOParams(lr=1e-2 if full else 5e-2, group_size=4, prompts_per_step=3 if full else 4,
-                                micro_batch_size=3,
+                                micro_batch_size=3, ppo_epochs=2 if kind == "grpo_zero3" else 1,
                                 kl_coef=0.0 if full else 0.01,
                                 max_grad_norm=1.0, steps=int(steps), checkpoint_every=1 if ckpt else 0)
             box: list = []
@@ -160,8 +184,11 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
             if kind == "grpo_arbor":
                 method, observe = _arbor()
                 reward = observe(reward)
+            rollout = _rollout(None if kill_at is None else int(kill_at), box)
+            if kind == "grpo_zero3":
+                rollout = _generated_rollout(policy.model)
             trainer = GRPOTrainer(policy, _Engine(), reward, PROMPTS, config, seed=0, on_metrics=log,
-                                  rollout_fn=_rollout(None if kill_at is None else int(kill_at), box),
+                                  rollout_fn=rollout,
                                   checkpoint_dir=root, zero=zero, ranks=ranks, method=method)
             box.append(trainer)
         else:
