@@ -105,7 +105,7 @@ def shared_dev_before(params: Params, settings: dict, agent: str, options: dict,
     shared: a batched one is not a function of its key."""
     plain = (str, int, float, bool, type(None), list, dict)
     kept = {k: v for k, v in settings.items() if k not in ("variant", "method", "grpo", "branch_from", "train_policy")}
-    kept["train_policy"] = {k: v for k, v in settings["train_policy"].items() if k != "n_questions"}
+    kept["train_policy"] = {k: v for k, v in settings["train_policy"].items() if k not in ("n_questions", "first_question")}
     kept.update(agent=agent, options={k: v if isinstance(v, plain) else type(v).__name__ for k, v in options.items()},
                 dev=[q.model_dump() for q in dev])
     return Path(params.run.cache_dir) / "dev_before" / settings_digest(kept)
@@ -134,10 +134,12 @@ def measure_dev_before(rollout_fn, engine, dev: list[Question], max_new_tokens: 
 
 def resumed_rows(history: list[dict[str, float]], csv_path: Path) -> list[dict[str, float]]:
     """metrics.csv rows for the steps a resumed trainer already took: its checkpointed history, plus the
-    wall-clock timings (``time/*``, kept out of the checkpoint) read back from the csv the run wrote."""
+    wall-clock timings (``time/*``, kept out of the checkpoint), learning-curve points (``dev/*``, measured
+    after the step's checkpoint) and judge calls so far (``calls/*``) read back from the csv the run wrote."""
     earlier = ({int(r["step"]): r for r in pd.read_csv(csv_path).to_dict("records")}
                if history and csv_path.exists() else {})
-    return [{"step": i + 1, **h, **{k: v for k, v in earlier.get(i + 1, {}).items() if k.startswith("time/")}}
+    return [{"step": i + 1, **h, **{k: v for k, v in earlier.get(i + 1, {}).items()
+                                     if k.startswith(("time/", "dev/", "calls/")) and v == v}}
             for i, h in enumerate(history)]
 
 
@@ -191,15 +193,21 @@ class PolicyRun:
         self.close()
 
     def train(self, questions: list[Question], dev: list[Question],
-              on_metrics: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, float]:
+              on_metrics: Callable[[int, dict[str, float]], None] | None = None,
+              calls: Callable[[], int] | None = None) -> dict[str, float]:
         """Resume (or branch), measure ``dev_before`` unless the folder holds it, train to ``grpo.steps``, save
         the checkpoint and adapter/, measure ``dev_after``. ``on_metrics(step, metrics)`` sees every step's
-        metrics as metrics.csv gets them. Returns the last step's metrics (rounded), with ``dev_before.*`` and
-        ``dev_after.*`` when there are ``dev`` questions."""
+        metrics as metrics.csv gets them. ``calls()`` counts the judge calls this process made (the pool's): each
+        step's row gets the run's total so far, ``calls/judges`` (a resumed run adds to its csv's last). Returns
+        the last step's metrics (rounded), with ``dev_before.*`` and ``dev_after.*`` when there are ``dev``
+        questions."""
         params, folder, parts = self.params, self.folder, self.parts
         rows: list[dict[str, float]] = []
+        calls_before = 0.0
 
         def log(step: int, metrics: dict[str, float]) -> None:
+            if calls is not None:
+                metrics = {**metrics, "calls/judges": calls_before + calls()}
             if rows and rows[-1]["step"] == step:  # the method's end-of-training metrics join the last step
                 rows[-1].update(metrics)
             else:
@@ -222,6 +230,7 @@ class PolicyRun:
         # a branch's first steps are the source run's (.../<run>/ckpt/step_N): their timings are in its csv
         csv_path = Path(branch).parent.parent / "metrics.csv" if started_from == "branch" else folder / "metrics.csv"
         rows[:] = resumed_rows(trainer.history, csv_path)
+        calls_before = float(rows[-1].get("calls/judges", 0.0)) if rows else 0.0
         before_file = folder / "dev_before.json"
         invariant = params.train_policy.eval_batch_invariant
         ranks = self.ranks
@@ -231,7 +240,14 @@ class PolicyRun:
             with trainer.whole_weights():  # ZeRO-3 on N ranks: each rank plays its share on the gathered weights
                 measure_dev_before(self.rollout_fn, self.engine, dev, config.max_new_tokens, folder, invariant,
                                    shared, ranks)
-        history = trainer.train(params.grpo.steps, progress=f"train_policy@{self.variant}" if ranks.main else None)
+        def curve_point(step: int) -> dict[str, float]:
+            with trainer.whole_weights():
+                found = dev_evaluation(self.rollout_fn, self.engine, dev, config.max_new_tokens,
+                                       folder / "dev_curve" / f"step_{step:05d}.jsonl", invariant, ranks)
+            return {f"dev/{k}": v for k, v in found.items() if k != "batch_invariant"}
+
+        history = trainer.train(params.grpo.steps, progress=f"train_policy@{self.variant}" if ranks.main else None,
+                                evaluate_every=params.train_policy.eval_every if dev else 0, evaluate=curve_point)
         trainer.save()
         with trainer.stepper.full_weights():  # ZeRO-3: every rank gathers the weights rank 0 writes
             if ranks.main:

@@ -65,7 +65,8 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
         torch.set_num_threads(params.run.torch_threads)
     get_variant(variant)  # an unknown variant fails here, before any input is read
     ranks = current_ranks()  # under torchrun: rank 0 alone writes, logs and publishes; rank 0 of 1 without
-    questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.train_policy.n_questions]
+    first = params.train_policy.first_question
+    questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[first: first + params.train_policy.n_questions]
     toolbox = load_toolbox(params)
     folder = out_path(params, "train", variant, "metrics.json").parent
     own_pool = pool is None
@@ -78,7 +79,8 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
             tracker.log_params({"variant": variant, "grpo": params.grpo.model_dump(), "lora": params.lora.model_dump(),
                                 "train_policy": params.train_policy.model_dump(), "agent": params.agent.model_dump()})
             dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
-            last = run.train(questions, dev, on_metrics=lambda step, metrics: tracker.log_metrics(metrics, step=step))
+            last = run.train(questions, dev, on_metrics=lambda step, metrics: tracker.log_metrics(metrics, step=step),
+                             calls=lambda: sum(s.calls for s in pool.accounting.roles.values()))
             usage = Accounting()  # every rank's model calls: each rank judged its own episodes
             usage.roles = ranks.sum_fields(pool.accounting.roles)
             if ranks.main:

@@ -41,7 +41,9 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant",
                                                                        "branch_from", "device", "dtype",
                                                                        "vllm_options", "deepspeed",
-                                                                       "merge_warm_start"})
+                                                                       "merge_warm_start", "eval_every"})
+    if not params.train_policy.first_question:  # keyed once set, so earlier runs keep their keys
+        settings["train_policy"].pop("first_question")
     if params.train_policy.deepspeed.zero_stage is not None:  # keyed once set, so earlier runs keep their keys
         settings["train_policy"]["deepspeed"] = params.train_policy.deepspeed.keyed()
     dtype = placement(params).keyed()  # where the weights live is not keyed; their precision is, when not float32

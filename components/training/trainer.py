@@ -399,7 +399,8 @@ class GRPOTrainer:
             raise ValueError("old_logprobs: engine, but the rollout engine gave no log-probs")
         # exactly on-policy (auto): the current log-probs, detached, are the old ones
         recompute = c.old_logprobs == "recompute" or (c.old_logprobs == "auto" and not self.on_policy(len(batch)))
-        with self.whole_weights(needed=recompute or c.kl_coef > 0):
+        # full fine-tuning's reference is a copy of its own, outside ZeRO; LoRA's is the policy with its adapter off
+        with self.whole_weights(needed=recompute or (c.kl_coef > 0 and self.policy.is_lora)):
             if recompute:
                 old = self._logprobs(batch, reference=False)
             else:
@@ -685,9 +686,12 @@ class GRPOTrainer:
             self.on_metrics(self.step_count, {**metrics, **timings})
         return metrics
 
-    def train(self, num_steps: int, *, progress: str | None = None) -> list[dict[str, float]]:
+    def train(self, num_steps: int, *, progress: str | None = None, evaluate_every: int = 0,
+              evaluate: Callable[[int], dict[str, float]] | None = None) -> list[dict[str, float]]:
         """Run steps until ``step_count`` reaches ``num_steps`` (so a resumed run stops at the same step).
-        ``progress`` names a progress bar (steps done, mean reward, time left) on stderr; None shows none."""
+        ``progress`` names a progress bar (steps done, mean reward, time left) on stderr; None shows none.
+        ``evaluate(step)``, every ``evaluate_every`` steps before the last (as TRL's ``eval_steps``; every rank
+        calls it), returns metrics that join that step's (history and ``on_metrics``): a learning curve."""
         with tqdm(total=num_steps, initial=self.step_count, desc=progress, unit="step",
                   disable=progress is None) as bar:
             while self.step_count < num_steps:
@@ -695,6 +699,12 @@ class GRPOTrainer:
                 bar.update(1)
                 if "reward/mean" in metrics:
                     bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
+                if evaluate is not None and evaluate_every and self.step_count % evaluate_every == 0 \
+                        and self.step_count < num_steps:
+                    found = evaluate(self.step_count)
+                    self.history[-1].update(found)
+                    if self.on_metrics is not None and self.ranks.main:
+                        self.on_metrics(self.step_count, found)
         self.finish()
         return self.history
 
