@@ -132,7 +132,7 @@ class LlamaCppRolloutEngine:
         if (sampling.stop_token_ids or sampling.stop_strings) and self.tokenizer is None:
             raise ValueError("stop_token_ids and stop_strings need an engine with a tokenizer")
         encoded = [self._encode(p) for p in prompts]
-        seeds = [self._rng.randrange(2**31) for _ in encoded]
+        seeds = [self._rng.randrange(2**31) if sampling.seed is None else sampling.seed + i for i in range(len(encoded))]
         futures = [self._pool.submit(self._one, ids, sampling, seed) for ids, seed in zip(encoded, seeds)]
         gens = [f.result() for f in futures]
         if self.logprobs:

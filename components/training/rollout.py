@@ -48,6 +48,10 @@ class SamplingParams:
     ``logprobs`` False lets an engine skip scoring the sampled tokens (``Generation.logprobs`` None): the
     HF engine then keeps no per-step logits (TRL's transformers path does the same), which saves a
     vocabulary-wide log-softmax per token and ``new tokens x rows x vocab`` floats of memory.
+    ``seed`` (None: the engine's own random state) makes a call's samples repeat: the vLLM and llama.cpp engines
+    sample prompt ``i`` of the call with seed ``seed + i`` (copies of one prompt in a group still differ); the HF
+    engine samples the whole call (batched, so one prompt's sample depends on the call's others) from torch's RNG
+    seeded with ``seed``, the global RNG left as it was.
     """
 
     max_new_tokens: int = 128
@@ -57,6 +61,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
     logprobs: bool = True
+    seed: int | None = None
 
 
 @dataclass
@@ -293,6 +298,17 @@ class _StopStrings:
         return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
 
 
+@contextmanager
+def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """torch's RNG (the CPU's and ``device``'s) seeded with ``seed`` inside, restored after; nothing when None."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
 class HFRolloutEngine:
     """Sampling with transformers ``generate`` on the trained model object itself.
 
@@ -350,8 +366,9 @@ class HFRolloutEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(encoded), step):
-                out.extend(self._generate_batch(encoded[start : start + step], sampling))
+            with _seeded(sampling.seed, next(self.model.parameters()).device):
+                for start in range(0, len(encoded), step):
+                    out.extend(self._generate_batch(encoded[start : start + step], sampling))
         finally:
             self.model.train(was_training)
         return out
@@ -482,17 +499,20 @@ class VLLMRolloutEngine:
     def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
         from vllm import SamplingParams as VLLMSampling
 
-        params = VLLMSampling(
-            n=1,
-            temperature=max(sampling.temperature, 0.0),
-            top_p=sampling.top_p,
-            top_k=sampling.top_k if sampling.top_k > 0 else -1,
-            max_tokens=sampling.max_new_tokens,
-            stop_token_ids=list(sampling.stop_token_ids),
-            stop=list(sampling.stop_strings),
-            logprobs=0 if sampling.logprobs else None,  # 0: the sampled token's alone
-            detokenize=self._detokenize,
-        )
+        def params(i: int):
+            return VLLMSampling(
+                n=1,
+                temperature=max(sampling.temperature, 0.0),
+                top_p=sampling.top_p,
+                top_k=sampling.top_k if sampling.top_k > 0 else -1,
+                max_tokens=sampling.max_new_tokens,
+                stop_token_ids=list(sampling.stop_token_ids),
+                stop=list(sampling.stop_strings),
+                logprobs=0 if sampling.logprobs else None,  # 0: the sampled token's alone
+                detokenize=self._detokenize,
+                seed=None if sampling.seed is None else sampling.seed + i,
+            )
+
         if self.llm is None:
             raise RuntimeError("VLLMRolloutEngine.generate after close()")
         encoded = [
@@ -500,10 +520,12 @@ class VLLMRolloutEngine:
             for p in prompts
         ]
         requests = [{"prompt_token_ids": ids} for ids in encoded]
+        per_request = [params(i) for i in range(len(requests))]
         if self._one_at_a_time:
-            outputs = [out for r in requests for out in self.llm.generate([r], params, lora_request=self.adapter.request)]
+            outputs = [out for r, p in zip(requests, per_request, strict=True)
+                       for out in self.llm.generate([r], p, lora_request=self.adapter.request)]
         else:
-            outputs = self.llm.generate(requests, params, lora_request=self.adapter.request)
+            outputs = self.llm.generate(requests, per_request, lora_request=self.adapter.request)
         gens = []
         for ids, out in zip(encoded, outputs, strict=True):
             c = out.outputs[0]

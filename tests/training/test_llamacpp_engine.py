@@ -12,6 +12,7 @@ same way: the served tokens' log-probs sit closer to HF under the served adapter
 """
 
 import math
+from dataclasses import replace
 from statistics import mean
 
 import pytest
@@ -125,6 +126,12 @@ def test_sampling_is_seeded_scored_and_stops_on_strings(setup):
             assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
             assert all(lp <= 0 for lp in g.logprobs)
         assert _gap_to_trained_weights(policy, gens, sampling.temperature) < 0.1
+    seeded = SamplingParams(max_new_tokens=12, temperature=1.0, seed=5)  # a request's seed: prompt i gets seed + i
+    with engine.batch_invariant():  # slots decoded together differ in the last bits, and so their samples can
+        first = [g.token_ids for g in engine.generate([prompts[2]] * 3, seeded)]
+        assert [g.token_ids for g in engine.generate([prompts[2]] * 3, seeded)] == first
+        assert [g.token_ids for g in engine.generate([prompts[2]] * 2, replace(seeded, seed=6))] == first[1:]
+    assert len({tuple(t) for t in first}) > 1
     for g in engine.generate([prompts[2]] * 4, SamplingParams(max_new_tokens=24, stop_strings=(".",))):
         text = tok.decode(g.token_ids)
         if g.finish_reason == "stop" and "." in text:  # the stop string: trimmed from the text

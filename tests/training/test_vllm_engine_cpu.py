@@ -4,7 +4,8 @@ One engine for the module (vLLM's start-up is paid once) over ``tiny-qwen2-h64``
 tokenizer at head size 64 (components/embedded/models.py). Checked: its log-probs are transformers' on the same tokens
 (greedy and at temperature 0.7; conformance rows); an update's LoRA reaches vLLM (the rollouts' log-probs are the
 adapted model's, and the same check fails when the sync is skipped on purpose); finish reasons and stop strings as the
-transformers engine gives them; a clear error when vLLM's log-probs do not cover every token; memory released on close.
+transformers engine gives them; a request's seed (same seed, same samples; prompt i of a call sampled with seed + i); a
+clear error when vLLM's log-probs do not cover every token; memory released on close.
 
     .venv/bin/python -m pytest -m vllm tests/training/test_vllm_engine_cpu.py
 """
@@ -155,6 +156,17 @@ def test_log_probs_missing_for_some_tokens_are_an_error(engine, monkeypatch):
     with pytest.raises(RuntimeError, match="log-probs for 3 of the 4 sampled tokens"):
         engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=4, temperature=0.0))
     assert engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=4, logprobs=False))[0].logprobs is None
+
+
+def test_a_requests_seed_reaches_vllm(engine):
+    def sampled(seed):
+        sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=seed)
+        return [g.token_ids for g in engine.generate([PROMPTS[0]] * 3, sampling)]
+
+    first = sampled(7)
+    assert sampled(7) == first and sampled(8) != first
+    assert len({tuple(t) for t in first}) == 3  # copies of one prompt still differ: prompt i has seed + i
+    assert sampled(8)[:2] == first[1:]  # seed 7's second and third are seed 8's first and second
 
 
 def test_close_releases_the_engines_memory(engine):
