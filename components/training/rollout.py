@@ -409,6 +409,7 @@ class HFRolloutEngine:
             return_dict_in_generate=True,
             output_logits=sampling.logprobs,
             stopping_criteria=criteria,
+            synced_gpus=False,
         )
         new = result.sequences[:, width:].cpu()
         scale = 1.0 if greedy else sampling.temperature
@@ -426,7 +427,6 @@ class HFRolloutEngine:
             toks = new[i].tolist()
             n, reason = _find_stop(toks, stops, stop_strings, decode)
             text = (
-            synced_gpus=False,
                 None
                 if decode is None
                 else _cut_text(decode(toks[:n], skip_special_tokens=True), stop_strings)
