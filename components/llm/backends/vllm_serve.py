@@ -51,7 +51,8 @@ class VLLMServer(LlamaServer):
                  tokenizer: str | Path | None = None, port: int | None = None, args: Sequence[str] = (),
                  max_lora_rank: int = 64, log_path: str | Path | None = None, startup_timeout_s: float = 600.0):
         super().__init__(model, alias=alias or str(model), startup_timeout_s=startup_timeout_s)
-        self.model, self.lora, self.tokenizer = str(model), dict(lora or {}), tokenizer
+        self.model, self.tokenizer = str(model), tokenizer
+        self.lora = {name: str(path) for name, path in (lora or {}).items()}
         self.fixed_port, self.args, self.max_lora_rank = port, tuple(args), max_lora_rank
         self.log_path = Path(log_path) if log_path is not None else None
         self.loaded: dict[str, str | None] = {}  # LoRA module name -> the adapter digest it serves
