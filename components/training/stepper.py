@@ -155,16 +155,32 @@ class DeepSpeedStepper:
 
     @contextmanager
     def full_weights(self) -> Iterator[None]:
-        """ZeRO-3: every parameter gathered once for the span and the module's gather hooks taken off (TRL's
-        ``unwrap_model_for_generation``, as DeepSpeed ships it), so each rank's rollouts run their own number of
-        forward passes on the whole weights; re-sharded, hooks back, on leaving. ZeRO-2 holds whole weights."""
+        """ZeRO-3: every parameter gathered once for the span and ZeRO's module hooks taken off, so each rank's
+        rollouts run their own number of forward passes on the whole weights, none of them a collective; on
+        leaving the hooks are put back and the weights re-sharded. TRL's ``unwrap_model_for_generation`` (and
+        DeepSpeed's copy of it) leaves on the hook that starts each forward pass, which, until ZeRO's trace of the
+        modules is complete, checks that trace against the other ranks' (a collective): a rank with no rollout of
+        its own in the span (a dev evaluation's last questions) then leaves the others waiting. It is taken off
+        too. ZeRO-2 holds whole weights: nothing to do."""
         if not self._sharded:
             yield
             return
-        from deepspeed.runtime.zero import unwrap_model_for_generation
+        import deepspeed
 
-        with unwrap_model_for_generation(self.engine):
-            yield
+        offload = getattr(self.optimizer, "parameter_offload", self.optimizer)
+        with deepspeed.zero.GatheredParameters(list(self.engine.module.parameters())):
+            start = offload.fwd_pre_hook
+            start_of_forward = start.hooks_dict_ref()[start.id]
+            for p in self.engine.module.parameters():
+                p.ds_active_sub_modules.clear()  # as TRL's remove_hooks: none is left in use by a module
+            for hook in (*offload.forward_hooks, *offload.backward_hooks, start):
+                hook.remove()
+            offload.forward_hooks, offload.backward_hooks = [], []
+            try:
+                yield
+            finally:
+                offload._register_deepspeed_module(offload.module)  # invalidates the trace: re-recorded next pass
+                offload.fwd_pre_hook = offload.module.register_forward_pre_hook(start_of_forward, prepend=True)
 
     @property
     def checkpointable(self) -> _ZeroState:

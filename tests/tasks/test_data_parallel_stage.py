@@ -5,7 +5,7 @@ response record with each request once: each rank wrote the checklists of its ow
 process writes them all. ``-m tasks.sft`` on 2 ranks (over the sft_data stage's trajectories) likewise.
 
     .venv/bin/python -m pytest -q tests/tasks/test_data_parallel_stage.py           # ~1.5 min: train_policy
-    .venv/bin/python -m pytest -q tests/tasks/test_data_parallel_stage.py -m slow   # the sft one: ~1 min
+    .venv/bin/python -m pytest -q tests/tasks/test_data_parallel_stage.py -m slow   # sft, ZeRO-3 recipe: ~1 min each
 
 The variant is ``rar`` (a checklist written per question by the rubric_evaluator role, then a rating per
 trajectory): its model calls go through the stage's pool, where ``grpo`` makes none.
@@ -89,6 +89,30 @@ def test_one_mlflow_run_counts_both_ranks_calls_and_the_record_holds_each_reques
             (two_ranks.out_dir / "responses" / "train_policy" / "rar.jsonl").read_text().splitlines()]
     # greedy requests, each question's the same every step: one line per question, as one process records them
     assert len(keys) == len(set(keys)) == 2
+
+
+@pytest.mark.slow
+def test_the_full_fine_tuning_recipe_runs_on_two_ranks_under_zero3(base):
+    """docs/data_parallel.md's recipe as written (``lora.r=0``, ``train_policy.deepspeed.zero_stage=3``,
+    ``train_policy.engine=hf``; every parameter sharded here): rollouts and dev evaluations on each rank's share,
+    one set of files, and the saved model the whole trained weights, as the checkpoint gathered them."""
+    pytest.importorskip("deepspeed")
+    from safetensors.torch import load_file
+
+    ws = Workspace.fresh(base.root.parent / "zero3", base.root)
+    run(ws, "tasks.train_policy", "--variant", "grpo", sets=(
+        "lora.r=0", "train_policy.deepspeed.zero_stage=3", "train_policy.engine=hf",
+        "train_policy.deepspeed.param_persistence_threshold=0", "train_policy.warm_start.react=null",
+        "train_policy.n_questions=2", "grpo.prompts_per_step=2", f"grpo.steps={STEPS}", "grpo.checkpoint_every=1"))
+    folder = ws.out_dir / "train" / "grpo"
+    assert sorted(p.name for p in folder.iterdir()) == FILES
+    assert (pd.read_csv(folder / "metrics.csv")["episodes"] == 4).all()  # both ranks' groups
+    step = folder / "ckpt" / f"step_{STEPS:06d}"
+    assert json.loads((step / "trainer_state.json").read_text())["world_size"] == 2
+    saved = load_file(str(next((folder / "adapter").glob("*.safetensors"))))
+    gathered = load_file(str(step / "weights" / "model.safetensors"))
+    assert saved and all(saved[k].numel() > 0 for k in saved)  # ZeRO-3's shards were written as empty tensors
+    assert all(bool((saved[k].float() == gathered[k].float()).all()) for k in saved)
 
 
 @pytest.mark.slow
