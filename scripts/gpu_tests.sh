@@ -4,7 +4,8 @@
 # (tests/training/test_engine_gpu.py), the trainable models' placement (tests/training/test_device.py: bf16 on CUDA)
 # and vLLM on CUDA (tests/training/test_vllm_engine_gpu.py: rollouts and LoRA updates, and training with vLLM on the
 # same GPU, vLLM holding 30% of it: VLLM_SHARE there), then a table of every test's outcome and time (the
-# data-parallel block at its end runs only with 2+ GPUs, adding up to 7 minutes).
+# data-parallel block at its end runs only with 2+ GPUs, adding up to 11 minutes: the README's ZeRO-3 full
+# fine-tuning recipe first, then the other 2-rank tests).
 # Runs on a machine with torch, transformers and peft (vllm and deepspeed where installed) but not necessarily the
 # project's other dependencies: wheels in .gpu_wheels/ (made elsewhere, e.g. `pip download --only-binary=:all:
 # --python-version 3.12 --platform manylinux2014_x86_64 -d .gpu_wheels pydantic`) go into a scratch folder first;
@@ -41,9 +42,14 @@ timeout 330 "$PY" -m pytest -m gpu tests/training/test_engine_gpu.py tests/train
 # RUBRICFLOW_DP_DEVICE=cuda (the one-process reference on cuda:0; ZeRO cases included when deepspeed imports).
 # NCCL takes one GPU a rank, so a single-GPU machine skips this block.
 gpus=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
+recipe=tests/training/test_data_parallel.py::test_two_ranks_fully_fine_tune_grpo_under_zero3_to_the_single_process_weights
 if [ "${gpus:-0}" -ge 2 ]; then
+  # the full fine-tuning recipe (lora.r=0, ZeRO-3 on 2 ranks, the policy generating on its gathered weights) against
+  # one process, then resumed from its 2-rank checkpoint; needs deepspeed (skipped without it)
+  RUBRICFLOW_DP_DEVICE=cuda timeout 240 "$PY" -m pytest -m slow "$recipe" \
+    -p no:cacheprovider -o addopts="" -q -ra -s --junitxml="$reports/recipe.xml" "$@" || status=$?
   RUBRICFLOW_DP_DEVICE=cuda timeout 420 "$PY" -m pytest -m "slow or not slow" tests/training/test_data_parallel.py \
-    -p no:cacheprovider -o addopts="" -q -ra -s --junitxml="$reports/dp.xml" "$@" || status=$?
+    --deselect "$recipe" -p no:cacheprovider -o addopts="" -q -ra -s --junitxml="$reports/dp.xml" "$@" || status=$?
 else
   echo "data-parallel block: ${gpus:-0} GPU(s), NCCL needs 2 (one a rank): skipped"
 fi
