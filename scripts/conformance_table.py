@@ -22,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_TESTS = ["tests/training/test_llamacpp_engine.py"]
-VLLM_TESTS = ["tests/training/test_vllm_engine_cpu.py", "tests/llm/test_vllm_chat_cpu.py"]  # -m vllm: the extra
+VLLM_TESTS = ["tests/training/test_vllm_engine_cpu.py", "tests/training/test_vllm_engine_0_5b_cpu.py",
+              "tests/llm/test_vllm_chat_cpu.py", "tests/llm/test_vllm_serve_lora_modules_cpu.py"]  # -m vllm: the extra
 
 
 def commit() -> str:
