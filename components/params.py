@@ -451,8 +451,6 @@ class DeepSpeedParams(Section):
         "Needs the [gpu] extra. Keyed once set (its checkpoints hold ZeRO's optimizer state).")
     offload_optimizer: bool = Field(default=False, description="ZeRO-Offload: optimizer state in host memory.")
     offload_params: bool = Field(default=False, description="ZeRO-3 only: parameters in host memory between uses.")
-
-    @model_validator(mode="after")
     param_persistence_threshold: int = Field(
         default=100_000, ge=0, description="ZeRO-3 only: parameters of at most this many elements stay whole on "
         "every rank after their first use (DeepSpeed's stage3_param_persistence_threshold); 0 shards every one.")
@@ -461,6 +459,8 @@ class DeepSpeedParams(Section):
         """What a run key holds of this section: nothing while ``zero_stage`` is unset (earlier runs keep their
         keys), and never the persistence threshold (it moves memory and communication, not the weights)."""
         return None if self.zero_stage is None else self.model_dump(exclude={"param_persistence_threshold"})
+
+    @model_validator(mode="after")
     def _offload_params_needs_stage_3(self) -> DeepSpeedParams:
         if self.offload_params and self.zero_stage != 3:
             raise ValueError("offload_params needs zero_stage: 3 (only ZeRO-3 shards the parameters)")
@@ -496,6 +496,12 @@ class TrainPolicyParams(Section):
     eval_questions: int = Field(
         default=20, ge=0, description="Dev questions answered greedily through the rollout engine before and after "
         "training (metrics dev_before.* / dev_after.*); 0 skips.")
+    eval_every: int = Field(
+        default=0, ge=0, description="Also answer the eval_questions greedily every this many steps during training "
+        "(metrics dev/em, dev/f1, ...; trajectories in dev_curve/): the run's learning curve. 0: before and after only.")
+    first_question: int = Field(
+        default=0, ge=0, description="Training questions start at this index of the train split (the ones before it "
+        "held out, e.g. for the warm start's SFT: the lab's lab.sft_own_questions).")
     branch_from: str | None = Field(
         default=None, description="A checkpoint folder (ckpt/step_NNNNNN) of another run to start this run from: "
         "policy LoRA, optimizer, scheduler, RNG, data position, step history and method state, as a resume would "
