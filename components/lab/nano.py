@@ -61,9 +61,9 @@ def fit_tokenizer(texts: Iterable[str], vocab_size: int):
 
 def load_tokenizer(path: str | Path):
     """A tokenizer saved with ``save_pretrained`` by :func:`fit_tokenizer`'s caller."""
-    from transformers import PreTrainedTokenizerFast
+    from components.hf_tokenizer import load_tokenizer as load_saved
 
-    tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+    tok = load_saved(path)
     tok.chat_template = CHAT_TEMPLATE
     return tok
 

@@ -87,12 +87,14 @@ def load_backend_weights(params: Params, backend: str):
 
         model, tokenizer = load_hf_policy(cfg.embedded, params.run.cache_dir, dtype=where.dtype)
         return _placed(model, where.device), tokenizer
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from components.hf_tokenizer import load_tokenizer
 
     # straight onto a GPU (no full copy in host memory first); on the CPU, as transformers always loaded it
     kwargs = {"device_map": {"": str(where.device)}} if where.device.type == "cuda" else {}
     model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=where.dtype, **kwargs)
-    return _placed(model, where.device), AutoTokenizer.from_pretrained(cfg.model)
+    return _placed(model, where.device), load_tokenizer(cfg.model)
 
 
 def _placed(model: nn.Module, device: torch.device) -> nn.Module:

@@ -29,10 +29,12 @@ class HFChatModel(ChatModel):
 
     @classmethod
     def from_pretrained(cls, path: str, gguf_file: str | None = None, name: str | None = None) -> "HFChatModel":
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from components.hf_tokenizer import load_tokenizer
 
         kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-        tok = AutoTokenizer.from_pretrained(path, **kwargs)
+        tok = load_tokenizer(path, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         model.eval()
         return cls(model, tok, name=name or path)
