@@ -252,6 +252,8 @@ class PolicyRun:
         with trainer.stepper.full_weights():  # ZeRO-3: every rank gathers the weights rank 0 writes
             if ranks.main:
                 save_adapter(self.policy.model, folder / "adapter")
+                if not (folder / "adapter" / "adapter_config.json").exists():  # full fine-tuning: a whole model,
+                    self.tokenizer.save_pretrained(folder / "adapter")  # servable by itself (evaluate@<variant>)
         last = {k: round(float(v), 6) for k, v in history[-1].items()} if history else {}
         if dev:
             with trainer.whole_weights():

@@ -15,7 +15,7 @@ from pathlib import Path
 from components.params import BackendParams, MethodParams, Params, ParamsError
 from components.training.engines import ENGINES
 
-__all__ = ["trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
+__all__ = ["is_whole_model", "trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
 
 REACT = "react"
 
@@ -33,6 +33,12 @@ def variant_agent(params: Params, variant: str) -> str:
 def trained_adapter(params: Params, variant: str) -> Path:
     """The adapter ``train_policy@<variant>`` writes under ``run.out_dir``."""
     return Path(params.run.out_dir) / "train" / variant / "adapter"
+
+
+def is_whole_model(folder: Path) -> bool:
+    """Whether a trained policy's folder holds a whole model (full fine-tuning: config, weights and tokenizer)
+    rather than a LoRA adapter."""
+    return (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file()
 
 
 def _variants() -> list[str]:
@@ -65,6 +71,14 @@ def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendPar
         return served_by(params, variant, agent, warm, entry, trained_adapter(params, variant))
     served = entry.roles.get("policy", params.llm.roles["policy"])
     backend = params.llm.backends[served]
+    folder = trained_adapter(params, variant)
+    if is_whole_model(folder) and backend.type == "hf":  # full fine-tuning over no adapter: the folder is the policy
+        name = f"{served}-{variant}"
+        trained = backend.model_copy(update={"model": str(folder), "lora": None})
+        method = MethodParams(agent=entry.agent, roles={**entry.roles, "policy": name}, options=dict(entry.options),
+                              description=f"The final policy of train_policy@{variant} (full fine-tuning): {warm}'s "
+                                          f"agent, prompts and options, served from {folder}.")
+        return name, trained, method
     if not ((backend.server == "native" and backend.type == "openai") or backend.type == "hf"):
         raise ParamsError(f"evaluate@{variant}: the warm start {warm!r} is served by backend {served!r}, which takes no "
                           f"LoRA adapters (only the native llama.cpp server and the in-process hf backend do); define "
@@ -94,7 +108,7 @@ def with_trained_policy(params: Params, name: str) -> Params:
         raise ParamsError(f"unknown method {name!r}: params.methods defines {sorted(params.methods)}; training "
                           f"variants (their trained policies): {sorted(variants)}")
     adapter = trained_adapter(params, name)
-    if not (adapter / "adapter_config.json").is_file():
+    if not (adapter / "adapter_config.json").is_file() and not is_whole_model(adapter):
         raise FileNotFoundError(f"evaluate@{name}: {adapter} holds no adapter; run train_policy@{name} first")
     backend_name, backend, method = trained_policy_method(params, name)
     raw = params.model_dump()

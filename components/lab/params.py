@@ -8,7 +8,7 @@ values change no other stage's run key. A pydantic leaf (it imports only ``param
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -64,6 +64,41 @@ class LabJudgeParams(Section):
                       "this seed and the prompt, so a repeated call gets the same verdict).")
 
 
+class LabSweepParams(Section):
+    """The lab sweep (``python -m flows.lab``): training variants x judge dials x seeds, each cell a
+    ``train_policy`` run under ``--overlay lab`` with the same steps and rollout budget, then ``evaluate@<variant>``
+    on the test split."""
+
+    variants: list[str] = Field(default_factory=lambda: ["grpo", "dapo", "arbor", "ss_grpo", "arco"], min_length=1,
+                                description="The session-sized grid's variants (grpo first: the matched baseline).")
+    dials: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {"perfect": {}, "noisy": {"flip_rate": 0.25},
+                                 "biased": {"bias": "length", "bias_rate": 0.5}},
+        description="The session-sized grid's judges: a name -> lab.judge settings over the defaults. The first is "
+                    "the one the outcome-only variants run under.")
+    full_variants: list[str] = Field(
+        default_factory=lambda: ["grpo", "dapo", "arbor", "arbor_no_memory", "grpo_arbor", "dapo_arbor", "rar",
+                                 "scaffold_grpo", "ss_grpo", "meta_policy", "rubricem", "arco", "arco_frozen",
+                                 "arco_no_decomp", "grpo_arco"],
+        min_length=1, description="The full grid's variants (the nightly sweep's default).")
+    full_dials: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {"perfect": {}, "flip_0.1": {"flip_rate": 0.1}, "flip_0.25": {"flip_rate": 0.25},
+                                 "flip_0.4": {"flip_rate": 0.4}, "biased": {"bias": "length", "bias_rate": 0.5}},
+        description="The full grid's judges.")
+    outcome_only: list[str] = Field(
+        default_factory=lambda: ["grpo", "dapo", "grpo_arbor", "dapo_arbor", "scaffold_grpo", "grpo_arco"],
+        description="Variants whose reward asks no judge: run under the first dial only and compared with every "
+                    "dial's cells (a run that asks a judge anyway is an error in the report).")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="Seeds of every cell.")
+    steps: int = Field(default=40, ge=1, description="GRPO steps of every cell.")
+    eval_every: int = Field(default=10, ge=1, description="Steps between a cell's dev evaluations (its curve).")
+    threshold: float = Field(default=0.1, ge=0, le=1, description="Dev EM a cell's 'steps to threshold' waits for.")
+    workers: int = Field(default=2, ge=1, description="Cells run at once (each on run.torch_threads threads).")
+    overrides: list[str] = Field(default_factory=list, description="`key=value` settings of every cell (its "
+                                 "questions, evaluation size), after the dial and the seed.")
+    out_dir: str = Field(default="sweep", description="The sweep's folder under run.out_dir: <dial>/seed_<s>/.")
+
+
 class LabParams(Section):
     world_seed: int | None = Field(default=None, description="Seed of the world the nano policy is evaluated and "
                                    "trained on by GRPO (None: params.seed, the prepare stage's world); its questions "
@@ -85,5 +120,6 @@ class LabParams(Section):
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")
     eval_every: int = Field(default=10, ge=1, description="GRPO steps between greedy dev evaluations (the curve).")
+    sweep: LabSweepParams = Field(default_factory=LabSweepParams)
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="GRPO seeds of the lab "
                              "experiment (one run each, on the same SFT start).")

@@ -1,0 +1,119 @@
+"""The lab sweep as a Prefect flow: every cell of ``lab.sweep`` (training variant x judge dial x seed; the
+outcome-only variants under the first dial alone) trained by ``train_policy``, evaluated by ``evaluate`` on the
+test split and recorded by ``lab_cell``, at most ``lab.sweep.workers`` tasks at once in their own processes, then
+the page: docs/results/lab_sweep.md (the table, the
+break-even judge per method, each mechanism's health) with its plot and its figures as JSON beside it. One MLflow
+parent run (``lab_sweep``) holds a child per cell. Needs the nano start (``python -m components.lab.experiment
+sft --overlay lab``); the world and index are prepared here. A cell already finished is read back, so an
+interrupted sweep resumes cell by cell. Lab results: a nano policy and simulated judges in a fictional world.
+
+    python -m flows.lab --overlay lab                 # the session-sized grid (lab.sweep.variants x dials x seeds)
+    python -m flows.lab --overlay lab --full          # the full grid (the nightly sweep's default)
+    python -m flows.lab --overlay lab --set lab.sweep.seeds=[0] --set lab.sweep.steps=4
+"""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+from prefect import flow
+from prefect.task_runners import ProcessPoolTaskRunner
+
+from components.io import read_json, write_json
+from components.lab.sweep import cell_done, cell_params, grid, link_inputs, page, plot_curves, summarise, sweep_root
+from components.params import Params, ParamsError
+from components.params_cli import params_from_args, stage_argparser
+from tasks.evaluate import evaluate
+from tasks.index import index
+from tasks.lab_cell import lab_cell
+from tasks.prepare import prepare
+from tasks.runtime import resolve, run_stage, tracking
+from tasks.train_policy import train_policy
+
+RESULTS = Path("docs/results")
+
+
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def check_lab(params: Params) -> None:
+    """The sweep runs in the lab only, and never trains GRPO on questions its start was fitted to."""
+    if "lab" not in (params.overlay or []):
+        raise ParamsError("flows.lab runs the lab's cells: pass --overlay lab")
+    held = params.lab.sft_own_questions if params.lab.sft_own_world else None
+    first = min([int(o.split("=", 1)[1]) for o in params.lab.sweep.overrides
+                 if o.startswith("train_policy.first_question=")] or [params.train_policy.first_question])
+    if held is not None and first < held:
+        raise ParamsError(f"lab.sweep: the nano's SFT read the first {held} train questions (lab.sft_own_questions) "
+                          f"but the cells train from question {first}: set train_policy.first_question={held} in "
+                          "lab.sweep.overrides")
+
+
+@flow(name="rubricflow-lab", log_prints=True, task_runner=ProcessPoolTaskRunner(max_workers=2))
+def lab(params: Params | None = None, full: bool = False, command: str = "python -m flows.lab --overlay lab") -> dict:
+    """Run every cell (``full``: the full grid) and write the page; returns the table's rows."""
+    params = resolve(params)
+    check_lab(params)
+    settings = params.lab.sweep
+    cells = grid(settings, full)
+    prepare(params)
+    index(params)
+    with tracking(params, "lab_sweep", tags={"grid": "full" if full else "session"}) as parent:
+        futures = []
+        for cell in cells:  # each cell: its two stages in its folder, then its record (read back when it exists)
+            mine = cell_params(params, cell, full)
+            if cell_done(params, cell).exists():
+                futures.append(read_json(cell_done(params, cell)))
+                continue
+            link_inputs(params, cell)
+            trained = train_policy.submit(mine, variant=cell.variant, parent_run_id=parent.run_id)
+            scored = evaluate.submit(mine, method=cell.variant, parent_run_id=parent.run_id, wait_for=[trained])
+            futures.append(lab_cell.submit(mine, cell, parent_run_id=parent.run_id, wait_for=[scored]))
+        records = [f if isinstance(f, dict) else f.result() for f in futures]
+        table = summarise(records, settings, full)
+        name = "lab_sweep_full" if full else "lab_sweep"
+        plot = plot_curves(records, RESULTS / f"{name}.png")
+        sized = cell_params(params, cells[0], full)
+        walls = [r["wall_s"] for r in records]
+        header = [f"# Lab sweep ({'full' if full else 'session-sized'} grid)", "",
+                  f"{datetime.date.today().isoformat()}, commit `{_commit()}`, `{command}`. **Lab results**: the "
+                  "nano policy and simulated judges in a fictional world, never a row of the real-model tables.",
+                  f"Size: {len(cells)} cells ({', '.join(dict.fromkeys(c.variant for c in cells))} x judges "
+                  f"{', '.join(f'{k} {v}' for k, v in (settings.full_dials if full else settings.dials).items())} x "
+                  f"seeds {settings.seeds}; outcome-only variants under the first judge only), {settings.steps} GRPO "
+                  f"steps of {sized.grpo.prompts_per_step} questions x {sized.grpo.group_size} attempts each on "
+                  f"train questions {sized.train_policy.first_question}-"
+                  f"{sized.train_policy.first_question + sized.train_policy.n_questions - 1}, dev EM every "
+                  f"{settings.eval_every} steps on {sized.train_policy.eval_questions} dev questions, test EM on "
+                  f"{sized.evaluation.n_questions} test questions (greedy). Cell overrides: {settings.overrides}. "
+                  f"train_policy wall per cell {min(walls):.0f}-{max(walls):.0f} s on {sized.run.torch_threads} "
+                  f"thread(s), {settings.workers} cells at once. Figures: [{name}.json]({name}.json)."]
+        markdown = page(records, table, settings, full=full, header=header, plot_name=plot.name)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / f"{name}.md").write_text(markdown)
+        figures = {"cells": records, "table": table.to_dict("records")}
+        write_json(RESULTS / f"{name}.json", figures)
+        write_json(sweep_root(params) / f"{name}.json", figures)
+        parent.log_metrics({f"{r['variant']}@{r['dial']}.{k}": r[k] for r in table.to_dict("records")
+                            for k in ("test_em", "diff_vs_grpo", "auc_dev_em")})
+        for path in (RESULTS / f"{name}.md", plot):
+            parent.log_artifact(path)
+    print(markdown)
+    return {"rows": table.to_dict("records")}
+
+
+def main() -> None:
+    parser = stage_argparser(__doc__)
+    parser.add_argument("--full", action="store_true", help="the full grid (lab.sweep.full_variants x full_dials)")
+    args = parser.parse_args()
+    lab.with_options(task_runner=ProcessPoolTaskRunner(max_workers=params_from_args(args).lab.sweep.workers))(
+        params_from_args(args), full=args.full, command="python -m flows.lab " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    run_stage(main)
