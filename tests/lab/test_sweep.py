@@ -1,0 +1,68 @@
+"""The lab sweep's reading (components/lab/sweep.py): the grid runs outcome-only variants under one judge, each cell
+gets its dial, seed and folder, and the table's paired difference against grpo, its t interval, the area under the
+curve, the steps to a threshold and the break-even judge are the hand-computed ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from components.lab.params import LabSweepParams
+from components.lab.sweep import (Cell, area_under_curve, break_even, cell_folder, cell_params, grid, steps_to,
+                                  summarise)
+from components.params import load_params
+
+SETTINGS = LabSweepParams(variants=["grpo", "arbor"], seeds=[0, 1, 2],
+                          dials={"perfect": {}, "noisy": {"flip_rate": 0.25}, "biased": {"bias": "length",
+                                                                                            "bias_rate": 0.5}})
+
+
+def _cell(variant, dial, seed, test_em, curve=((0, 0.0), (10, 0.1), (20, 0.2))):
+    return {"variant": variant, "dial": dial, "seed": seed, "steps": 20, "test_em": test_em, "judge_calls": 0.0,
+            "curve": [{"step": float(s), "em": e, "calls": 0.0} for s, e in curve], "health": {},
+            "gaming_suspected": dial == "biased", "wall_s": 60.0}
+
+
+def test_outcome_only_variants_run_under_the_first_judge_only():
+    cells = grid(SETTINGS)
+    assert [c for c in cells if c.variant == "grpo"] == [Cell("grpo", "perfect", s) for s in (0, 1, 2)]
+    assert len([c for c in cells if c.variant == "arbor"]) == 9
+
+
+def test_a_cell_gets_its_dial_seed_steps_and_folder(repo_root):
+    params = load_params(repo_root / "params.yaml", overlays=["lab"],
+                         overrides=["lab.sweep.overrides=[train_policy.first_question=150]"])
+    cell = Cell("arbor", "noisy", 2)
+    mine = cell_params(params, cell)
+    assert mine.lab.judge.flip_rate == 0.25 and mine.seed == 2 and mine.grpo.steps == params.lab.sweep.steps
+    assert mine.train_policy.eval_every == params.lab.sweep.eval_every and mine.train_policy.first_question == 150
+    assert mine.run.out_dir == str(cell_folder(params, cell)) and cell_folder(params, cell).name == "seed_2"
+    assert cell_params(params, Cell("arbor", "perfect", 2)).lab.judge.flip_rate == 0.0
+
+
+def test_curve_figures_are_the_hand_computed_ones():
+    curve = _cell("grpo", "perfect", 0, 0.1)["curve"]
+    assert area_under_curve(curve) == pytest.approx((0.05 * 10 + 0.15 * 10) / 20)
+    assert steps_to(curve, 0.1) == 10 and math.isnan(steps_to(curve, 0.5))
+
+
+def test_the_paired_difference_is_against_grpo_of_the_same_seed_with_a_t_interval():
+    grpo = [0.10, 0.20, 0.15]
+    arbor_perfect = [0.20, 0.26, 0.27]  # +0.10, +0.06, +0.12
+    cells = [_cell("grpo", "perfect", s, e) for s, e in enumerate(grpo)]
+    cells += [_cell("arbor", "perfect", s, e) for s, e in enumerate(arbor_perfect)]
+    cells += [_cell("arbor", "noisy", s, e) for s, e in enumerate([0.05, 0.25, 0.10])]  # -0.05, +0.05, -0.05
+    table = summarise(cells, SETTINGS).set_index(["variant", "dial"])
+    diffs = [0.10, 0.06, 0.12]
+    half = stats.t.ppf(0.975, 2) * stats.sem(diffs)
+    row = table.loc[("arbor", "perfect")]
+    assert row["diff_vs_grpo"] == pytest.approx(sum(diffs) / 3)
+    assert (row["diff_low"], row["diff_high"]) == pytest.approx((sum(diffs) / 3 - half, sum(diffs) / 3 + half))
+    assert table.loc[("arbor", "noisy")]["diff_vs_grpo"] == pytest.approx(-0.05 / 3)  # grpo's perfect cells serve it
+    assert table.loc[("grpo", "perfect")]["diff_vs_grpo"] == 0.0
+    assert break_even(summarise(cells, SETTINGS), SETTINGS) == {"arbor": "beats grpo up to perfect (flip rate 0)"}
+    worse = [c for c in cells if not (c["variant"] == "arbor" and c["dial"] == "perfect")]
+    worse += [_cell("arbor", "perfect", s, e) for s, e in enumerate([0.1, 0.1, 0.2])]
+    assert "under no judge" in break_even(summarise(worse, SETTINGS), SETTINGS)["arbor"]
