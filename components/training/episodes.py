@@ -98,7 +98,8 @@ class MethodState(Protocol):
     the policy's model (a second adapter on the same base) instead of loading its own copy.
     On N data-parallel ranks a method needs ``rank_share() -> Any`` (what this rank's reward left in it for the
     draw, taken: picklable) and ``merge_ranks(parts)`` (every rank's shares in rank order, merged the same way on
-    every rank); its hooks then run on rank 0 alone and the others load its ``state_dict`` (``files_dir`` None).
+    every rank); its hooks then run on rank 0 alone and the others load its ``state_dict`` with the files its
+    ``write_files`` wrote on rank 0 (``files_dir`` a folder holding them, None when there are none).
     A method without them is refused there, with its ``not_data_parallel`` reason when it gives one.
     """
 

@@ -12,6 +12,7 @@ checkpoints (:meth:`GRPOTrainer.step` lists the order). The configuration is ``p
 
 from __future__ import annotations
 
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -126,12 +127,12 @@ def wall_clock(metrics: dict[str, float]) -> dict[str, float]:
     return {"time/" + k.replace("/time/", "/", 1): metrics.pop(k) for k in keys}
 
 
-_SUMMED = ("calls", "cost", "count", "errors", "failures", "retries", "tokens")
+_SUMMED = ("calls", "cost", "count", "errors", "failures", "retries", "steps", "tokens")
 
 
 def _combined_reward_metrics(parts: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
     """The ranks' reward metrics as one reward over the whole draw would report them: counts (a last name part
-    with calls, cost, count, errors, failures, retries or tokens in it) summed, any other figure (a rate, a mean)
+    with calls, cost, count, errors, failures, retries, steps or tokens in it: ARCO's scored steps) summed, any other figure (a rate, a mean)
     averaged over the ranks weighted by their episodes."""
     keys = dict.fromkeys(k for _, m in parts for k in m)
     out = {}
@@ -176,8 +177,9 @@ class GRPOTrainer:
     ZeRO a rank short of micro-batches adds empty forward and backward passes; under ZeRO-3 the passes without
     gradient, rollouts included, run on the whole weights, gathered once: :meth:`whole_weights`). Rank 0 alone
     calls ``on_metrics``; every rank writes its own optimizer and RNG files. A method merges what the ranks' rewards
-    left in it after each draw (``rank_share``/``merge_ranks``: ARBOR, RAR) and its hooks run on rank 0, their state
-    sent to the others; a method with hooks or state that does not (ARCO, RubricEM) is refused on N ranks.
+    left in it after each draw (``rank_share``/``merge_ranks``: ARBOR, RAR, ARCO) and its hooks run on rank 0, their
+    state and files (ARCO's mu) sent to the others; a method with hooks or state that does not (RubricEM) is refused
+    on N ranks.
     """
 
     def __init__(
@@ -730,13 +732,25 @@ class GRPOTrainer:
 
     def _method_hook(self, name: str, *args: Any) -> dict[str, float]:
         """The method's hook ``name``; on N ranks rank 0 alone runs it (on the whole step: episodes and scores are
-        every rank's, and so is what the reward left in the method) and the others take its metrics and state."""
+        every rank's, and so is what the reward left in the method) and the others take its metrics and state: its
+        ``state_dict`` and the files its ``write_files`` writes (ARCO's mu and mu's optimizer), as a checkpoint
+        would hand them to ``load_state_dict``."""
         if not self.ranks.parallel or not hasattr(self.method, name):
             return run_method_hook(self.method, name, self, *args)
-        out = run_method_hook(self.method, name, self, *args) if self.ranks.main else None
-        metrics, state = self.ranks.broadcast((out, self.method.state_dict()) if self.ranks.main else None)
+        out = files = None
+        if self.ranks.main:
+            out = run_method_hook(self.method, name, self, *args)
+            if hasattr(self.method, "write_files"):
+                with tempfile.TemporaryDirectory() as tmp:
+                    self.method.write_files(Path(tmp))
+                    files = {p.relative_to(tmp).as_posix(): p.read_bytes() for p in Path(tmp).rglob("*") if p.is_file()}
+        metrics, state, files = self.ranks.broadcast((out, self.method.state_dict(), files) if self.ranks.main else None)
         if not self.ranks.main:
-            self.method.load_state_dict(state, None)
+            with tempfile.TemporaryDirectory() as tmp:
+                for relative, data in (files or {}).items():
+                    (Path(tmp) / relative).parent.mkdir(parents=True, exist_ok=True)
+                    (Path(tmp) / relative).write_bytes(data)
+                self.method.load_state_dict(state, Path(tmp) if files else None)
         return metrics
 
     def save(self, root: str | Path | None = None) -> Path:

@@ -1,7 +1,7 @@
 """One data-parallel training case of tests/training/test_data_parallel.py: run as a single process, or as N ranks
 under ``torchrun`` (each rank reads its rank from the launcher's environment, gloo on the CPU).
 
-    python -m tests.training.data_parallel_case OUT {grpo,grpo_arbor,grpo_zero2,grpo_zero3,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
+    python -m tests.training.data_parallel_case OUT {grpo,grpo_arbor,grpo_arco,grpo_zero2,grpo_zero3,sft,sft_zero2,sft_zero3} STEPS [CKPT_DIR [KILL_AT]]
     python -m torch.distributed.run --nproc_per_node 2 -m tests.training.data_parallel_case OUT grpo 3
 
 ``RUBRICFLOW_DP_DEVICE=cuda`` trains on each rank's GPU (NCCL). Trains a tiny random Qwen2 with LoRA (``*_zero2``/``sft_zero3``: every weight, under DeepSpeed ZeRO-2/3) for STEPS steps on a
@@ -14,6 +14,10 @@ with KILL_AT, rank 1 (or the only rank) SIGKILLs itself in the middle of step KI
 ``grpo_arbor`` trains with ARBOR's rubric memory as the method: the reward leaves each group's record (one
 draft rubric, scored as the episodes are) in it, the memory admits the drafts in its step hook, and each rank writes
 its method state in ``OUT.method.<rank>.json`` and how often the hook ran in ``OUT.hooks.<rank>.json``.
+``grpo_arco`` trains ARCO as tests/arco/test_arco_trainer.py does (ReAct episodes replayed by a scripted engine
+over 2 questions, mu a tiny Qwen2 with a scripted criteria writer, a scripted teacher; warm-up at step 1, the
+policy on mu's step rewards and mu's update at step 3): each rank writes mu's tensors to ``OUT.mu.<rank>.safetensors``
+and its teacher calls to ``OUT.teacher.<rank>.json``; ``OUT.calls.<rank>.json`` holds the episodes its reward scored.
 ``grpo_zero3`` is the README's full fine-tuning recipe: ZeRO-3 with every parameter sharded (persistence threshold
 0), each episode's response generated greedily by the policy itself (transformers' generate, its length the
 episode's own), two PPO epochs (so the old log-probs are a pass of their own), 3 prompts on 2 ranks (rank 0 runs
@@ -132,6 +136,42 @@ def _arbor():
     return state, observe
 
 
+def _arco(ranks, config: GRPOParams, root: Path, log, calls: list, teacher_calls: list) -> GRPOTrainer:
+    """ARCO's trainer over two questions (one a rank on 2 ranks), its pieces those of tests/arco/helpers.py."""
+    from components.agents.react import ReActAgent
+    from components.methods.arco.rubric_model import RubricModel
+    from components.methods.arco.variants import ArcoReward, ArcoState
+    from components.params import AgentParams, ArcoParams
+    from components.training.agent_rollout import make_agent_rollout
+    from tests.arco import helpers
+
+    lora = LoRASettings(r=4, alpha=8)
+    settings = ArcoParams(k=3, warmup_steps=1, warmup_epochs=1, update_every=2, micro_batch=2, head_width=8, lr=1e-2,
+                          kl_coef=0.1)
+
+    def mu():
+        return RubricModel(tiny_qwen2(helpers.TOK.vocab_size, max_positions=2048, seed=3), helpers.TOK, lora=lora,
+                           head_width=8, k=3, engine=helpers.MuWriter(), render=helpers.render, seed=5)
+
+    teacher = helpers.teacher()
+    teacher.requests = teacher_calls  # each request it answers
+    state = ArcoState(settings, mu, teacher, sparse_steps=2)
+    policy = build_policy(tiny_qwen2(helpers.TOK.vocab_size, max_positions=2048, seed=0), lora=lora)
+    agent = AgentParams(history_format="scratchpad", max_turns=4, max_search_calls=3, max_tokens=64)
+    rollout = make_agent_rollout(lambda p: ReActAgent(p, helpers.Tools(), agent, system_prompt="Answer by searching."),
+                                 helpers.TOK, render=helpers.render)
+    scored = ArcoReward(state)
+
+    def reward(episodes, ctx):
+        calls.extend([ctx.step, f"{e.prompt.id}/g{e.group}"] for e in episodes)
+        return scored(episodes, ctx)
+
+    questions = [helpers.Q, helpers.Q.model_copy(update={"id": "wq-2"})]
+    return GRPOTrainer(policy, helpers.PolicyEngine(), reward, questions, config, rollout_fn=rollout,
+                       advantage_fn=state.advantages, method=state, checkpoint_dir=root, pad_token_id=0,
+                       on_metrics=log, ranks=ranks)
+
+
 def _dev(out: str, ranks) -> None:
     from components.policy_run import dev_evaluation
     from components.run_files import keyed_folder
@@ -170,6 +210,7 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
             f.write(json.dumps({"step": step, "rank": ranks.rank, "loss": metrics.get("loss")}) + "\n")
 
     calls: list = []
+    teacher_calls: list = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(ckpt or tmp)
         if kind.startswith("grpo"):
@@ -187,9 +228,13 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
             rollout = _rollout(None if kill_at is None else int(kill_at), box)
             if kind == "grpo_zero3":
                 rollout = _generated_rollout(policy.model)
-            trainer = GRPOTrainer(policy, _Engine(), reward, PROMPTS, config, seed=0, on_metrics=log,
-                                  rollout_fn=rollout,
-                                  checkpoint_dir=root, zero=zero, ranks=ranks, method=method)
+            if kind == "grpo_arco":
+                config = config.model_copy(update={"group_size": 2, "prompts_per_step": 2, "shuffle": False,
+                                                   "lr": 1e-3, "kl_coef": 0.0})
+                trainer = _arco(ranks, config, root, log, calls, teacher_calls)
+            else:
+                trainer = GRPOTrainer(policy, _Engine(), reward, PROMPTS, config, seed=0, on_metrics=log,
+                                      rollout_fn=rollout, checkpoint_dir=root, zero=zero, ranks=ranks, method=method)
             box.append(trainer)
         else:
             config = SFTParams(lr=2e-2, batch_size=4, micro_batch_size=1 if zero else 3, max_grad_norm=0.5,
@@ -212,6 +257,9 @@ def main(out: str, kind: str, steps: str, ckpt: str | None = None, kill_at: str 
             weights = {n: p for n, p in trainer.policy.model.named_parameters() if p.requires_grad}
         weights = {n: p.detach().float().cpu().contiguous().clone() for n, p in weights.items()}
     Path(f"{out}.calls.{ranks.rank}.json").write_text(json.dumps(calls))
+    if kind == "grpo_arco":
+        save_file({k: v.contiguous() for k, v in trainer.method.mu.state_tensors().items()}, f"{out}.mu.{ranks.rank}.safetensors")
+        Path(f"{out}.teacher.{ranks.rank}.json").write_text(json.dumps([m[-1].content for m, _ in teacher_calls]))
     if kind == "grpo_arbor":
         Path(f"{out}.method.{ranks.rank}.json").write_text(json.dumps(trainer.method.state_dict()))
         Path(f"{out}.hooks.{ranks.rank}.json").write_text(json.dumps(trainer.method.hook_calls))

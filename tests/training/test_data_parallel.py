@@ -271,8 +271,9 @@ def test_ranks_share_a_list_in_contiguous_runs_in_rank_order():
 
 
 def test_reward_metrics_of_the_ranks_sum_counts_and_weigh_rates_by_episodes():
-    out = _combined_reward_metrics([(8, {"judge/calls": 8.0, "em": 0.5}), (4, {"judge/calls": 4.0, "em": 1.0})])
-    assert out == {"judge/calls": 12.0, "em": pytest.approx((8 * 0.5 + 4 * 1.0) / 12)}
+    out = _combined_reward_metrics([(8, {"judge/calls": 8.0, "em": 0.5, "arco/unscored_steps": 1.0}),
+                                    (4, {"judge/calls": 4.0, "em": 1.0, "arco/unscored_steps": 2.0})])
+    assert out == {"judge/calls": 12.0, "em": pytest.approx((8 * 0.5 + 4 * 1.0) / 12), "arco/unscored_steps": 3.0}
 
 
 class _Hooked:
@@ -284,9 +285,10 @@ class _Hooked:
 
 
 def test_a_method_with_step_hooks_is_refused_on_several_ranks():
-    """Unless it merges what the ranks' rewards left in it (ARBOR, RAR); ARCO and RubricEM say why they do not."""
+    """Unless it merges what the ranks' rewards left in it (ARBOR, RAR, ARCO); RubricEM says why it does not."""
     from components.methods.arco.variants import ArcoState
     from components.methods.rubricem.variants import RubricEMState
+    from components.params import ArcoParams
 
     policy = build_policy(tiny_qwen2(case.TOK.vocab_size, seed=0), lora=LoRASettings(r=4, alpha=8))
     with pytest.raises(ValueError, match="_Hooked has step hooks .*on_step_end.* one process, not 2 ranks"):
@@ -296,7 +298,8 @@ def test_a_method_with_step_hooks_is_refused_on_several_ranks():
     with pytest.raises(ValueError, match=r"RubricEMState has step hooks .*\(its Phase A trains the policy"):
         GRPOTrainer(policy, case._Engine(), lambda e, c: [0.0] * len(e), ["a"], GRPOParams(),
                     method=RubricEMState(), ranks=Ranks(0, 2))
-    assert "mu, the rubric model" in ArcoState.not_data_parallel
+    GRPOTrainer(policy, case._Engine(), lambda e, c: [0.0] * len(e), ["a"], GRPOParams(),
+                method=ArcoState(ArcoParams(warmup_steps=0), lambda: None), ranks=Ranks(0, 2))
 
 
 def test_two_ranks_keep_arbors_rubric_memory_equal_to_one_process(tmp_path):
@@ -311,6 +314,43 @@ def test_two_ranks_keep_arbors_rubric_memory_equal_to_one_process(tmp_path):
     assert len(one["drafts"]) == 3 * 4 and one["totals"]["admitted"] == 12  # 4 groups a step, 2 on each rank
     assert [json.loads(Path(f"{tmp_path}/two.st.hooks.{r}.json").read_text()) for r in (0, 1)] == [3, 0]
     assert max_difference(results(tmp_path / "two.st")[0], results(tmp_path / "one.st")[0]) < TOL
+
+
+@pytest.mark.slow
+def test_two_ranks_train_arco_and_its_rubric_model_to_the_single_process_weights(tmp_path):
+    """ARCO on 2 ranks (one question a rank): each rank's mu writes and scores its own episodes' steps; mu warms up
+    (step 1) and updates (step 3) on rank 0 alone over the whole step, the teacher asked once per episode there,
+    and rank 1 takes rank 0's mu and optimizer after each step: both ranks end with one process's mu, exactly, and
+    the policy within TOL; a 2-rank checkpoint taken before mu's update resumes to the same weights."""
+    from safetensors.torch import load_file as read
+
+    single(tmp_path / "one.st", "grpo_arco", 3)
+    torchrun(tmp_path / "two.st", "grpo_arco", 3)
+    (one, one_log), (two, two_log) = results(tmp_path / "one.st"), results(tmp_path / "two.st")
+    mu_one = read(str(tmp_path / "one.st.mu.0.safetensors"))
+    mu_ranks = [read(str(tmp_path / f"two.st.mu.{r}.safetensors")) for r in (0, 1)]
+    assert all(max_difference(mu, mu_one) == 0.0 for mu in mu_ranks)  # rank 1's mu is rank 0's, trained
+    diff = max_difference(two, one)
+    print(f"ARCO 2 ranks vs 1 process: policy max |dw| = {diff:.3g}, mu 0; losses",
+          [(round(a["loss"], 6), round(b["loss"], 6)) for a, b in zip(one_log["metrics"], two_log["metrics"])])
+    assert diff < TOL
+    assert [m["method/mu/updated"] for m in two_log["metrics"]] == [0.0, 0.0, 1.0]
+    assert two_log["metrics"][0]["method/mu/warmup_trajectories"] == 4.0  # both ranks' episodes
+    for a, b in zip(one_log["metrics"], two_log["metrics"], strict=True):
+        assert set(a) == set(b)
+        for key in {"loss", "grad_norm", "reward/mean", "method/mu/grad_norm", "method/mu/warmup_fit"} & set(a):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
+        assert b.get("reward/arco/steps") == a.get("reward/arco/steps")  # every step scored once, over the ranks
+    teacher = [json.loads(Path(f"{tmp_path}/{n}.teacher.{r}.json").read_text()) for n, r in
+               (("one.st", 0), ("two.st", 0), ("two.st", 1))]
+    assert len(teacher[0]) == 4 and teacher[1] == teacher[0] and teacher[2] == []
+    rank0, rank1 = calls(tmp_path / "two.st", 0), calls(tmp_path / "two.st", 1)
+    assert not set(rank0) & set(rank1) and sorted(rank0 + rank1) == sorted(calls(tmp_path / "one.st", 0))
+    torchrun(tmp_path / "first.st", "grpo_arco", 2, str(tmp_path / "ckpt"))
+    torchrun(tmp_path / "resumed.st", "grpo_arco", 3, str(tmp_path / "ckpt"))
+    resumed, log = results(tmp_path / "resumed.st")
+    assert log["resumed"] and max_difference(resumed, two) == 0.0
+    assert max_difference(read(str(tmp_path / "resumed.st.mu.1.safetensors")), mu_ranks[1]) == 0.0
 
 
 def test_rar_checklists_written_on_one_rank_are_every_ranks():

@@ -79,11 +79,12 @@ class ScoredEpisode:
 
 
 class ArcoState:
-    """mu, its warm-up data and its schedule; the run's method state (checkpointed, updated in on_step_end)."""
+    """mu, its warm-up data and its schedule; the run's method state (checkpointed, updated in on_step_end).
 
-    not_data_parallel = ("mu, the rubric model, trains in on_step_end and its weights and optimizer are files, "
-                         "not part of state_dict: its update would need its own gradient all-reduce, or mu's "
-                         "weights sent from rank 0 every step")
+    On N data-parallel ranks each rank's mu writes and scores its own share of the episodes (the scores travel in
+    the episodes, which the trainer gathers), and mu trains on rank 0 alone, in ``on_step_end`` over the whole
+    step's episodes (the teacher called once per episode); the trainer then sends rank 0's state and files (mu's
+    weights and optimizer) to the other ranks, so every rank's mu is rank 0's at the next draw."""
 
     def __init__(self, settings: ArcoParams, mu_factory: Callable[[], RubricModel], teacher: Any = None, *,
                  loss: str = "decomposition", frozen: bool = False, sparse_steps: int = 0,
@@ -314,6 +315,13 @@ class ArcoState:
     def rubrics(self) -> list[Rubric]:
         """The criteria mu wrote at the last step, one rubric per (episode, step), in the shared rubric type."""
         return list(self.last_rubrics)
+
+    # -- data-parallel ranks --------------------------------------------------------------------------------
+    def rank_share(self) -> None:
+        """Nothing of the draw stays in the state: mu's criteria and scores are in the episodes' info."""
+
+    def merge_ranks(self, parts: list[None]) -> None:
+        pass
 
     # -- checkpoints ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -294,9 +294,9 @@ class RubricEMState:
     """Judge buffers, rubric bank and reflection branch of one run; saved inside every checkpoint (the bank as
     a file), the bank also snapshotted to ``bank_dir`` every ``save_every`` steps."""
 
-    not_data_parallel = ("its Phase A trains the policy inside the reward, on the rank that calls it, and its bank "
-                         "is a file, not part of state_dict: rank 0 would have to run the update for all ranks and "
-                         "send the bank each step")
+    not_data_parallel = ("its Phase A trains the policy on the reflection batch inside the next step's reward, on the "
+                         "rank that calls it: each rank would have to train its own share of that batch in step "
+                         "with the others (the bank and the batch would travel from rank 0 as ARCO's mu does)")
 
     def __init__(self, judge: StagewiseJudge | None = None, bank: RubricBank | None = None,
                  reflection: ReflectionBranch | None = None, bank_dir: str | Path | None = None, save_every: int = 10):
