@@ -25,10 +25,11 @@ from pathlib import Path
 import httpx
 
 from components.io import write_json
+from components.llm.accounting import Accounting
 from components.llm.backends.openai_http import OpenAIChatModel
 from components.llm.backends.per_loop import PerLoop
 from components.llm.base import ChatModel, Completion, Sampling, TransientLLMError, classify_status, user
-from components.llm.middleware import Accounting, ReliableChatModel, ResponseCache
+from components.llm.middleware import ReliableChatModel, ResponseCache
 from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_graph import sparse_graph
 from components.methods.arbor.pairwise_judge import score_group

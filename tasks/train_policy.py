@@ -33,8 +33,8 @@ from prefect import task
 from pydantic import BaseModel
 
 from components.io import read_jsonl, write_json
+from components.llm.accounting import Accounting
 from components.llm.factory import LLMPool
-from components.llm.middleware import Accounting
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.policy_run import PolicyRun, accumulated_timings

@@ -1,12 +1,13 @@
 """The one way every LLM judgment is made: a :class:`JudgeCall` (messages, sampling, an optional structured-output
 schema, a parse function and an optional :class:`Choice` of labels) asked of a model with :func:`ask`, which returns
 a :class:`Verdict` or a :class:`Failure` (``call_failed``, ``unparsed``) as a value and counts it in the caller's
-:class:`Tally`. A failure is never a score: each caller drops, skips or falls back as its method says. A parser
-raises :class:`Unparsed` with a one-line reason (or returns None); :func:`reasons` and :func:`model_parser` adapt
-other parsers. With a ``Choice``, a role that scores from probabilities (``llm.scoring``) gets ``expected``, the
-probability-weighted value of the labels read at the label's first token and renormalised over the labels found
-(so labels must differ in their first token), else the sampled label's value; ``Choice(every=True)`` reads a score
-sheet of many labels into ``expected_each``.
+:class:`~components.llm.accounting.Tally` (the type the middleware counts each role's calls in). A failure is
+never a score: each caller drops, skips or falls back as its method says. A parser raises :class:`Unparsed` with
+a one-line reason (or returns None); :func:`reasons` and :func:`model_parser` adapt other parsers. With a
+``Choice``, a role that scores from probabilities (``llm.scoring``) gets ``expected``, the probability-weighted
+value of the labels read at the label's first token and renormalised over the labels found (so labels must differ
+in their first token), else the sampled label's value; ``Choice(every=True)`` reads a score sheet of many labels
+into ``expected_each``.
 
     call = JudgeCall(messages, parse_winner, Sampling(temperature=0.0, max_tokens=32), schema=WINNER_SCHEMA,
                      choice=Choice({"A": 1.0, "B": 0.0, "TIE": 0.5}, field="winner"))
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from components.llm.accounting import Tally
 from components.llm.base import ChatModel, Message, Sampling, TokenLogprob
 from components.llm.json_reply import first_json_object
 
@@ -264,67 +266,6 @@ class JudgeCall(Generic[T]):
         if probabilities and self.choice is not None:
             update.update(logprobs=True, top_logprobs=self.choice.top_logprobs)
         return self.sampling.model_copy(update=update) if update else self.sampling
-
-
-_COUNTS = ("calls", "failures", "unparsed", "prompt_tokens", "completion_tokens", "scored_from_probability",
-           "scored_from_text", "probability_asked")
-
-
-@dataclass
-class Tally:
-    """One caller's (or role's) count of its judgment calls; the middleware keeps its own count per role.
-    ``failures`` are calls that failed, ``unparsed`` replies that were not a valid verdict. Verdicts of calls with
-    a :class:`Choice` count as ``scored_from_probability`` or ``scored_from_text``; ``probability_asked`` counts
-    the verdicts whose call asked for probabilities (the rest of them fell back to the text)."""
-
-    calls: int = 0
-    failures: int = 0
-    unparsed: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    scored_from_probability: int = 0
-    scored_from_text: int = 0
-    probability_asked: int = 0
-
-    def record(self, result: Judgment, probability_asked: bool = False) -> None:
-        self.calls += 1
-        self.prompt_tokens += result.prompt_tokens
-        self.completion_tokens += result.completion_tokens
-        if not result.ok:
-            if result.kind == "call_failed":
-                self.failures += 1
-            else:
-                self.unparsed += 1
-        elif result.scored_from is not None:
-            self.probability_asked += probability_asked
-            if result.scored_from == "probability":
-                self.scored_from_probability += 1
-            else:
-                self.scored_from_text += 1
-
-    def merge(self, other: Tally) -> None:
-        for name in _COUNTS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def scoring(self) -> dict[str, int]:
-        """How the verdicts were scored, once any asked for probabilities (empty otherwise, so text-scored runs
-        report what they always did): ``scored_from_probability``, ``scored_from_text``."""
-        if not self.probability_asked:
-            return {}
-        return {"scored_from_probability": self.scored_from_probability, "scored_from_text": self.scored_from_text}
-
-    def by_kind(self) -> dict[str, int]:
-        """Failed judgments by kind (every kind listed, zeros included)."""
-        return {"call_failed": self.failures, "unparsed": self.unparsed}
-
-    @property
-    def failed(self) -> int:
-        """Judgments without a verdict, of any kind."""
-        return self.failures + self.unparsed
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
 
 
 def read_reply(text: str, parse: Callable[[str], T | None], *, prompt_tokens: int = 0, completion_tokens: int = 0,

@@ -24,8 +24,9 @@ import hashlib
 from pathlib import Path
 
 from components.llm import backends  # noqa: F401  (registers the backends)
+from components.llm.accounting import Accounting
 from components.llm.base import BACKENDS, ChatModel, PermanentLLMError
-from components.llm.middleware import Accounting, ConcurrencyLimit, ReliableChatModel, ResponseCache
+from components.llm.middleware import ConcurrencyLimit, ReliableChatModel, ResponseCache
 from components.llm.response_record import RecordedCache, ResponseRecord
 from components.params import BackendParams, Params
 

@@ -9,10 +9,10 @@
 - a persistent response cache (sqlite, key = sha256 of model + messages + sampling, the seed only when
   sampling at temperature > 0, the log-probability options only when asked for), used only for deterministic
   calls (temperature 0 or seeded); a cached completion keeps its log-probabilities,
-- accounting per role: calls, failures by type, retries, cache hits, tokens, cost, latency; for a role whose
-  judgments ask for log-probabilities also how many calls asked, how many came back without them, and how
-  many judgments were scored from probabilities or fell back to the text (``llm.<role>.logprob_*``,
-  ``llm.<role>.scored_from_*``, absent for roles that never ask).
+- accounting per role in a :class:`~components.llm.accounting.Tally`: calls, failures by type, retries, cache
+  hits, tokens, cost, latency; for a role whose judgments ask for log-probabilities also how many calls asked,
+  how many came back without them, and how many judgments were scored from probabilities or fell back to the
+  text (``llm.<role>.logprob_*``, ``llm.<role>.scored_from_*``, absent for roles that never ask).
 A call that still fails comes back as a ``ChatFailure`` and is counted; nothing is raised.
 """
 
@@ -24,8 +24,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import deque
 from pathlib import Path
 
 from tenacity import (
@@ -39,6 +38,7 @@ from tenacity import (
     wait_random,
 )
 
+from components.llm.accounting import Accounting
 from components.llm.base import (
     ChatFailure, ChatModel, ChatOutcome, ChatResult, Completion, Message, PolicyCall, Sampling, TransientLLMError,
 )
@@ -95,54 +95,6 @@ class ResponseCache:
 
     def close(self) -> None:
         self._db.close()
-
-
-@dataclass
-class RoleStats:
-    calls: int = 0
-    successes: int = 0
-    failures: int = 0
-    retries: int = 0
-    cache_hits: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    latency_s: float = 0.0
-    failures_by_type: Counter = field(default_factory=Counter)
-    logprob_calls: int = 0  # answered calls that asked for log-probabilities
-    logprob_missing: int = 0  # ... and got a reply without them
-    scored_from_probability: int = 0  # judgments asked for with probabilities and scored from them
-    scored_from_text: int = 0  # ... and scored from the sampled text instead
-
-    @property
-    def failure_rate(self) -> float:
-        return self.failures / self.calls if self.calls else 0.0
-
-    def as_metrics(self, prefix: str) -> dict[str, float]:
-        out = {f"{prefix}.{k}": float(getattr(self, k)) for k in (
-            "calls", "successes", "failures", "retries", "cache_hits", "prompt_tokens", "completion_tokens",
-            "cost", "latency_s")}
-        out[f"{prefix}.failure_rate"] = self.failure_rate
-        if self.logprob_calls:  # only roles that ask for probabilities report them
-            out.update({f"{prefix}.{k}": float(getattr(self, k)) for k in (
-                "logprob_calls", "logprob_missing", "scored_from_probability", "scored_from_text")})
-        return out
-
-
-class Accounting:
-    """Per-role statistics shared by all wrapped models of a run."""
-
-    def __init__(self) -> None:
-        self.roles: dict[str, RoleStats] = {}
-
-    def for_role(self, role: str) -> RoleStats:
-        return self.roles.setdefault(role, RoleStats())
-
-    def metrics(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for role, stats in sorted(self.roles.items()):
-            out.update(stats.as_metrics(f"llm.{role}"))
-        return out
 
 
 class ConcurrencyLimit:
@@ -233,10 +185,7 @@ class ReliableChatModel(ChatModel):
         return self.inner.cache_identity()
 
     def record_scoring(self, scored_from: str) -> None:
-        if scored_from == "probability":
-            self.stats.scored_from_probability += 1
-        else:
-            self.stats.scored_from_text += 1
+        self.stats.record_scoring(scored_from)
 
     def _count_logprobs(self, sampling: Sampling, completion: Completion) -> None:
         if sampling.logprobs:
@@ -285,7 +234,7 @@ class ReliableChatModel(ChatModel):
             key = ResponseCache.key(self.cache_identity(), messages, sampling)
             hit = self.cache.get(key)
             if hit is not None:
-                self.stats.successes += 1
+                self.stats.answered(0, 0)
                 self.stats.cache_hits += 1
                 self._count_logprobs(sampling, hit)
                 return ChatResult(**hit.model_dump(), latency_s=loop.time() - start, cached=True)
@@ -309,23 +258,17 @@ class ReliableChatModel(ChatModel):
         completion = self._join(parts)
         self._count_logprobs(sampling, completion)
 
-        self.stats.retries += sum(tries) - len(tries)
-        self.stats.successes += 1
-        self.stats.prompt_tokens += completion.prompt_tokens
-        self.stats.completion_tokens += completion.completion_tokens
-        self.stats.cost += (completion.prompt_tokens * self.prices[0] + completion.completion_tokens * self.prices[1]) / 1000
         latency = loop.time() - start
-        self.stats.latency_s += latency
+        cost = (completion.prompt_tokens * self.prices[0] + completion.completion_tokens * self.prices[1]) / 1000
+        self.stats.answered(completion.prompt_tokens, completion.completion_tokens, retries=sum(tries) - len(tries),
+                            cost=cost, latency_s=latency)
         if key is not None:
             self.cache.put(key, completion)
         return ChatResult(**completion.model_dump(), latency_s=latency, attempts=max(tries))
 
     def _failed(self, exc: Exception, tries: list[int], latency: float) -> ChatFailure:
         attempts = max(tries)
-        self.stats.retries += sum(max(t - 1, 0) for t in tries)
-        self.stats.failures += 1
-        self.stats.failures_by_type[type(exc).__name__] += 1
-        self.stats.latency_s += latency
+        self.stats.call_failed(type(exc).__name__, retries=sum(max(t - 1, 0) for t in tries), latency_s=latency)
         return ChatFailure(
             error_type=type(exc).__name__, message=str(exc), status_code=getattr(exc, "status_code", None),
             transient=isinstance(exc, TransientLLMError), attempts=max(attempts, 1), latency_s=latency,

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from components.judges.call import Tally
+from components.llm.accounting import Accounting
 from components.llm.backends.scripted import ScriptedChatModel, WithLogprobs
 from components.llm.base import TokenLogprob, TransientLLMError
-from components.llm.middleware import Accounting, ReliableChatModel
+from components.llm.middleware import ReliableChatModel
 from components.methods.coreact.generator_reward import (
     RubricReward,
     atomicity,

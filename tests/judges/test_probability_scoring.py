@@ -10,9 +10,10 @@ import pytest
 
 from components.judges.answer import judge_answers
 from components.judges.call import Choice, JudgeCall, Tally, ask, label_probabilities
+from components.llm.accounting import Accounting
 from components.llm.backends.scripted import ScriptedChatModel, WithLogprobs
 from components.llm.base import Sampling, TokenLogprob, user
-from components.llm.middleware import Accounting, ReliableChatModel
+from components.llm.middleware import ReliableChatModel
 from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_judge import WINNER, parse_winner, score_group
 from components.methods.coreact.rubric_eval import YES_NO, parse_yes_no

@@ -8,9 +8,10 @@ import math
 
 import pytest
 
+from components.llm.accounting import Accounting
 from components.llm.backends.openai_http import OpenAIChatModel
 from components.llm.base import Completion, Sampling, TokenLogprob, system, user
-from components.llm.middleware import Accounting, ReliableChatModel, ResponseCache
+from components.llm.middleware import ReliableChatModel, ResponseCache
 from components.params import MiddlewareParams
 from tests.llm.fake_openai_server import FakeOpenAIServer
 

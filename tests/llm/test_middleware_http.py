@@ -4,9 +4,10 @@ import asyncio
 
 import pytest
 
+from components.llm.accounting import Accounting
 from components.llm.backends.openai_http import OpenAIChatModel
 from components.llm.base import ChatFailure, Sampling, user
-from components.llm.middleware import Accounting, ReliableChatModel, ResponseCache
+from components.llm.middleware import ReliableChatModel, ResponseCache
 from components.params import MiddlewareParams
 from tests.llm.fake_openai_server import FakeOpenAIServer
 

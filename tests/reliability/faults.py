@@ -36,8 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
+from components.llm.accounting import Accounting
 from components.llm.backends.openai_http import OpenAIChatModel
-from components.llm.middleware import Accounting, ReliableChatModel
+from components.llm.middleware import ReliableChatModel
 from components.params import MiddlewareParams
 from tests.llm.fake_openai_server import FakeOpenAIServer
 

@@ -99,12 +99,7 @@ class _Counted:
 
     async def chat(self, messages, sampling=None, **kwargs):
         outcome = await self._model.chat(messages, sampling, **kwargs)
-        self._tally.calls += 1
-        if outcome.ok:
-            self._tally.prompt_tokens += outcome.prompt_tokens
-            self._tally.completion_tokens += outcome.completion_tokens
-        else:
-            self._tally.failures += 1
+        self._tally.chat(outcome)
         return outcome
 
 
