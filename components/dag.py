@@ -109,7 +109,7 @@ HEAD_TO_HEAD = Stage(
             "methods  # which backend each role of a method runs on",
             "train_policy.warm_start  # ... and of a trained policy", "sweep.out_dir"),
     outs=(*(_uncached(f"outputs/head_to_head/head_to_head.{ext}") for ext in ("json", "csv", "md", "png")),
-          _uncached("docs/results/head_to_head.md")))
+          _uncached("docs/results/head_to_head.md"), _uncached("docs/results/head_to_head.json")))
 
 
 def warm_start_stages(method: str, spec: MethodSpec | None = None) -> tuple[Stage, Stage]:

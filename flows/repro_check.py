@@ -4,7 +4,8 @@ of the ``--pull`` stages (default `sft`, ~70 CPU minutes; DVC must find its inpu
 stage with `dvc repro -s <stage>` in DAG order and labels each output against its locked bytes: `identical`,
 `within tolerance` or `changed` with its largest difference (the tolerances: components/reporting/reproduction.py;
 `timings.json` is wall clock). Needs the embedded models (`bash scripts/setup.sh`) and a committed `dvc.lock`;
-writes docs/results/reproduction.md (its part below ``KEEP`` kept) and outputs/repro_check.json.
+writes docs/results/reproduction.md (its part below ``KEEP`` kept) and its figures beside it,
+docs/results/reproduction.json.
 
     .venv/bin/python -m flows.repro_check                      # the main job's stages, sft pulled; all identical
     .venv/bin/python -m flows.repro_check --stages prepare index evaluate@react --pull
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from components.reporting.figures import figures_line, write_figures
 from components.reporting.reproduction import (
     ANSWER_KEY,
     CHANGED,
@@ -181,9 +183,7 @@ def main() -> None:
               "seconds": ran, "pulled_current": pulled_current, "pulled_status": status, "checked": len(checked),
               **{label: sum(r["label"] == label for r in checked) for label in (IDENTICAL, WITHIN, CHANGED)},
               "rows": rows}
-    out = ROOT / "outputs" / "repro_check.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_figures(PAGE, result)
     write_page(result, " ".join(["-m flows.repro_check", *sys.argv[1:]]))
     print(f"of {result['checked']} outputs (wall-clock files aside): {result[IDENTICAL]} identical, "
           f"{result[WITHIN]} within tolerance, {result[CHANGED]} changed")
@@ -199,6 +199,8 @@ def write_page(result: dict, command: str, page: Path = PAGE) -> None:
         f"Written by `python -m flows.repro_check` on {result['date']} at commit `{result['commit']}`; do not edit by hand.",
         "",
         f"    .venv/bin/python {command}",
+        "",
+        figures_line(page),
         "",
         f"A fresh clone of the commit pulled the response records of the stages below and the outputs of "
         f"{', '.join(f'`{s}`' for s in result['pulled']) or 'no stage'} from a DVC remote, then ran "

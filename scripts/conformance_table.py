@@ -1,6 +1,7 @@
 """The conformance table (issue 71): runs the conformance suite (tests/conformance/ and the engine comparisons)
 with its rows recorded, and writes every row's measured maximum difference against its reference, with the
-tolerance it is held to, as docs/results/conformance.md (dated, with the command and commit).
+tolerance it is held to, as docs/results/conformance.md (dated, with the command and commit), and the rows as its
+figures beside it (docs/results/conformance.json).
 
     .venv/bin/python scripts/conformance_table.py              # the suite and the engine tests (about a minute)
     .venv/bin/python scripts/conformance_table.py --no-engines # the math alone, without the embedded models
@@ -21,6 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from components.reporting.figures import figures_line, write_figures
+
 ENGINE_TESTS = ["tests/training/test_llamacpp_engine.py"]
 VLLM_TESTS = ["tests/training/test_vllm_engine_cpu.py", "tests/training/test_vllm_engine_0_5b_cpu.py",
               "tests/llm/test_vllm_chat_cpu.py", "tests/llm/test_vllm_serve_lora_modules_cpu.py"]  # -m vllm: the extra
@@ -78,7 +83,8 @@ def main() -> None:
             f"script from the suite's own records: each row is one assertion, our result beside the reference's "
             f"on the same inputs, its measured maximum absolute difference and the tolerance the test holds it "
             f"to. What each reference is and which profile follows which reading: "
-            f"[../conformance.md](../conformance.md).\n\n{table(rows)}\n")
+            f"[../conformance.md](../conformance.md).\n\n{figures_line(args.doc)}\n\n{table(rows)}\n")
+    write_figures(args.doc, {"command": command, "commit": commit(), "pytest": summary, "rows": rows})
     args.doc.write_text(page)
     print(f"{len(rows)} rows -> {args.doc}")
     sys.exit(returncode)

@@ -28,6 +28,7 @@ from components.judges.bench.trajectories import SET_VERSION, build_set, pairs, 
 from components.judges.call import Tally
 from components.llm.factory import LLMPool
 from components.params_cli import params_from_args, stage_argparser
+from components.reporting.figures import figures_line, figures_path, write_figures
 from components.retrieval.bm25 import BM25Index
 from components.retrieval.scope import world_question_paragraphs
 from components.retrieval.tools import make_toolbox
@@ -145,8 +146,8 @@ def main() -> None:
     of one unit are asked back to back (the prompt cache serves the shared prefix), the first mode alternating
     between units so no mode's seconds gain more from it; ``s / judgment (cold)`` is over the judgments asked
     first. The response cache is off unless ``--cache``. Writes ``trajectories.jsonl`` (+ manifest),
-    ``rows.jsonl``, ``summary.json`` and ``table.md`` under ``--out``, and rewrites ``--results-page`` after each
-    judgment, so a run stopped early leaves the judgments it finished (the page says which were not run)."""
+    ``rows.jsonl``, ``summary.json`` and ``table.md`` under ``--out``, and rewrites ``--results-page`` (with
+    ``summary.json`` beside it as its figures, ``<page>.json``) after each judgment, so a run stopped early leaves the judgments it finished (the page says which were not run)."""
     parser = stage_argparser(__doc__)
     parser.add_argument("--questions", type=int, default=8, help="world questions in the trajectory set")
     parser.add_argument("--world-seed", type=int, default=7, help="seed of the bench's world and perturbations")
@@ -160,10 +161,12 @@ def main() -> None:
                         help="the results page to rewrite ('' for none)")
     parser.add_argument("--bootstrap-seed", type=int, default=0)
     parser.add_argument("--rewrite-page", action="store_true",
-                        help="only rewrite --results-page from --out's summary.json (no model is asked)")
+                        help="only rewrite --results-page from --out's summary.json, or else from the figures "
+                             "committed beside the page (no model is asked)")
     args = parser.parse_args()
     if args.rewrite_page:
-        result = json.loads((Path(args.out) / "summary.json").read_text())
+        source = Path(args.out) / "summary.json"
+        result = json.loads((source if source.exists() else figures_path(ROOT / args.results_page)).read_text())
         keys = {j.name: j.scoring_key for j in load_judgments()}
         for s in result["summaries"]:   # summaries written before a judgment's key existed
             s.setdefault("scoring_key", keys.get(s["judgment"]))
@@ -171,7 +174,8 @@ def main() -> None:
         result["recommended_setting"] = report.scoring_setting(result["recommended"])
         result["gaps"] = [dataclasses.asdict(g) for g in load_gaps()]
         result["notes"] = report.probability_notes(result["summaries"])
-        (ROOT / args.results_page).write_text(report.results_page(result))
+        write_figures(ROOT / args.results_page, result)
+        (ROOT / args.results_page).write_text(report.results_page(result, figures_line(args.results_page)))
         return
     params = params_from_args(args)
     registered = {j.name: j for j in load_judgments()}
@@ -249,8 +253,8 @@ def main() -> None:
         (out / "table.md").write_text(report.table(summaries) + "\n")
         if args.results_page:
             page = ROOT / args.results_page
-            page.parent.mkdir(parents=True, exist_ok=True)
-            page.write_text(report.results_page(result))
+            write_figures(page, result)
+            page.write_text(report.results_page(result, figures_line(page)))
         return result
 
     outcome = asyncio.run(run_bench(params, items, judgments, args.modes, log, write))

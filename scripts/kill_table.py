@@ -1,6 +1,7 @@
 """The kill table (issue 48): every stage of tests/reliability/kill_cases.py killed with SIGKILL at each of its
 kill points and resumed, against an uninterrupted run with the same seeds; writes the table as
-docs/results/reliability_kill.md and the full outcomes (every difference found) as JSON.
+docs/results/reliability_kill.md and the full outcomes (every difference found) as JSON beside it
+(docs/results/reliability_kill.json, the page's figures).
 
     .venv/bin/python scripts/kill_table.py                        # every case (about an hour on 2 shared cores)
     .venv/bin/python scripts/kill_table.py --cases collect sft    # these cases again; the others' rows are kept
@@ -28,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from components.reporting.figures import figures_line, figures_path
 from tests.reliability.kill import DATA, build_inputs, kill_matrix
 from tests.reliability.kill_cases import CASES, STEPS, UPSTREAM, kill_points
 
@@ -67,7 +69,7 @@ def cell(values: list) -> str:
     return ", ".join(map(str, values)) if values else "-"
 
 
-def page(rows: list[dict], wall_s: float, note: str | None = None) -> str:
+def page(rows: list[dict], wall_s: float, note: str | None = None, figures: str | None = None) -> str:
     cases = list(dict.fromkeys(r["stage"] for r in rows))
     ok = sum(r["identical"] and not r["orphans"] and not r["error"] for r in rows)
     runs: dict[tuple[str, str], list[str]] = {}  # (command, commit) -> its stages, in the order they appear
@@ -84,6 +86,7 @@ def page(rows: list[dict], wall_s: float, note: str | None = None) -> str:
         *(f"    {command}    # commit {sha}: {', '.join(dict.fromkeys(stages))}"
           for (command, sha), stages in runs.items()),
         "",
+        *([figures, ""] if figures else []),
         (f"Size: {len(cases)} stages, {len(rows)} killed-and-resumed runs, each against one uninterrupted run of the "
         f"same command and seeds; `--profile paper --overlay smoke` (tiny random Qwen2, transformers in process, "
         f"fixed seeds) with `{' '.join('--set ' + d for d in DATA)}`, {STEPS} GRPO/SFT steps with a checkpoint "
@@ -143,7 +146,8 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--work", type=Path, default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
-    parser.add_argument("--json", type=Path, default=ROOT / "outputs" / "reliability" / "kill_table.json")
+    parser.add_argument("--json", type=Path, default=figures_path(ROOT / "docs" / "results" / "reliability_kill.md"),
+                        help="the rows (the page's figures; beside the page, where it names them, by default)")
     parser.add_argument("--page", type=Path, default=ROOT / "docs" / "results" / "reliability_kill.md")
     parser.add_argument("--note", default=None, help="a paragraph for the page, under the table (what was looked "
                         "at by hand in the runs' folders, e.g. how much method state they held)")
@@ -180,7 +184,8 @@ def write(args: argparse.Namespace, rows: list[dict], partial: set[str] | None) 
     args.json.parent.mkdir(parents=True, exist_ok=True)
     wall = sum({r["stage"]: r["case_wall_s"] for r in rows}.values())
     args.json.write_text(json.dumps({"rows": rows}, indent=1))
-    args.page.write_text(page(rows, wall, args.note))
+    beside = args.json.resolve() == figures_path(args.page).resolve()
+    args.page.write_text(page(rows, wall, args.note, figures_line(args.page) if beside else None))
     print(f"wrote {args.page} and {args.json}")
 
 

@@ -12,7 +12,8 @@ inference-time method serving a model a stage trained (Co-ReAct's generator), th
 (:func:`trained_components`), as the method's training compute and health. It
 is cheap and recomputes nothing: a new seed folder adds its evidence on the next run. Writes
 <run.out_dir>/head_to_head/head_to_head.{json,csv,md,png} and rewrites docs/results/head_to_head.md from them
-(a dated header with the command, the sizes and the git commit). In MLflow: a `head_to_head` run (under
+(a dated header with the command, the sizes and the git commit), with its figures (the JSON) committed beside it as
+docs/results/head_to_head.json. In MLflow: a `head_to_head` run (under
 ``parent_run_id`` when given) holds the files, the table and ``<method>.<metric>`` metrics, with a child run
 `head_to_head@<method>` per row (tags ``method``, ``kind``, ``scope``, ``seeds``, ``baseline``).
 
@@ -36,6 +37,7 @@ from components.io import atomic_path
 from components.method_registry import agent_method, load_methods, paired_baselines, variant_health
 from components.params import Params, ParamsError
 from components.params_cli import params_from_args, stage_argparser
+from components.reporting.figures import figures_line, write_figures
 from components.reporting.head_to_head import collect_scope, document, write_head_to_head
 from components.reporting.head_to_head import head_to_head as build_table
 from tasks.runtime import log_rows, resolve, run_stage, tracking
@@ -153,9 +155,10 @@ def head_to_head(params: Params | None = None, out_dirs: list[str] | None = None
         command = command or " ".join(["python -m tasks.head_to_head",
                                        *(["--out-dirs", *out_dirs] if out_dirs != [params.run.out_dir] else [])])
         date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        figures = write_figures(doc_path, json.loads(report.paths["json"].read_text()))
         with atomic_path(Path(doc_path)) as fh:
-            fh.write(document(report, command, date, git_commit()))
-        files["document"] = str(doc_path)
+            fh.write(document(report, command, date, git_commit(), figures_line(doc_path)))
+        files["document"], files["figures"] = str(doc_path), str(figures)
 
     single = len(scopes) == 1
     rows, tags = {}, {}
@@ -170,7 +173,8 @@ def head_to_head(params: Params | None = None, out_dirs: list[str] | None = None
         run.log_params({"out_dirs": out_dirs, "sizes": report.sizes, "seed": params.seed,
                         "sweep_out_dir": params.sweep.out_dir})
         for kind, path in files.items():  # the document beside, not over, the report's own markdown
-            run.log_artifact(path, artifact_path="head_to_head/document" if kind == "document" else "head_to_head")
+            run.log_artifact(path, artifact_path="head_to_head/document" if kind in ("document", "figures")
+                             else "head_to_head")
         run.log_table(table, artifact_file="head_to_head/table.json")
         log_rows(params, run, rows, "head_to_head", tags)
     return HeadToHeadResult(files=files, metrics=rows, markdown=report.markdown)

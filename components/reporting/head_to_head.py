@@ -664,10 +664,11 @@ def write_head_to_head(table: pd.DataFrame, out_dir: str | Path, out_dirs: Mappi
     return HeadToHead(table=table, markdown=markdown, sizes=size, paths=paths)
 
 
-def document(report: HeadToHead, command: str, date: str, commit: str | None) -> str:
-    """docs/results/head_to_head.md: a dated header (command, sizes, commit) over the report's markdown."""
+def document(report: HeadToHead, command: str, date: str, commit: str | None, figures: str | None = None) -> str:
+    """docs/results/head_to_head.md: a dated header (command, sizes, commit, and the sentence naming the figures
+    file beside it when given: :func:`components.reporting.figures.figures_line`) over the report's markdown."""
     scopes = "; ".join(f"{scope}: {header(scope, s)}" for scope, s in report.sizes.items())
     return (f"# Head-to-head: every method on one harness\n\n"
             f"Generated {date} by `{command}` at commit `{commit or 'unknown'}` (written by the `head_to_head` stage "
             f"from `{report.paths['markdown']}`; do not edit by hand).\n\n"
-            f"Sizes: {scopes}.\n\n{report.markdown}")
+            + (f"{figures}\n\n" if figures else "") + f"Sizes: {scopes}.\n\n{report.markdown}")

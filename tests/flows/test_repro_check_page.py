@@ -34,6 +34,7 @@ def test_the_table_is_rewritten_and_the_hand_written_part_kept(tmp_path):
     text = page.read_text()
     assert "| stale |" not in text and "| prepare | `outputs/data/test.jsonl` |" in text and "at commit `abc1234`" in text
     assert "**1 identical, 1 within tolerance, 1 changed**" in text
+    assert "[`reproduction.json`](reproduction.json)" in text  # the figures main() writes beside the page
     assert "| within tolerance | CSV numbers to 6 decimals | largest difference 1e-07 |" in text
     assert "| **changed** | JSON numbers within 1e-06 | largest difference 0.02 at `em` (0.52 vs 0.54) |" in text
     assert text.endswith(f"\n{repro_check.KEEP}\n## On another CPU\n\nby hand\n")

@@ -279,6 +279,16 @@ def test_the_runner_asks_every_judgment_in_its_modes_and_writes_the_page(tmp_pat
     assert "## Who may see the reference" in text and "coreact_rubric_evaluator (coreact): never" in text
     assert "## Judgments not on the bench" in text and "- arco_criteria (arco):" in text
     assert "Not run" not in text and summary["meta"]["judgments_done"] == summary["meta"]["judgments_asked"]
+    # the figures committed beside the page are the bench's summary, the page names them and is rebuilt from them
+    assert json.loads((tmp_path / "page.json").read_text()) == summary and "[`page.json`](page.json)" in text
+    import shutil
+
+    shutil.rmtree(tmp_path / "out")
+    page.write_text("")
+    monkeypatch.setattr(sys, "argv", ["judge_bench.py", "--out", str(tmp_path / "out"), "--results-page", str(page),
+                                      "--rewrite-page"])
+    script.main()
+    assert page.read_text() == text
 
 
 def test_the_probability_note_counts_calls_not_units():

@@ -68,6 +68,9 @@ def test_one_parent_run_with_the_files_and_a_child_run_per_method(params, tmp_pa
     assert text.startswith("# Head-to-head") and "`python -m tasks.head_to_head`" in text and " UTC" in text
     assert "4 methods (2 inference-time, 2 trained) · 4 questions · 1–2 seeds per method (labels: 2, 1234)" in text
     assert (out / "head_to_head.md").read_text() in text
+    # its figures committed beside it: the report's JSON, named on the page
+    assert result.files["figures"] == str(doc.with_suffix(".json")) and "[`head_to_head.json`](head_to_head.json)" in text
+    assert json.loads(doc.with_suffix(".json").read_text()) == json.loads((out / "head_to_head.json").read_text())
     assert result.metrics["coreact"]["em.diff"] == pytest.approx(1.0 - (0.5 + 0.75) / 2)
 
 

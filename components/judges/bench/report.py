@@ -100,8 +100,9 @@ def probability_notes(summaries: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def results_page(result: dict[str, Any]) -> str:
-    """docs/results/judges_bench.md from the bench's JSON."""
+def results_page(result: dict[str, Any], figures: str | None = None) -> str:
+    """docs/results/judges_bench.md from the bench's JSON; ``figures``, when given, is the sentence naming that JSON
+    committed beside the page (:func:`components.reporting.figures.figures_line`)."""
     meta, rec = result["meta"], result["recommended"]
     sizes = meta["sizes"]
     undone = [n for n in meta["judgments_asked"] if n not in meta["judgments_done"]]
@@ -113,6 +114,7 @@ def results_page(result: dict[str, Any]) -> str:
         "",
         f"    {meta['command']}",
         "",
+        *([figures, ""] if figures else []),
         (f"Judge model: {meta['judge_model']} ({meta['device']}). Trajectory set `{meta['set_version']}`, "
          f"sha256 `{meta['set_sha256'][:16]}`, world seed {meta['world_seed']}: {sizes['questions']} questions, "
          f"{sizes['trajectories']} trajectories ({', '.join(f'{k} {v}' for k, v in sizes['variants'].items())}); "
