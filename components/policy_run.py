@@ -39,6 +39,7 @@ from components.evaluation.metrics import exact_match, f1_score
 from components.io import read_json, write_json, write_jsonl
 from components.params import Params
 from components.run_files import keyed_folder, settings_digest, write_trajectories
+from components.run_spec import RunSpec, run_spec
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
 from components.training.distributed import Ranks, current_ranks
@@ -53,11 +54,11 @@ from components.variants import VariantContext, get_variant, variant_grpo
 logger = logging.getLogger(__name__)
 
 
-def make_engine(params: Params, policy, tokenizer, base_adapters=()):
+def make_engine(spec: RunSpec, policy, tokenizer, base_adapters=()):
     """The rollout engine ``train_policy.engine`` names for ``policy`` (:data:`components.training.engines.ENGINES`);
     ``base_adapters`` are the adapters merged into the policy's base (the llama.cpp engine serves them under the
     trained one, vLLM loads the base exported with them merged)."""
-    return ENGINES.get(params.train_policy.engine).policy(params, policy, tokenizer, list(base_adapters))
+    return ENGINES.get(spec.engine).policy(spec, policy, tokenizer, list(base_adapters))
 
 
 def write_rubrics(method: Any, folder: Path, step: int) -> None:
@@ -176,10 +177,11 @@ class PolicyRun:
                 write_json(folder / "lineage.json", lineage_record(self.settings))
             if params.train_policy.branch_from is not None:
                 check_branch(params.train_policy.branch_from, self.settings)
-            self.policy, self.tokenizer = warm_started_policy(params, agent)
-            warm = warm_start_adapter(params, agent)
-            self.engine = make_engine(params, self.policy, self.tokenizer, [warm] if warm is not None else [])
-            self.options = options = {**warm_start_options(params, agent), **self.parts.agent_options}
+            self.spec = spec = run_spec(params)
+            self.policy, self.tokenizer = warm_started_policy(spec, agent)
+            warm = warm_start_adapter(spec, agent)
+            self.engine = make_engine(spec, self.policy, self.tokenizer, [warm] if warm is not None else [])
+            self.options = options = {**warm_start_options(spec, agent), **self.parts.agent_options}
             self.rollout_fn = make_agent_rollout(
                 lambda p: build_agent(agent, lambda role: p, toolbox, params.agent, options), self.tokenizer)
         except BaseException:

@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +55,20 @@ def keep_record(params: Params, stage: str) -> Path:
 
 def warm_start_folder(params: Params, stage: str, method: str) -> Path:
     """The folder the warm-start stage ``stage`` (sft_data or sft) writes for the warm-start method ``method``
-    (a params.methods entry whose name starts with ``sft``): ``sft`` -> outputs/sft_data, outputs/sft;
-    ``sft_scaffold`` -> outputs/sft_data_scaffold, outputs/sft_scaffold (each the DVC stage's name)."""
+    under ``run.out_dir`` (:func:`warm_start_stage`)."""
+    return Path(params.run.out_dir) / warm_start_stage(stage, method, params.methods)
+
+
+def warm_start_stage(stage: str, method: str, methods: Mapping[str, Any]) -> str:
+    """The name of the folder (the DVC stage's) that the warm-start stage ``stage`` (sft_data or sft) writes for the
+    warm-start method ``method`` (an entry of ``methods``, params.methods, whose name starts with ``sft``):
+    ``sft`` -> sft_data, sft; ``sft_scaffold`` -> sft_data_scaffold, sft_scaffold."""
     if stage not in ("sft_data", "sft"):
         raise ValueError(f"warm-start stages are sft_data and sft, not {stage!r}")
-    if not method.startswith("sft") or method not in params.methods:
+    if not method.startswith("sft") or method not in methods:
         raise ParamsError(f"warm-start method {method!r}: expected a params.methods entry named sft or sft_<name> "
-                          f"(defined: {sorted(m for m in params.methods if m.startswith('sft'))})")
-    name = method if stage == "sft" else "sft_data" + method.removeprefix("sft")
-    return Path(params.run.out_dir) / name
+                          f"(defined: {sorted(m for m in methods if m.startswith('sft'))})")
+    return method if stage == "sft" else "sft_data" + method.removeprefix("sft")
 
 
 def settings_digest(settings: dict) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.params import BackendParams, MethodParams, Params, ParamsError
+from components.run_spec import run_spec
 from components.training.engines import ENGINES
 
 __all__ = ["is_whole_model", "trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
@@ -68,7 +69,7 @@ def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendPar
     entry = params.methods[warm]
     served_by = ENGINES.get(params.train_policy.engine).served  # how a policy rolled out on that engine is served
     if served_by is not None:
-        return served_by(params, variant, agent, warm, entry, trained_adapter(params, variant))
+        return served_by(run_spec(params), variant, agent, warm, entry, trained_adapter(params, variant))
     served = entry.roles.get("policy", params.llm.roles["policy"])
     backend = params.llm.backends[served]
     folder = trained_adapter(params, variant)

@@ -163,6 +163,7 @@ def main() -> None:
     import torch
 
     from components.io import write_json
+    from components.run_spec import run_spec
     from components.training.fused_lora import fuse_lora_forward, unfuse_lora_forward
     from components.training.int8_base import quantize_frozen_base, restore_fp32
     from components.training.warm_started import warm_started_policy
@@ -170,7 +171,7 @@ def main() -> None:
     params = trainer_params()
     started = time.perf_counter()
     torch.manual_seed(args.seed)  # peft draws LoRA A from the global generator
-    policy, tokenizer = warm_started_policy(params)
+    policy, tokenizer = warm_started_policy(run_spec(params))
     generator = torch.Generator().manual_seed(args.seed)
     with torch.no_grad():
         for name, p in policy.model.named_parameters():

@@ -115,11 +115,12 @@ def main() -> None:
     import torch
 
     from components.methods.coreact.rubric_training import generator_config
+    from components.run_spec import run_spec
     from components.training.warm_started import warm_started_policy
 
     params = trainer_params()
     torch.manual_seed(args.seed)
-    policy, tokenizer = warm_started_policy(params)
+    policy, tokenizer = warm_started_policy(run_spec(params))
     with torch.no_grad():
         for n, p in policy.model.named_parameters():
             if p.requires_grad and "lora_B" in n:

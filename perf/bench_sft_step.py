@@ -52,6 +52,7 @@ def main() -> None:
     from components.io import read_jsonl, write_json
     from components.params import load_params
     from components.run_files import warm_start_folder
+    from components.run_spec import run_spec
     from components.schemas import Trajectory
     from components.training.int8_base import restore_fp32
     from components.training.model import LoRASettings, build_policy, load_trainable_policy
@@ -60,7 +61,7 @@ def main() -> None:
 
     params = load_params(REPO / "params.yaml", overrides=args.overrides)
     trajectories = read_jsonl(warm_start_folder(params, "sft_data", args.method) / "trajectories.jsonl", Trajectory)
-    model, tokenizer = load_trainable_policy(params)
+    model, tokenizer = load_trainable_policy(run_spec(params))
     examples = warm_start_examples(params, args.method, trajectories, tokenizer)
     lengths = sorted(len(e.input_ids) for e in examples)
     state = {k: v.clone() for k, v in model.state_dict().items()}

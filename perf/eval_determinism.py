@@ -24,6 +24,7 @@ from components.params_cli import params_from_args, stage_argparser
 from components.policy_run import dev_evaluation, make_engine
 from components.retrieval.run_index import load_toolbox
 from components.run_files import out_path
+from components.run_spec import run_spec
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
@@ -56,10 +57,11 @@ def main() -> None:
 
     questions = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: args.questions]
     toolbox = load_toolbox(params)
-    policy, tokenizer = warm_started_policy(params, args.agent)
-    warm = warm_start_adapter(params, args.agent)
-    engine = make_engine(params, policy, tokenizer, [warm] if warm is not None else [])
-    options = warm_start_options(params, args.agent)
+    spec = run_spec(params)
+    policy, tokenizer = warm_started_policy(spec, args.agent)
+    warm = warm_start_adapter(spec, args.agent)
+    engine = make_engine(spec, policy, tokenizer, [warm] if warm is not None else [])
+    options = warm_start_options(spec, args.agent)
     rollout_fn = make_agent_rollout(
         lambda p: build_agent(args.agent, lambda role: p, toolbox, params.agent, options), tokenizer)
 

@@ -80,6 +80,7 @@ def gold_scores(params: Params, points: list[BranchingPoint], scorer: RubricRewa
 def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, Path]]) -> dict:
     from components.embedded.lora_gguf import ensure_lora_gguf
     from components.embedded.models import load_hf_tokenizer
+    from components.run_spec import run_spec
     from components.training.agent_rollout import chat_template_renderer
     from components.training.llamacpp_engine import engine_for_policy
 
@@ -94,7 +95,7 @@ def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, 
     with LLMPool(params) as pool:
         scorer = RubricReward(evaluator_model(pool.role, s), s, seed=params.seed, observation_chars=obs)
         result["gold"] = gold_scores(params, points, scorer)
-        engine = engine_for_policy(params, None, tokenizer)
+        engine = engine_for_policy(run_spec(params), None, tokenizer)
         try:
             for name, adapter in [("untrained", None), *adapters]:
                 engine.load_adapter(None if adapter is None else ensure_lora_gguf(adapter, params.run.cache_dir))

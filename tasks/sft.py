@@ -36,6 +36,7 @@ from components.methods.rubricem.warmstart_reflections import (
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
 from components.run_files import SFT_METHOD, keyed_folder, warm_start_folder
+from components.run_spec import run_spec
 from components.schemas import Trajectory
 from components.training.agent_rollout import chat_template_renderer
 from components.training.distributed import current_ranks
@@ -67,6 +68,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     params = resolve(params)
     # the warm start of a method's own agent (RubricEM's scaffold) takes that method's sft/agent blocks
     params = with_method_settings(params, method_section(agent_method(params.methods[method].agent)))
+    spec = run_spec(params)
     import torch
 
     from components.training.checkpoint import seed_rngs
@@ -86,12 +88,12 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
         "method": method, "seed": params.seed, "sft": params.sft.model_dump(exclude=execution),
         "lora": params.lora.model_dump(), "agent": params.agent.model_dump(),
         "spec": params.methods[method].model_dump(), "rubricem": params.rubricem.reflection_observation_chars,
-        "policy": params.llm.backends[params.llm.roles["trainable_policy"]].model_dump(),
+        "policy": spec.backend("trainable_policy").model_dump(),
         "zero": params.train_policy.deepspeed.keyed(),
         "data": {name: sha256_file(data / name) for name in ("trajectories.jsonl", REFLECTIONS_FILE)
                  if (data / name).exists()},
     }, adopt_unkeyed=True, ranks=ranks)
-    model, tokenizer = load_trainable_policy(params)
+    model, tokenizer = load_trainable_policy(spec)
     render = chat_template_renderer(tokenizer)
     examples = warm_start_examples(params, method, trajectories, tokenizer)
     reflections, reflections_too_long = reflection_examples(params, method, tokenizer, render)

@@ -6,7 +6,7 @@ train_policy and sft, Co-ReAct's rubric generator, ARCO's rubric model).
 (so a CPU run loads exactly what it always loaded). A named device the machine does not have is refused with
 the key in the message, rather than silently training on the CPU.
 
-    where = placement(params)                  # Placement(device=device('cpu'), dtype=torch.float32) here
+    where = placement(params.train_policy)     # Placement(device=device('cpu'), dtype=torch.float32) here
     resolve_device("cuda:1", cuda_count=2)     # device('cuda:1')
     resolve_dtype("auto", torch.device("cuda"))  # torch.bfloat16
     where.keyed()                              # None for float32, else "bfloat16": the run key's entry
@@ -23,7 +23,7 @@ import torch
 from components.params import ParamsError
 
 if TYPE_CHECKING:
-    from components.params import Params
+    from components.params import TrainPolicyParams
 
 __all__ = ["DTYPES", "Placement", "placement", "resolve_device", "resolve_dtype"]
 
@@ -82,7 +82,7 @@ def resolve_dtype(setting: str, device: torch.device, *, key: str = "train_polic
     return DTYPES[setting]
 
 
-def placement(params: Params, *, cuda_count: int | None = None) -> Placement:
-    """The device and dtype of this run's trainable models (``params.train_policy.device`` / ``.dtype``)."""
-    device = resolve_device(params.train_policy.device, cuda_count=cuda_count)
-    return Placement(device, resolve_dtype(params.train_policy.dtype, device))
+def placement(train_policy: TrainPolicyParams, *, cuda_count: int | None = None) -> Placement:
+    """The device and dtype of this run's trainable models (``train_policy.device`` / ``.dtype``)."""
+    device = resolve_device(train_policy.device, cuda_count=cuda_count)
+    return Placement(device, resolve_dtype(train_policy.dtype, device))

@@ -2,9 +2,9 @@
 says how it rolls out the trained policy (``policy``), how it writes for another role's frozen-base model such as
 ARCO's mu (``role``; None: transformers' generate on that model itself) and how ``evaluate`` serves a policy rolled
 out on it (``served``; None: the warm start's backend plus the RL adapter, components/trained_policy.py). Every
-engine's heavy imports happen when it is built.
+engine's heavy imports happen when it is built; each reads the run spec (:mod:`components.run_spec`).
 
-    engine = ENGINES.get(params.train_policy.engine).policy(params, policy, tokenizer, base_adapters)
+    engine = ENGINES.get(spec.engine).policy(spec, policy, tokenizer, base_adapters)
 """
 
 from __future__ import annotations
@@ -14,42 +14,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.params import BackendParams, MethodParams, Params
+from components.params import BackendParams, MethodParams
 from components.registry import Registry
+from components.run_spec import RunSpec
 
 __all__ = ["ENGINES", "RolloutEngineSpec", "role_engine", "vllm_engine_for_policy", "vllm_trained_policy"]
 
 
 @dataclass(frozen=True)
 class RolloutEngineSpec:
-    policy: Callable[[Params, Any, Any, list], Any]  # (params, policy, tokenizer, base adapters) -> the engine
-    role: Callable[..., Any] | None = None  # (params, role, tokenizer, **options) -> an engine for the role's model
-    # (params, variant, its agent, warm start, its entry, the RL adapter) -> (backend name, backend, method entry)
+    policy: Callable[[RunSpec, Any, Any, list], Any]  # (spec, policy, tokenizer, base adapters) -> the engine
+    role: Callable[..., Any] | None = None  # (spec, role, tokenizer, **options) -> an engine for the role's model
+    # (spec, variant, its agent, warm start, its entry, the RL adapter) -> (backend name, backend, method entry)
     served: Callable[..., tuple[str, BackendParams, MethodParams]] | None = None
 
 
 ENGINES: Registry[RolloutEngineSpec] = Registry("rollout engine")
 
 
-def _hf_policy(params: Params, policy, tokenizer, base_adapters: list):
+def _hf_policy(spec: RunSpec, policy, tokenizer, base_adapters: list):
     from components.training.rollout import HFRolloutEngine
 
     return HFRolloutEngine(policy.model, tokenizer)
 
 
-def _llamacpp_policy(params: Params, policy, tokenizer, base_adapters: list):
+def _llamacpp_policy(spec: RunSpec, policy, tokenizer, base_adapters: list):
     from components.training.llamacpp_engine import engine_for_policy
 
-    return engine_for_policy(params, policy, tokenizer, base_adapters)
+    return engine_for_policy(spec, policy, tokenizer, base_adapters)
 
 
-def _llamacpp_role(params: Params, role: str, tokenizer, **options):
+def _llamacpp_role(spec: RunSpec, role: str, tokenizer, **options):
     from components.training.llamacpp_engine import engine_for_role
 
-    return engine_for_role(params, role, tokenizer, **options)
+    return engine_for_role(spec, role, tokenizer, **options)
 
 
-def vllm_engine_for_policy(params: Params, policy, tokenizer, base_adapters: list):
+def vllm_engine_for_policy(spec: RunSpec, policy, tokenizer, base_adapters: list):
     """A vLLM rollout engine for ``policy`` (a LoRA policy): vLLM serves one LoRA per request, so a base that
     holds merged adapters (the warm start) is written once as a transformers folder under ``run.cache_dir``
     (keyed by the base model and the adapters' digests) and vLLM loads that; each update publishes the RL LoRA."""
@@ -59,15 +60,15 @@ def vllm_engine_for_policy(params: Params, policy, tokenizer, base_adapters: lis
     if not policy.is_lora:
         raise ValueError("train_policy.engine: vllm serves LoRA policies only (lora.r > 0): full fine-tuning "
                          "would need the weights reloaded into the engine after every update")
-    backend = params.llm.backends[params.llm.roles["trainable_policy"]]
+    backend = spec.backend("trainable_policy")
     model_path = backend.model
     if base_adapters or backend.embedded:  # an embedded model's weights exist in process only: vLLM reads a folder
-        model_path = str(export_base(policy.model, tokenizer, *warm_started_base(params, base_adapters)))
-    return VLLMRolloutEngine(model_path, tokenizer=tokenizer, max_lora_rank=max(params.lora.r, 1),
-                             seed=params.seed, **params.train_policy.vllm_options)
+        model_path = str(export_base(policy.model, tokenizer, *warm_started_base(spec, base_adapters)))
+    return VLLMRolloutEngine(model_path, tokenizer=tokenizer, max_lora_rank=max(spec.lora.r, 1),
+                             seed=spec.seed, **spec.train_policy.vllm_options)
 
 
-def vllm_trained_policy(params: Params, variant: str, agent: str, warm: str, entry: MethodParams, adapter: Path
+def vllm_trained_policy(spec: RunSpec, variant: str, agent: str, warm: str, entry: MethodParams, adapter: Path
                         ) -> tuple[str, BackendParams, MethodParams]:
     """How ``evaluate`` serves a policy trained with vLLM rollouts (the paper profile): as it was rolled out, vLLM in
     process over the warm-started base that train_policy exported (the base with ``agent``'s warm start merged in),
@@ -76,13 +77,13 @@ def vllm_trained_policy(params: Params, variant: str, agent: str, warm: str, ent
     from components.training.vllm_base import base_folder, warm_started_base
     from components.training.warm_started import warm_start_adapter
 
-    folder = base_folder(*warm_started_base(params, [warm_start_adapter(params, agent)]))
+    folder = base_folder(*warm_started_base(spec, [warm_start_adapter(spec, agent)]))
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"evaluate@{variant}: {folder} holds no warm-started base; train_policy@{variant} "
                                 f"exports it there (train_policy.engine: vllm) under this run.cache_dir")
-    name = f"{params.llm.roles['trainable_policy']}-{variant}"
-    options = dict(params.train_policy.vllm_options)
-    options.update(max_lora_rank=max(params.lora.r, 1), seed=params.seed)
+    name = f"{spec.backend_name('trainable_policy')}-{variant}"
+    options = dict(spec.train_policy.vllm_options)
+    options.update(max_lora_rank=max(spec.lora.r, 1), seed=spec.seed)
     trained = BackendParams(type="vllm", model=str(folder), lora=str(adapter), options=options)
     method = MethodParams(
         agent=entry.agent, roles={**entry.roles, "policy": name}, options=dict(entry.options),
@@ -96,10 +97,10 @@ ENGINES.register("llamacpp")(RolloutEngineSpec(policy=_llamacpp_policy, role=_ll
 ENGINES.register("vllm")(RolloutEngineSpec(policy=vllm_engine_for_policy, served=vllm_trained_policy))
 
 
-def role_engine(params: Params, name: str | None, role: str, tokenizer, **options):
+def role_engine(spec: RunSpec, name: str | None, role: str, tokenizer, **options):
     """The engine that writes for ``role``'s model under engine ``name`` (None: ``train_policy.engine``'s when it
     has one for a role, else transformers' generate); None when that is transformers' generate on the model."""
     if name is None:
-        name = params.train_policy.engine if ENGINES.get(params.train_policy.engine).role is not None else "hf"
+        name = spec.engine if ENGINES.get(spec.engine).role is not None else "hf"
     build = ENGINES.get(name).role
-    return build(params, role, tokenizer, **options) if build is not None else None
+    return build(spec, role, tokenizer, **options) if build is not None else None

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
@@ -31,6 +31,9 @@ from components.adapters import save_adapter
 from components.embedded.lora_gguf import peft_to_gguf
 from components.embedded.native_server import NativeLlamaServer
 from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop, encode_prompt
+
+if TYPE_CHECKING:
+    from components.run_spec import RunSpec
 
 __all__ = ["LlamaCppRolloutEngine", "engine_for_policy", "engine_for_role"]
 
@@ -246,7 +249,7 @@ class LlamaCppRolloutEngine:
         self.close()
 
 
-def engine_for_policy(params: Any, policy: Any, tokenizer: Any,
+def engine_for_policy(spec: RunSpec, policy: Any, tokenizer: Any,
                       base_adapters: Sequence[str | Path] = ()) -> LlamaCppRolloutEngine:
     """The rollout engine of a trained role: the trainable policy's embedded base (Q4_K_M GGUF) with
     ``base_adapters`` (peft folders or GGUFs, e.g. a warm start merged into the trained model) merged into
@@ -254,15 +257,15 @@ def engine_for_policy(params: Any, policy: Any, tokenizer: Any,
     runtime adapter costs every decode step) under the adapter being trained, one slot per episode of a
     step. Until the first update it serves the merged base alone, which the fresh trained adapter (B = 0)
     equals."""
-    episodes = params.grpo.group_size * params.grpo.prompts_per_step
+    episodes = spec.grpo.group_size * spec.grpo.prompts_per_step
     # the engine's log-probs are read by truncated importance sampling (grpo.tis_cap) and old_logprobs: engine;
     # otherwise the trainer recomputes them and the server skips their cost
-    scored = params.grpo.tis_cap is not None or params.grpo.old_logprobs == "engine"
-    return engine_for_role(params, "trainable_policy", tokenizer, parallel=min(episodes, 8), logprobs=scored,
+    scored = spec.grpo.tis_cap is not None or spec.grpo.old_logprobs == "engine"
+    return engine_for_role(spec, "trainable_policy", tokenizer, parallel=min(episodes, 8), logprobs=scored,
                            base_adapters=base_adapters)
 
 
-def engine_for_role(params: Any, role: str, tokenizer: Any, *, parallel: int, logprobs: bool,
+def engine_for_role(spec: RunSpec, role: str, tokenizer: Any, *, parallel: int, logprobs: bool,
                     base_adapters: Sequence[str | Path] = ()) -> LlamaCppRolloutEngine:
     """An engine on ``role``'s embedded base (Q4_K_M GGUF; ``base_adapters`` merged into it once) for a LoRA
     adapter trained on that role's weights: the policy's rollouts, ARCO's mu writing criteria."""
@@ -270,13 +273,13 @@ def engine_for_role(params: Any, role: str, tokenizer: Any, *, parallel: int, lo
     from components.embedded.lora_merge import ensure_merged_gguf
     from components.embedded.models import ensure_gguf
 
-    cfg = params.llm.backends[params.llm.roles[role]]
+    cfg = spec.backend(role)
     if not cfg.embedded:
         raise ValueError(f"a llamacpp engine serves an embedded model; bind {role} to an 'hf' backend with "
                          "`embedded:` set, or use engine: hf")
-    cache_dir = params.run.cache_dir
+    cache_dir = spec.run.cache_dir
     model = ensure_gguf(cfg.embedded, cache_dir)
     if base_adapters:
         model = ensure_merged_gguf(model, [ensure_lora_gguf(a, cache_dir) for a in base_adapters], cache_dir)
     return LlamaCppRolloutEngine(model, tokenizer, parallel=parallel, threads=cfg.threads or 2,
-                                 n_ctx=params.train_policy.n_ctx, seed=params.seed, logprobs=logprobs)
+                                 n_ctx=spec.train_policy.n_ctx, seed=spec.seed, logprobs=logprobs)

@@ -29,7 +29,7 @@ from torch import nn
 from components.training.losses import masked_logprobs, token_logprobs
 
 if TYPE_CHECKING:
-    from components.params import Params
+    from components.run_spec import RunSpec
 
 # peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model, and transformers 5 warns on
 # every read: a line in every training log that no user can act on
@@ -75,17 +75,17 @@ def load_causal_lm(
     return AutoModelForCausalLM.from_pretrained(str(source), **kwargs).to(device or "cpu")
 
 
-def load_backend_weights(params: Params, backend: str):
-    """(model, tokenizer) of the weights behind ``params.llm.backends[backend]`` (an embedded model's GGUF,
+def load_backend_weights(spec: RunSpec, backend: str):
+    """(model, tokenizer) of the weights behind the backend named ``backend`` (an embedded model's GGUF,
     dequantized, or a transformers folder or model id), on ``train_policy.device`` in ``train_policy.dtype``."""
     from components.training.device import placement
 
-    cfg = params.llm.backends[backend]
-    where = placement(params)
+    cfg = spec.backends[backend]
+    where = placement(spec.train_policy)
     if cfg.embedded:
         from components.embedded.models import load_hf_policy
 
-        model, tokenizer = load_hf_policy(cfg.embedded, params.run.cache_dir, dtype=where.dtype)
+        model, tokenizer = load_hf_policy(cfg.embedded, spec.run.cache_dir, dtype=where.dtype)
         return _placed(model, where.device), tokenizer
     from transformers import AutoModelForCausalLM
 
@@ -101,16 +101,16 @@ def _placed(model: nn.Module, device: torch.device) -> nn.Module:
     return model if next(model.parameters()).device == device else model.to(device)
 
 
-def load_trainable_policy(params: Params):
+def load_trainable_policy(spec: RunSpec):
     """(model, tokenizer) of the role ``trainable_policy``: transformers weights that training updates, placed
     by ``train_policy.device`` and ``train_policy.dtype``. The role may be bound to an ``hf`` backend or to a
     ``vllm`` one (the paper profile): the trainer always updates the transformers copy of the backend's model;
     ``train_policy.engine: vllm`` rolls out from a vLLM copy that takes each update as a LoRA."""
-    backend = params.llm.roles["trainable_policy"]
-    cfg = params.llm.backends[backend]
+    backend = spec.backend_name("trainable_policy")
+    cfg = spec.backends[backend]
     if cfg.type not in ("hf", "vllm"):  # a vllm backend names the same weights by model id (vLLM rolls them out)
         raise ValueError(f"trainable_policy must be bound to an 'hf' or 'vllm' backend, got {cfg.type!r}")
-    return load_backend_weights(params, backend)
+    return load_backend_weights(spec, backend)
 
 
 class Policy:

@@ -20,6 +20,7 @@ from components.io import read_json
 from components.method_registry import SHARED_RECIPES, variant_baseline, variant_method, variant_recipe
 from components.params import Params, lora_paths
 from components.run_files import settings_digest
+from components.run_spec import run_spec
 from components.training.device import placement
 from components.training.warm_started import warm_start_adapter, warm_start_method
 
@@ -35,7 +36,8 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     weights train on may change. Their dtype is keyed once it is not float32 (``train_policy.dtype``)."""
     from components.adapters import adapter_digest
 
-    warm = warm_start_adapter(params, agent)
+    spec = run_spec(params)
+    warm = warm_start_adapter(spec, agent)
     sections = ("seed", "data", "world", "retrieval", "agent", "llm", "lora")
     settings = {name: getattr(params, name) for name in sections}
     settings["train_policy"] = params.train_policy.model_dump(exclude={"warm_start", "eval_batch_invariant",
@@ -46,11 +48,11 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
         settings["train_policy"].pop("first_question")
     if params.train_policy.deepspeed.zero_stage is not None:  # keyed once set, so earlier runs keep their keys
         settings["train_policy"]["deepspeed"] = params.train_policy.deepspeed.keyed()
-    dtype = placement(params).keyed()  # where the weights live is not keyed; their precision is, when not float32
+    dtype = placement(params.train_policy).keyed()  # where the weights live is not keyed; their precision is, when not float32
     if dtype is not None:
         settings["train_policy"]["dtype"] = dtype
     settings["branch_from"] = branch_digest(params.train_policy.branch_from)
-    method = warm_start_method(params, agent)
+    method = warm_start_method(spec, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
     execution = set(GRPO_EXECUTION_KEYS)
     # options added to grpo after runs were keyed (tis_cap, dynamic_sampling_max_rounds) enter the key once set,

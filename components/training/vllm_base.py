@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from components.params import Params
+    from components.run_spec import RunSpec
 
 __all__ = ["base_folder", "base_state_dict", "export_base", "warm_started_base"]
 
@@ -37,15 +37,15 @@ def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
     return out
 
 
-def warm_started_base(params: Params, base_adapters: Sequence[str | Path]) -> tuple[Path, str]:
+def warm_started_base(spec: RunSpec, base_adapters: Sequence[str | Path]) -> tuple[Path, str]:
     """(root, identity) of the exported base of the trainable policy with ``base_adapters`` merged into it: the
     cache folder that holds exported bases, and what names this one (the ``trainable_policy`` backend's model and
     the digests of the adapters, in order). :func:`export_base` writes it; :func:`base_folder` finds it."""
     from components.adapters import adapter_digest
 
-    backend = params.llm.backends[params.llm.roles["trainable_policy"]]
+    backend = spec.backend("trainable_policy")
     identity = "|".join([backend.embedded or backend.model, *(str(adapter_digest(a)) for a in base_adapters)])
-    return Path(params.run.cache_dir) / "vllm_base", identity
+    return Path(spec.run.cache_dir) / "vllm_base", identity
 
 
 def base_folder(root: Path, identity: str) -> Path:

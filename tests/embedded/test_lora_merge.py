@@ -213,12 +213,13 @@ def test_the_merged_model_serves_what_the_runtime_adapter_serves(repo_root, serv
 @pytest.mark.embedded
 @requires_native_server
 def test_rl_engine_serves_the_warm_start_merged_and_swaps_only_the_trained_adapter(repo_root, served, tmp_path):
+    from components.run_spec import run_spec
     from components.training.llamacpp_engine import engine_for_policy
 
     base, cache, warm, merged = served
     params = load_params(repo_root / "params.yaml")
     params.run.cache_dir = str(cache)
-    engine = engine_for_policy(params, None, None, base_adapters=[warm])
+    engine = engine_for_policy(run_spec(params), None, None, base_adapters=[warm])
     try:
         assert engine.server.loras == ()
         assert engine.server.model_path == merged

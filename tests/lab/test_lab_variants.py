@@ -133,14 +133,15 @@ def test_the_nano_policy_is_its_own_warm_start_with_its_prompts(lab):
     from components.lab.world import LAB_PROMPT
     from components.policy_run import PolicyRun
     from components.retrieval.run_index import load_toolbox
+    from components.run_spec import run_spec
     from components.training.policy_run_key import run_settings
     from components.training.warm_started import warm_start_adapter
 
     params, root, repo_root = lab
-    assert warm_start_adapter(params, "react") is None and run_settings(params, "grpo")["warm_start"] is None
+    assert warm_start_adapter(run_spec(params), "react") is None and run_settings(params, "grpo")["warm_start"] is None
     merged = load_params(repo_root / "params.yaml", overlays=["lab"],
                          overrides=[*TINY, *STEP, "train_policy.merge_warm_start=true"])
-    assert warm_start_adapter(merged, "react").as_posix() == "outputs/lab/sft/adapter"
+    assert warm_start_adapter(run_spec(merged), "react").as_posix() == "outputs/lab/sft/adapter"
     with LLMPool(params) as pool:
         for variant, prompt in (("grpo", LAB_PROMPT), ("ss_grpo", params.methods["sft_scaffold"].options["system_prompt"])):
             with PolicyRun(params, variant, pool.role, load_toolbox(params), root / "runs" / variant) as run:

@@ -32,9 +32,10 @@ def test_a_saved_pipeline_comes_back_as_it_was_fitted(tmp_path):
 
 def test_the_trainable_policy_backend_reads_the_fitted_tokenizer(tmp_path, repo_root):
     from components.params import load_params
+    from components.run_spec import run_spec
 
     fitted = _folder(tmp_path)
     params = load_params(repo_root / "params.yaml", overlays=["lab"],
                          overrides=[f"llm.backends.embedded-0_5b-hf.model={tmp_path}"])
-    _, tokenizer = load_backend_weights(params, "embedded-0_5b-hf")
+    _, tokenizer = load_backend_weights(run_spec(params), "embedded-0_5b-hf")
     assert tokenizer("by Elard Dorancott")["input_ids"] == fitted("by Elard Dorancott")["input_ids"]

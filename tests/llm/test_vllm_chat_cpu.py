@@ -38,6 +38,7 @@ def served(repo_root, tmp_path_factory):
     from components.embedded.models import load_hf_policy
     from components.llm.factory import LLMPool
     from components.params import load_params
+    from components.run_spec import run_spec
     from components.trained_policy import trained_adapter, with_trained_policy
     from components.training.vllm_base import export_base, warm_started_base
     from components.training.warm_started import warm_start_adapter
@@ -49,10 +50,10 @@ def served(repo_root, tmp_path_factory):
     assert params.train_policy.engine == "vllm"
     model, tokenizer = load_hf_policy("tiny-qwen2-h64")
     warm = lora_policy(model, seed=1)  # what the sft stage trained
-    warm.model.save_pretrained(str(warm_start_adapter(params, "react")))
+    warm.model.save_pretrained(str(warm_start_adapter(run_spec(params), "react")))
     merged = warm.model.merge_and_unload()
     policy = lora_policy(merged, seed=2)  # train_policy: a fresh RL LoRA over the warm-started base
-    export_base(policy.model, tokenizer, *warm_started_base(params, [warm_start_adapter(params, "react")]))
+    export_base(policy.model, tokenizer, *warm_started_base(run_spec(params), [warm_start_adapter(run_spec(params), "react")]))
     policy.model.save_pretrained(str(trained_adapter(params, "arbor")))
     evaluated = with_trained_policy(params, "arbor")
     pool = LLMPool(evaluated)

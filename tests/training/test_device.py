@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from components.params import Params, ParamsError, load_params
+from components.run_spec import run_spec
 from components.training.device import Placement, placement, resolve_device, resolve_dtype
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
 from components.training.tiny import tiny_qwen2
@@ -55,10 +56,10 @@ def test_params_refuse_an_unknown_device_or_dtype():
 
 @pytest.mark.skipif(not NO_CUDA, reason="what a machine without CUDA resolves")
 def test_without_cuda_auto_is_the_cpu_in_float32_and_explicit_cuda_fails_at_load(tiny_folder):
-    assert placement(load_params(ROOT / "params.yaml")) == Placement(torch.device("cpu"), torch.float32)
-    assert placement(load_params(ROOT / "params.yaml", "paper")) == Placement(torch.device("cpu"), torch.float32)
+    assert placement(load_params(ROOT / "params.yaml").train_policy) == Placement(torch.device("cpu"), torch.float32)
+    assert placement(load_params(ROOT / "params.yaml", "paper").train_policy) == Placement(torch.device("cpu"), torch.float32)
     with pytest.raises(ParamsError, match="train_policy.device=cuda"):
-        load_trainable_policy(tiny_params(tiny_folder, device="cuda"))
+        load_trainable_policy(run_spec(tiny_params(tiny_folder, device="cuda")))
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +98,7 @@ def test_the_loaders_give_the_requested_dtype_on_the_cpu(tiny_folder, dtype, exp
     from components.methods.arco.model_setup import load_backbone
 
     params = tiny_params(tiny_folder, device="cpu", dtype=dtype)
-    model, tokenizer = load_trainable_policy(params)
+    model, tokenizer = load_trainable_policy(run_spec(params))
     assert weights_dtype(model) == {expected} and {p.device.type for p in model.parameters()} == {"cpu"}
     assert tokenizer.convert_tokens_to_ids("c") == 4
     policy = build_policy(model, lora=LoRASettings(r=4, alpha=8))  # a model object keeps its dtype
@@ -143,8 +144,8 @@ def test_the_policy_loads_onto_cuda_in_bfloat16(tiny_folder, device):
     from components.methods.arco.model_setup import load_backbone
 
     params = tiny_params(tiny_folder, device=device)  # dtype auto: bfloat16 on CUDA
-    assert placement(params).dtype == torch.bfloat16
-    model, _ = load_trainable_policy(params)
+    assert placement(params.train_policy).dtype == torch.bfloat16
+    model, _ = load_trainable_policy(run_spec(params))
     assert weights_dtype(model) == {torch.bfloat16}
     assert {p.device.type for p in model.parameters()} == {"cuda"}
     policy = build_policy(model, lora=LoRASettings(r=4, alpha=8))

@@ -11,6 +11,7 @@ import pytest
 from components.params import TrainPolicyParams, load_params
 from components.policy_run import make_engine
 from components.registry import RegistryError
+from components.run_spec import run_spec
 from components.trained_policy import trained_policy_method
 from components.training import llamacpp_engine
 from components.training.engines import ENGINES, RolloutEngineSpec, role_engine
@@ -28,6 +29,11 @@ def with_engine(params, name):
     return params.model_copy(update={"train_policy": params.train_policy.model_copy(update={"engine": name})})
 
 
+def spec_with_engine(params, name):
+    """The run spec of ``params`` under ``train_policy.engine: name``."""
+    return run_spec(with_engine(params, name))
+
+
 def test_every_engine_the_params_name_is_registered():
     names = typing.get_args(TrainPolicyParams.model_fields["engine"].annotation)
     assert sorted(names) == ENGINES.names()
@@ -35,25 +41,25 @@ def test_every_engine_the_params_name_is_registered():
 
 def test_the_policy_engine_is_the_registered_one(params, monkeypatch):
     policy = type("Policy", (), {"model": object()})()
-    assert isinstance(make_engine(with_engine(params, "hf"), policy, tokenizer=None), HFRolloutEngine)
+    assert isinstance(make_engine(spec_with_engine(params, "hf"), policy, tokenizer=None), HFRolloutEngine)
     built = []
     monkeypatch.setitem(ENGINES._items, "fake", RolloutEngineSpec(
         policy=lambda p, pol, tok, base: built.append((pol, base)) or "fake engine"))
-    assert make_engine(with_engine(params, "fake"), policy, None, ("warm",)) == "fake engine"
+    assert make_engine(spec_with_engine(params, "fake"), policy, None, ("warm",)) == "fake engine"
     assert built == [(policy, ["warm"])]
     with pytest.raises(RegistryError, match="unknown rollout engine 'nope'"):
-        make_engine(with_engine(params, "nope"), policy, None)
+        make_engine(spec_with_engine(params, "nope"), policy, None)
 
 
 def test_a_role_writes_on_the_run_s_engine_when_it_has_one_for_roles(params, monkeypatch):
     asked = []
     monkeypatch.setattr(llamacpp_engine, "engine_for_role",
                         lambda p, role, tokenizer, **kw: asked.append((role, kw)) or "server")
-    assert role_engine(with_engine(params, "hf"), None, "mu", None) is None  # generate on the role's model
-    assert role_engine(with_engine(params, "vllm"), None, "mu", None) is None  # vllm rolls out the policy only
-    assert role_engine(with_engine(params, "llamacpp"), None, "mu", None, parallel=2) == "server"
-    assert role_engine(with_engine(params, "hf"), "llamacpp", "mu", None) == "server"  # named for the role
-    assert role_engine(with_engine(params, "llamacpp"), "hf", "mu", None) is None
+    assert role_engine(spec_with_engine(params, "hf"), None, "mu", None) is None  # generate on the role's model
+    assert role_engine(spec_with_engine(params, "vllm"), None, "mu", None) is None  # vllm rolls out the policy only
+    assert role_engine(spec_with_engine(params, "llamacpp"), None, "mu", None, parallel=2) == "server"
+    assert role_engine(spec_with_engine(params, "hf"), "llamacpp", "mu", None) == "server"  # named for the role
+    assert role_engine(spec_with_engine(params, "llamacpp"), "hf", "mu", None) is None
     assert asked == [("mu", {"parallel": 2}), ("mu", {})]
 
 

@@ -11,6 +11,7 @@ import pytest
 from components.io import read_jsonl
 from components.params import ParamsError, load_params
 from components.run_files import warm_start_folder
+from components.run_spec import run_spec
 from components.schemas import Question, Trajectory
 from components.policy_run import dev_evaluation
 from components.training.policy_run_key import run_settings
@@ -21,13 +22,14 @@ def test_each_agent_starts_from_its_own_warm_start(repo_root, tmp_path):
     params = load_params(repo_root / "params.yaml", overrides=["methods.sft.options.system_prompt=compact",
                                                                "methods.sft_scaffold.options.max_tokens=300",
                                                                f"run.out_dir={tmp_path}"])
-    assert warm_start_options(params, "react") == {"system_prompt": "compact"}
-    assert warm_start_options(params, "scaffold") == {"max_tokens": 300}  # the scaffold warm start's own
-    assert warm_start_adapter(params, "react") == tmp_path / "sft" / "adapter"
-    assert warm_start_adapter(params, "scaffold") == tmp_path / "sft_scaffold" / "adapter"
-    assert warm_start_adapter(params, "coreact") is None and warm_start_options(params, "coreact") == {}
+    spec = run_spec(params)
+    assert warm_start_options(spec, "react") == {"system_prompt": "compact"}
+    assert warm_start_options(spec, "scaffold") == {"max_tokens": 300}  # the scaffold warm start's own
+    assert warm_start_adapter(spec, "react") == tmp_path / "sft" / "adapter"
+    assert warm_start_adapter(spec, "scaffold") == tmp_path / "sft_scaffold" / "adapter"
+    assert warm_start_adapter(spec, "coreact") is None and warm_start_options(spec, "coreact") == {}
     cold = load_params(repo_root / "params.yaml", overrides=["train_policy.warm_start.react=null"])
-    assert warm_start_options(cold, "react") == {} and warm_start_adapter(cold, "react") is None
+    assert warm_start_options(run_spec(cold), "react") == {} and warm_start_adapter(run_spec(cold), "react") is None
     # the run key follows the agent's own warm start only
     other = load_params(repo_root / "params.yaml", overrides=["methods.sft_scaffold.options.max_tokens=200"])
     base = load_params(repo_root / "params.yaml")
@@ -42,6 +44,10 @@ def test_warm_start_folders_are_named_after_their_stage(repo_root, tmp_path):
     assert warm_start_folder(params, "sft_data", "sft_scaffold") == tmp_path / "sft_data_scaffold"
     with pytest.raises(ParamsError, match="coreact"):
         warm_start_folder(params, "sft", "coreact")
+    spec = run_spec(params)  # the run spec names them by the same rule
+    assert spec.warm_start_folder("sft_data", "sft_scaffold") == tmp_path / "sft_data_scaffold"
+    with pytest.raises(ParamsError, match="coreact"):
+        spec.warm_start_folder("sft", "coreact")
 
 
 def test_dev_evaluation_scores_greedy_episodes(tmp_path):

@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from components.params import load_params
 from components.policy_run import make_engine
+from components.run_spec import run_spec
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
 from components.training.vllm_base import base_state_dict, export_base
@@ -80,7 +81,7 @@ def test_the_vllm_engine_loads_the_exported_base_and_takes_each_update_as_a_lora
     params = load_params(repo_root / "params.yaml", overrides=[
         f"run.cache_dir={tmp_path / 'cache'}", "train_policy.engine=vllm", "lora.r=4",
         "train_policy.vllm_options={gpu_memory_utilization: 0.3}"])
-    engine = make_engine(params, policy, tokenizer=None, base_adapters=[str(warm)])
+    engine = make_engine(run_spec(params), policy, tokenizer=None, base_adapters=[str(warm)])
     assert fake_vllm["model"].startswith(str(tmp_path / "cache" / "vllm_base"))
     assert fake_vllm["enable_lora"] is True and fake_vllm["max_lora_rank"] == 8  # r 4, rounded up to a rank vLLM takes
     assert fake_vllm["gpu_memory_utilization"] == 0.3 and fake_vllm["seed"] == params.seed
@@ -95,7 +96,7 @@ def test_full_fine_tuning_is_refused_by_the_vllm_engine(repo_root, fake_vllm):
     params = load_params(repo_root / "params.yaml", overrides=["train_policy.engine=vllm"])
     full = types.SimpleNamespace(is_lora=False, model=tiny_qwen2(vocab_size=40, seed=0))
     with pytest.raises(ValueError, match="LoRA policies only"):
-        make_engine(params, full, tokenizer=None)
+        make_engine(run_spec(params), full, tokenizer=None)
     assert fake_vllm == {}  # refused before any engine was built
 
 
@@ -110,9 +111,9 @@ def test_under_the_paper_profile_a_trained_policy_is_evaluated_by_vllm_over_the_
     out, cache = tmp_path / "out", tmp_path / "cache"
     params = load_params(repo_root / "params.yaml", profile="paper",
                          overrides=[f"run.out_dir={out}", f"run.cache_dir={cache}", "lora.r=4"])
-    warm = warm_start_adapter(params, "react")
+    warm = warm_start_adapter(run_spec(params), "react")
     policy.model.save_pretrained(str(warm))  # stands in for the sft stage's adapter
-    make_engine(params, policy, tokenizer=None, base_adapters=[str(warm)])  # train_policy exports the base
+    make_engine(run_spec(params), policy, tokenizer=None, base_adapters=[str(warm)])  # train_policy exports the base
     exported = fake_vllm["model"]
     rl = out / "train" / "arbor" / "adapter"
     with torch.no_grad():

@@ -46,6 +46,7 @@ def load_backbone(params: Params, role: str) -> tuple[Any, Any]:
     if cfg.type not in ("hf", "vllm"):
         raise ParamsError(f"arco.model_role: role {role!r} is bound to a {cfg.type!r} backend; mu needs weights "
                           "(an hf or vllm backend)")
+    from components.run_spec import run_spec
     from components.training.model import load_backend_weights
 
-    return load_backend_weights(params, backend)  # where train_policy.device / dtype put the trainable models
+    return load_backend_weights(run_spec(params), backend)  # where train_policy.device / dtype put the trainable models

@@ -46,6 +46,7 @@ from components.methods.arco.model_setup import check_setup, load_backbone, setu
 from components.methods.arco.rubric_model import ADAPTER, CriteriaSample, RubricModel
 from components.params import ArcoParams, Params, ParamsError
 from components.rewards.outcome import OutcomeReward
+from components.run_spec import run_spec
 from components.schemas import Criterion, Rubric
 from components.training.advantages import group_advantages
 from components.training.engines import role_engine
@@ -395,7 +396,7 @@ def build_mu(params: Params, *, int8_base: bool | None = None, fused_lora: bool 
     settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
     model, tokenizer = load_backbone(params, s.model_role)
     # None: transformers' generate on mu itself
-    engine = role_engine(params, s.engine, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
+    engine = role_engine(run_spec(params), s.engine, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
     return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed, engine=engine,
                        score_head=s.score_head, score_readout=s.score_readout, kl_estimator=s.kl_estimator,
                        write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,

@@ -45,6 +45,7 @@ from components.methods.coreact.rubric_training import (
 from components.params import Params
 from components.policy_run import make_engine
 from components.run_files import SFT_METHOD, out_path, warm_start_folder
+from components.run_spec import run_spec
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.agent_rollout import chat_template_renderer
 from components.training.int8_base import restore_fp32
@@ -270,15 +271,15 @@ class GeneratorRun:
     ``rubric_generator.warm_start=oracle`` the warm start's inputs (:func:`warm_start_sources`)."""
 
     def __init__(self, params: Params):
-        self.params = params
+        self.params, self.spec = params, run_spec(params)
         self.engines: list[RolloutEngine] = []  # the open one; a warm start replaces it
         try:
-            model, self.tokenizer = load_trainable_policy(params)
+            model, self.tokenizer = load_trainable_policy(self.spec)
             lora = params.lora
             self.lora = LoRASettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout) if lora.r else None
             self.policy = build_policy(model, lora=self.lora, int8_base=params.grpo.int8_base,
                                        fused_lora=params.grpo.fused_lora)
-            self.engine = make_engine(params, self.policy, self.tokenizer)  # the base: no policy warm start under it
+            self.engine = make_engine(self.spec, self.policy, self.tokenizer)  # the base: no policy warm start under it
             self.engines.append(self.engine)
             self.warm_start = None
             if params.rubric_generator.warm_start == "oracle":
@@ -295,7 +296,7 @@ class GeneratorRun:
         restore_fp32(trained.model)  # int8 copies of the base would go stale under the merge
         fresh = build_policy(trained.model.merge_and_unload(), lora=self.lora, int8_base=self.params.grpo.int8_base,
                              fused_lora=self.params.grpo.fused_lora)
-        self.engines.append(make_engine(self.params, fresh, self.tokenizer, base_adapters=[adapter]))
+        self.engines.append(make_engine(self.spec, fresh, self.tokenizer, base_adapters=[adapter]))
         return fresh, self.engines[-1]
 
     def __enter__(self) -> Self:
