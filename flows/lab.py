@@ -3,8 +3,8 @@ outcome-only variants under the first dial alone) trained by ``train_policy``, e
 test split and recorded by ``lab_cell``, at most ``lab.sweep.workers`` tasks at once in their own processes, then
 the page: docs/results/lab_sweep.md (the table, the
 break-even judge per method, each mechanism's health) with its plot and its figures as JSON beside it. One MLflow
-parent run (``lab_sweep``) holds a child per cell. Needs the nano start (``python -m components.lab.experiment
-sft --overlay lab``); the world and index are prepared here. A cell already finished is read back, so an
+parent run (``lab_sweep``) holds a child per cell. The nano start (``tasks/lab_sft.py``, unless
+``<run.out_dir>/sft`` holds one), the world and its index are made first. A cell already finished is read back, so an
 interrupted sweep resumes cell by cell. Lab results: a nano policy and simulated judges in a fictional world.
 
     python -m flows.lab --overlay lab                 # the session-sized grid (lab.sweep.variants x dials x seeds)
@@ -29,6 +29,7 @@ from components.params_cli import params_from_args, stage_argparser
 from tasks.evaluate import evaluate
 from tasks.index import index
 from tasks.lab_cell import lab_cell
+from tasks.lab_sft import lab_sft
 from tasks.prepare import prepare
 from tasks.runtime import resolve, run_stage, tracking
 from tasks.train_policy import train_policy
@@ -61,6 +62,7 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
     check_lab(params)
     settings = params.lab.sweep
     cells = grid(settings, full)
+    start = lab_sft(params)
     prepare(params)
     index(params)
     with tracking(params, "lab_sweep", tags={"grid": "full" if full else "session"}) as parent:
@@ -92,7 +94,8 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
                   f"{settings.eval_every} steps on {sized.train_policy.eval_questions} dev questions, test EM on "
                   f"{sized.evaluation.n_questions} test questions (greedy). Cell overrides: {settings.overrides}. "
                   f"train_policy wall per cell {min(walls):.0f}-{max(walls):.0f} s on {sized.run.torch_threads} "
-                  f"thread(s), {settings.workers} cells at once. Figures: [{name}.json]({name}.json)."]
+                  f"thread(s), {settings.workers} cells at once. The nano start: test EM {start['test_em']:.2f} "
+                  f"after {start['sft_steps']} SFT steps. Figures: [{name}.json]({name}.json)."]
         markdown = page(records, table, settings, full=full, header=header, plot_name=plot.name)
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"{name}.md").write_text(markdown)
