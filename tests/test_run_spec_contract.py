@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "components/lab/sweep.py": {"sweep_root", "cell_folder", "cell_done", "link_inputs", "cell_params"},
     "components/lab/world.py": {"build_lab_world"},
     "components/llm/factory.py": {"LLMPool.__init__"},
-    "components/methods/arco/model_setup.py": {"sparse_steps", "check_setup", "load_backbone"},
+    "components/methods/arco/model_setup.py": {"sparse_steps", "check_setup"},
     "components/methods/arco/variants.py": {"build_mu"},
     "components/methods/coreact/agent.py": {"GuidedAgent.options_from_params", "CoReActAgent.options_from_params"},
     "components/methods/coreact/baselines.py": {"_RetryingAgent.options_from_params",

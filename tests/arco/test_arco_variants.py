@@ -6,6 +6,7 @@ import pytest
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
 from components.methods.arco.variants import ArcoReward, ArcoState
 from components.params import ParamsError, load_params
+from components.run_spec import run_spec
 from components.variants import VariantContext, get_variant
 from tests.arco.helpers import teacher
 
@@ -47,7 +48,7 @@ def test_paper_profile_requires_arco_released_setup(repo_root, tmp_path):
 def test_mu_backbone_must_be_weights(repo_root):
     params = load_params(repo_root / "params.yaml", overrides=["arco.model_role=policy"])
     with pytest.raises(ParamsError, match="arco.model_role"):
-        load_backbone(params, params.arco.model_role)
+        load_backbone(run_spec(params), params.arco.model_role)
 
 
 @pytest.mark.parametrize(("overrides", "fused", "int8"), [([], True, False),

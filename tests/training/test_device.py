@@ -105,7 +105,7 @@ def test_the_loaders_give_the_requested_dtype_on_the_cpu(tiny_folder, dtype, exp
     assert policy.model.get_base_model().model.embed_tokens.weight.dtype == expected
     ids = torch.tensor([[2, 3, 4, 5]])
     assert torch.isfinite(policy.token_logprobs(ids, torch.ones_like(ids))).all()
-    mu, _ = load_backbone(params, "trainable_policy")  # ARCO's rubric model loads the same way
+    mu, _ = load_backbone(run_spec(params), "trainable_policy")  # ARCO's rubric model loads the same way
     assert weights_dtype(mu) == {expected}
 
 
@@ -155,5 +155,5 @@ def test_the_policy_loads_onto_cuda_in_bfloat16(tiny_folder, device):
     assert logp.device.type == "cuda" and torch.isfinite(logp).all()
     (-logp.sum()).backward()
     assert all(p.grad is not None for p in policy.trainable_parameters())
-    mu, _ = load_backbone(params, "trainable_policy")
+    mu, _ = load_backbone(run_spec(params), "trainable_policy")
     assert weights_dtype(mu) == {torch.bfloat16} and next(mu.parameters()).device.type == "cuda"

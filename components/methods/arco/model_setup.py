@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from components.params import ArcoSetup, Params, ParamsError
+from components.run_spec import RunSpec
 
 __all__ = ["check_setup", "load_backbone", "setup_overrides", "sparse_steps"]
 
@@ -36,17 +37,16 @@ def check_setup(params: Params) -> list[str]:
     return [f"{key}={run}" for key, run, want in pairs if run != want]
 
 
-def load_backbone(params: Params, role: str) -> tuple[Any, Any]:
+def load_backbone(spec: RunSpec, role: str) -> tuple[Any, Any]:
     """(transformers model, tokenizer) of the weights behind ``role`` (an hf or vllm backend), loaded like the
     trainable policy: on ``train_policy.device`` in ``train_policy.dtype``."""
-    backend = params.llm.roles.get(role)
+    backend = spec.roles.get(role)
     if not isinstance(backend, str):
         raise ParamsError(f"arco.model_role: role {role!r} must be bound to one backend in llm.roles, got {backend!r}")
-    cfg = params.llm.backends[backend]
+    cfg = spec.backends[backend]
     if cfg.type not in ("hf", "vllm"):
         raise ParamsError(f"arco.model_role: role {role!r} is bound to a {cfg.type!r} backend; mu needs weights "
                           "(an hf or vllm backend)")
-    from components.run_spec import run_spec
     from components.training.model import load_backend_weights
 
-    return load_backend_weights(run_spec(params), backend)  # where train_policy.device / dtype put the trainable models
+    return load_backend_weights(spec, backend)  # where train_policy.device / dtype put the trainable models

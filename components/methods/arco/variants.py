@@ -392,11 +392,11 @@ def build_mu(params: Params, *, int8_base: bool | None = None, fused_lora: bool 
     """mu as the variants build it: ``arco.model_role``'s weights, the run's LoRA settings, mu's head and memory
     options, under the run's seed; the speed options default to the run's ``grpo.int8_base`` / ``grpo.fused_lora``
     (``perf/bench_arco_mu.py`` sets them per mode)."""
-    s, lora = params.arco, params.lora
+    s, lora, spec = params.arco, params.lora, run_spec(params)
     settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
-    model, tokenizer = load_backbone(params, s.model_role)
+    model, tokenizer = load_backbone(spec, s.model_role)
     # None: transformers' generate on mu itself
-    engine = role_engine(run_spec(params), s.engine, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
+    engine = role_engine(spec, s.engine, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
     return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed, engine=engine,
                        score_head=s.score_head, score_readout=s.score_readout, kl_estimator=s.kl_estimator,
                        write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
