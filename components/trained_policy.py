@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.params import BackendParams, MethodParams, Params, ParamsError
-from components.run_spec import run_spec
+from components.run_spec import RunSpec, run_spec
 from components.training.engines import ENGINES
 
 __all__ = ["is_whole_model", "trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
@@ -21,19 +21,19 @@ __all__ = ["is_whole_model", "trained_adapter", "trained_policy_method", "varian
 REACT = "react"
 
 
-def variant_agent(params: Params, variant: str) -> str:
+def variant_agent(spec: RunSpec, variant: str) -> str:
     """The agent ``variant`` trains (and is evaluated with): its owning method's agent when that agent has a warm
     start in ``train_policy.warm_start``, else ReAct."""
     from components.method_registry import variant_method
 
     owner = variant_method(variant)
-    own = [a for a in (owner.agents if owner is not None else ()) if a in params.train_policy.warm_start]
+    own = [a for a in (owner.agents if owner is not None else ()) if a in spec.train_policy.warm_start]
     return own[0] if len(own) == 1 else REACT
 
 
-def trained_adapter(params: Params, variant: str) -> Path:
+def trained_adapter(spec: RunSpec, variant: str) -> Path:
     """The adapter ``train_policy@<variant>`` writes under ``run.out_dir``."""
-    return Path(params.run.out_dir) / "train" / variant / "adapter"
+    return Path(spec.run.out_dir) / "train" / variant / "adapter"
 
 
 def is_whole_model(folder: Path) -> bool:
@@ -50,7 +50,7 @@ def _variants() -> list[str]:
     return VARIANTS.names()
 
 
-def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendParams, MethodParams]:
+def trained_policy_method(spec: RunSpec, variant: str) -> tuple[str, BackendParams, MethodParams]:
     """(backend name, backend, method entry) that evaluate ``variant``'s final policy. Raises ParamsError when the
     variant's agent has no warm start or its warm start is not served by a backend that takes LoRA adapters.
 
@@ -60,19 +60,19 @@ def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendPar
     in-process ``hf`` backend). A policy trained with vLLM rollouts (``train_policy.engine: vllm``) is served as it
     was rolled out (its engine's ``served``, :mod:`components.training.engines`): an in-process ``vllm`` backend over
     the exported warm-started base with the RL adapter as its one LoRA, since vLLM applies one LoRA per request."""
-    agent = variant_agent(params, variant)
-    warm = params.train_policy.warm_start.get(agent)
-    if warm is None or warm not in params.methods:
+    agent = variant_agent(spec, variant)
+    warm = spec.train_policy.warm_start.get(agent)
+    if warm is None or warm not in spec.methods:
         raise ParamsError(f"evaluate@{variant}: train_policy.warm_start.{agent} is {warm!r}; a trained policy is served "
                           f"as its warm start's backend plus the RL adapter, so set it to a params.methods entry, or "
                           f"define methods.{variant} yourself")
-    entry = params.methods[warm]
-    served_by = ENGINES.get(params.train_policy.engine).served  # how a policy rolled out on that engine is served
+    entry = spec.methods[warm]
+    served_by = ENGINES.get(spec.engine).served  # how a policy rolled out on that engine is served
     if served_by is not None:
-        return served_by(run_spec(params), variant, agent, warm, entry, trained_adapter(params, variant))
-    served = entry.roles.get("policy", params.llm.roles["policy"])
-    backend = params.llm.backends[served]
-    folder = trained_adapter(params, variant)
+        return served_by(spec, variant, agent, warm, entry, trained_adapter(spec, variant))
+    served = entry.roles.get("policy", spec.roles["policy"])
+    backend = spec.backends[served]
+    folder = trained_adapter(spec, variant)
     if is_whole_model(folder) and backend.type == "hf":  # full fine-tuning over no adapter: the folder is the policy
         name = f"{served}-{variant}"
         trained = backend.model_copy(update={"model": str(folder), "lora": None})
@@ -86,7 +86,7 @@ def trained_policy_method(params: Params, variant: str) -> tuple[str, BackendPar
                           f"methods.{variant} with a policy backend that serves the trained adapter")
     name = f"{served}-{variant}"
     trained = backend.model_copy(update={
-        "lora": [*backend.adapters, str(trained_adapter(params, variant))],
+        "lora": [*backend.adapters, str(trained_adapter(spec, variant))],
         "model": f"{backend.model or backend.embedded}-{variant}",
     })
     method = MethodParams(
@@ -108,10 +108,11 @@ def with_trained_policy(params: Params, name: str) -> Params:
     if name not in variants:
         raise ParamsError(f"unknown method {name!r}: params.methods defines {sorted(params.methods)}; training "
                           f"variants (their trained policies): {sorted(variants)}")
-    adapter = trained_adapter(params, name)
+    spec = run_spec(params)
+    adapter = trained_adapter(spec, name)
     if not (adapter / "adapter_config.json").is_file() and not is_whole_model(adapter):
         raise FileNotFoundError(f"evaluate@{name}: {adapter} holds no adapter; run train_policy@{name} first")
-    backend_name, backend, method = trained_policy_method(params, name)
+    backend_name, backend, method = trained_policy_method(spec, name)
     raw = params.model_dump()
     raw["llm"]["backends"][backend_name] = backend.model_dump()
     raw["methods"][name] = method.model_dump()

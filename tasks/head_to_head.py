@@ -64,10 +64,11 @@ def role_prices(params: Params, method: str, variants: list[str]) -> dict[str, t
     policy is priced as its warm start's backend, which serves it."""
     entry = params.methods.get(method)
     if entry is None and method in variants:
+        from components.run_spec import run_spec
         from components.trained_policy import trained_policy_method
 
         try:
-            _, backend, entry = trained_policy_method(params, method)
+            _, backend, entry = trained_policy_method(run_spec(params), method)
         except ParamsError:
             return {}
         backends = {**params.llm.backends, entry.roles["policy"]: backend}

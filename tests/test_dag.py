@@ -18,6 +18,7 @@ from components import dag
 from components.method_registry import Evaluation, MethodSpec, load_methods
 from components.params import load_params
 from components.run_files import warm_start_folder
+from components.run_spec import run_spec
 from components.trained_policy import variant_agent
 from components.variants import VARIANTS
 from flows import pipeline as pipeline_module
@@ -179,7 +180,7 @@ def test_a_method_package_is_a_dependency_of_its_own_stages_only(repo_root):
         owner = {spec.name for spec in load_methods() if settings.agent in spec.agents}
         expected[f"evaluate@{method}"] = owner
     for variant in VARIANTS.names():  # a trained policy runs its warm start's agent: that agent's package only
-        agent = variant_agent(params, variant)
+        agent = variant_agent(run_spec(params), variant)
         expected[f"evaluate@{variant}"] = {spec.name for spec in load_methods() if agent in spec.agents}
     expected["head_to_head"] = set()
     expected["collect"] = {"coreact"}
@@ -270,4 +271,4 @@ def test_the_warm_starts_are_train_policy_s(repo_root):
             if agent in params.train_policy.warm_start:
                 assert params.train_policy.warm_start[agent] == spec.warm_start, spec.name
     for variant in pipeline_module.VARIANTS:
-        assert dag.variant_warm_start(variant) == params.train_policy.warm_start[variant_agent(params, variant)]
+        assert dag.variant_warm_start(variant) == params.train_policy.warm_start[variant_agent(run_spec(params), variant)]

@@ -133,6 +133,7 @@ def test_the_check_fails_on_parts_that_differ_beyond_the_mechanism(repo_root, tm
 def test_a_baselines_run_key_holds_its_methods_shared_block_and_reads_not_its_mechanism(repo_root, baseline,
                                                                                        mechanism, read):
     from components.method_registry import variant_method
+    from components.run_spec import run_spec
     from components.trained_policy import variant_agent
 
     params = load(repo_root, "embedded")
@@ -140,7 +141,7 @@ def test_a_baselines_run_key_holds_its_methods_shared_block_and_reads_not_its_me
     variant = method.variants[0]
 
     def key(p: Params, v: str) -> dict:
-        return run_settings(variant_params(p, v), v, variant_agent(p, v))
+        return run_settings(variant_params(p, v), v, variant_agent(run_spec(p), v))
 
     tuned = load(repo_root, "embedded", [mechanism])
     assert key(tuned, baseline) == key(params, baseline)  # the mechanism's settings are not the baseline's

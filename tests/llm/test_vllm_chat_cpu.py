@@ -54,7 +54,7 @@ def served(repo_root, tmp_path_factory):
     merged = warm.model.merge_and_unload()
     policy = lora_policy(merged, seed=2)  # train_policy: a fresh RL LoRA over the warm-started base
     export_base(policy.model, tokenizer, *warm_started_base(run_spec(params), [warm_start_adapter(run_spec(params), "react")]))
-    policy.model.save_pretrained(str(trained_adapter(params, "arbor")))
+    policy.model.save_pretrained(str(trained_adapter(run_spec(params), "arbor")))
     evaluated = with_trained_policy(params, "arbor")
     pool = LLMPool(evaluated)
     chat = pool.backend(evaluated.methods["arbor"].roles["policy"])

@@ -12,6 +12,7 @@ from components.io import read_jsonl
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
 from components.params import ParamsError, for_method
+from components.run_spec import run_spec
 from components.schemas import Question, Trajectory
 from components.trained_policy import variant_agent, with_trained_policy
 from flows.pipeline import SCAFFOLD_VARIANTS, VARIANTS
@@ -32,7 +33,7 @@ def test_each_variant_is_served_over_its_agents_warm_start(repo_root, tmp_path):
     params = load_params(repo_root / "params.yaml", overrides=[f"run.out_dir={tmp_path}"])
     for variant in VARIANTS:
         fake_adapter(tmp_path / "train" / variant / "adapter")
-        agent = variant_agent(params, variant)
+        agent = variant_agent(run_spec(params), variant)
         assert agent == ("scaffold" if variant in SCAFFOLD_VARIANTS else "react")
         warm = params.methods[params.train_policy.warm_start[agent]]
         run, spec = for_method(with_trained_policy(params, variant), variant)

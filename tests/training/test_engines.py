@@ -68,9 +68,9 @@ def test_evaluate_serves_a_trained_policy_as_its_engine_says(params, monkeypatch
     monkeypatch.setitem(ENGINES._items, "fake", RolloutEngineSpec(
         policy=lambda *a: None, served=lambda p, variant, agent, warm, entry, adapter:
         served.append((variant, agent, warm, adapter.parts[-3:])) or ("fake", None, entry)))
-    name, _, entry = trained_policy_method(with_engine(params, "fake"), "rubricem")
+    name, _, entry = trained_policy_method(spec_with_engine(params, "fake"), "rubricem")
     assert name == "fake" and entry is params.methods["sft_scaffold"]
     assert served == [("rubricem", "scaffold", "sft_scaffold", ("train", "rubricem", "adapter"))]
     # hf and llamacpp: the warm start's backend plus the RL adapter
-    name, backend, _ = trained_policy_method(with_engine(params, "hf"), "arbor")
+    name, backend, _ = trained_policy_method(spec_with_engine(params, "hf"), "arbor")
     assert name.endswith("-arbor") and backend.lora[-1].endswith("train/arbor/adapter")
