@@ -90,6 +90,8 @@ class LabSweepParams(Section):
         description="Variants whose reward asks no judge: run under the first dial only and compared with every "
                     "dial's cells (a run that asks a judge anyway is an error in the report).")
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="Seeds of every cell.")
+    variant_seeds: dict[str, list[int]] = Field(default_factory=dict, description="A variant's own seeds instead of "
+                                                "`seeds` (a slow variant run on fewer; the page says so).")
     steps: int = Field(default=40, ge=1, description="GRPO steps of every cell.")
     eval_every: int = Field(default=10, ge=1, description="Steps between a cell's dev evaluations (its curve).")
     threshold: float = Field(default=0.1, ge=0, le=1, description="Dev EM a cell's 'steps to threshold' waits for.")

@@ -60,7 +60,11 @@ def grid(settings: LabSweepParams, full: bool = False) -> list[Cell]:
     variants = settings.full_variants if full else settings.variants
     names = list(dials(settings, full))
     return [Cell(v, d, s) for v in variants for d in (names[:1] if v in settings.outcome_only else names)
-            for s in settings.seeds]
+            for s in seeds_of(settings, v)]
+
+
+def seeds_of(settings: LabSweepParams, variant: str) -> list[int]:
+    return settings.variant_seeds.get(variant, settings.seeds)
 
 
 def sweep_root(params: Params) -> Path:
@@ -184,7 +188,7 @@ def summarise(cells: list[dict], settings: LabSweepParams, full: bool = False) -
     variants = list(dict.fromkeys(c["variant"] for c in cells))
     for variant in variants:
         for dial in names if variant not in settings.outcome_only else names[:1]:
-            mine = [c for s in settings.seeds if (c := find(variant, dial, s)) is not None]
+            mine = [c for s in seeds_of(settings, variant) if (c := find(variant, dial, s)) is not None]
             if not mine:
                 continue
             diffs = []

@@ -66,3 +66,11 @@ def test_the_paired_difference_is_against_grpo_of_the_same_seed_with_a_t_interva
     worse = [c for c in cells if not (c["variant"] == "arbor" and c["dial"] == "perfect")]
     worse += [_cell("arbor", "perfect", s, e) for s, e in enumerate([0.1, 0.1, 0.2])]
     assert "under no judge" in break_even(summarise(worse, SETTINGS), SETTINGS)["arbor"]
+
+
+def test_a_slow_variant_runs_on_its_own_seeds_and_the_table_counts_them():
+    settings = SETTINGS.model_copy(update={"variants": ["grpo", "arco"], "variant_seeds": {"arco": [0]}})
+    assert [c.seed for c in grid(settings) if c.variant == "arco"] == [0, 0, 0]
+    cells = [_cell("grpo", "perfect", s, 0.1) for s in (0, 1, 2)] + [_cell("arco", "perfect", 0, 0.3)]
+    row = summarise(cells, settings).set_index(["variant", "dial"]).loc[("arco", "perfect")]
+    assert row["seeds"] == 1 and row["diff_vs_grpo"] == pytest.approx(0.2) and math.isnan(row["diff_low"])
