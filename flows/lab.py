@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from prefect import flow
+from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner
 
 from components.io import read_json, write_json
@@ -66,17 +67,27 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
     prepare(params)
     index(params)
     with tracking(params, "lab_sweep", tags={"grid": "full" if full else "session"}) as parent:
-        futures = []
-        for cell in cells:  # each cell: its two stages in its folder, then its record (read back when it exists)
-            mine = cell_params(params, cell, full)
-            if cell_done(params, cell).exists():
-                futures.append(read_json(cell_done(params, cell)))
-                continue
-            link_inputs(params, cell)
-            trained = train_policy.submit(mine, variant=cell.variant, parent_run_id=parent.run_id)
-            scored = evaluate.submit(mine, method=cell.variant, parent_run_id=parent.run_id, wait_for=[trained])
-            futures.append(lab_cell.submit(mine, cell, parent_run_id=parent.run_id, wait_for=[scored]))
-        records = [f if isinstance(f, dict) else f.result() for f in futures]
+        # a task waiting on another inside a pool process holds that process, so each stage is submitted once its
+        # input is done: the trainings first (lab.sweep.workers at once), a cell's evaluation as its training ends
+        done, todo = {}, []
+        for cell in cells:
+            if cell_done(params, cell).exists():  # read back: the sweep resumes cell by cell
+                done[cell] = read_json(cell_done(params, cell))
+            else:
+                link_inputs(params, cell)
+                todo.append((cell, cell_params(params, cell, full)))
+        trained = {train_policy.submit(mine, variant=cell.variant, parent_run_id=parent.run_id): (cell, mine)
+                   for cell, mine in todo}
+        scored = {}
+        for future in as_completed(list(trained)):
+            future.result()
+            cell, mine = trained[future]
+            scored[evaluate.submit(mine, method=cell.variant, parent_run_id=parent.run_id)] = (cell, mine)
+        for future in as_completed(list(scored)):
+            future.result()
+            cell, mine = scored[future]
+            done[cell] = lab_cell(mine, cell, parent_run_id=parent.run_id)
+        records = [done[cell] for cell in cells]
         table = summarise(records, settings, full)
         name = "lab_sweep_full" if full else "lab_sweep"
         plot = plot_curves(records, RESULTS / f"{name}.png")
