@@ -99,7 +99,7 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
                   f"Size: {len(cells)} cells ({', '.join(dict.fromkeys(c.variant for c in cells))} x judges "
                   f"{', '.join(f'{k} {v}' for k, v in (settings.full_dials if full else settings.dials).items())} x "
                   f"seeds {settings.seeds}{f', but {settings.variant_seeds}' if settings.variant_seeds else ''}; outcome-only "
-                  "variants under the first judge only), {settings.steps} GRPO "
+                  f"variants under the first judge only), {settings.steps} GRPO "
                   f"steps of {sized.grpo.prompts_per_step} questions x {sized.grpo.group_size} attempts each on "
                   f"train questions {sized.train_policy.first_question}-"
                   f"{sized.train_policy.first_question + sized.train_policy.n_questions - 1}, dev EM every "

@@ -94,7 +94,8 @@ class LabSweepParams(Section):
                                                 "`seeds` (a slow variant run on fewer; the page says so).")
     steps: int = Field(default=40, ge=1, description="GRPO steps of every cell.")
     eval_every: int = Field(default=10, ge=1, description="Steps between a cell's dev evaluations (its curve).")
-    threshold: float = Field(default=0.1, ge=0, le=1, description="Dev EM a cell's 'steps to threshold' waits for.")
+    threshold: float = Field(default=0.05, ge=0, le=1, description="The dev EM gain over its start a cell's 'steps "
+                             "to threshold' waits for.")
     workers: int = Field(default=2, ge=1, description="Cells run at once (each on run.torch_threads threads).")
     overrides: list[str] = Field(default_factory=list, description="`key=value` settings of every cell (its "
                                  "questions, evaluation size), after the dial and the seed.")

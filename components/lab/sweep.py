@@ -156,9 +156,9 @@ def area_under_curve(curve: list[dict]) -> float:
     return float(np.trapezoid(ems, steps) / steps[-1]) if len(curve) > 1 and steps[-1] > 0 else ems[-1]
 
 
-def steps_to(curve: list[dict], threshold: float) -> float:
-    """The first step at which dev EM reaches ``threshold`` (NaN: never)."""
-    return next((p["step"] for p in curve if p["em"] >= threshold), math.nan)
+def steps_to(curve: list[dict], gain: float) -> float:
+    """The first step at which dev EM is ``gain`` above its start (NaN: never)."""
+    return next((p["step"] for p in curve[1:] if p["em"] >= curve[0]["em"] + gain), math.nan)
 
 
 def interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -278,7 +278,7 @@ def page(cells: list[dict], table: pd.DataFrame, settings: LabSweepParams, *, fu
     per method, each mechanism's health at every dial, and the plot."""
     lines = [*header, "",
              "| variant | judge | seeds | test EM | dev EM AUC | steps to dev EM "
-             f"{settings.threshold:g} | judge calls | test EM - grpo [95% t interval] | gaming flagged | wall s |",
+             f"+{settings.threshold:g} | judge calls | test EM - grpo [95% t interval] | gaming flagged | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
         diff = "matched baseline" if r["variant"] == BASELINE else (

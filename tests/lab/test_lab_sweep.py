@@ -45,7 +45,8 @@ def test_a_cell_gets_its_dial_seed_steps_and_folder(repo_root):
 def test_curve_figures_are_the_hand_computed_ones():
     curve = _cell("grpo", "perfect", 0, 0.1)["curve"]
     assert area_under_curve(curve) == pytest.approx((0.05 * 10 + 0.15 * 10) / 20)
-    assert steps_to(curve, 0.1) == 10 and math.isnan(steps_to(curve, 0.5))
+    assert steps_to(curve, 0.1) == 10 and steps_to(curve, 0.15) == 20 and math.isnan(steps_to(curve, 0.5))
+    assert math.isnan(steps_to([{"step": 0.0, "em": 0.14}, {"step": 10.0, "em": 0.12}], 0.0))  # a fall is no gain
 
 
 def test_the_paired_difference_is_against_grpo_of_the_same_seed_with_a_t_interval():
