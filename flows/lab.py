@@ -15,7 +15,6 @@ interrupted sweep resumes cell by cell. Lab results: a nano policy and simulated
 from __future__ import annotations
 
 import datetime
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +23,8 @@ from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner
 
 from components.io import read_json, write_json
-from components.lab.sweep import cell_done, cell_params, grid, link_inputs, page, plot_curves, summarise, sweep_root
+from components.lab.experiment import head_commit
+from components.lab.sweep import cell_done, cell_params, dials, grid, link_inputs, page, plot_curves, summarise
 from components.params import Params, ParamsError
 from components.params_cli import params_from_args, stage_argparser
 from tasks.evaluate import evaluate
@@ -38,18 +38,13 @@ from tasks.train_policy import train_policy
 RESULTS = Path("docs/results")
 
 
-def _commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
-
-
-def check_lab(params: Params) -> None:
-    """The sweep runs in the lab only, and never trains GRPO on questions its start was fitted to."""
+def check_lab(params: Params, cell: Params) -> None:
+    """The sweep runs in the lab only, and never trains GRPO on questions its start was fitted to (``cell``: a
+    cell's params, the sweep's overrides applied)."""
     if "lab" not in (params.overlay or []):
         raise ParamsError("flows.lab runs the lab's cells: pass --overlay lab")
     held = params.lab.sft_own_questions if params.lab.sft_own_world else None
-    first = min([int(o.split("=", 1)[1]) for o in params.lab.sweep.overrides
-                 if o.startswith("train_policy.first_question=")] or [params.train_policy.first_question])
+    first = cell.train_policy.first_question
     if held is not None and first < held:
         raise ParamsError(f"lab.sweep: the nano's SFT read the first {held} train questions (lab.sft_own_questions) "
                           f"but the cells train from question {first}: set train_policy.first_question={held} in "
@@ -60,9 +55,10 @@ def check_lab(params: Params) -> None:
 def lab(params: Params | None = None, full: bool = False, command: str = "python -m flows.lab --overlay lab") -> dict:
     """Run every cell (``full``: the full grid) and write the page; returns the table's rows."""
     params = resolve(params)
-    check_lab(params)
     settings = params.lab.sweep
     cells = grid(settings, full)
+    sized = cell_params(params, cells[0], full)
+    check_lab(params, sized)
     start = lab_sft(params)
     prepare(params)
     index(params)
@@ -90,14 +86,13 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
         records = [done[cell] for cell in cells]
         table = summarise(records, settings, full)
         name = "lab_sweep_full" if full else "lab_sweep"
-        plot = plot_curves(records, RESULTS / f"{name}.png")
-        sized = cell_params(params, cells[0], full)
+        plot = plot_curves(records, list(dials(settings, full)), RESULTS / f"{name}.png")
         walls = [r["wall_s"] for r in records]
         header = [f"# Lab sweep ({'full' if full else 'session-sized'} grid)", "",
-                  f"{datetime.date.today().isoformat()}, commit `{_commit()}`, `{command}`. **Lab results**: the "
+                  f"{datetime.date.today().isoformat()}, commit `{head_commit()}`, `{command}`. **Lab results**: the "
                   "nano policy and simulated judges in a fictional world, never a row of the real-model tables.",
                   f"Size: {len(cells)} cells ({', '.join(dict.fromkeys(c.variant for c in cells))} x judges "
-                  f"{', '.join(f'{k} {v}' for k, v in (settings.full_dials if full else settings.dials).items())} x "
+                  f"{', '.join(f'{k} {v}' for k, v in dials(settings, full).items())} x "
                   f"seeds {settings.seeds}{f', but {settings.variant_seeds}' if settings.variant_seeds else ''}; outcome-only "
                   f"variants under the first judge only), {settings.steps} GRPO "
                   f"steps of {sized.grpo.prompts_per_step} questions x {sized.grpo.group_size} attempts each on "
@@ -113,7 +108,6 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
         (RESULTS / f"{name}.md").write_text(markdown)
         figures = {"cells": records, "table": table.to_dict("records")}
         write_json(RESULTS / f"{name}.json", figures)
-        write_json(sweep_root(params) / f"{name}.json", figures)
         parent.log_metrics({f"{r['variant']}@{r['dial']}.{k}": r[k] for r in table.to_dict("records")
                             for k in ("test_em", "diff_vs_grpo", "auc_dev_em")})
         for path in (RESULTS / f"{name}.md", plot):

@@ -108,7 +108,8 @@ def _plot(runs: list[dict], sft_em: float, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _commit() -> str:
+def head_commit() -> str:
+    """The short commit a results page names."""
     import subprocess
 
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
@@ -127,7 +128,7 @@ def report(params: Params) -> Path:
     lines = [
         "# The lab: a nano policy, GRPO with the exact outcome reward",
         "",
-        f"Written {time.strftime('%Y-%m-%d')} at commit {_commit()} by `python -m components.lab.experiment report "
+        f"Written {time.strftime('%Y-%m-%d')} at commit {head_commit()} by `python -m components.lab.experiment report "
         "--overlay lab` (the SFT and each GRPO run by the `sft` and `grpo` commands of that module). **Lab results**: a "
         f"{sft['parameters'] / 1e6:.2f}M-parameter Qwen2 trained from scratch in a fictional world; they say what the "
         "training mechanism does under a reward of known quality, never how a real model does. Do not mix these "

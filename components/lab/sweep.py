@@ -196,11 +196,11 @@ def summarise(cells: list[dict], settings: LabSweepParams, full: bool = False) -
                 base = find(BASELINE, dial, c["seed"])
                 diffs.append(c["test_em"] - base["test_em"] if base is not None else math.nan)
             mean, low, high = interval(diffs)
+            reached = [steps_to(c["curve"], settings.threshold) for c in mine]
             out.append({"variant": variant, "dial": dial, "seeds": len(mine),
                         "test_em": float(np.mean([c["test_em"] for c in mine])),
                         "auc_dev_em": float(np.mean([area_under_curve(c["curve"]) for c in mine])),
-                        "steps_to_threshold": float(np.nanmean([steps_to(c["curve"], settings.threshold) for c in mine]))
-                        if any(not math.isnan(steps_to(c["curve"], settings.threshold)) for c in mine) else math.nan,
+                        "steps_to_threshold": float(np.nanmean(reached)) if not np.isnan(reached).all() else math.nan,
                         "judge_calls": float(np.mean([c["judge_calls"] for c in mine])),
                         "diff_vs_grpo": mean, "diff_low": low, "diff_high": high,
                         "gaming_flagged": sum(c["gaming_suspected"] for c in mine),
@@ -232,16 +232,14 @@ def break_even(table: pd.DataFrame, settings: LabSweepParams, full: bool = False
     return found
 
 
-def plot_curves(cells: list[dict], path: Path) -> Path:
-    """Dev EM against steps (top) and against judge calls (bottom), one panel per dial, a line per variant (mean
-    over seeds)."""
+def plot_curves(cells: list[dict], dial_names: list[str], path: Path) -> Path:
+    """Dev EM against steps (top) and against judge calls (bottom), one panel per dial of ``dial_names``, a line
+    per variant (mean over seeds; an outcome-only variant's one dial in every panel)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dial_names = list(dict.fromkeys(c["dial"] for c in cells if c["variant"] not in ("grpo", "dapo")) or
-                      dict.fromkeys(c["dial"] for c in cells))
     fig, axes = plt.subplots(2, len(dial_names), figsize=(4.2 * len(dial_names), 6.4), squeeze=False)
     variants = list(dict.fromkeys(c["variant"] for c in cells))
     for j, dial in enumerate(dial_names):

@@ -75,3 +75,17 @@ def test_a_slow_variant_runs_on_its_own_seeds_and_the_table_counts_them():
     cells = [_cell("grpo", "perfect", s, 0.1) for s in (0, 1, 2)] + [_cell("arco", "perfect", 0, 0.3)]
     row = summarise(cells, settings).set_index(["variant", "dial"]).loc[("arco", "perfect")]
     assert row["seeds"] == 1 and row["diff_vs_grpo"] == pytest.approx(0.2) and math.isnan(row["diff_low"])
+
+
+def test_the_sweep_refuses_to_train_on_questions_its_start_was_fitted_to(repo_root):
+    from components.params import ParamsError
+    from flows.lab import check_lab
+
+    params = load_params(repo_root / "params.yaml", overlays=["lab"])
+    cell = Cell("grpo", "perfect", 0)
+    check_lab(params, cell_params(params, cell))  # the defaults train on the held-out questions
+    fitted = load_params(repo_root / "params.yaml", overlays=["lab"], overrides=["lab.sweep.overrides=[]"])
+    with pytest.raises(ParamsError, match="first_question=150"):
+        check_lab(fitted, cell_params(fitted, cell))
+    with pytest.raises(ParamsError, match="--overlay lab"):
+        check_lab(load_params(repo_root / "params.yaml"), cell_params(params, cell))
