@@ -375,6 +375,11 @@ class GRPOParams(Section):
         "inside its matmul (components/training/fused_lora.py): peft's update to the bit when lora.alpha / lora.r is a "
         "power of two (to float rounding otherwise), in less time and memory (perf/bench_int8_base.py --modes fp32 "
         "fused); for every LoRA model the run trains, as int8_base. Execution only: not keyed.")
+    format_penalty: float | None = Field(
+        default=None, le=0, json_schema_extra={"keyed_when_set": True},
+        description="The outcome reward's score for an episode that is not format-valid (no parsed answer, or an "
+        "unparseable turn), in every variant's outcome reward (components/rewards/outcome.py). None: ARBOR's "
+        "R_base, -1. 0 where right answers are rare and -1 would teach answering anything (the lab).")
     dynamic_sampling_max_rounds: int | None = Field(
         default=None, ge=0, json_schema_extra={"keyed_when_set": True},
         description="DAPO's dynamic sampling (Yu et al. 2025, Sec. 3.2): groups whose scores have no variance "

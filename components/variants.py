@@ -31,7 +31,7 @@ from components.method_registry import (
 )
 from components.params import GRPOParams, Params, with_method_settings
 from components.registry import Registry
-from components.rewards.outcome import OutcomeReward
+from components.rewards.outcome import outcome_reward
 from components.rewards.overlong import OverlongShaping
 from components.training.episodes import Episode, MethodState, RewardFn, RewardOutput, StepContext
 
@@ -91,7 +91,7 @@ def drop_homogeneous_groups(reward_fn: RewardFn) -> RewardFn:
 
 @VARIANTS.register("grpo")
 def build_grpo(ctx: VariantContext) -> VariantParts:
-    return VariantParts(reward_fn=OutcomeReward())
+    return VariantParts(reward_fn=outcome_reward(ctx.params.grpo))
 
 
 @VARIANTS.register("dapo")
@@ -106,7 +106,7 @@ def build_dapo(ctx: VariantContext) -> VariantParts:
     a group by its shaped scores, so a group whose outcomes differ but whose shaped scores tie (no advantage left)
     is refilled here, where verl keeps it in the batch with advantage 0."""
     d = ctx.params.dapo
-    reward: RewardFn = drop_homogeneous_groups(OutcomeReward())
+    reward: RewardFn = drop_homogeneous_groups(outcome_reward(ctx.params.grpo))
     if d.overlong_buffer_tokens is not None:
         budget = dapo_max_response_tokens(ctx.params)
         if d.overlong_buffer_tokens > budget:
@@ -121,7 +121,7 @@ def build_discard_homogeneous(ctx: VariantContext) -> VariantParts:
     """DAPO as ARBOR 4.1 describes its baseline (ARBOR's matched ``dapo_arbor``): outcome-homogeneous groups are
     discarded from the update, nothing else (no refill, no clip-higher, no length shaping; its clipping and KL are
     ARBOR's own, B.2: symmetric 0.2, KL 0)."""
-    return VariantParts(reward_fn=drop_homogeneous_groups(OutcomeReward()))
+    return VariantParts(reward_fn=drop_homogeneous_groups(outcome_reward(ctx.params.grpo)))
 
 
 BASELINE_RECIPES: dict[str, Callable[[VariantContext], VariantParts]] = {

@@ -4,8 +4,8 @@ test split and recorded by ``lab_cell``, at most ``lab.sweep.workers`` tasks at 
 the page: docs/results/lab_sweep.md (the table, the
 break-even judge per method, each mechanism's health) with its plot and its figures as JSON beside it. One MLflow
 parent run (``lab_sweep``) holds a child per cell. The nano start (``tasks/lab_sft.py``, unless
-``<run.out_dir>/sft`` holds one), the world and its index are made first. A cell already finished is read back, so an
-interrupted sweep resumes cell by cell. Lab results: a nano policy and simulated judges in a fictional world.
+``<run.out_dir>/sft`` holds one), the world and its index are made first. A cell already finished under the same settings is read back, so
+an interrupted sweep resumes cell by cell. Lab results: a nano policy and simulated judges in a fictional world.
 
     python -m flows.lab --overlay lab                 # the session-sized grid (lab.sweep.variants x dials x seeds)
     python -m flows.lab --overlay lab --full          # the full grid (the nightly sweep's default)
@@ -22,14 +22,14 @@ from prefect import flow
 from prefect.futures import as_completed
 from prefect.task_runners import ProcessPoolTaskRunner
 
-from components.io import read_json, write_json
+from components.io import write_json
 from components.lab.experiment import head_commit
-from components.lab.sweep import cell_done, cell_params, dials, grid, link_inputs, page, plot_curves, summarise
+from components.lab.sweep import cell_params, dials, grid, link_inputs, page, plot_curves, summarise
 from components.params import Params, ParamsError
 from components.params_cli import params_from_args, stage_argparser
 from tasks.evaluate import evaluate
 from tasks.index import index
-from tasks.lab_cell import lab_cell
+from tasks.lab_cell import finished_cell, lab_cell
 from tasks.lab_sft import lab_sft
 from tasks.prepare import prepare
 from tasks.runtime import resolve, run_stage, tracking
@@ -67,11 +67,13 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
         # input is done: the trainings first (lab.sweep.workers at once), a cell's evaluation as its training ends
         done, todo = {}, []
         for cell in cells:
-            if cell_done(params, cell).exists():  # read back: the sweep resumes cell by cell
-                done[cell] = read_json(cell_done(params, cell))
+            mine = cell_params(params, cell, full)
+            record = finished_cell(params, cell, mine)  # read back: the sweep resumes cell by cell
+            if record is not None:
+                done[cell] = record
             else:
                 link_inputs(params, cell)
-                todo.append((cell, cell_params(params, cell, full)))
+                todo.append((cell, mine))
         trained = {train_policy.submit(mine, variant=cell.variant, parent_run_id=parent.run_id): (cell, mine)
                    for cell, mine in todo}
         scored = {}

@@ -1,8 +1,8 @@
 """Stage `lab_cell`: the record of one finished cell of the lab sweep (components/lab/sweep.py), once its
 ``train_policy@<variant>`` and ``evaluate@<variant>`` have run in the cell's folder
 (``<run.out_dir>/<lab.sweep.out_dir>/<dial>/seed_<s>/``): its curve, test EM, health and gaming check to
-cells/<variant>.json (what the sweep's page reads; a cell holding it is not run again) and to an MLflow run
-``lab@<cell>`` under the sweep's parent. ``flows/lab.py`` composes the three.
+cells/<variant>.json with the cell's key (what the sweep's page reads; a record under the same key is not run again)
+and to an MLflow run ``lab@<cell>`` under the sweep's parent. ``flows/lab.py`` composes the three.
 
     python -m tasks.lab_cell --overlay lab --variant arbor --dial noisy --seed 0   # after the cell's two stages
 """
@@ -13,19 +13,35 @@ from pathlib import Path
 
 from prefect import task
 
-from components.io import write_json
-
-from components.lab.sweep import Cell, cell_record, read_cell
+from components.io import read_json, write_json
+from components.lab.sweep import Cell, cell_done, cell_record, read_cell
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
+from components.run_files import settings_digest
+from components.training.policy_run_key import run_settings
 from tasks.runtime import flatten, resolve, run_stage, tracking
+
+
+def cell_key(mine: Params, cell: Cell) -> str:
+    """What a cell is (its ``cell_params``): its training run's key (components.training.policy_run_key, the judge's
+    dial in it) and its evaluation's settings; a record of another key is run again, not read back."""
+    return settings_digest({"train": run_settings(mine, cell.variant), "evaluation": mine.evaluation.model_dump()})
+
+
+def finished_cell(params: Params, cell: Cell, mine: Params) -> dict | None:
+    """The cell's record when it finished under ``mine`` (its ``cell_params``), else None."""
+    path = cell_done(params, cell)
+    if not path.exists():
+        return None
+    record = read_json(path)
+    return record if record.get("run_key") == cell_key(mine, cell) else None
 
 
 @task(name="lab_cell")
 def lab_cell(params: Params | None, cell: Cell, parent_run_id: str | None = None) -> dict:
     params = resolve(params)  # the cell's: run.out_dir is its folder (components.lab.sweep.cell_params)
     folder = Path(params.run.out_dir)
-    record = read_cell(folder, cell)
+    record = {**read_cell(folder, cell), "run_key": cell_key(params, cell)}
     with tracking(params, f"lab@{cell.name}", parent_run_id,
                   tags={"variant": cell.variant, "dial": cell.dial, "seed": str(cell.seed)}) as run:
         run.log_params({"variant": cell.variant, "dial": cell.dial, "seed": cell.seed,

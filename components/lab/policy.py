@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -26,7 +26,7 @@ import torch
 from components.lab.nano import fit_tokenizer, load_nano, load_tokenizer, nano_qwen2
 from components.lab.world import LabWorld, build_lab_world, compact_episodes, lab_agent, sft_rows
 from components.params import AgentParams, Params
-from components.rewards.outcome import OutcomeReward
+from components.rewards.outcome import outcome_reward
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
 from components.training.model import build_policy
@@ -158,7 +158,7 @@ def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, ste
              eval_every: int | None = None, on_metrics: Callable[[int, dict], None] | None = None,
              reward=None, on_point: Callable[[list[dict]], None] | None = None) -> list[dict[str, float]]:
     """GRPO of ``start`` (full fine-tuning, KL to ``start`` as ``grpo.kl_coef`` says) on the lab world's train split
-    with the exact-match outcome reward (0 for a wrong or missing answer; ``reward`` replaces it), ``steps`` steps (``lab.grpo_steps``);
+    with the exact-match outcome reward (0 for a wrong answer, ``grpo.format_penalty`` for a missing one; ``reward`` replaces it), ``steps`` steps (``lab.grpo_steps``);
     greedy dev EM every ``eval_every`` steps and at step 0. One dict per evaluation point: step, dev EM/F1/answered,
     the mean training reward since the last point, and the seconds spent in rollout, reward and update."""
     lab_params = params.lab
@@ -176,7 +176,7 @@ def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, ste
         if on_metrics is not None:
             on_metrics(step, metrics)
 
-    reward = reward or OutcomeReward(format_penalty=0.0, metric="em")
+    reward = reward or replace(outcome_reward(params.grpo), metric="em")
     trainer = GRPOTrainer(policy, engine, reward, grpo_questions(params, lab),
                           params.grpo, rollout_fn=_rollout(start.tokenizer, lab.toolbox, params.agent),
                           pad_token_id=start.tokenizer.pad_token_id, seed=seed, on_metrics=record)

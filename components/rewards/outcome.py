@@ -7,6 +7,7 @@ a forced answer that parsed) and none of its turns was unparseable. The reward r
 
     reward = OutcomeReward(format_penalty=-1.0)
     scores = reward(episodes, ctx).scores        # one float per episode
+    reward = outcome_reward(params.grpo)         # a run's: grpo.format_penalty (unset: -1)
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from components.evaluation.metrics import exact_match, f1_score
 from components.schemas import Question, Trajectory
 from components.training.episodes import Episode, RewardOutput, StepContext
 
-__all__ = ["OutcomeReward", "format_valid"]
+__all__ = ["DEFAULT_FORMAT_PENALTY", "OutcomeReward", "format_valid", "outcome_reward"]
+
+DEFAULT_FORMAT_PENALTY = -1.0
 
 
 def format_valid(trajectory: Trajectory) -> bool:
@@ -27,7 +30,7 @@ def format_valid(trajectory: Trajectory) -> bool:
 
 @dataclass
 class OutcomeReward:
-    format_penalty: float = -1.0
+    format_penalty: float = DEFAULT_FORMAT_PENALTY
     metric: str = "f1"  # or "em"
 
     def score(self, trajectory: Trajectory, question: Question) -> float:
@@ -45,3 +48,9 @@ class OutcomeReward:
             em += exact_match(t.final_answer, e.prompt.answers) if t.final_answer else 0.0
         n = max(len(episodes), 1)
         return RewardOutput(scores, metrics={"format_valid": valid / n, "em": em / n})
+
+
+def outcome_reward(grpo) -> OutcomeReward:
+    """The outcome reward of a run whose grpo block is ``grpo``: its ``format_penalty`` when set, else -1."""
+    penalty = getattr(grpo, "format_penalty", None)
+    return OutcomeReward(format_penalty=DEFAULT_FORMAT_PENALTY if penalty is None else penalty)

@@ -51,6 +51,8 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     dtype = placement(params.train_policy).keyed()  # where the weights live is not keyed; their precision is, when not float32
     if dtype is not None:
         settings["train_policy"]["dtype"] = dtype
+    if any(backend.type == "simulated" for backend in params.llm.backends.values()):  # the lab's judges
+        settings["lab_judge"] = params.lab.judge  # their quality dial is part of what the run is
     settings["branch_from"] = branch_digest(params.train_policy.branch_from)
     method = warm_start_method(spec, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over

@@ -89,3 +89,28 @@ def test_the_sweep_refuses_to_train_on_questions_its_start_was_fitted_to(repo_ro
         check_lab(fitted, cell_params(fitted, cell))
     with pytest.raises(ParamsError, match="--overlay lab"):
         check_lab(load_params(repo_root / "params.yaml"), cell_params(params, cell))
+
+
+def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path):
+    """A cell finished under one judge dial (or reward) is run again, not read back, once its settings change; the
+    dial is in the training run's key under the lab overlay and nowhere else."""
+    from components.io import write_json
+    from components.lab.sweep import cell_done
+    from tasks.lab_cell import cell_key, finished_cell
+    from components.training.policy_run_key import run_settings
+
+    params = load_params(repo_root / "params.yaml", overlays=["lab"], overrides=[f"run.out_dir={tmp_path}"])
+    cell = Cell("arbor", "noisy", 0)
+    mine = cell_params(params, cell)
+    assert finished_cell(params, cell, mine) is None
+    cell_done(params, cell).parent.mkdir(parents=True)
+    write_json(cell_done(params, cell), {"test_em": 0.1, "run_key": cell_key(mine, cell)})
+    assert finished_cell(params, cell, mine)["test_em"] == 0.1
+    for change in ("lab.sweep.dials.noisy.flip_rate=0.4", "grpo.format_penalty=-0.5"):
+        other = load_params(repo_root / "params.yaml", overlays=["lab"],
+                            overrides=[f"run.out_dir={tmp_path}", change])
+        assert finished_cell(other, cell, cell_params(other, cell)) is None, change
+    write_json(cell_done(params, cell), {"test_em": 0.1})  # a record from before records were keyed
+    assert finished_cell(params, cell, mine) is None
+    assert run_settings(mine, "arbor")["lab_judge"]["flip_rate"] == 0.25
+    assert "lab_judge" not in run_settings(load_params(repo_root / "params.yaml"), "arbor")

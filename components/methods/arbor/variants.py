@@ -42,7 +42,7 @@ from components.methods.arbor.pairwise_judge import GroupScores, score_group
 from components.methods.arbor.rar import rate, write_checklist
 from components.methods.arbor.shaping import homogeneity_metrics, shape_group
 from components.params import ArborParams
-from components.rewards.outcome import OutcomeReward, format_valid
+from components.rewards.outcome import OutcomeReward, format_valid, outcome_reward
 from components.training.episodes import Episode, RewardOutput, StepContext
 from components.variants import VARIANTS, VariantContext, VariantParts
 
@@ -363,7 +363,7 @@ def build_arbor(ctx: VariantContext) -> VariantParts:
     memory = RubricMemory(s, embed=lazy_embedder(ctx, s.embedder))
     state = ArborState(memory, ctx.roles(s.consolidator_role), s, snapshot_dir=Path(ctx.out_dir) / "memory")
     reward = ArborReward(s, judge=_pairwise_judge(ctx, s), inducer=ctx.roles(s.inducer_role), seed=ctx.params.seed,
-                         state=state)
+                         state=state, outcome=outcome_reward(ctx.params.grpo))
     return VariantParts(reward_fn=reward, method=state)
 
 
@@ -371,7 +371,7 @@ def build_arbor(ctx: VariantContext) -> VariantParts:
 def build_arbor_no_memory(ctx: VariantContext) -> VariantParts:
     s = _settings(ctx)
     return VariantParts(reward_fn=ArborReward(s, judge=_pairwise_judge(ctx, s), inducer=ctx.roles(s.inducer_role),
-                                              seed=ctx.params.seed))
+                                              seed=ctx.params.seed, outcome=outcome_reward(ctx.params.grpo)))
 
 
 @VARIANTS.register("rar")
@@ -379,4 +379,4 @@ def build_rar(ctx: VariantContext) -> VariantParts:
     s = _settings(ctx)
     state = RarState()
     return VariantParts(reward_fn=RarReward(s, writer=ctx.roles(s.inducer_role), judge=ctx.roles(s.judge_role),
-                                            state=state), method=state)
+                                            state=state, outcome=outcome_reward(ctx.params.grpo)), method=state)

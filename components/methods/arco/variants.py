@@ -45,7 +45,7 @@ from components.methods.arco.decomposition import (
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
 from components.methods.arco.rubric_model import ADAPTER, CriteriaSample, RubricModel
 from components.params import ArcoParams, Params, ParamsError
-from components.rewards.outcome import OutcomeReward
+from components.rewards.outcome import OutcomeReward, outcome_reward
 from components.run_spec import run_spec
 from components.schemas import Criterion, Rubric
 from components.training.advantages import group_advantages
@@ -367,8 +367,8 @@ class ArcoReward:
     """The variant's reward: the outcome reward (F1, -1 if format-invalid) in the sparse phase, mu's step rewards
     (one value per step, None beyond an episode's last step) after it; mu scores every step once warm."""
 
-    def __init__(self, state: ArcoState):
-        self.state, self.outcome = state, OutcomeReward()
+    def __init__(self, state: ArcoState, outcome: OutcomeReward | None = None):
+        self.state, self.outcome = state, outcome or OutcomeReward()
 
     def __call__(self, episodes: list[Episode], ctx: StepContext) -> RewardOutput:
         out = self.outcome(episodes, ctx)
@@ -416,7 +416,7 @@ def _build(ctx: VariantContext, *, loss: str, frozen: bool) -> VariantParts:
     state = ArcoState(s, lambda: build_mu(params), teacher, loss=loss, frozen=frozen,
                       sparse_steps=sparse_steps(params), normalize_std=params.grpo.std_normalize,
                       eps=params.grpo.adv_eps, seed=params.seed)
-    return VariantParts(reward_fn=ArcoReward(state), advantage_fn=state.advantages, method=state)
+    return VariantParts(reward_fn=ArcoReward(state, outcome_reward(ctx.params.grpo)), advantage_fn=state.advantages, method=state)
 
 
 @VARIANTS.register("arco")

@@ -26,7 +26,7 @@ from components.judges.render import scaffold_text
 from components.methods.rubricem.reflection import Reflection, ReflectionJudge, parse_reflection, reflection_messages
 from components.methods.rubricem.stagewise_judge import StagewiseJudge, failure_kind
 from components.variants import VARIANTS, VariantContext, VariantParts
-from components.rewards.outcome import OutcomeReward
+from components.rewards.outcome import outcome_reward
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank
 from components.schemas import Criterion, Question, Rubric
@@ -420,7 +420,7 @@ def _build(ctx: VariantContext, *, stagewise: bool, meta: bool) -> VariantParts:
             seed=ctx.params.seed, observation_chars=p.reflection_observation_chars)
         options["guidance"] = BankGuidance(bank)
     method = RubricEMState(judge, bank, reflection, bank_dir=ctx.out_dir / "bank", save_every=p.bank_save_every)
-    reward = reward or OutcomeReward()
+    reward = reward or outcome_reward(ctx.params.grpo)
     order = None
     if meta:  # Phase A before the task update (D.2); the windowed curriculum (D.3): fresh batches, then repeats
         reward = MetaPolicyFirst(reward, method)
