@@ -26,7 +26,8 @@ __all__ = ["Resolved", "dvc_yaml", "edges", "evaluated_methods", "pipeline_stage
 DVC_YAML = Path(__file__).resolve().parents[1] / "dvc.yaml"
 REACT = "components/agents/react.py"
 SHARED_WARM_START = "sft"  # the shared ReAct warm start (params.methods.sft) every other method starts from
-RUN_FILES = ("tasks/runtime.py", "components/params_cli.py", "components/run_files.py", "components/params.py")
+RUN_FILES = ("tasks/runtime.py", "components/params_cli.py", "components/run_files.py", "components/params.py",
+             "components/params_load.py")
 REPLAYED = "what dvc repro replays"
 
 
@@ -45,7 +46,8 @@ PREPARE = Stage(
 
 INDEX = Stage(
     "index", "index",
-    deps=("tasks/index.py", *RUN_FILES[:3], "components/clipping.py", "components/params.py", "components/retrieval",
+    deps=("tasks/index.py", *RUN_FILES[:3], "components/clipping.py", "components/params.py", "components/params_load.py",
+          "components/retrieval",
           "components/embedded", "outputs/data/corpus.jsonl"),
     params=("profile", "profiles", "retrieval"),
     outs=(Out("outputs/index"),))
@@ -79,7 +81,8 @@ TRAIN_POLICY = Stage(
           "mechanism's\nsettings; dapo: its section) and its warm start. A change to one method's package re-runs "
           "only that method's variants.",
     deps=("${item.package}", "tasks/train_policy.py", *RUN_FILES[:3], "components/policy_run.py",
-          "components/variants.py", "components/params.py", "components/method_registry.py", "components/rewards",
+          "components/variants.py", "components/params.py", "components/params_load.py", "components/method_registry.py",
+          "components/rewards",
           "components/judges", "components/world  # ARCO's oracle diagnostics", "components/training",
           "components/agents", "components/evaluation", "components/llm", "components/retrieval",
           "components/embedded", "outputs/data/train.jsonl", "outputs/data/dev.jsonl", "outputs/data/corpus.jsonl",
@@ -103,7 +106,8 @@ HEAD_TO_HEAD = Stage(
           "reports what exists. A sweep's seed folders (<out_dir>/<sweep.out_dir>/seed_<S>/) are read too, untracked.\n"
           "Beyond the evaluations it reads each training stage's compute (the stages' `report` files).",
     deps=("tasks/head_to_head.py", "tasks/runtime.py", "components/params_cli.py", "components/params.py",
-          "components/io.py", "components/method_registry.py", "components/trained_policy.py",
+          "components/params_load.py", "components/llm/params.py  # llm", "components/agents/params.py  # methods",
+          "components/training/params.py  # train_policy", "components/io.py", "components/method_registry.py", "components/trained_policy.py",
           "components/reporting", "outputs/eval  # every evaluate@<method> and evaluate@<variant>"),
     params=("seed", "profile", "profiles", "llm  # the backends' prices",
             "methods  # which backend each role of a method runs on",
@@ -124,6 +128,7 @@ def warm_start_stages(method: str, spec: MethodSpec | None = None) -> tuple[Stag
     return (
         Stage(data, "sft_data", args=args, note=f"{whose} data: methods.{method}" if whose else "",
               deps=("tasks/sft_data.py", *RUN_FILES, "components/method_registry.py", "components/warmstart", *own,
+                    "components/datasets/params.py  # data.source", "components/training/params.py  # sft.*",
                     "components/world", "components/agents", "components/evaluation", "components/llm",
                     "components/retrieval", "components/embedded", "outputs/data/train.jsonl",
                     "outputs/data/corpus.jsonl", "outputs/index"),
@@ -139,6 +144,7 @@ def warm_start_stages(method: str, spec: MethodSpec | None = None) -> tuple[Stag
               metrics=(_uncached(f"outputs/{data}/metrics.json"),)),
         Stage(method, "sft", args=args, note=f"{whose}: LoRA SFT on {data}'s trajectories" if whose else "",
               deps=("tasks/sft.py", *RUN_FILES, "components/training", "components/agents", "components/embedded",
+                    "components/llm/params.py  # the trainable policy's backend",
                     *own, f"outputs/{data}/trajectories.jsonl", f"outputs/{data}/reflections.jsonl"),
               params=("seed", "profile", "profiles", "agent", "lora", "sft", f"methods.{method}",
                       "llm.roles.trainable_policy", "run.torch_threads"),

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from components.params import Params, load_params
+from components.params import Params
+from components.params_load import load_params
 
 PARAMS_PATH = os.environ.get("RUBRICFLOW_PARAMS", "params.yaml")
 

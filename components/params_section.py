@@ -1,7 +1,8 @@
-"""The base of every ``params.yaml`` section model (unknown keys are errors), and the block of shared-section
-overrides a method's section may carry. Its own module so that the methods' sections
-(``components/methods/<method>/params.py``) and the shared ones in ``components.params`` share it without
-importing each other."""
+"""The base of every ``params.yaml`` section model (unknown keys are errors), the block of shared-section overrides
+a method's section may carry, the dump helper that keeps a switch out of run keys while it is off, and
+``ParamsError``. Its own module so that every section's model (``components/<package>/params.py``,
+``components/methods/<method>/params.py``), the root ``components.params`` and the loader ``components.params_load``
+share it without importing each other."""
 
 from typing import Any
 
@@ -31,3 +32,14 @@ def shared_overrides_field() -> Any:
         "This method's values for the shared grpo/sft/agent blocks, applied when its variants (and its warm start) "
         "run; the paper profile holds its paper's training settings here. Not part of a run key by itself: the "
         "effective blocks are."))
+
+
+def drop_when_off(out: dict, section: Section, name: str) -> dict:
+    """A dump without the switch ``name`` while it is off: runs keyed before it existed keep their keys."""
+    if not getattr(section, name):
+        out.pop(name, None)
+    return out
+
+
+class ParamsError(ValueError):
+    """A params problem in one line: where (``file:line`` or ``--set KEY=VALUE``), the dotted key, what."""

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from components.io import write_jsonl
-from components.params import Params, ParamsError
+from components.params import Params
+from components.params_section import ParamsError
 from components.schemas import Trajectory
 
 SFT_METHOD = "sft"  # the default warm start: params.methods.sft (ReAct, compact prompt; evaluates the sft stage)

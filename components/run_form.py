@@ -17,7 +17,10 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
-from components.params import DataParams, EvaluationParams, GRPOParams, RunParams
+from components.datasets.params import DataParams
+from components.evaluation.params import EvaluationParams
+from components.params import RunParams
+from components.training.params import GRPOParams
 
 Profile = Literal["embedded", "paper"]
 """The profiles params.yaml defines (``embedded``, its top level, and those under ``profiles``)."""

@@ -15,16 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.params import (
-    BackendParams,
-    GRPOParams,
-    LoRAParams,
-    MethodParams,
-    Params,
-    ParamsError,
-    RunParams,
-    TrainPolicyParams,
-)
+from components.agents.params import MethodParams
+from components.llm.params import BackendParams
+from components.params import Params, RunParams
+from components.params_section import ParamsError
+from components.training.params import GRPOParams, LoRAParams, TrainPolicyParams
 
 __all__ = ["RunSpec", "run_spec"]
 

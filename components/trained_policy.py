@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.params import BackendParams, MethodParams, Params, ParamsError
+from components.agents.params import MethodParams
+from components.llm.params import BackendParams
+from components.params import Params
+from components.params_section import ParamsError
 from components.run_spec import RunSpec, run_spec
 from components.training.engines import ENGINES
 

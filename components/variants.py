@@ -29,11 +29,12 @@ from components.method_registry import (
     variant_method,
     variant_recipe,
 )
-from components.params import GRPOParams, Params, with_method_settings
+from components.params import Params, with_method_settings
 from components.registry import Registry
 from components.rewards.outcome import outcome_reward
 from components.rewards.overlong import OverlongShaping
 from components.training.episodes import Episode, MethodState, RewardFn, RewardOutput, StepContext
+from components.training.params import GRPOParams
 
 __all__ = ["BASELINE_RECIPES", "VARIANTS", "VariantContext", "VariantParts", "dapo_grpo", "drop_homogeneous_groups",
            "get_variant", "register_baselines", "variant_grpo", "variant_params"]

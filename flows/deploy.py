@@ -27,7 +27,9 @@ from typing import Any, Literal
 from prefect import flow, serve
 from prefect.schedules import Cron
 
-from components.params import Params, ParamsError, load_params
+from components.params import Params
+from components.params_load import load_params
+from components.params_section import ParamsError
 from components.run_form import RunForm, to_overrides
 from flows.pipeline import METHODS, STAGES, VARIANTS, pipeline
 from tasks.runtime import PARAMS_PATH, params_from_args, run_stage, stage_argparser

@@ -25,8 +25,9 @@ from prefect.task_runners import ProcessPoolTaskRunner
 from components.io import write_json
 from components.lab.experiment import head_commit
 from components.lab.sweep import cell_params, dials, grid, link_inputs, page, plot_curves, summarise
-from components.params import Params, ParamsError
+from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
+from components.params_section import ParamsError
 from tasks.evaluate import evaluate
 from tasks.index import index
 from tasks.lab_cell import finished_cell, lab_cell

@@ -23,7 +23,9 @@ from prefect import flow
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import ValidationError
 
-from components.params import Params, ParamsError, SweepParams, apply_overrides, load_params
+from components.params import Params, SweepParams
+from components.params_load import apply_overrides, load_params
+from components.params_section import ParamsError
 from components.registry import RegistryError
 from components.reporting.compare import seed_dir
 from flows.placement import ray_placement

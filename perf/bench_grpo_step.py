@@ -137,7 +137,7 @@ def make_trainer(
     if hasattr(tr, "GRPOConfig"):
         config = tr.GRPOConfig(learning_rate=lr, sampling=sampling, **common)
         return tr.GRPOTrainer(policy, engine, reward, prompts, config)
-    from components.params import GRPOParams
+    from components.training.params import GRPOParams
 
     config = GRPOParams(lr=lr, max_new_tokens=sampling.max_new_tokens, checkpoint_every=0, **common)
     return tr.GRPOTrainer(policy, engine, reward, prompts, config, sampling=sampling)
@@ -250,8 +250,9 @@ def bench_update(path: Path, steps: int) -> dict[str, Any]:
     policy = build_policy(path.parent, gguf_file=path.name, lora=LoRASettings(r=8, alpha=16),
                           gradient_checkpointing=True)
     load_s = time.perf_counter() - t0
-    from components.params import GRPOParams, load_params
+    from components.params_load import load_params
     from components.training import trainer as tr
+    from components.training.params import GRPOParams
 
     config = GRPOParams(**{**load_params("params.yaml").grpo.model_dump(), "checkpoint_every": 0})
     trainer = tr.GRPOTrainer(policy, None, _reward, [[1]], config, sampling=SamplingParams(max_new_tokens=1),

@@ -35,7 +35,7 @@ def trainer_params() -> Any:
     """params.yaml, with torch's threads set as ``run.torch_threads`` says (as the training stages set them)."""
     import torch
 
-    from components.params import load_params
+    from components.params_load import load_params
 
     params = load_params()
     if params.run.torch_threads:

@@ -30,10 +30,10 @@ from components.llm.backends.openai_http import OpenAIChatModel
 from components.llm.backends.per_loop import PerLoop
 from components.llm.base import ChatModel, Completion, Sampling, TransientLLMError, classify_status, user
 from components.llm.middleware import ReliableChatModel, ResponseCache
+from components.llm.params import MiddlewareParams
 from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_graph import sparse_graph
 from components.methods.arbor.pairwise_judge import score_group
-from components.params import MiddlewareParams
 
 REPLY = '{"winner": "A"}'
 

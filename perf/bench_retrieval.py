@@ -30,7 +30,7 @@ import numpy as np
 
 from components.io import write_json
 from components.methods.coreact.slates import select_slate, slate_context
-from components.params import load_params
+from components.params_load import load_params
 from components.retrieval.bm25 import BM25Index, hit, top_indices
 from components.retrieval.text import tokenize
 from components.schemas import Document, Question

@@ -281,7 +281,8 @@ def median_completion_tokens(record: Path, model_prefix: str) -> int | None:
 
 
 def bench_params(args, n: int, cache_dir: Path):
-    from components.params import for_method, load_params
+    from components.params import for_method
+    from components.params_load import load_params
 
     sets = [f"evaluation.n_questions={args.questions}", f"evaluation.episode_concurrency={n}",
             "llm.middleware.cache=false", f"run.cache_dir={cache_dir}", "evaluation.llm_judge=false"]

@@ -50,7 +50,7 @@ def main() -> None:
     import torch
 
     from components.io import read_jsonl, write_json
-    from components.params import load_params
+    from components.params_load import load_params
     from components.run_files import warm_start_folder
     from components.run_spec import run_spec
     from components.schemas import Trajectory

@@ -156,8 +156,8 @@ def ours_grpo(case: str, tokenizer, prompts: list[str], shape: Shape, engine_log
 
     import torch
 
-    from components.params import GRPOParams
     from components.training.model import LoRASettings, build_policy
+    from components.training.params import GRPOParams
     from components.training.rollout import HFRolloutEngine, SamplingParams
     from components.training.trainer import GRPOTrainer
 
@@ -285,8 +285,8 @@ def sft_rows(tokenizer, shape: Shape) -> list[tuple[list[int], list[int]]]:
 def ours_sft(case: str, tokenizer, rows, shape: Shape) -> dict[str, Any]:
     import torch
 
-    from components.params import SFTParams
     from components.training.model import LoRASettings, build_policy
+    from components.training.params import SFTParams
     from components.training.sft import SFTExample
     from components.training.sft_trainer import SFTTrainer
 

@@ -19,8 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.llm.backends.scripted import ScriptedChatModel  # noqa: E402
 from components.method_registry import load_methods, variant_baseline, variant_method  # noqa: E402
-from components.params import Params, ParamsError  # noqa: E402
+from components.params import Params  # noqa: E402
 from components.params_cli import params_from_args, stage_argparser  # noqa: E402
+from components.params_section import ParamsError
 from components.variants import VARIANTS, VariantContext, get_variant, variant_grpo, variant_params  # noqa: E402
 
 COLUMNS = ["variant", "settings of", "lr", "KL", "temperature", "prompts/step", "group size", "TIS cap",

@@ -21,8 +21,9 @@ from pathlib import Path
 from components.io import read_json, read_jsonl, write_json
 from components.llm.factory import LLMPool
 from components.methods.arco.probe import distinct_trajectories, probe
-from components.params import Params, ParamsError
+from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
+from components.params_section import ParamsError
 from components.run_files import out_path
 from components.schemas import Question, Trajectory
 from components.training.checkpoint import latest_checkpoint

@@ -35,8 +35,9 @@ from pydantic import BaseModel
 
 from components.io import atomic_path
 from components.method_registry import agent_method, load_methods, paired_baselines, variant_health
-from components.params import Params, ParamsError
+from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
+from components.params_section import ParamsError
 from components.reporting.figures import figures_line, write_figures
 from components.reporting.head_to_head import collect_scope, document, write_head_to_head
 from components.reporting.head_to_head import head_to_head as build_table

@@ -20,8 +20,10 @@ from typing import Any
 from components.embedded.lora_gguf import LoraConversionError
 from components.embedded.models import ModelIntegrityError, ModelPartsMissing
 from components.io import RecordError
-from components.params import Params, ParamsError, load_params
+from components.params import Params
 from components.params_cli import PARAMS_PATH, params_from_args, stage_argparser  # noqa: F401 (flows use these)
+from components.params_load import load_params
+from components.params_section import ParamsError
 from tasks.temporary_servers import reap_orphaned_servers
 
 # Mistakes in what the user gave or pointed at (an override, a params file, an input record, a path that does not

@@ -16,7 +16,7 @@ from prefect import Task
 
 from components import dag
 from components.method_registry import Evaluation, MethodSpec, load_methods
-from components.params import load_params
+from components.params_load import load_params
 from components.run_files import warm_start_folder
 from components.run_spec import run_spec
 from components.trained_policy import variant_agent

@@ -1,8 +1,8 @@
 """The layers of docs/architecture.md, checked with import-linter (contracts in pyproject.toml): flows >
 tasks > components; components free of Prefect, MLflow and DVC; adapter saving and digests a leaf; the four
 method packages independent; the shared seams never importing a method; no task importing another; no import
-loop between sibling packages or modules. The second test plants one cross-method import in a copy of the tree
-and checks the contracts catch it, so a contract that could never fail would show here."""
+loop between sibling packages or modules; the params sections leaves. The second test plants one bad import in a
+copy of the tree and checks the contracts catch it, so a contract that could never fail would show here."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ def copy_tree(repo_root: Path, dest: Path) -> Path:
     ("components/schemas.py", "import tasks.runtime", "flows compose tasks; tasks call components"),
     ("components/world/names.py", "import components.world.render", "no import loops"),
     ("tasks/train_policy.py", "import tasks.sft", "no task imports another task"),
+    ("components/training/params.py", "import components.params", "params sections are leaves"),
 ])
 def test_a_planted_import_breaks_its_contract(repo_root, tmp_path, module, planted, contract):
     root = copy_tree(repo_root, tmp_path)

@@ -8,7 +8,8 @@ import re
 import pytest
 import yaml
 
-from components.params import load_params, with_method_settings
+from components.params import with_method_settings
+from components.params_load import load_params
 
 ROW = re.compile(r"^\| (Co-ReAct|ARBOR|RubricEM|ARCO) \| [^|]+ \| (?P<value>[^|]+) \| `(?P<key>[^`]+)` \| [^|]+ \|$")
 

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from components.params import ParamsError, load_params
+from components.params_load import load_params
+from components.params_section import ParamsError
 
 
 def test_repository_params_load_in_both_profiles(repo_root):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from components.params import ParamsError, load_params
 from components.params_cli import params_from_args, stage_argparser
+from components.params_load import load_params
+from components.params_section import ParamsError
 
 COUNTS = {"group_size", "prompts_per_step", "steps", "max_new_tokens", "epochs", "batch_size", "max_turns",
           "max_search_calls"}

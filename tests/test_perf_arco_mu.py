@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from components.params import load_params
+from components.params_load import load_params
 from perf.bench_arco_mu import mode_name, mode_params
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from components.params import load_params
+from components.params_load import load_params
 from tasks.runtime import tracking
 
 

@@ -117,7 +117,8 @@ def test_the_checker_passes_the_run_spec_and_sections():
 
 
 def test_the_run_spec_resolves_each_role_s_backend_and_refuses_a_pool(repo_root):
-    from components.params import ParamsError, load_params
+    from components.params_load import load_params
+    from components.params_section import ParamsError
     from components.run_spec import run_spec
 
     params = load_params(repo_root / "params.yaml", overrides=["train_policy.engine=llamacpp", "lora.r=4"])

@@ -8,11 +8,11 @@ import types
 
 from components.io import read_jsonl
 from components.methods.arbor.memory import RubricMemory
+from components.methods.arbor.params import ArborParams
 from components.methods.arco.variants import step_rubric
 from components.methods.rubricem.bank import RubricBank
 from components.methods.rubricem.stagewise_judge import QuestionBuffer, StageRubric
 from components.methods.rubricem.variants import RubricEMState
-from components.params import ArborParams
 from components.policy_run import write_rubrics
 from components.schemas import Criterion, Rubric
 from tests.arbor.test_arbor_memory import GOOD, FakeEmbed, drafts_record, rt

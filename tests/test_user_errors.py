@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from components.io import RecordError
-from components.params import ParamsError
+from components.params_section import ParamsError
 from tasks.runtime import run_stage
 
 

@@ -17,11 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.agents.params import AgentParams, MethodParams
 from components.agents.parsing import ParsedAction, parse_turn
 from components.clipping import clip
 from components.llm.base import ChatModel, ChatOutcome, Message, PolicyCall, Sampling, assistant, system, user
 from components.method_registry import load_methods
-from components.params import AgentParams, MethodParams, Params
+from components.params import Params
 from components.registry import Registry
 from components.schemas import Question, Step, ToolCall, Trajectory
 

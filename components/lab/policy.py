@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
+from components.agents.params import AgentParams
 from components.lab.nano import fit_tokenizer, load_nano, load_tokenizer, nano_qwen2
 from components.lab.world import LabWorld, build_lab_world, compact_episodes, lab_agent, sft_rows
-from components.params import AgentParams, Params
+from components.params import Params
 from components.rewards.outcome import outcome_reward
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout

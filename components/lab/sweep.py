@@ -23,7 +23,8 @@ from scipy import stats
 
 from components.io import read_json
 from components.lab.params import LabSweepParams
-from components.params import Params, apply_overrides
+from components.params import Params
+from components.params_load import apply_overrides
 
 BASELINE = "grpo"
 

@@ -25,9 +25,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from components.agents.params import AgentParams
 from components.agents.react import ReActAgent
 from components.llm.base import Message
-from components.params import AgentParams, Params
+from components.params import Params
 from components.retrieval.bm25 import BM25Index
 from components.retrieval.scope import world_question_paragraphs
 from components.retrieval.tools import Toolbox, make_toolbox

@@ -27,8 +27,9 @@ from components.llm import backends  # noqa: F401  (registers the backends)
 from components.llm.accounting import Accounting
 from components.llm.base import BACKENDS, ChatModel, PermanentLLMError
 from components.llm.middleware import ConcurrencyLimit, ReliableChatModel, ResponseCache
+from components.llm.params import BackendParams
 from components.llm.response_record import RecordedCache, ResponseRecord
-from components.params import BackendParams, Params
+from components.params import Params
 
 
 class LLMPool:

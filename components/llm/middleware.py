@@ -42,7 +42,7 @@ from components.llm.accounting import Accounting
 from components.llm.base import (
     ChatFailure, ChatModel, ChatOutcome, ChatResult, Completion, Message, PolicyCall, Sampling, TransientLLMError,
 )
-from components.params import MiddlewareParams
+from components.llm.params import MiddlewareParams
 
 
 class ResponseCache:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from components.params import ParamsError
+from components.params_section import ParamsError
 
 if TYPE_CHECKING:
-    from components.params import TrainPolicyParams
+    from components.training.params import TrainPolicyParams
 
 __all__ = ["DTYPES", "Placement", "placement", "resolve_device", "resolve_dtype"]
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.params import BackendParams, MethodParams
+from components.agents.params import MethodParams
+from components.llm.params import BackendParams
 from components.registry import Registry
 from components.run_spec import RunSpec
 

@@ -17,8 +17,9 @@ import warnings
 from pathlib import Path
 
 from components.io import read_json
+from components.llm.params import lora_paths
 from components.method_registry import SHARED_RECIPES, variant_baseline, variant_method, variant_recipe
-from components.params import Params, lora_paths
+from components.params import Params
 from components.run_files import settings_digest
 from components.run_spec import run_spec
 from components.training.device import placement

@@ -1,7 +1,7 @@
 """The SFT loop: masked cross-entropy over (prompt | reply | observation | reply ...) rows, resumable through the
 same atomic checkpoints as GRPO, with the same speed options (activation recomputation for long micro-batches,
 shared-prefix packs) and data-parallel ranks (:class:`SFTTrainer`). The configuration is ``params.sft``
-(:class:`components.params.SFTParams`): the same names in the YAML file and in the code.
+(:class:`components.training.params.SFTParams`): the same names in the YAML file and in the code.
 
     trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=params.seed,
                          checkpoint_dir="outputs/sft/ckpt", on_metrics=log)
@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from components.params import DeepSpeedParams, SFTParams
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.distributed import Ranks, current_ranks
 from components.training.losses import aggregate
 from components.training.model import Policy, kept_if_short
+from components.training.params import DeepSpeedParams, SFTParams
 from components.training.prefix_pack import pack_rows, packed_logprobs, takes_packs
 from components.training.prompt_order import PromptSampler
 from components.training.sft import SFTExample, collate_sft

@@ -27,7 +27,7 @@ from torch import nn
 from components.training.distributed import Ranks, deepspeed_config
 
 if TYPE_CHECKING:
-    from components.params import DeepSpeedParams
+    from components.training.params import DeepSpeedParams
 
 __all__ = ["DeepSpeedStepper", "Stepper", "TorchStepper", "make_stepper"]
 

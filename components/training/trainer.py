@@ -2,7 +2,7 @@
 draws prompts, samples a group of episodes per prompt, scores them with the method's reward, places group-relative
 advantages on each episode's tokens by segment, runs the clipped-surrogate update and the method's hook, and
 checkpoints (:meth:`GRPOTrainer.step` lists the order). The configuration is ``params.grpo``
-(:class:`components.params.GRPOParams`), one set of names for the YAML file and the code::
+(:class:`components.training.params.GRPOParams`), one set of names for the YAML file and the code::
 
     trainer = GRPOTrainer(policy, HFRolloutEngine(policy.model, tok), reward_fn, prompts, params.grpo,
                           seed=params.seed, checkpoint_dir="outputs/ckpt", on_metrics=log)
@@ -26,7 +26,6 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from components.params import DeepSpeedParams, GRPOParams
 from components.training import process_memory as memory
 from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -43,6 +42,7 @@ from components.training.episodes import (
 )
 from components.training.losses import policy_loss
 from components.training.model import Policy, kept_if_short
+from components.training.params import DeepSpeedParams, GRPOParams
 from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs, takes_packs
 from components.training.prompt_order import PromptSampler
 from components.training.rollout import (
@@ -205,7 +205,7 @@ class GRPOTrainer:
         ranks: Ranks | None = None,
     ):
         if not isinstance(config, GRPOParams):
-            raise TypeError(f"config must be components.params.GRPOParams (params.grpo), got {type(config).__name__}")
+            raise TypeError(f"config must be components.training.params.GRPOParams (params.grpo), got {type(config).__name__}")
         self.policy, self.engine, self.reward_fn = policy, engine, reward_fn
         self.prompts, self.config = list(prompts), config
         self.rollout_fn, self.advantage_fn, self.loss_fn = rollout_fn, advantage_fn, loss_fn

@@ -24,9 +24,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from components.agents.params import AgentParams
 from components.agents.react import agent_class
 from components.llm.base import ChatModel, Completion, Message, PermanentLLMError, Sampling
-from components.params import AgentParams
 from components.schemas import Question, SubQuestion, Trajectory
 from components.warmstart.formats import warm_start_format
 from components.warmstart.rejection import problems

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from components.agents.params import AgentParams
 from components.agents.react import agent_class
 from components.llm.base import ChatModel
-from components.params import AgentParams
 from components.schemas import Question, Trajectory
 
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.io import write_jsonl
-from components.params import WorldParams
 from components.retrieval.scope import world_question_paragraphs
 from components.retrieval.tools import Toolbox, make_toolbox
 from components.schemas import Document, Question
 from components.world import generate_world
+from components.world.params import WorldParams
 
 IndexBuilder = Callable[[list[Document], Path], object]
 

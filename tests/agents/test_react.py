@@ -4,11 +4,12 @@ import asyncio
 
 import pytest
 
+from components.agents.params import AgentParams
 from components.agents.react import BUDGET_MESSAGE, FORMAT_REMINDER, REPEAT_NOTE, ReActAgent
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import PermanentLLMError
 from components.llm.middleware import ReliableChatModel
-from components.params import AgentParams, MiddlewareParams
+from components.llm.params import MiddlewareParams
 from components.schemas import Question, ToolCall
 
 Q = Question(id="q1", question="Where was the director of Nightfall Harbor born?", answers=["Kestrow"],

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from components.params import ArborParams
+from components.methods.arbor.params import ArborParams
 from components.methods.arbor.memory import CommonRubric, GroupRecord, RubricMemory, RubricText
 
 F1 = [1.0, 0.5, 0.0]

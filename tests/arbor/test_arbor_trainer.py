@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from components.methods.arbor.variants import ArborReward, ArborState
-from components.params import ArborParams, GRPOParams
+from components.methods.arbor.params import ArborParams
+from components.training.params import GRPOParams
 from components.methods.arbor.memory import RubricMemory
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import HFRolloutEngine, SamplingParams

@@ -9,7 +9,7 @@ import pytest
 from components.methods.arbor.induction import consolidate, consolidation_messages, parse_rubrics
 from components.judges.call import Tally
 from components.methods.arbor.rar import parse_items, parse_rating
-from components.params import ArborParams
+from components.methods.arbor.params import ArborParams
 from components.methods.arbor.memory import Draft, RubricMemory, RubricText
 from tests.arbor.helpers import COMMON, RUBRIC, writer
 

@@ -7,7 +7,7 @@ import torch
 
 from components.methods.arco.variants import ArcoState
 from components.methods.arco.probe import distinct_trajectories, probe
-from components.params import ArcoParams
+from components.methods.arco.params import ArcoParams
 from components.methods.arco.decomposition import oracle_step_quality
 from components.methods.arco.rubric_model import RubricModel
 from components.training.model import LoRASettings

@@ -9,7 +9,9 @@ import torch
 
 from components.agents.react import ReActAgent
 from components.methods.arco.variants import ArcoReward, ArcoState
-from components.params import AgentParams, ArcoParams, GRPOParams
+from components.agents.params import AgentParams
+from components.methods.arco.params import ArcoParams
+from components.training.params import GRPOParams
 from components.methods.arco.rubric_model import RubricModel
 from components.training.agent_rollout import make_agent_rollout
 from components.training.model import LoRASettings, build_policy

@@ -5,7 +5,8 @@ import pytest
 
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
 from components.methods.arco.variants import ArcoReward, ArcoState
-from components.params import ParamsError, load_params
+from components.params_load import load_params
+from components.params_section import ParamsError
 from components.run_spec import run_spec
 from components.variants import VariantContext, get_variant
 from tests.arco.helpers import teacher

@@ -31,7 +31,8 @@ from components.methods.arco.criteria import WarmupRow, step_messages, trajector
 from components.methods.arco.decomposition import decomposition_loss, terminal_reward
 from components.methods.arco.rubric_model import ADAPTER, REFERENCE, RubricModel, ScoreHead
 from components.methods.arco.variants import ArcoState
-from components.params import load_params, with_method_settings
+from components.params import with_method_settings
+from components.params_load import load_params
 from components.training.model import LoRASettings
 from components.training.tiny import tiny_qwen2
 from tests.arco.helpers import BAD, GOOD, TOK, MuWriter, Q, render, trajectory

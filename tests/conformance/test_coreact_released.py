@@ -35,7 +35,7 @@ from components.methods.coreact.generator_reward import (
 )
 from components.methods.coreact.rubric_generator import parse_rubric
 from components.methods.coreact.rubric_training import generator_config
-from components.params import load_params
+from components.params_load import load_params
 from components.schemas import BranchingPoint, Candidate
 from components.training.advantages import group_advantages
 

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from components.params import GRPOParams, load_params
+from components.params_load import load_params
 from components.rewards.overlong import overlong_penalty
 from components.training.advantages import group_advantages
 from components.training.episodes import Episode, StepContext
 from components.training.losses import policy_loss
 from components.training.model import LoRASettings, build_policy
+from components.training.params import GRPOParams
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
 from components.training.trainer import GRPOTrainer

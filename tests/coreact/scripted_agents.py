@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import re
 
+from components.agents.params import AgentParams
 from components.agents.react import SYSTEM_PROMPTS
 from components.llm.backends.scripted import ScriptedChatModel
-from components.params import AgentParams
 from components.schemas import Question, ToolCall
 
 Q = Question(id="q1", question="Where was the director of Nightfall Harbor born?", answers=["Kestrow"], source="world")

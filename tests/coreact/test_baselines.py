@@ -22,7 +22,7 @@ from components.agents.react import FORCE_MESSAGE, build_agent
 from components.methods.coreact.rubric_generator import RubricGenerator
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
-from components.params import load_params
+from components.params_load import load_params
 from tests.coreact.scripted_agents import SETTINGS, DictToolbox, Q, generator, policy, turn_index
 
 GOOD, BAD = "search[Nightfall Harbor]", "search[film]"

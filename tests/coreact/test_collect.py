@@ -12,7 +12,9 @@ from components.methods.coreact.collect_metrics import summarize
 from components.methods.coreact.council import judge_slate
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.middleware import ReliableChatModel
-from components.params import AgentParams, CollectParams, MiddlewareParams
+from components.agents.params import AgentParams
+from components.llm.params import MiddlewareParams
+from components.methods.coreact.params import CollectParams
 from components.schemas import Question, SubQuestion, ToolCall
 
 Q = Question(id="q1", question="Where was the director of Nightfall Harbor born?", answers=["Kestrow"],

@@ -11,7 +11,7 @@ from components.agents.react import agent_options, build_agent
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.methods.coreact.agent import TOKEN_BUDGET_MESSAGE, CoReActAgent
-from components.params import load_params
+from components.params_load import load_params
 from tests.coreact.scripted_agents import SETTINGS, DictToolbox, Q, generator, policy, verifier
 
 GOOD, BAD = "search[Nightfall Harbor]", "search[film]"

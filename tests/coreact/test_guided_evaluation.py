@@ -21,7 +21,7 @@ from components.methods.coreact.rubric_eval import CRITERION_PROMPT
 from components.methods.coreact.verifier import SYSTEM_PROMPT as VERIFIER_SYSTEM
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
-from components.params import load_params
+from components.params_load import load_params
 from components.schemas import Question, Step, Trajectory
 from components.world.oracle import gold_search_queries
 from tasks.evaluate import evaluate

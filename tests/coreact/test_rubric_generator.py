@@ -8,6 +8,7 @@ import pytest
 
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
+from components.methods.coreact.params import RubricGeneratorParams
 from components.methods.coreact.rubric_eval import parse_satisfied
 from components.methods.coreact.rubric_generator import (
     RubricGenerator,
@@ -17,7 +18,6 @@ from components.methods.coreact.rubric_generator import (
     rubric_schema,
 )
 from components.methods.coreact.verifier import parse_verdicts, verify_action
-from components.params import RubricGeneratorParams
 from components.schemas import Criterion, Rubric, Step, ToolCall
 
 LIMIT = RubricGeneratorParams().max_criterion_chars  # 160

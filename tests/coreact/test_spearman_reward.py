@@ -18,6 +18,7 @@ from components.llm.accounting import Accounting
 from components.llm.backends.scripted import ScriptedChatModel, WithLogprobs
 from components.llm.base import TokenLogprob, TransientLLMError
 from components.llm.middleware import ReliableChatModel
+from components.llm.params import MiddlewareParams
 from components.methods.coreact.generator_reward import (
     RubricReward,
     atomicity,
@@ -28,8 +29,8 @@ from components.methods.coreact.generator_reward import (
     rank_correlation,
     repetition_rate,
 )
+from components.methods.coreact.params import RubricGeneratorParams
 from components.methods.coreact.rubric_eval import parse_yes_no
-from components.params import MiddlewareParams, RubricGeneratorParams
 from components.schemas import BranchingPoint, Candidate, Criterion, Rubric
 from components.training.advantages import group_advantages
 from components.training.episodes import Episode, StepContext, score_matrix

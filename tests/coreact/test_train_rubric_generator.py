@@ -24,7 +24,7 @@ from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.methods.coreact.generator_training import run_training
 from components.methods.coreact.rubric_training import paired_change
-from components.params import load_params
+from components.params_load import load_params
 from components.schemas import BranchingPoint, Candidate
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import Generation, HFRolloutEngine

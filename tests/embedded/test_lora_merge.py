@@ -15,7 +15,8 @@ from components.embedded.models import ensure_gguf
 from components.embedded.native_server import NativeLlamaServer
 from components.llm.base import Sampling, user
 from components.llm.factory import LLMPool
-from components.params import ParamsError, load_params
+from components.params_load import load_params
+from components.params_section import ParamsError
 from tests.embedded.native import requires_native_server
 from tests.side_by_side import run_side_by_side
 

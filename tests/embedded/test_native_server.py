@@ -13,7 +13,8 @@ from components.embedded.models import ensure_gguf
 from components.embedded.native_server import NativeLlamaServer, NativeServerMissing, llama_server_binary
 from components.llm.base import Sampling, system, user
 from components.llm.factory import LLMPool
-from components.params import ParamsError, load_params
+from components.params_load import load_params
+from components.params_section import ParamsError
 from tests.embedded.native import requires_native_server
 
 MODEL = "qwen2.5-coder-0.5b-instruct"

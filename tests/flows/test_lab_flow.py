@@ -12,7 +12,7 @@ import json
 import pandas as pd
 import pytest
 
-from components.params import load_params
+from components.params_load import load_params
 from tests.lab.test_lab_overlay import TINY
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from components.io import read_jsonl
-from components.params import load_params
+from components.params_load import load_params
 from components.schemas import Question
 from flows.local_server import TINY_WORLD, local_server, serve_deployments, stop, tail, wait_for_deployments
 from flows.pipeline import STAGES

@@ -9,7 +9,7 @@ import importlib
 import yaml
 from prefect.cli.deploy._models import PrefectYamlModel
 
-from components.params import load_params
+from components.params_load import load_params
 from flows.pipeline import STAGES, select
 
 TRAINING = {"sft", "sft_scaffold", "train_rubric_generator", "train_policy"}

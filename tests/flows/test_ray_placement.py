@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from prefect import task
 
-from components.params import ParamsError, SweepParams, load_params
+from components.params import SweepParams
+from components.params_load import load_params
+from components.params_section import ParamsError
 from flows import sweep as sweep_module
 from flows.placement import TRAINING_TASKS, ray_placement, ray_resources
 from tests.reporting.helpers import dev, make_evaluation, make_run

@@ -13,8 +13,12 @@ from prefect.exceptions import ParameterTypeError
 from prefect.utilities.callables import parameter_schema
 from pydantic import ValidationError
 
-from components.params import DataParams, EvaluationParams, GRPOParams, ParamsError, load_params
+from components.datasets.params import DataParams
+from components.evaluation.params import EvaluationParams
+from components.params_load import load_params
+from components.params_section import ParamsError
 from components.run_form import KEYS, RunForm, to_overrides
+from components.training.params import GRPOParams
 from flows.deploy import _params, deployments, run_pipeline, run_sweep
 
 

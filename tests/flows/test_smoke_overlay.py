@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from components.method_registry import agent_method, method_section
-from components.params import Params, for_method, load_params, with_method_settings
+from components.params import Params, for_method, with_method_settings
+from components.params_load import load_params
 from components.trained_policy import with_trained_policy
 from components.variants import variant_params
 from tests.conftest import BENCHMARKS, requires_embedded

@@ -17,7 +17,8 @@ import pytest
 from prefect import task
 from prefect.testing.utilities import prefect_test_harness
 
-from components.params import ParamsError, load_params
+from components.params_load import load_params
+from components.params_section import ParamsError
 from flows import sweep as sweep_module
 from tests.reporting.helpers import dev, make_evaluation, make_run
 

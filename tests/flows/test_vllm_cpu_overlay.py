@@ -19,7 +19,7 @@ import psutil
 import pytest
 import torch
 
-from components.params import load_params
+from components.params_load import load_params
 from tests.conftest import BENCHMARKS, requires_embedded
 from tests.flows.test_smoke_overlay import Recorder
 

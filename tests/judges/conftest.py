@@ -7,10 +7,11 @@ import asyncio
 
 import pytest
 
+from components.agents.params import AgentParams
 from components.judges.bench.registry import Context, load_judgments
 from components.judges.bench.trajectories import build_set
 from components.judges.call import Tally
-from components.params import AgentParams, load_params
+from components.params_load import load_params
 from components.retrieval.bm25 import BM25Index
 from components.retrieval.scope import world_question_paragraphs
 from components.retrieval.tools import make_toolbox

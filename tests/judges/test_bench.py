@@ -115,7 +115,7 @@ def test_answer_metrics_and_interval_edges():
 def test_a_judge_that_always_says_A_has_position_effect_one(bench_set):
     from components.judges.bench.registry import Context, load_judgments
     from components.judges.call import Tally
-    from components.params import load_params
+    from components.params_load import load_params
 
     items, _ = bench_set
     pairwise = {j.name: j for j in load_judgments()}["arbor_pairwise"]

@@ -40,7 +40,7 @@ def test_each_method_registers_its_judgments_with_its_modes(judgments):
 
 def test_a_scoring_key_names_the_params_field_that_the_method_reads(judgments):
     """The bench's recommended setting names these keys; each must be a real field that takes text/probability."""
-    from components.params import load_params
+    from components.params_load import load_params
     params = load_params()
     keyed = {n: j.scoring_key for n, j in judgments.items() if j.scoring_key}
     assert keyed["arbor_pairwise"] == "arbor.judge_scoring"

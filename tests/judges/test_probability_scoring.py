@@ -14,11 +14,11 @@ from components.llm.accounting import Accounting
 from components.llm.backends.scripted import ScriptedChatModel, WithLogprobs
 from components.llm.base import Sampling, TokenLogprob, user
 from components.llm.middleware import ReliableChatModel
+from components.llm.params import MiddlewareParams
 from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_judge import WINNER, parse_winner, score_group
 from components.methods.coreact.rubric_eval import YES_NO, parse_yes_no
 from components.methods.coreact.verifier import verify_action
-from components.params import MiddlewareParams
 from components.schemas import Criterion, Question, Rubric
 from tests.arbor.helpers import COMMON
 

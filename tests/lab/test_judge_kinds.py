@@ -24,7 +24,7 @@ from components.methods.coreact.baselines import BestOfNAgent, parse_json_reply
 from components.methods.coreact.verifier import verify_action
 from components.methods.rubricem.reflection import Reflection, ReflectionJudge
 from components.methods.rubricem.stagewise_judge import StagewiseJudge
-from components.params import load_params
+from components.params_load import load_params
 from components.schemas import Criterion, Rubric
 from components.world.oracle import hop_titles
 

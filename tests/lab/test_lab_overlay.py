@@ -9,7 +9,7 @@ import asyncio
 
 from components.lab.policy import sft_corpus, train_nano
 from components.lab.world import LAB_PROMPT
-from components.params import load_params
+from components.params_load import load_params
 
 TINY = ["data.n_train=4", "data.n_dev=1", "data.n_test=2", "evaluation.n_questions=2", "evaluation.llm_judge=true",
         "lab.sft_worlds=1", "lab.sft_questions_per_world=8", "lab.nano.vocab_size=400", "lab.nano.hidden_size=32",

@@ -12,7 +12,7 @@ from scipy import stats
 from components.lab.params import LabSweepParams
 from components.lab.sweep import (Cell, area_under_curve, break_even, cell_folder, cell_params, grid, steps_to,
                                   summarise)
-from components.params import load_params
+from components.params_load import load_params
 
 SETTINGS = LabSweepParams(variants=["grpo", "arbor"], seeds=[0, 1, 2],
                           dials={"perfect": {}, "noisy": {"flip_rate": 0.25}, "biased": {"bias": "length",
@@ -78,7 +78,7 @@ def test_a_slow_variant_runs_on_its_own_seeds_and_the_table_counts_them():
 
 
 def test_the_sweep_refuses_to_train_on_questions_its_start_was_fitted_to(repo_root):
-    from components.params import ParamsError
+    from components.params_section import ParamsError
     from flows.lab import check_lab
 
     params = load_params(repo_root / "params.yaml", overlays=["lab"])

@@ -11,7 +11,7 @@ import pytest
 
 from components.lab.policy import sft_corpus, train_nano
 from components.llm.factory import LLMPool
-from components.params import load_params
+from components.params_load import load_params
 from tests.lab.test_lab_overlay import TINY
 
 STEP = ["grpo.steps=1", "grpo.group_size=2", "grpo.prompts_per_step=2", "train_policy.n_questions=4",

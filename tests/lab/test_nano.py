@@ -15,7 +15,7 @@ from components.lab.policy import (NanoPolicy, evaluate, grpo_questions, grpo_ru
                                    train_nano)
 from components.lab.world import LAB_PROMPT, build_lab_world, compact_episodes, render_chat, sft_rows
 from components.llm.base import assistant, system, user
-from components.params import load_params
+from components.params_load import load_params
 from components.training.episodes import RewardOutput
 
 TINY = ["data.n_train=6", "data.n_dev=2", "data.n_test=2", "lab.sft_worlds=1", "lab.sft_questions_per_world=12",

@@ -31,7 +31,7 @@ def test_a_saved_pipeline_comes_back_as_it_was_fitted(tmp_path):
 
 
 def test_the_trainable_policy_backend_reads_the_fitted_tokenizer(tmp_path, repo_root):
-    from components.params import load_params
+    from components.params_load import load_params
     from components.run_spec import run_spec
 
     fitted = _folder(tmp_path)

@@ -23,7 +23,7 @@ from components.methods.arbor.memory import RubricText
 from components.methods.arbor.pairwise_judge import (
     parse_winner,
 )
-from components.params import load_params
+from components.params_load import load_params
 
 N = 240
 

@@ -15,7 +15,7 @@ from components.judges.call import JudgeCall, Tally, ask
 from components.llm.accounting import Accounting
 from components.llm.base import ChatModel, Completion, PermanentLLMError, Sampling, TransientLLMError, user
 from components.llm.middleware import ReliableChatModel
-from components.params import MiddlewareParams
+from components.llm.params import MiddlewareParams
 
 
 class Scripted(ChatModel):

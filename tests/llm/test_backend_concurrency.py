@@ -10,7 +10,8 @@ import pytest
 from components.llm.base import Sampling, user
 from components.llm.factory import LLMPool
 from components.llm.middleware import ConcurrencyLimit
-from components.params import BackendParams, load_params
+from components.llm.params import BackendParams
+from components.params_load import load_params
 from tests.llm.fake_openai_server import FakeOpenAIServer
 
 # roles params.yaml binds to embedded-1_5b and to embedded-0_5b; the test points those backends at fake servers

@@ -5,7 +5,7 @@ import json
 
 from components.llm.base import Sampling, system, user
 from components.llm.factory import LLMPool
-from components.params import load_params
+from components.params_load import load_params
 from tests.conftest import requires_embedded
 
 

@@ -5,7 +5,7 @@ import pytest
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import PermanentLLMError, TransientLLMError, user
 from components.llm.factory import LLMPool
-from components.params import load_params
+from components.params_load import load_params
 from tests.conftest import requires_embedded
 
 

@@ -12,7 +12,7 @@ from components.llm.accounting import Accounting
 from components.llm.backends.openai_http import OpenAIChatModel
 from components.llm.base import Completion, Sampling, TokenLogprob, system, user
 from components.llm.middleware import ReliableChatModel, ResponseCache
-from components.params import MiddlewareParams
+from components.llm.params import MiddlewareParams
 from tests.llm.fake_openai_server import FakeOpenAIServer
 
 MSG = [system("You grade."), user("Is 2+2=4? Answer yes or no.")]
@@ -139,7 +139,8 @@ def test_a_reply_without_logprobs_is_counted_missing_and_plain_roles_report_noth
 def test_the_switch_is_per_role_and_absent_from_dumps_until_set(repo_root, tmp_path):
     from components.llm.backends.scripted import ScriptedChatModel
     from components.llm.factory import LLMPool
-    from components.params import ParamsError, load_params
+    from components.params_load import load_params
+    from components.params_section import ParamsError
 
     unset = load_params(repo_root / "params.yaml", overrides=["llm.scoring={}"])
     assert "scoring" not in unset.model_dump()["llm"]  # run keys of runs made before the key stay as they were

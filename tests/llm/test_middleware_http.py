@@ -8,7 +8,7 @@ from components.llm.accounting import Accounting
 from components.llm.backends.openai_http import OpenAIChatModel
 from components.llm.base import ChatFailure, Sampling, user
 from components.llm.middleware import ReliableChatModel, ResponseCache
-from components.params import MiddlewareParams
+from components.llm.params import MiddlewareParams
 from tests.llm.fake_openai_server import FakeOpenAIServer
 
 MSG = [user("What is 2+2?")]

@@ -10,7 +10,7 @@ from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import Completion, Sampling, user
 from components.llm.factory import LLMPool
 from components.llm.response_record import ResponseRecord
-from components.params import load_params
+from components.params_load import load_params
 from components.run_files import keep_record, record_path
 
 

@@ -37,7 +37,7 @@ def served(repo_root, tmp_path_factory):
     """(the pool's vllm model for evaluate@arbor, the transformers policy it should be, tokenizer, pool)."""
     from components.embedded.models import load_hf_policy
     from components.llm.factory import LLMPool
-    from components.params import load_params
+    from components.params_load import load_params
     from components.run_spec import run_spec
     from components.trained_policy import trained_adapter, with_trained_policy
     from components.training.vllm_base import export_base, warm_started_base

@@ -33,7 +33,7 @@ RUN = textwrap.dedent("""
     import json, sys, time
     from components.llm.base import Message, Sampling
     from components.llm.factory import LLMPool
-    from components.params import load_params
+    from components.params_load import load_params
 
     params = load_params("params.yaml", profile="paper", overrides=sys.argv[1:])
     pool = LLMPool(params)
@@ -58,7 +58,7 @@ def test_a_managed_server_is_used_then_cleaned_up_after_sigkill(repo_root, tmp_p
     from components.embedded.models import load_hf_policy
     from components.llm.base import Message, Sampling
     from components.llm.factory import LLMPool
-    from components.params import load_params
+    from components.params_load import load_params
     from components.training.model import LoRASettings, build_policy
 
     model, _ = load_hf_policy("tiny-qwen2-h64")

@@ -63,7 +63,7 @@ def judges(repo_root, tmp_path_factory):
     """(params binding judge-a and judge-b to one managed server, adapter folders {name: folder})."""
     from components.embedded.models import load_hf_policy
     from components.llm.backends.vllm_serve import stop_all
-    from components.params import load_params
+    from components.params_load import load_params
 
     tmp = tmp_path_factory.mktemp("lora_modules")
     model, _ = load_hf_policy("tiny-qwen2-h64")

@@ -83,7 +83,7 @@ def test_overlong_shaping_refuses_a_buffer_past_the_budget_and_a_per_stage_score
 
 
 def test_dapos_budget_is_the_agents_turns_unless_set(repo_root, tmp_path):
-    from components.params import load_params
+    from components.params_load import load_params
     from components.variants import VariantContext, variant_params
 
     for profile, budget in (("embedded", 256 * 6), ("paper", 1024 * 12)):

@@ -39,7 +39,7 @@ from typing import Self
 from components.llm.accounting import Accounting
 from components.llm.backends.openai_http import OpenAIChatModel
 from components.llm.middleware import ReliableChatModel
-from components.params import MiddlewareParams
+from components.llm.params import MiddlewareParams
 from tests.llm.fake_openai_server import FakeOpenAIServer
 
 TRANSPORT = ("http_429", "http_500", "timeout", "truncated_body", "malformed_body", "empty_body")

@@ -45,11 +45,11 @@ from components.methods.arbor.rar import rate, write_checklist
 from components.methods.arco.criteria import annotate, trajectory_steps
 from components.methods.coreact.council import judge_slate
 from components.methods.coreact.generator_reward import RubricReward
+from components.methods.coreact.params import RubricGeneratorParams
 from components.methods.coreact.rubric_eval import evaluate_actions, evaluate_criteria, evaluate_slate
 from components.methods.coreact.verifier import verify_action
 from components.methods.rubricem.reflection import Reflection, ReflectionJudge
 from components.methods.rubricem.stagewise_judge import StagewiseJudge
-from components.params import RubricGeneratorParams
 from components.schemas import (
     BranchingPoint,
     Candidate,

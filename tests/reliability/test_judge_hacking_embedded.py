@@ -23,7 +23,7 @@ from components.llm.factory import LLMPool
 from components.methods.arbor.pairwise_judge import judge_messages, parse_winner
 from components.methods.coreact.rubric_eval import evaluate_actions, evaluate_criteria
 from components.methods.coreact.verifier import verify_action
-from components.params import load_params
+from components.params_load import load_params
 from components.schemas import Question, Step
 from tests.conftest import requires_embedded
 from tests.reliability.test_judge_hacking import (  # noqa: F401  (world is a fixture)

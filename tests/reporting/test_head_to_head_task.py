@@ -9,7 +9,7 @@ import json
 import mlflow
 import pytest
 
-from components.params import load_params
+from components.params_load import load_params
 from components.reporting.compare import seed_dir
 from tasks.head_to_head import head_to_head, role_prices
 from tasks.runtime import tracking

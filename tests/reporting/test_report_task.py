@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from components.params import load_params
+from components.params_load import load_params
 from components.reporting.compare import seed_dir
 from tasks.report import report
 from tasks.runtime import tracking

@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from components.params import load_params
+from components.params_load import load_params
 from components.retrieval.bm25 import BM25Index
 from components.retrieval.store import build_index, load_index
 from components.retrieval.text import tokenize

@@ -17,7 +17,8 @@ from components.llm.base import ChatModel, Completion, TransientLLMError
 from components.methods.rubricem.variants import MetaPolicyFirst, ReflectionBranch, RubricEMState, windowed_curriculum
 from components.rewards.outcome import OutcomeReward
 from components.variants import VariantContext, get_variant
-from components.params import GRPOParams, load_params
+from components.params_load import load_params
+from components.training.params import GRPOParams
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank
 from components.schemas import Question

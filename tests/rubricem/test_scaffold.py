@@ -26,7 +26,7 @@ from components.methods.rubricem.scaffold_format import (
 from components.judges.render import clip_tool_outputs, scaffold_text
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import Message, TransientLLMError
-from components.params import AgentParams
+from components.agents.params import AgentParams
 from components.schemas import Step, ToolCall, Trajectory
 from components.training.agent_rollout import make_agent_rollout
 from components.training.rollout import Generation

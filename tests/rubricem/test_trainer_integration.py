@@ -15,7 +15,8 @@ from components.methods.rubricem.reflection import ReflectionJudge
 from components.methods.rubricem.stagewise_judge import StagewiseJudge
 from components.llm.backends.scripted import ScriptedChatModel
 from components.methods.rubricem.variants import MetaPolicyFirst, ReflectionBranch, RubricEMState
-from components.params import AgentParams, GRPOParams
+from components.agents.params import AgentParams
+from components.training.params import GRPOParams
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, RubricBank
 from components.training.agent_rollout import make_agent_rollout

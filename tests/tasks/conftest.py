@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from components.params import Params, load_params
+from components.params import Params
+from components.params_load import load_params
 from tasks.index import index
 from tasks.prepare import prepare
 

@@ -3,7 +3,8 @@ weights) changes the resume key, so old trajectories are not reused."""
 
 from __future__ import annotations
 
-from components.params import for_method, load_params
+from components.params import for_method
+from components.params_load import load_params
 from tasks.evaluate import run_settings
 
 

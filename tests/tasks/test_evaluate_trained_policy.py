@@ -11,7 +11,8 @@ from components.agents.react import SYSTEM_PROMPT, SYSTEM_PROMPTS
 from components.io import read_jsonl
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.factory import LLMPool
-from components.params import ParamsError, for_method
+from components.params import for_method
+from components.params_section import ParamsError
 from components.run_spec import run_spec
 from components.schemas import Question, Trajectory
 from components.trained_policy import variant_agent, with_trained_policy
@@ -28,7 +29,7 @@ def fake_adapter(folder, weights: bytes = b"weights"):
 
 
 def test_each_variant_is_served_over_its_agents_warm_start(repo_root, tmp_path):
-    from components.params import load_params
+    from components.params_load import load_params
 
     params = load_params(repo_root / "params.yaml", overrides=[f"run.out_dir={tmp_path}"])
     for variant in VARIANTS:
@@ -49,7 +50,7 @@ def test_each_variant_is_served_over_its_agents_warm_start(repo_root, tmp_path):
 
 
 def test_a_missing_adapter_or_warm_start_is_named(repo_root, tmp_path):
-    from components.params import load_params
+    from components.params_load import load_params
 
     params = load_params(repo_root / "params.yaml", overrides=[f"run.out_dir={tmp_path}"])
     with pytest.raises(FileNotFoundError, match="run train_policy@arbor"):
@@ -61,7 +62,7 @@ def test_a_missing_adapter_or_warm_start_is_named(repo_root, tmp_path):
 
 
 def test_an_in_process_hf_warm_start_serves_the_trained_policy_too(repo_root, tmp_path):
-    from components.params import load_params
+    from components.params_load import load_params
 
     params = load_params(repo_root / "params.yaml", "paper", overlays=["smoke"], overrides=[f"run.out_dir={tmp_path}"])
     fake_adapter(tmp_path / "train" / "arbor" / "adapter")

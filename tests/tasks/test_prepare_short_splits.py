@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from components.params import load_params
+from components.params_load import load_params
 from tasks.prepare import prepare
 
 

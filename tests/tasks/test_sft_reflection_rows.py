@@ -3,8 +3,8 @@ reflection only, and left out (counted) when longer than sft.max_length."""
 
 from components.io import write_jsonl
 from components.methods.rubricem.warmstart_reflections import REFLECTIONS_FILE, ReflectionRow
-from components.params import load_params
 from components.params_cli import PARAMS_PATH
+from components.params_load import load_params
 from components.run_files import warm_start_folder
 from components.schemas import Question
 from tasks.sft import reflection_examples

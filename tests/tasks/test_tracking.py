@@ -4,7 +4,7 @@ the parent run they are given."""
 import mlflow
 import pytest
 
-from components.params import load_params
+from components.params_load import load_params
 from tasks.prepare import prepare
 from tasks.runtime import tracking
 

@@ -38,10 +38,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from components.params import DeepSpeedParams, GRPOParams, SFTParams
 from components.training.distributed import current_ranks
 from components.training.episodes import Episode
 from components.training.model import LoRASettings, build_policy
+from components.training.params import DeepSpeedParams, GRPOParams, SFTParams
 from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer
@@ -138,10 +138,11 @@ def _arbor():
 
 def _arco(ranks, config: GRPOParams, root: Path, log, calls: list, teacher_calls: list) -> GRPOTrainer:
     """ARCO's trainer over two questions (one a rank on 2 ranks), its pieces those of tests/arco/helpers.py."""
+    from components.agents.params import AgentParams
     from components.agents.react import ReActAgent
+    from components.methods.arco.params import ArcoParams
     from components.methods.arco.rubric_model import RubricModel
     from components.methods.arco.variants import ArcoReward, ArcoState
-    from components.params import AgentParams, ArcoParams
     from components.training.agent_rollout import make_agent_rollout
     from tests.arco import helpers
 

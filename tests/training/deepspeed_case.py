@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from components.params import DeepSpeedParams, GRPOParams, SFTParams
 from components.training.model import build_policy
+from components.training.params import DeepSpeedParams, GRPOParams, SFTParams
 from components.training.rollout import RolloutSegment, assemble
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer

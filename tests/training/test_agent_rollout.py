@@ -11,12 +11,13 @@ import asyncio
 import pytest
 import torch
 
+from components.agents.params import AgentParams
 from components.agents.react import FORMAT_REMINDER, Proposal, ReActAgent
 from components.llm.base import Message
-from components.params import AgentParams, GRPOParams
 from components.schemas import Question, ToolCall
 from components.training.agent_rollout import EpisodePolicy, TurnBatcher, make_agent_rollout
 from components.training.model import LoRASettings, build_policy
+from components.training.params import GRPOParams
 from components.training.rollout import Generation, HFRolloutEngine, SamplingParams, assemble
 from components.training.tiny import CharTokenizer, tiny_qwen2
 from components.training.trainer import GRPOTrainer

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from components.agents.params import AgentParams
 from components.agents.react import ReActAgent
-from components.params import AgentParams
 from components.schemas import Question, ToolCall
 from components.training.agent_rollout import make_agent_rollout
 from components.training.rollout import Generation, HFRolloutEngine, SamplingParams, assemble

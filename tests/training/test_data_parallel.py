@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from components.params import GRPOParams, SFTParams
 from components.training.distributed import Ranks
 from components.training.model import LoRASettings, build_policy
+from components.training.params import GRPOParams, SFTParams
 from components.training.sft_trainer import SFTTrainer
 from components.training.tiny import tiny_qwen2
 from components.training.trainer import GRPOTrainer, _combined_reward_metrics
@@ -244,8 +244,8 @@ def test_two_ranks_fully_fine_tune_grpo_under_zero3_to_the_single_process_weight
 
 
 def test_a_zero_run_key_holds_its_stage_not_its_persistence_threshold():
-    from components.params import DeepSpeedParams
     from components.training.distributed import deepspeed_config
+    from components.training.params import DeepSpeedParams
 
     assert DeepSpeedParams(param_persistence_threshold=0).keyed() is None  # unset: earlier runs keep their keys
     assert DeepSpeedParams(zero_stage=3, param_persistence_threshold=0).keyed() == DeepSpeedParams(zero_stage=3).keyed() \
@@ -286,9 +286,9 @@ class _Hooked:
 
 def test_a_method_with_step_hooks_is_refused_on_several_ranks():
     """Unless it merges what the ranks' rewards left in it (ARBOR, RAR, ARCO); RubricEM says why it does not."""
+    from components.methods.arco.params import ArcoParams
     from components.methods.arco.variants import ArcoState
     from components.methods.rubricem.variants import RubricEMState
-    from components.params import ArcoParams
 
     policy = build_policy(tiny_qwen2(case.TOK.vocab_size, seed=0), lora=LoRASettings(r=4, alpha=8))
     with pytest.raises(ValueError, match="_Hooked has step hooks .*on_step_end.* one process, not 2 ranks"):
@@ -365,7 +365,7 @@ def test_rar_checklists_written_on_one_rank_are_every_ranks():
 
 
 def test_zero_needs_every_rank_to_run_as_many_sft_micro_batches():
-    from components.params import DeepSpeedParams
+    from components.training.params import DeepSpeedParams
 
     policy = build_policy(tiny_qwen2(case.TOK.vocab_size, seed=0), lora=None)
     with pytest.raises(ValueError, match=r"sft.batch_size \(3\) must be a multiple of the ranks \(2\)"):

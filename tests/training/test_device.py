@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.params import Params, ParamsError, load_params
+from components.params import Params
+from components.params_load import load_params
+from components.params_section import ParamsError
 from components.run_spec import run_spec
 from components.training.device import Placement, placement, resolve_device, resolve_dtype
 from components.training.model import LoRASettings, build_policy, load_trainable_policy

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.params import GRPOParams, SFTParams
 from components.training.model import LoRASettings, build_policy
+from components.training.params import GRPOParams, SFTParams
 from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams, assemble
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer

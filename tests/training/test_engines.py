@@ -8,13 +8,14 @@ import typing
 
 import pytest
 
-from components.params import TrainPolicyParams, load_params
+from components.params_load import load_params
 from components.policy_run import make_engine
 from components.registry import RegistryError
 from components.run_spec import run_spec
 from components.trained_policy import trained_policy_method
 from components.training import llamacpp_engine
 from components.training.engines import ENGINES, RolloutEngineSpec, role_engine
+from components.training.params import TrainPolicyParams
 from components.training.rollout import HFRolloutEngine
 
 

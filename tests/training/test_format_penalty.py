@@ -7,7 +7,7 @@ import pytest
 
 from components.llm.backends.scripted import ScriptedChatModel
 from components.method_registry import load_methods
-from components.params import load_params
+from components.params_load import load_params
 from components.rewards.outcome import OutcomeReward
 from components.schemas import Question, Trajectory
 from components.training.policy_run_key import run_settings

@@ -8,7 +8,7 @@ from peft import LoraConfig, get_peft_model
 from peft.tuners.lora import Linear as LoraLinear
 from torch import nn
 
-from components.params import load_params
+from components.params_load import load_params
 from components.training.fused_lora import fuse_lora_forward, unfuse_lora_forward
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2

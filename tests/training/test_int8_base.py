@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from components.params import load_params
+from components.params_load import load_params
 from components.training.int8_base import int8_linear, quantize_frozen_base, quantize_rows, restore_fp32
 from components.training.losses import token_logprobs
 from components.training.model import LoRASettings, build_policy

@@ -6,9 +6,10 @@ and survive a resume through metrics.csv; ``train_policy.eval_every`` is not par
 import pandas as pd
 import torch
 
-from components.params import GRPOParams, load_params
+from components.params_load import load_params
 from components.policy_run import resumed_rows
 from components.training.model import LoRASettings, build_policy
+from components.training.params import GRPOParams
 from components.training.policy_run_key import run_settings
 from components.training.rollout import HFRolloutEngine
 from components.training.tiny import CharTokenizer, tiny_qwen2

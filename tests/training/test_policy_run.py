@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from components.io import read_jsonl
-from components.params import ParamsError, load_params
+from components.params_load import load_params
+from components.params_section import ParamsError
 from components.run_files import warm_start_folder
 from components.run_spec import run_spec
 from components.schemas import Question, Trajectory

@@ -4,8 +4,8 @@ recompute them, and the update is the same either way."""
 import pytest
 import torch
 
-from components.params import SFTParams
 from components.training.model import LoRASettings, activations_kept, build_policy, recomputes_activations
+from components.training.params import SFTParams
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2

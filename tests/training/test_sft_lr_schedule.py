@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from components.params import SFTParams
 from components.training.model import LoRASettings, build_policy
+from components.training.params import SFTParams
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer, lr_scheduler, warmup_steps
 from components.training.tiny import CharTokenizer, tiny_qwen2

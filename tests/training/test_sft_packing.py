@@ -8,8 +8,8 @@ they were.
 import pytest
 import torch
 
-from components.params import SFTParams
 from components.training.model import LoRASettings, build_policy
+from components.training.params import SFTParams
 from components.training.prompt_order import PromptSampler
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer

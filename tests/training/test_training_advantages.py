@@ -107,7 +107,7 @@ def test_adv_std_sample_is_bessels_std_at_every_group_size():
 def test_the_trainer_divides_by_the_std_grpo_adv_std_names():
     from types import SimpleNamespace
 
-    from components.params import GRPOParams
+    from components.training.params import GRPOParams
     from components.training.trainer import GRPOTrainer
 
     episodes = [SimpleNamespace(group=g) for g in (0, 0, 0, 0)]
@@ -126,7 +126,7 @@ def test_adv_std_is_left_out_of_dumps_while_population():
     """Runs keyed before the option (all of them divided by the population std) keep their run keys."""
     from pydantic import ValidationError
 
-    from components.params import GRPOParams
+    from components.training.params import GRPOParams
 
     assert "adv_std" not in GRPOParams().model_dump()
     assert GRPOParams(adv_std="sample").model_dump()["adv_std"] == "sample"

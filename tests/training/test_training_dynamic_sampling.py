@@ -7,9 +7,10 @@ first included) with the rest of DAPO (clip-higher, no KL, token-mean, the overl
 import pytest
 import torch
 
-from components.params import GRPOParams, load_params
+from components.params_load import load_params
 from components.rewards.overlong import OverlongShaping
 from components.training.model import LoRASettings, build_policy
+from components.training.params import GRPOParams
 from components.training.policy_run_key import run_settings
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2

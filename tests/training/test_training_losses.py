@@ -360,8 +360,8 @@ def test_grpo_options_reach_the_loss_and_the_advantages(monkeypatch, one_thread)
     from pydantic import ValidationError
 
     import components.training.trainer as trainer_module
-    from components.params import GRPOParams
     from components.training.model import LoRASettings, build_policy
+    from components.training.params import GRPOParams
     from components.training.rollout import HFRolloutEngine, SamplingParams
     from components.training.tiny import CharTokenizer, tiny_qwen2
 

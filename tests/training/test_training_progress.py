@@ -3,8 +3,8 @@ mean reward and the time left) on stderr, counting from where a resumed run star
 
 import torch
 
-from components.params import GRPOParams, SFTParams
 from components.training.model import LoRASettings, build_policy
+from components.training.params import GRPOParams, SFTParams
 from components.training.sft import SFTExample
 from components.training.sft_trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2

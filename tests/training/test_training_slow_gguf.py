@@ -21,7 +21,7 @@ import torch
 
 from components.training.model import LoRASettings, build_policy
 from components.training.rollout import HFRolloutEngine, SamplingParams
-from components.params import GRPOParams
+from components.training.params import GRPOParams
 from components.training.trainer import GRPOTrainer
 
 

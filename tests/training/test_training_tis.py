@@ -9,9 +9,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from components.params import GRPOParams
 from components.training.losses import policy_loss
 from components.training.model import LoRASettings, build_policy
+from components.training.params import GRPOParams
 from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
 from components.training.trainer import GRPOTrainer

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.params import GRPOParams
 from components.training.checkpoint import latest_checkpoint
 from components.training.episodes import Episode, RewardOutput
 from components.training.model import LoRASettings, build_policy, recomputes_activations
+from components.training.params import GRPOParams
 from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
 from components.training.trainer import GRPOTrainer

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from components.params import load_params
+from components.params_load import load_params
 from components.policy_run import make_engine
 from components.run_spec import run_spec
 from components.training.model import LoRASettings, build_policy

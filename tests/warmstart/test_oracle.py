@@ -6,9 +6,9 @@ import collections
 
 import pytest
 
+from components.agents.params import AgentParams
 from components.agents.parsing import parse_turn
 from components.evaluation.metrics import exact_match, normalize_answer
-from components.params import AgentParams
 from components.retrieval.bm25 import BM25Index
 from components.retrieval.scope import world_question_paragraphs
 from components.retrieval.tools import make_toolbox

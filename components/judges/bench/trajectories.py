@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.agents.params import AgentParams
 from components.evaluation.metrics import exact_match, normalize_answer
 from components.io import write_json, write_jsonl
-from components.params import AgentParams
 from components.schemas import Question, Step, Trajectory
 from components.warmstart.oracle import oracle_trajectory
 from components.world.oracle import OracleError

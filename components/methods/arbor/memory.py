@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from components.params import ArborParams
+from components.methods.arbor.params import ArborParams
 from components.schemas import Criterion, Rubric
 
 __all__ = [

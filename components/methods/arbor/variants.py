@@ -39,9 +39,9 @@ from components.methods.arbor.induction import consolidate, induce
 from components.methods.arbor.memory import GroupRecord, RubricMemory, RubricText, admission
 from components.methods.arbor.pairwise_graph import sparse_graph
 from components.methods.arbor.pairwise_judge import GroupScores, score_group
+from components.methods.arbor.params import ArborParams
 from components.methods.arbor.rar import rate, write_checklist
 from components.methods.arbor.shaping import homogeneity_metrics, shape_group
-from components.params import ArborParams
 from components.rewards.outcome import OutcomeReward, format_valid, outcome_reward
 from components.training.episodes import Episode, RewardOutput, StepContext
 from components.variants import VARIANTS, VariantContext, VariantParts

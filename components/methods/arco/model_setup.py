@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components.params import ArcoSetup, Params, ParamsError
+from components.methods.arco.params import ArcoSetup
+from components.params import Params
+from components.params_section import ParamsError
 from components.run_spec import RunSpec
 
 __all__ = ["check_setup", "load_backbone", "setup_overrides", "sparse_steps"]

@@ -43,8 +43,10 @@ from components.methods.arco.decomposition import (
     terminal_reward,
 )
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
+from components.methods.arco.params import ArcoParams
 from components.methods.arco.rubric_model import ADAPTER, CriteriaSample, RubricModel
-from components.params import ArcoParams, Params, ParamsError
+from components.params import Params
+from components.params_section import ParamsError
 from components.rewards.outcome import OutcomeReward, outcome_reward
 from components.run_spec import run_spec
 from components.schemas import Criterion, Rubric

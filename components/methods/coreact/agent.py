@@ -16,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from components.agents.params import MethodParams
 from components.agents.parsing import ParsedAction, parse_turn
 from components.agents.react import AGENTS, SYSTEM_PROMPT, EpisodeState, PolicyFailure, Proposal, ReActAgent
 from components.judges.render import render_prefix
 from components.llm.base import ChatModel, Message, Sampling, user
 from components.methods.coreact.rubric_generator import RubricGenerator, render_rubric
 from components.methods.coreact.verifier import Verification, VerifierMode, verify_action
-from components.params import MethodParams, Params
+from components.params import Params
 from components.schemas import Question, Rubric, Trajectory
 
 __all__ = ["CoReActAgent", "GuidedAgent", "GuidedState", "agent_options", "join_guidance"]

@@ -30,7 +30,7 @@ from components.methods.coreact.slates import select_slate, slate_context
 from components.judges.render import render_prefix
 from components.methods.coreact.council import judge_slate, reference_notes
 from components.llm.base import ChatModel, Sampling
-from components.params import CollectParams
+from components.methods.coreact.params import CollectParams
 from components.schemas import BranchingPoint, Candidate, Question
 
 

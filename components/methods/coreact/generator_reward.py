@@ -24,9 +24,9 @@ from components.judges.call import Tally, scored_as
 from components.judges.orders import balanced_orders
 from components.judges.render import render_prefix
 from components.llm.base import ChatModel
+from components.methods.coreact.params import RubricGeneratorParams
 from components.methods.coreact.rubric_eval import evaluate_actions, evaluate_criteria, evaluate_slate
 from components.methods.coreact.rubric_generator import COUNT_RANGE, ParsedRubric, parse_rubric
-from components.params import RubricGeneratorParams
 from components.schemas import BranchingPoint, Rubric
 from components.training.episodes import Episode, RewardOutput, StepContext
 

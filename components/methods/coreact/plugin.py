@@ -8,7 +8,8 @@ shows beside every method that serves that generator."""
 from components.method_registry import Evaluation, HealthMetric, MethodSpec, Out, Stage
 from components.methods.coreact import agent, baselines, bench  # noqa: F401  (their @AGENTS / bench registrations run on import)
 
-RUN_FILES = ("tasks/runtime.py", "components/params_cli.py", "components/run_files.py", "components/params.py")
+RUN_FILES = ("tasks/runtime.py", "components/params_cli.py", "components/run_files.py", "components/params.py",
+             "components/params_load.py")
 LISTWISE = "train_rubric_generator@listwise"
 
 COLLECT = Stage(

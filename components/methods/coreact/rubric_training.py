@@ -29,8 +29,9 @@ from scipy.stats import bootstrap, wilcoxon
 from components.llm.base import Message
 from components.methods.coreact.generator_reward import RubricReward, consensus_scores, point_key
 from components.methods.coreact.rubric_generator import generator_messages
-from components.params import GRPOParams, Params
+from components.params import Params
 from components.schemas import BranchingPoint
+from components.training.params import GRPOParams
 from components.training.rollout import RolloutEngine, SamplingParams
 
 __all__ = ["generator_config", "held_out_spearman", "paired_change", "prompt_items", "split_points", "usable_points"]

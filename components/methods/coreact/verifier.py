@@ -20,9 +20,9 @@ from components.judges.call import JudgeCall, Tally, ask, reasons
 from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
+from components.methods.coreact.params import VerifierMode
 from components.methods.coreact.rubric_eval import evaluate_criteria, weighted_fraction
 from components.methods.coreact.rubric_generator import render_rubric
-from components.params import VerifierMode
 from components.schemas import Rubric
 
 __all__ = ["Verification", "VerifierMode", "parse_verdicts", "verdicts_schema", "verifier_messages", "verify_action"]
