@@ -27,104 +27,98 @@ def _checkpoint_min_tokens() -> Any:
 
 
 class GRPOParams(Section):
-    """The configuration of ``components.training.trainer.GRPOTrainer``: one set of names and defaults."""
+    """The configuration of ``components.training.trainer.GRPOTrainer``: one set of names and defaults. What the
+    speed options cost and buy: docs/performance.md ("Which speed option when")."""
 
+    # rollout
     group_size: int = Field(default=4, ge=1, description="Rollouts per prompt (G).")
     prompts_per_step: int = Field(default=2, ge=1, description="Prompts (groups) per step.")
-    steps: int = Field(default=20, ge=1, description="Trainer steps of a run.")
-    ppo_epochs: int = Field(default=1, ge=1, description="Passes over each batch of rollouts.")
-    mini_batch_size: int | None = Field(default=None, ge=1, description="Rows per optimizer step; None: the whole batch.")
-    micro_batch_size: int | None = Field(default=None, ge=1, description="Rows per forward/backward (gradient accumulation).")
-    micro_batch_tokens: int | None = Field(
-        default=None, ge=1, description="Instead of micro_batch_size: rows sorted by length and packed into "
-        "micro-batches of at most this many padded tokens (verl's dynamic batch size); less padding on CPU.")
-    prefix_packing: bool = Field(
-        default=True, description="With micro_batch_tokens: micro-batches are shared-prefix packs of at most that "
-        "many tokens, a prefix that several rows share (a group's prompt; an episode's history, which each of its "
-        "turn rows repeats under the scratchpad agent) computed once and each row's "
-        "own tokens attending to it through a 4D mask (components/training/prefix_pack.py). The same numbers to "
-        "float rounding; a micro-batch of one row runs as before.")
-    gradient_checkpointing: bool = Field(
-        default=False, description="Recompute each decoder layer's activations in the backward pass (train_policy's "
-        "policy): the same update for about a third more update time, and a 2k-token micro-batch of the 0.5B "
-        "no longer holds every layer's activations at once.")
-    checkpoint_min_tokens: int = _checkpoint_min_tokens()
-    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate.")
-    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
-    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
-    warmup_steps: int = Field(default=0, ge=0, description="Linear LR warm-up, in trainer steps.")
-    total_steps: int | None = Field(default=None, ge=1, description="Linear LR decay to 0 at this step; None: constant.")
-    clip_eps: float = Field(default=0.2, gt=0, lt=1, description="Clip range of the importance ratio (low side).")
-    clip_eps_high: float | None = Field(default=None, gt=0, description="High clip range (DAPO clip-higher); None: clip_eps.")
-    kl_coef: float = Field(default=1e-3, ge=0, description="k3 KL coefficient to the frozen reference (0 skips it).")
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = Field(
-        default="token_mean", description="Loss aggregation; seq_mean_token_sum is RubricEM Eq. 1."
-    )
-    std_normalize: bool = Field(default=True, description="Divide group-centred rewards by the group std (False: Dr. GRPO).")
-    adv_eps: float = Field(default=1e-6, gt=0, description="Epsilon in the std division.")
-    adv_std: Literal["population", "sample"] = Field(
-        default="population", description="The group std the advantages divide by: population (divide by G; "
-        "numpy's, RubricEM's open-instruct) or sample (Bessel's G - 1: verl, TRL and slime; advantages "
-        "sqrt((G-1)/G) as large, /1.069 at G=8). Left out of dumps (and so of run keys) while population.")
-    dual_clip_c: float | None = Field(
-        default=None, gt=1, json_schema_extra={"keyed_when_set": True},
-        description="Dual-clip PPO (Ye et al. 2019; verl's clip_ratio_c, 3.0 there): a token with a negative "
-        "advantage has its policy-gradient loss capped at -dual_clip_c * A, however far its ratio rose. None: off.")
-    kl_clamp: float | None = Field(
-        default=None, gt=0, json_schema_extra={"keyed_when_set": True},
-        description="Cap on each token's k3 KL term in the loss (verl clamps its low_var_kl to 10; no gradient "
-        "beyond the cap). None: off.")
-    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
     temperature: float = Field(default=1.0, ge=0, description="Rollout sampling temperature (0: greedy).")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Rollout nucleus sampling.")
     top_k: int = Field(default=0, ge=0, description="Rollout top-k (0: off).")
     max_new_tokens: int = Field(default=128, ge=1, description="Tokens per sampled continuation (per turn for agents).")
     shuffle: bool = Field(default=True, description="Seeded shuffle of the prompt order each epoch.")
-    checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints (0: only explicit saves).")
-    keep_last: int | None = Field(default=2, ge=1, description="Checkpoints kept; None keeps all.")
-    skip_zero_advantage: bool = Field(
-        default=False,
-        description="Leave episodes whose advantage is 0 on every token out of the update (DAPO's dynamic "
-        "sampling, within the step): they carry no policy-gradient signal, only the KL term, and cost a "
-        "forward and backward pass each. Changes token_mean's denominator; a step whose groups all have zero "
-        "variance makes no update.",
+    dynamic_sampling_max_rounds: int | None = Field(
+        default=None, ge=0, json_schema_extra={"keyed_when_set": True},
+        description="DAPO's dynamic sampling (Yu et al. 2025, 3.2): extra rounds of prompts a step may draw to replace "
+        "groups whose scores have no variance; 0: no refill; None: the variant's choice (dapo refills, grpo does not).")
+
+    # loss and clipping
+    ppo_epochs: int = Field(default=1, ge=1, description="Passes over each batch of rollouts.")
+    mini_batch_size: int | None = Field(default=None, ge=1, description="Rows per optimizer step; None: the whole batch.")
+    clip_eps: float = Field(default=0.2, gt=0, lt=1, description="Clip range of the importance ratio (low side).")
+    clip_eps_high: float | None = Field(default=None, gt=0, description="High clip range (DAPO clip-higher); None: clip_eps.")
+    dual_clip_c: float | None = Field(
+        default=None, gt=1, json_schema_extra={"keyed_when_set": True},
+        description="Dual-clip PPO (Ye et al. 2019; verl's clip_ratio_c): a negative-advantage token's loss is capped "
+        "at -dual_clip_c * A however far its ratio rose. None: off.")
+    kl_coef: float = Field(default=1e-3, ge=0, description="k3 KL coefficient to the frozen reference (0 skips it).")
+    kl_clamp: float | None = Field(
+        default=None, gt=0, json_schema_extra={"keyed_when_set": True},
+        description="Cap on each token's k3 KL term, no gradient beyond it (verl clamps its low_var_kl to 10). None: off.")
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = Field(
+        default="token_mean", description="Loss aggregation; seq_mean_token_sum is RubricEM Eq. 1."
     )
     old_logprobs: Literal["auto", "recompute", "engine"] = Field(
         default="auto",
         description="Log-probs of the sampling policy: auto skips the extra forward pass when the update is exactly "
-        "on-policy (one epoch, one mini-batch: the ratio is 1), recompute always runs it, engine trusts the "
-        "rollout engine's log-probs.",
+        "on-policy (one epoch, one mini-batch), recompute always runs it, engine trusts the rollout engine's.",
     )
     tis_cap: float | None = Field(
         default=None, gt=0, json_schema_extra={"keyed_when_set": True},
-        description="Truncated importance sampling (ARBOR B.2, token-level TIS): each token's policy-gradient "
-        "loss is weighted by min(pi_old / pi_rollout, tis_cap), the trainer's old-policy probability over the "
-        "rollout engine's (a quantized or batched inference engine scores tokens slightly differently from "
-        "the trained weights). Needs the engine's log-probs; None: off.",
+        description="Token-level truncated importance sampling (ARBOR B.2): each token's loss weighted by "
+        "min(pi_old / pi_rollout, tis_cap), for an engine that scores tokens unlike the trained weights. None: off.",
     )
-    int8_base: bool = Field(
-        default=False, description="Run the frozen base's matmuls of the run's LoRA models (the policy; Co-ReAct's "
-        "generator; ARCO's mu) in int8 (CPU only; "
-        "components/training/int8_base.py): the update about 0.5-0.6x the time on two AVX2 cores, at int8 rounding "
-        "of every base matmul (log-probabilities 0.012 nat a token off on average, gradient cosine 0.98 with fp32; "
-        "perf/bench_int8_base.py). Left out of dumps (and so of run keys) while off.")
-    fused_lora: bool = Field(
-        default=True, description="Run the LoRA linears with the scaling on the rank side and the adapter's add "
-        "inside its matmul (components/training/fused_lora.py): peft's update to the bit when lora.alpha / lora.r is a "
-        "power of two (to float rounding otherwise), in less time and memory (perf/bench_int8_base.py --modes fp32 "
-        "fused); for every LoRA model the run trains, as int8_base. Execution only: not keyed.")
+    skip_zero_advantage: bool = Field(
+        default=False,
+        description="Leave episodes with a zero advantage on every token out of the update (DAPO's dynamic sampling "
+        "within the step): they carry only the KL term. Changes token_mean's denominator.",
+    )
+
+    # rewards and advantages
     format_penalty: float | None = Field(
         default=None, le=0, json_schema_extra={"keyed_when_set": True},
-        description="The outcome reward's score for an episode that is not format-valid (no parsed answer, or an "
-        "unparseable turn), in every variant's outcome reward (components/rewards/outcome.py). None: ARBOR's "
-        "R_base, -1. 0 where right answers are rare and -1 would teach answering anything (the lab).")
-    dynamic_sampling_max_rounds: int | None = Field(
-        default=None, ge=0, json_schema_extra={"keyed_when_set": True},
-        description="DAPO's dynamic sampling (Yu et al. 2025, Sec. 3.2): groups whose scores have no variance "
-        "are left out and more prompts are drawn, at most this many extra rounds per step, until the step "
-        "holds prompts_per_step groups with a learning signal. 0: no refill (a homogeneous group trains on "
-        "nothing but the KL term); None: the variant's choice (dapo refills, grpo does not).",
-    )
+        description="Every variant's outcome reward for a format-invalid episode (components/rewards/outcome.py). "
+        "None: ARBOR's R_base, -1; 0 where right answers are rare and -1 would teach answering anything (the lab).")
+    std_normalize: bool = Field(default=True, description="Divide group-centred rewards by the group std (False: Dr. GRPO).")
+    adv_eps: float = Field(default=1e-6, gt=0, description="Epsilon in the std division.")
+    adv_std: Literal["population", "sample"] = Field(
+        default="population", description="The group std advantages divide by: population (numpy's, RubricEM's "
+        "open-instruct) or sample (Bessel's: verl, TRL, slime). Left out of dumps (and run keys) while population.")
+
+    # optimiser
+    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear LR warm-up, in trainer steps.")
+    total_steps: int | None = Field(default=None, ge=1, description="Linear LR decay to 0 at this step; None: constant.")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    steps: int = Field(default=20, ge=1, description="Trainer steps of a run (not keyed: a finished run can be extended).")
+
+    # checkpoints
+    checkpoint_every: int = Field(default=10, ge=0, description="Steps between checkpoints (0: only explicit saves).")
+    keep_last: int | None = Field(default=2, ge=1, description="Checkpoints kept; None keeps all.")
+
+    # speed (execution only: not keyed)
+    micro_batch_size: int | None = Field(default=None, ge=1, description="Rows per forward/backward (gradient accumulation).")
+    micro_batch_tokens: int | None = Field(
+        default=None, ge=1, description="Instead of micro_batch_size: length-sorted micro-batches of at most this many "
+        "padded tokens (verl's dynamic batch size).")
+    prefix_packing: bool = Field(
+        default=True, description="With micro_batch_tokens: micro-batches as shared-prefix packs, a prefix rows share "
+        "computed once (components/training/prefix_pack.py); the same numbers to float rounding.")
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute each decoder layer's activations in the backward pass: the same update "
+        "in less memory, for more time.")
+    checkpoint_min_tokens: int = _checkpoint_min_tokens()
+    fused_lora: bool = Field(
+        default=True, description="The LoRA linears' leaner forward (components/training/fused_lora.py): peft's update "
+        "to the bit when lora.alpha / lora.r is a power of two; for every LoRA model the run trains.")
+
+    # speed at int8 rounding (keyed once on)
+    int8_base: bool = Field(
+        default=False, description="The frozen base's matmuls of the run's LoRA models in int8 (CPU only; "
+        "components/training/int8_base.py). Left out of dumps (and so of run keys) while off.")
 
     @model_serializer(mode="wrap")
     def _int8_keyed_when_set(self, handler):
