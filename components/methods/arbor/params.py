@@ -21,7 +21,7 @@ class ArborParams(Section):
                            "draft, the per-group filter of active rubrics, and the low-variance count of retirement.")
     rho_min: float = Field(default=0.0, ge=-1, le=1, description="Least Pearson correlation with F1: admission and "
                            "(cumulative) retirement.")
-    k_consol: int = Field(default=8, ge=1, description="Drafts in the candidate pool D that trigger a consolidation.")
+    k_consol: int = Field(default=4, ge=1, description="Drafts in the candidate pool D that trigger a consolidation.")
     kappa: int = Field(default=5, ge=1, description="Consecutive low-variance activations a common rubric may have; "
                        "one more retires it.")
     max_common: int = Field(default=6, ge=1, description="Capacity of the common pool P.")
