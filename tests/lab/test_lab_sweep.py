@@ -10,8 +10,16 @@ import pytest
 from scipy import stats
 
 from components.lab.params import LabGrid, LabSweepParams
-from components.lab.sweep import (Cell, area_under_curve, break_even, cell_folder, cell_params, grid, steps_to,
-                                  summarise)
+from components.lab.sweep import (
+    Cell,
+    area_under_curve,
+    break_even,
+    cell_folder,
+    cell_params,
+    grid,
+    steps_to,
+    summarise,
+)
 from components.params import load_params
 
 SETTINGS = LabSweepParams(seeds=[0, 1, 2], grids={"session": LabGrid(
@@ -97,8 +105,8 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
     dial is in the training run's key under the lab overlay and nowhere else."""
     from components.io import write_json
     from components.lab.sweep import cell_done
-    from tasks.lab_cell import cell_key, finished_cell
     from components.training.policy_run_key import run_settings
+    from tasks.lab_cell import cell_key, finished_cell
 
     params = load_params(repo_root / "params.yaml", overlays=["lab"], overrides=[f"run.out_dir={tmp_path}"])
     cell = Cell("arbor", "noisy", 0)
