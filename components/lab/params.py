@@ -123,6 +123,9 @@ class LabParams(Section):
                                     "questions add only their oracle episode's opening turn (the question, then a "
                                     "search for the name it asks about): short rows that are nearly all copying, "
                                     "the skill the nano policy is slowest to form.")
+    sft_document_rows: int = Field(default=0, ge=0, description="Times each paragraph of the worlds the SFT reads "
+                                   "(the lab world's included) is added as a row trained whole: the world's corpus as "
+                                   "pretraining, so the nano knows its facts and the names it copies (0: off).")
     nano: NanoParams = Field(default_factory=NanoParams)
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")
