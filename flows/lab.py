@@ -1,4 +1,4 @@
-"""The lab sweep as a Prefect flow: every cell of ``lab.sweep`` (training variant x judge dial x seed; the
+"""The lab sweep as a Prefect flow: every cell of a grid of ``lab.sweep.grids`` (training variant x judge dial x seed; the
 outcome-only variants under the first dial alone) trained by ``train_policy``, evaluated by ``evaluate`` on the
 test split and recorded by ``lab_cell``, at most ``lab.sweep.workers`` tasks at once in their own processes, then
 the page: docs/results/lab_sweep.md (the table, the
@@ -7,8 +7,9 @@ parent run (``lab_sweep``) holds a child per cell. The nano start (``tasks/lab_s
 ``<run.out_dir>/sft`` holds one), the world and its index are made first. A cell already finished under the same settings is read back, so
 an interrupted sweep resumes cell by cell. Lab results: a nano policy and simulated judges in a fictional world.
 
-    python -m flows.lab --overlay lab                 # the session-sized grid (lab.sweep.variants x dials x seeds)
-    python -m flows.lab --overlay lab --full          # the full grid (the nightly sweep's default)
+    python -m flows.lab --overlay lab                 # the session-sized grid -> docs/results/lab_sweep.md
+    python -m flows.lab --overlay lab --grid full     # the full grid (the nightly sweep's) -> lab_sweep_full.md
+    python -m flows.lab --overlay lab --grid intro    # the main job's comparison -> lab_sweep_intro.md
     python -m flows.lab --overlay lab --set lab.sweep.seeds=[0] --set lab.sweep.steps=4
 """
 
@@ -53,22 +54,23 @@ def check_lab(params: Params, cell: Params) -> None:
 
 
 @flow(name="rubricflow-lab", log_prints=True, task_runner=ProcessPoolTaskRunner(max_workers=2))
-def lab(params: Params | None = None, full: bool = False, command: str = "python -m flows.lab --overlay lab") -> dict:
-    """Run every cell (``full``: the full grid) and write the page; returns the table's rows."""
+def lab(params: Params | None = None, grid_name: str = "session", command: str = "python -m flows.lab --overlay lab"
+        ) -> dict:
+    """Run every cell of the grid ``grid_name`` (lab.sweep.grids) and write its page; returns the table's rows."""
     params = resolve(params)
     settings = params.lab.sweep
-    cells = grid(settings, full)
-    sized = cell_params(params, cells[0], full)
+    cells = grid(settings, grid_name)
+    sized = cell_params(params, cells[0], grid_name)
     check_lab(params, sized)
     start = lab_sft(params)
     prepare(params)
     index(params)
-    with tracking(params, "lab_sweep", tags={"grid": "full" if full else "session"}) as parent:
+    with tracking(params, "lab_sweep", tags={"grid": grid_name}) as parent:
         # a task waiting on another inside a pool process holds that process, so each stage is submitted once its
         # input is done: the trainings first (lab.sweep.workers at once), a cell's evaluation as its training ends
         done, todo = {}, []
         for cell in cells:
-            mine = cell_params(params, cell, full)
+            mine = cell_params(params, cell, grid_name)
             record = finished_cell(params, cell, mine)  # read back: the sweep resumes cell by cell
             if record is not None:
                 done[cell] = record
@@ -87,16 +89,18 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
             cell, mine = scored[future]
             done[cell] = lab_cell(mine, cell, parent_run_id=parent.run_id)
         records = [done[cell] for cell in cells]
-        table = summarise(records, settings, full)
-        name = "lab_sweep_full" if full else "lab_sweep"
-        plot = plot_curves(records, list(dials(settings, full)), RESULTS / f"{name}.png")
+        table = summarise(records, settings, grid_name)
+        name = "lab_sweep" if grid_name == "session" else f"lab_sweep_{grid_name}"
+        chosen = settings.grids[grid_name]
+        plot = plot_curves(records, list(dials(settings, grid_name)), RESULTS / f"{name}.png")
         walls = [r["wall_s"] for r in records]
-        header = [f"# Lab sweep ({'full' if full else 'session-sized'} grid)", "",
+        header = [f"# Lab sweep ({grid_name} grid)", "",
                   f"{datetime.date.today().isoformat()}, commit `{head_commit()}`, `{command}`. **Lab results**: the "
                   "nano policy and simulated judges in a fictional world, never a row of the real-model tables.",
                   f"Size: {len(cells)} cells ({', '.join(dict.fromkeys(c.variant for c in cells))} x judges "
-                  f"{', '.join(f'{k} {v}' for k, v in dials(settings, full).items())} x "
-                  f"seeds {settings.seeds}{f', but {settings.variant_seeds}' if settings.variant_seeds else ''}; outcome-only "
+                  f"{', '.join(f'{k} {v}' for k, v in dials(settings, grid_name).items())} x "
+                  f"seeds {chosen.seeds or settings.seeds}"
+                  f"{f', but {chosen.variant_seeds}' if chosen.variant_seeds else ''}; outcome-only "
                   f"variants under the first judge only), {settings.steps} GRPO "
                   f"steps of {sized.grpo.prompts_per_step} questions x {sized.grpo.group_size} attempts each on "
                   f"train questions {sized.train_policy.first_question}-"
@@ -106,7 +110,7 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
                   f"train_policy wall per cell {min(walls):.0f}-{max(walls):.0f} s on {sized.run.torch_threads} "
                   f"thread(s), {settings.workers} cells at once. The nano start: test EM {start['test_em']:.2f} "
                   f"after {start['sft_steps']} SFT steps. Figures: [{name}.json]({name}.json)."]
-        markdown = page(records, table, settings, full=full, header=header, plot_name=plot.name)
+        markdown = page(records, table, settings, name=grid_name, header=header, plot_name=plot.name)
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"{name}.md").write_text(markdown)
         figures = {"cells": records, "table": table.to_dict("records")}
@@ -121,10 +125,10 @@ def lab(params: Params | None = None, full: bool = False, command: str = "python
 
 def main() -> None:
     parser = stage_argparser(__doc__)
-    parser.add_argument("--full", action="store_true", help="the full grid (lab.sweep.full_variants x full_dials)")
+    parser.add_argument("--grid", default="session", help="a grid of lab.sweep.grids: session (default), full, intro")
     args = parser.parse_args()
     lab.with_options(task_runner=ProcessPoolTaskRunner(max_workers=params_from_args(args).lab.sweep.workers))(
-        params_from_args(args), full=args.full, command="python -m flows.lab " + " ".join(sys.argv[1:]))
+        params_from_args(args), grid_name=args.grid, command="python -m flows.lab " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -64,34 +64,37 @@ class LabJudgeParams(Section):
                       "this seed and the prompt, so a repeated call gets the same verdict).")
 
 
-class LabSweepParams(Section):
-    """The lab sweep (``python -m flows.lab``): training variants x judge dials x seeds, each cell a
-    ``train_policy`` run under ``--overlay lab`` with the same steps and rollout budget, then ``evaluate@<variant>``
-    on the test split."""
+class LabGrid(Section):
+    """One grid of the lab sweep: training variants x judge dials x seeds (``python -m flows.lab --grid NAME``)."""
 
-    variants: list[str] = Field(default_factory=lambda: ["grpo", "dapo", "arbor", "ss_grpo", "arco"], min_length=1,
-                                description="The session-sized grid's variants (grpo first: the matched baseline).")
+    variants: list[str] = Field(min_length=1, description="Its variants (grpo first: the matched baseline).")
     dials: dict[str, dict[str, Any]] = Field(
-        default_factory=lambda: {"perfect": {}, "noisy": {"flip_rate": 0.25},
-                                 "biased": {"bias": "length", "bias_rate": 0.5}},
-        description="The session-sized grid's judges: a name -> lab.judge settings over the defaults. The first is "
-                    "the one the outcome-only variants run under.")
-    full_variants: list[str] = Field(
-        default_factory=lambda: ["grpo", "dapo", "arbor", "arbor_no_memory", "grpo_arbor", "dapo_arbor", "rar",
-                                 "scaffold_grpo", "ss_grpo", "meta_policy", "rubricem", "arco", "arco_frozen",
-                                 "arco_no_decomp", "grpo_arco"],
-        min_length=1, description="The full grid's variants (the nightly sweep's default).")
-    full_dials: dict[str, dict[str, Any]] = Field(
-        default_factory=lambda: {"perfect": {}, "flip_0.1": {"flip_rate": 0.1}, "flip_0.25": {"flip_rate": 0.25},
-                                 "flip_0.4": {"flip_rate": 0.4}, "biased": {"bias": "length", "bias_rate": 0.5}},
-        description="The full grid's judges.")
+        min_length=1, description="Its judges: a name -> lab.judge settings over the defaults. The first is the one "
+                                  "the outcome-only variants run under.")
+    seeds: list[int] | None = Field(default=None, description="Seeds of every cell (None: lab.sweep.seeds).")
+    variant_seeds: dict[str, list[int]] = Field(default_factory=dict, description="A variant's own seeds instead of "
+                                                "`seeds` (a slow variant run on fewer; the page says so).")
+
+
+def _grids() -> dict[str, LabGrid]:
+    return {"session": LabGrid(variants=["grpo", "dapo", "arbor", "ss_grpo", "arco"],
+                               dials={"perfect": {}, "noisy": {"flip_rate": 0.25},
+                                      "biased": {"bias": "length", "bias_rate": 0.5}})}
+
+
+class LabSweepParams(Section):
+    """The lab sweep (``python -m flows.lab``): the cells of one of its grids, each a ``train_policy`` run under
+    ``--overlay lab`` with the same steps and rollout budget, then ``evaluate@<variant>`` on the test split."""
+
+    grids: dict[str, LabGrid] = Field(
+        default_factory=_grids, description="Named grids: session (the default: sized for a session), full (the "
+        "nightly sweep's: every variant and judge), intro (the main job's comparison); --grid picks one.")
     outcome_only: list[str] = Field(
         default_factory=lambda: ["grpo", "dapo", "grpo_arbor", "dapo_arbor", "scaffold_grpo", "grpo_arco"],
         description="Variants whose reward asks no judge: run under the first dial only and compared with every "
                     "dial's cells (a run that asks a judge anyway is an error in the report).")
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="Seeds of every cell.")
-    variant_seeds: dict[str, list[int]] = Field(default_factory=dict, description="A variant's own seeds instead of "
-                                                "`seeds` (a slow variant run on fewer; the page says so).")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="Seeds of a grid's cells "
+                             "unless it names its own.")
     steps: int = Field(default=40, ge=1, description="GRPO steps of every cell.")
     eval_every: int = Field(default=10, ge=1, description="Steps between a cell's dev evaluations (its curve).")
     threshold: float = Field(default=0.05, ge=0, le=1, description="The dev EM gain over its start a cell's 'steps "
@@ -99,7 +102,8 @@ class LabSweepParams(Section):
     workers: int = Field(default=2, ge=1, description="Cells run at once (each on run.torch_threads threads).")
     overrides: list[str] = Field(default_factory=list, description="`key=value` settings of every cell (its "
                                  "questions, evaluation size), after the dial and the seed.")
-    out_dir: str = Field(default="sweep", description="The sweep's folder under run.out_dir: <dial>/seed_<s>/.")
+    out_dir: str = Field(default="sweep", description="The sweep's folder under run.out_dir: <dial>/seed_<s>/ (a "
+                         "cell shared by two grids, same variant, dial settings and seed, is run once).")
 
 
 class LabParams(Section):
@@ -119,6 +123,9 @@ class LabParams(Section):
                                     "questions add only their oracle episode's opening turn (the question, then a "
                                     "search for the name it asks about): short rows that are nearly all copying, "
                                     "the skill the nano policy is slowest to form.")
+    sft_document_rows: int = Field(default=0, ge=0, description="Times each paragraph of the worlds the SFT reads "
+                                   "(the lab world's included) is added as a row trained whole: the world's corpus as "
+                                   "pretraining, so the nano knows its facts and the names it copies (0: off).")
     nano: NanoParams = Field(default_factory=NanoParams)
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")

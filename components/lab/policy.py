@@ -88,7 +88,8 @@ def grpo_questions(params: Params, lab: LabWorld) -> list[Question]:
 def sft_corpus(params: Params) -> SFTCorpus:
     """Compact oracle episodes of ``lab.sft_worlds`` other worlds (seeds lab seed + 1 ..) and, with
     ``lab.sft_own_world``, of the lab world's train split, as chat-history SFT rows; plus the opening turn alone of
-    each question in ``lab.sft_opening_worlds`` further worlds."""
+    each question in ``lab.sft_opening_worlds`` further worlds; and ``lab.sft_document_rows`` copies of every world's
+    paragraphs, each a row trained whole."""
     lab, seed = params.lab, lab_seed(params)
     rows, episodes, counts, documents = [], 0, Counter(), []
     sources = [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None, False)
@@ -110,6 +111,9 @@ def sft_corpus(params: Params) -> SFTCorpus:
         else:
             rows += sft_rows(found, params.agent)
             episodes += len(found)
+    if lab.sft_document_rows:
+        rows += [[(text, True)] for text in documents] * lab.sft_document_rows
+        counts["document_rows"] = len(documents) * lab.sft_document_rows
     return SFTCorpus(rows, episodes, counts, documents)
 
 

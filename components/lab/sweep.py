@@ -5,9 +5,9 @@ area under the curve, steps to a threshold, the paired difference against grpo o
 across seeds, the break-even judge quality). Free of Prefect and MLflow: ``flows/lab.py`` runs the cells and writes
 the page.
 
-    cells = grid(params.lab.sweep, full=False)
+    cells = grid(params.lab.sweep, "session")              # or "full", "intro": lab.sweep.grids
     rows = [read_cell(cell_folder(params, c), c) for c in cells]
-    table = summarise(rows, params.lab.sweep)
+    table = summarise(rows, params.lab.sweep, "session")
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pandas as pd
 from scipy import stats
 
 from components.io import read_json
-from components.lab.params import LabSweepParams
+from components.lab.params import LabGrid, LabSweepParams
 from components.params import Params
 from components.params_load import apply_overrides
 
@@ -52,20 +52,27 @@ class Cell:
         return f"{self.variant}@{self.dial}/seed_{self.seed}"
 
 
-def dials(settings: LabSweepParams, full: bool) -> dict[str, dict]:
-    return settings.full_dials if full else settings.dials
+def chosen(settings: LabSweepParams, name: str) -> LabGrid:
+    """The grid ``name`` of ``lab.sweep.grids`` (a clear error naming the grids there otherwise)."""
+    if name not in settings.grids:
+        raise ValueError(f"lab.sweep.grids has no grid {name!r} (it has {', '.join(settings.grids)})")
+    return settings.grids[name]
 
 
-def grid(settings: LabSweepParams, full: bool = False) -> list[Cell]:
-    """Every cell of the grid, the outcome-only variants under the first dial alone."""
-    variants = settings.full_variants if full else settings.variants
-    names = list(dials(settings, full))
-    return [Cell(v, d, s) for v in variants for d in (names[:1] if v in settings.outcome_only else names)
-            for s in seeds_of(settings, v)]
+def dials(settings: LabSweepParams, name: str) -> dict[str, dict]:
+    return chosen(settings, name).dials
 
 
-def seeds_of(settings: LabSweepParams, variant: str) -> list[int]:
-    return settings.variant_seeds.get(variant, settings.seeds)
+def grid(settings: LabSweepParams, name: str = "session") -> list[Cell]:
+    """Every cell of the grid ``name``, the outcome-only variants under its first dial alone."""
+    names = list(dials(settings, name))
+    return [Cell(v, d, s) for v in chosen(settings, name).variants
+            for d in (names[:1] if v in settings.outcome_only else names) for s in seeds_of(settings, v, name)]
+
+
+def seeds_of(settings: LabSweepParams, variant: str, name: str = "session") -> list[int]:
+    g = chosen(settings, name)
+    return g.variant_seeds.get(variant, g.seeds if g.seeds is not None else settings.seeds)
 
 
 def sweep_root(params: Params) -> Path:
@@ -98,10 +105,10 @@ def link_inputs(params: Params, cell: Cell) -> None:
             link.symlink_to(os.path.relpath(Path(params.run.out_dir) / name, folder), target_is_directory=True)
 
 
-def cell_params(params: Params, cell: Cell, full: bool = False) -> Params:
+def cell_params(params: Params, cell: Cell, name: str = "session") -> Params:
     """``params`` (the lab overlay's) with the cell's judge dial, seed, steps and folder, then ``lab.sweep.overrides``."""
     settings = params.lab.sweep
-    dial = dials(settings, full)[cell.dial]
+    dial = dials(settings, name)[cell.dial]
     raw = params.model_dump()
     raw["lab"]["judge"].update(dial)
     raw["seed"] = cell.seed
@@ -174,11 +181,11 @@ def interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, flo
     return mean, mean - half, mean + half
 
 
-def summarise(cells: list[dict], settings: LabSweepParams, full: bool = False) -> pd.DataFrame:
+def summarise(cells: list[dict], settings: LabSweepParams, name: str = "session") -> pd.DataFrame:
     """One row per (variant, dial): seeds, final test EM, AUC, steps to threshold, judge calls, the paired
     difference in test EM against grpo of the same seed (outcome-only variants' cells serve every dial), and
     whether the gaming check flagged any seed."""
-    names = list(dials(settings, full))
+    names = list(dials(settings, name))
     by = {(c["variant"], c["dial"], c["seed"]): c for c in cells}
 
     def find(variant: str, dial: str, seed: int) -> dict | None:
@@ -189,7 +196,7 @@ def summarise(cells: list[dict], settings: LabSweepParams, full: bool = False) -
     variants = list(dict.fromkeys(c["variant"] for c in cells))
     for variant in variants:
         for dial in names if variant not in settings.outcome_only else names[:1]:
-            mine = [c for s in seeds_of(settings, variant) if (c := find(variant, dial, s)) is not None]
+            mine = [c for s in seeds_of(settings, variant, name) if (c := find(variant, dial, s)) is not None]
             if not mine:
                 continue
             diffs = []
@@ -215,11 +222,11 @@ def judge_quality(dial: dict) -> float:
                                                     else 0.0)
 
 
-def break_even(table: pd.DataFrame, settings: LabSweepParams, full: bool = False) -> dict[str, str]:
+def break_even(table: pd.DataFrame, settings: LabSweepParams, name: str = "session") -> dict[str, str]:
     """Per variant, the worst judge (by :func:`judge_quality`, flip-rate dials only) under which it still beats
     grpo with an interval above 0, or why none does."""
     found = {}
-    flips = {n: d for n, d in dials(settings, full).items() if d.get("bias", "none") == "none"}
+    flips = {n: d for n, d in dials(settings, name).items() if d.get("bias", "none") == "none"}
     for variant in table["variant"].unique():
         if variant == BASELINE or variant in settings.outcome_only:
             continue
@@ -271,7 +278,7 @@ def _fmt(value: float, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
-def page(cells: list[dict], table: pd.DataFrame, settings: LabSweepParams, *, full: bool, header: list[str],
+def page(cells: list[dict], table: pd.DataFrame, settings: LabSweepParams, *, name: str, header: list[str],
          plot_name: str) -> str:
     """The sweep's markdown: the header lines (date, command, sizes, commit), the table, the break-even judge
     per method, each mechanism's health at every dial, and the plot."""
@@ -287,7 +294,7 @@ def page(cells: list[dict], table: pd.DataFrame, settings: LabSweepParams, *, fu
                      f"{int(r['gaming_flagged'])}/{r['seeds']} | {_fmt(r['wall_s'], 0)} |")
     lines += ["", "Break-even judge (the worst flip-rate judge under which the method still beats grpo, interval "
               "above 0):", ""]
-    lines += [f"- {v}: {text}" for v, text in break_even(table, settings, full).items()]
+    lines += [f"- {v}: {text}" for v, text in break_even(table, settings, name).items()]
     lines += ["", "Each mechanism's health (mean over seeds; rates are means over steps, totals at the last step):",
               "", "| variant | judge | health |", "|---|---|---|"]
     for (variant, dial), group in pd.DataFrame(cells).groupby(["variant", "dial"], sort=False):

@@ -18,7 +18,8 @@ from tests.lab.test_lab_overlay import TINY
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 SWEEP = ["lab.sft_own_questions=2", "lab.sweep.seeds=[0]", "lab.sweep.steps=2", "lab.sweep.eval_every=1",
-         "lab.sweep.variants=[grpo,arbor]", "lab.sweep.dials={perfect: {}, noisy: {flip_rate: 0.5}}",
+         "lab.sweep.grids.session.variants=[grpo,arbor]",
+         "lab.sweep.grids.session.dials={perfect: {}, noisy: {flip_rate: 0.5}}", "lab.sweep.grids.session.variant_seeds={}",
          "lab.sweep.overrides=[train_policy.first_question=2,train_policy.n_questions=2,train_policy.eval_questions=1,"
          "grpo.group_size=2,grpo.prompts_per_step=2]"]
 

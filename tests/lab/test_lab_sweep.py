@@ -9,14 +9,22 @@ import math
 import pytest
 from scipy import stats
 
-from components.lab.params import LabSweepParams
-from components.lab.sweep import (Cell, area_under_curve, break_even, cell_folder, cell_params, grid, steps_to,
-                                  summarise)
+from components.lab.params import LabGrid, LabSweepParams
+from components.lab.sweep import (
+    Cell,
+    area_under_curve,
+    break_even,
+    cell_folder,
+    cell_params,
+    grid,
+    steps_to,
+    summarise,
+)
 from components.params_load import load_params
 
-SETTINGS = LabSweepParams(variants=["grpo", "arbor"], seeds=[0, 1, 2],
-                          dials={"perfect": {}, "noisy": {"flip_rate": 0.25}, "biased": {"bias": "length",
-                                                                                            "bias_rate": 0.5}})
+SETTINGS = LabSweepParams(seeds=[0, 1, 2], grids={"session": LabGrid(
+    variants=["grpo", "arbor"], dials={"perfect": {}, "noisy": {"flip_rate": 0.25},
+                                       "biased": {"bias": "length", "bias_rate": 0.5}})})
 
 
 def _cell(variant, dial, seed, test_em, curve=((0, 0.0), (10, 0.1), (20, 0.2))):
@@ -70,7 +78,8 @@ def test_the_paired_difference_is_against_grpo_of_the_same_seed_with_a_t_interva
 
 
 def test_a_slow_variant_runs_on_its_own_seeds_and_the_table_counts_them():
-    settings = SETTINGS.model_copy(update={"variants": ["grpo", "arco"], "variant_seeds": {"arco": [0]}})
+    session = SETTINGS.grids["session"].model_copy(update={"variants": ["grpo", "arco"], "variant_seeds": {"arco": [0]}})
+    settings = SETTINGS.model_copy(update={"grids": {"session": session}})
     assert [c.seed for c in grid(settings) if c.variant == "arco"] == [0, 0, 0]
     cells = [_cell("grpo", "perfect", s, 0.1) for s in (0, 1, 2)] + [_cell("arco", "perfect", 0, 0.3)]
     row = summarise(cells, settings).set_index(["variant", "dial"]).loc[("arco", "perfect")]
@@ -96,8 +105,8 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
     dial is in the training run's key under the lab overlay and nowhere else."""
     from components.io import write_json
     from components.lab.sweep import cell_done
-    from tasks.lab_cell import cell_key, finished_cell
     from components.training.policy_run_key import run_settings
+    from tasks.lab_cell import cell_key, finished_cell
 
     params = load_params(repo_root / "params.yaml", overlays=["lab"], overrides=[f"run.out_dir={tmp_path}"])
     cell = Cell("arbor", "noisy", 0)
@@ -106,7 +115,7 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
     cell_done(params, cell).parent.mkdir(parents=True)
     write_json(cell_done(params, cell), {"test_em": 0.1, "run_key": cell_key(mine, cell)})
     assert finished_cell(params, cell, mine)["test_em"] == 0.1
-    for change in ("lab.sweep.dials.noisy.flip_rate=0.4", "grpo.format_penalty=-0.5"):
+    for change in ("lab.sweep.grids.session.dials.noisy.flip_rate=0.4", "grpo.format_penalty=-0.5"):
         other = load_params(repo_root / "params.yaml", overlays=["lab"],
                             overrides=[f"run.out_dir={tmp_path}", change])
         assert finished_cell(other, cell, cell_params(other, cell)) is None, change
@@ -114,3 +123,16 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
     assert finished_cell(params, cell, mine) is None
     assert run_settings(mine, "arbor")["lab_judge"]["flip_rate"] == 0.25
     assert "lab_judge" not in run_settings(load_params(repo_root / "params.yaml"), "arbor")
+
+
+def test_a_named_grid_has_its_own_cells_and_seeds_and_an_unknown_one_is_named(repo_root):
+    """The main job's comparison (intro) is one seed of grpo and one variant of each trained method under a perfect
+    and a noisy judge; its cells share their folders with the session grid's where variant, dial and seed agree."""
+    settings = load_params(repo_root / "params.yaml", overlays=["lab"]).lab.sweep
+    intro = grid(settings, "intro")
+    assert {c.seed for c in intro} == {0} and {c.dial for c in intro} == {"perfect", "noisy"}
+    assert [c for c in intro if c.variant == "grpo"] == [Cell("grpo", "perfect", 0)]
+    assert len(intro) == 1 + 2 * (len(settings.grids["intro"].variants) - 1)
+    assert Cell("arbor", "noisy", 0) in set(intro) & set(grid(settings, "session"))
+    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, full"):
+        grid(settings, "nightly")

@@ -155,3 +155,17 @@ def test_sft_own_questions_holds_the_rest_of_the_train_split_out_for_grpo(params
     rows = sft_corpus(held).rows
     assert not any(q.question in row[0][0] for q in train[4:] for row in rows)  # GRPO's questions never SFT rows
     assert any(q.question in row[0][0] for q in train[:4] for row in rows)
+
+
+def test_document_rows_add_each_worlds_paragraphs_trained_whole(params, corpus):
+    """lab.sft_document_rows: k copies of every paragraph of the worlds the SFT reads, one segment trained whole;
+    off (0) leaves the episode rows as they are."""
+    k = 2
+    more = sft_corpus(params.model_copy(update={"lab": params.lab.model_copy(update={"sft_document_rows": k})}))
+    assert more.rows[:len(corpus.rows)] == corpus.rows and more.documents == corpus.documents
+    extra = more.rows[len(corpus.rows):]
+    assert len(extra) == k * len(corpus.documents) and more.counts["document_rows"] == len(extra)
+    assert all(len(row) == 1 and row[0][1] for row in extra)
+    own = {d.text for d in build_lab_world(params, params.seed).world.documents}
+    assert own <= {row[0][0] for row in extra}  # the lab world's own paragraphs are among them
+    assert "document_rows" not in corpus.counts
