@@ -14,7 +14,8 @@ from components.llm.factory import LLMPool
 from components.params_load import load_params
 from tests.lab.test_lab_overlay import TINY
 
-STEP = ["grpo.steps=1", "grpo.group_size=2", "grpo.prompts_per_step=2", "train_policy.n_questions=4",
+# format_penalty -1 (the lab's is 0): a broken reply's score then tells the outcome reward's format check apart
+STEP = ["grpo.steps=1", "grpo.format_penalty=-1", "grpo.group_size=2", "grpo.prompts_per_step=2", "train_policy.n_questions=4",
         "train_policy.eval_questions=0", "rubricem.scaffold_max_tokens=16", "rubricem.reflection_max_tokens=16",
         "rubricem.reflection_candidates=1", "arco.write_batch=2", "arco.sparse_epochs=0.5", "arco.warmup_steps=1",
         "dapo.max_num_gen_batches=2", "dapo.overlong_buffer_tokens=4"]
