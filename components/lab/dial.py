@@ -20,7 +20,7 @@ from scipy.stats import binomtest, spearmanr
 
 from components.evaluation.metrics import exact_match
 from components.judges.answer import CORRECT, judge_prompt, parse_verdict
-from components.judges.call import JudgeCall, ask, model_parser, reasons
+from components.judges.call import JudgeCall, Unparsed, ask, model_parser, reasons
 from components.judges.render import render_prefix, trajectory_text
 from components.lab import judges as lab
 from components.lab.world import build_lab_world, compact_episodes
@@ -41,10 +41,12 @@ from components.methods.arbor.pairwise_judge import (
 from components.methods.arco import criteria as arco
 from components.methods.coreact import council, rubric_eval
 from components.methods.coreact.baselines import BestOfNAgent, parse_json_reply
+from components.methods.coreact.oracle_rubrics import oracle_rubric
+from components.methods.coreact.rubric_generator import generator_messages, parse_rubric
 from components.methods.coreact.verifier import parse_verdicts, verifier_messages
 from components.methods.rubricem import reflection
 from components.methods.rubricem import stagewise_judge as stagewise
-from components.schemas import Criterion, Rubric
+from components.schemas import BranchingPoint, Criterion, Rubric
 from components.world.oracle import hop_titles
 
 __all__ = ["KINDS_MEASURED", "Known", "dial_table", "known_judgments"]
@@ -185,6 +187,11 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
         ranking = [[labels[j] for j in range(len(slate)) if values[j] == v] for v in sorted(set(values), reverse=True)]
         out["coreact_council"].append((council.ranking_call(council.build_messages(
             asked_q, prefix, list(zip(labels, shown_actions))), labels, GREEDY), _groups(ranking)))
+        # the rubric of the next step after the same prefix, as the method's own oracle writes it from the steps
+        point = BranchingPoint(question_id=eq.id, question=asked_q, depth=k, prefix=traj.steps[:k])
+        out["coreact_generator"].append((JudgeCall(generator_messages(
+            asked_q, point.prefix, GENERATOR_LIMITS[0], max_chars=GENERATOR_LIMITS[1]), _rubric_reply, GREEDY),
+            _rubric_reply(oracle_rubric(point, eq))))
 
         # the rest ask about questions with a chain of two facts or more, the whole episode against its cut
         traj, dq = deep[i % len(deep)]
@@ -250,6 +257,7 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
                                      "the checklist names every fact of the chain"),
         "arbor_rar_rating": Known(out["arbor_rar_rating"], _same, "the oracle's 1-10 rating exactly"),
         "coreact_best_of_n": Known(out["coreact_best_of_n"], _same, "the oracle's 1-10 score exactly"),
+        "coreact_generator": Known(out["coreact_generator"], _same, "the oracle rubric's criteria exactly"),
         "arbor_induction": Known(out["arbor_induction"], lambda v, t: [_separates(v, *t)],
                                  "the rubric is met by the better attempt and not the worse"),
         "arbor_consolidation": Known(out["arbor_consolidation"], lambda v, t: [
@@ -272,12 +280,21 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
 
 KINDS_MEASURED = ("answer_correct", "arbor_single", "arbor_winner", "arbor_verdict", "coreact_checklist",
                   "coreact_evaluator", "coreact_criterion", "coreact_slate", "coreact_council", "coreact_best_of_n",
+                  "coreact_generator",
                   "arbor_rar_checklist",
                   "arbor_rar_rating", "arbor_induction", "arbor_consolidation", "rubricem_generation",
                   "rubricem_stage_scores", "rubricem_group_scores", "rubricem_reflection", "arco_teacher")
 
 
 BEST_OF_N = BestOfNAgent(None, None, scorer=None)  # its scorer prompt only
+GENERATOR_LIMITS = (4, 160)  # the rubric generator's max_criteria and max_criterion_chars (params.yaml's)
+
+
+def _rubric_reply(text: str) -> list[str]:
+    parsed = parse_rubric(text, GENERATOR_LIMITS[0], max_chars=GENERATOR_LIMITS[1])
+    if not parsed.ok:
+        raise Unparsed(parsed.error)
+    return [c.text for c in parsed.rubric.criteria]
 
 
 def _score_reply(text: str) -> int | None:

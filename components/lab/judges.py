@@ -1,10 +1,10 @@
 """The judgment kinds the simulated judge (:mod:`components.llm.backends.simulated`) answers from the world oracle,
 one for every judgment the four methods make (answer correctness; ARBOR's pairwise, induction, consolidation and
-RaR judgments; Co-ReAct's verifier, council, rubric evaluator and best-of-N scorer; RubricEM's stage rubrics, stage
-scores and reflection ratings; ARCO's teacher criteria): each is recognised by its caller's own system prompt
-(imported from where it is defined, so a reworded prompt is still recognised), read against what the attempt found
-of the question's gold chain (each reader's docstring says how) and answered in the format its caller parses, so
-the methods' code is unchanged.
+RaR judgments; Co-ReAct's rubric generator, verifier, council, rubric evaluator and best-of-N scorer; RubricEM's
+stage rubrics, stage scores and reflection ratings; ARCO's teacher criteria): each is recognised by its caller's
+own system prompt (imported from where it is defined, so a reworded prompt is still recognised), read against what
+the attempt found of the question's gold chain (each reader's docstring says how) and answered in the format its
+caller parses, so the methods' code is unchanged.
 
     from components.llm.backends.simulated import SimulatedJudge, Oracle, Dial
     judge = SimulatedJudge(Oracle(questions), Dial(flip_rate=0.2))
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 
 from components.evaluation.metrics import exact_match, f1_score, normalize_answer
 from components.judges import answer
@@ -24,7 +25,9 @@ from components.methods.arbor import induction, rar
 from components.methods.arbor import pairwise_judge as arbor
 from components.methods.arco import criteria as arco_criteria
 from components.methods.coreact import baselines, council, rubric_eval
+from components.methods.coreact import rubric_generator as coreact_generator
 from components.methods.coreact import verifier as coreact_verifier
+from components.methods.coreact.oracle_rubrics import hop_rubric, next_hop
 from components.methods.rubricem import reflection
 from components.methods.rubricem import stagewise_judge as stagewise
 from components.schemas import Question
@@ -92,6 +95,13 @@ def _question(messages: list[Message], oracle: Oracle) -> Question:
 
 def _system_is(prompt: str):
     return lambda messages: bool(messages) and messages[0].role == "system" and messages[0].content == prompt
+
+
+def _template_is(template: str):
+    """A system prompt written from ``template`` (a ``str.format`` template), whatever its fields were filled with."""
+    pattern = re.compile("".join(re.escape(literal) + (".*?" if field is not None else "")
+                                 for literal, field, _, _ in string.Formatter().parse(template)) + r"\Z", re.DOTALL)
+    return lambda messages: bool(messages) and messages[0].role == "system" and bool(pattern.match(messages[0].content))
 
 
 def _between(text: str, start: str, *ends: str) -> str:
@@ -407,6 +417,18 @@ def _read_best_of_n(messages: list[Message], oracle: Oracle) -> Judgment:
                     attempts=[steps])
 
 
+def _read_generator(messages: list[Message], oracle: Oracle) -> Judgment:
+    """Co-ReAct's rubric generator: the oracle rubric of the next step (:func:`~components.methods.coreact.
+    oracle_rubrics.next_hop` on the history shown, written by ``hop_rubric``). A flip writes a wrong hop's: the
+    hop before (a repeat; at the answer step, the last hop again), or at the first step the chain's last hop (a
+    jump to a name not found yet)."""
+    q = _question(messages, oracle)
+    history = _between(plain(messages[-1].content), "What the agent has done so far:\n",
+                       "\n\nWrite the checklist for the agent's next action.")
+    k, n = next_hop(q, history), len(q.gold_chain)
+    return Judgment(True, lambda v: hop_rubric(q, k if v else (k - 1) % n))
+
+
 KINDS.register("coreact_best_of_n")(JudgmentKind("coreact_best_of_n", _system_is(baselines.SCORER_SYSTEM),
                                                  _read_best_of_n))
 KINDS.register("coreact_council")(JudgmentKind("coreact_council", _system_is(council.SYSTEM_PROMPT), _read_council))
@@ -416,6 +438,8 @@ KINDS.register("coreact_slate")(JudgmentKind("coreact_slate", _system_in(
     rubric_eval.SLATE_PROMPT, rubric_eval.SLATE_PROMPT + rubric_eval.ATOMIC_COUNT), _read_slate))
 KINDS.register("coreact_criterion")(JudgmentKind("coreact_criterion", _system_is(rubric_eval.CRITERION_PROMPT),
                                                  _read_requirement))
+KINDS.register("coreact_generator")(JudgmentKind("coreact_generator", _template_is(coreact_generator.SYSTEM_PROMPT),
+                                                 _read_generator))
 
 
 # -- ARBOR's RaR baseline: a checklist from the question and its answer, a 1-10 rating against it ------------------

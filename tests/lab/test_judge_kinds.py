@@ -1,5 +1,5 @@
 """The simulated judge's kinds carry the signal the methods use, asked through each method's own entry point (the
-council's Borda, the rubric evaluator's three modes, the criterion-mode verifier, best-of-N's scorer, RaR's checklist and rating,
+council's Borda, the rubric evaluator's three modes, the criterion-mode verifier, best-of-N's scorer, the rubric generator, RaR's checklist and rating,
 RubricEM's stagewise judge and reflection judge, ARCO's teacher annotation): the oracle's own next step ranks and
 scores above a stray one, a whole episode above the same episode cut after its first turn, a reflection that names
 the chain's facts above a generic one; a flip reverses them. The dial's graded verdicts: a score mirrored on its
@@ -21,6 +21,7 @@ from components.methods.arbor import rar
 from components.methods.arco.criteria import annotate, trajectory_steps
 from components.methods.coreact import council, rubric_eval
 from components.methods.coreact.baselines import BestOfNAgent, parse_json_reply
+from components.methods.coreact.rubric_generator import RubricGenerator
 from components.methods.coreact.verifier import verify_action
 from components.methods.rubricem.reflection import Reflection, ReflectionJudge
 from components.methods.rubricem.stagewise_judge import StagewiseJudge
@@ -143,6 +144,34 @@ def test_best_of_n_scores_a_supported_right_answer_highest(lab):
     assert score(traj) == 10 and 1 < score(cut) < 10 and score(wrong) == 1
     assert score(traj, flip_rate=1.0) == 1 and score(cut, flip_rate=1.0) == 11 - score(cut)
 
+
+
+def test_the_rubric_generator_names_the_next_hop_and_a_flip_misleads_the_verifier(lab):
+    """Asked through the method's own generator (its prompt, its strict parser), the simulated generator writes the
+    next hop's lookup, then the answer once every hop is shown; the criterion-mode verifier accepts the oracle's next
+    step under that rubric and rejects it under a flipped one (a wrong hop's)."""
+    world, episodes, deep = lab
+    traj, q = deep[0]
+
+    def rubric(k: int, **dial):
+        out = asyncio.run(RubricGenerator(_judge(world, **dial), max_chars=160).generate(q.question, traj.steps[:k]))
+        assert out.ok, out.error
+        return out.rubric
+
+    first, last = rubric(0), rubric(len(traj.steps) - 1)
+    assert first.criteria[0].text == f"Looks up the fact: {q.gold_chain[0].question}"
+    assert last.criteria[0].text == f"Gives the final answer {q.answers[0]}"
+    wrong = rubric(0, flip_rate=1.0)
+    assert wrong.criteria[0].text == f"Looks up the fact: {q.gold_chain[-1].question}"  # a jump ahead
+
+    def accepted(r, action: str) -> bool:
+        v = asyncio.run(verify_action(_judge(world), q.question, "", "", action, r, tau=0.4, mode="criterion"))
+        assert not v.failed
+        return v.accepted
+
+    _, _, slate = _slate(episodes, deep)
+    assert accepted(first, traj.steps[0].action) and not accepted(first, slate[1])
+    assert not accepted(wrong, traj.steps[0].action)
 
 # -- ARBOR's RaR -------------------------------------------------------------------------------------------------
 def test_rar_checklist_names_the_chain_and_its_rating_ranks_the_whole_episode_above_its_cut(lab):

@@ -28,6 +28,12 @@ def test_every_role_is_the_nano_policy_or_the_simulated_judge(repo_root):
     assert kinds == {("hf", "outputs/lab/sft"), ("simulated", "lab-judge")}
     assert all(params.llm.backends[b].embedded is None for b in _bound(params))
     assert params.methods["sft"].options["system_prompt"] == LAB_PROMPT  # the prompt the nano policy learned under
+    for method in ("coreact", "coreact_no_verify", "best_of_n", "best_of_n_rubric", "self_refine_rubric"):
+        assert params.methods[method].options["system_prompt"] == LAB_PROMPT, method
+    # Co-ReAct's trained generators are the simulated one (the nano cannot write a rubric); the nano stays the policy
+    for role in ("rubric_generator_trained", "rubric_generator_pairwise"):
+        assert params.llm.backends[params.llm.roles[role]].type == "simulated", role
+    assert params.methods["coreact"].options["generator_role"] == "rubric_generator_trained"
     assert params.lab.judge.flip_rate == 0.0 and params.run.out_dir == "outputs/lab"
     default = load_params(repo_root / "params.yaml")
     assert "simulated" not in {b.type for b in default.llm.backends.values()}  # never a default outside the lab

@@ -31,15 +31,28 @@ from components.methods.coreact.rubric_generator import generator_messages, pars
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.trajectory_sft import reply_row
 
-__all__ = ["oracle_rubric", "trajectory_points", "warm_start_rows"]
+__all__ = ["hop_rubric", "next_hop", "oracle_rubric", "trajectory_points", "warm_start_rows"]
 
 
 def oracle_rubric(point: BranchingPoint, question: Question) -> str:
     """The gold-chain rubric of ``point``'s next step (see the module doc), as the generator's JSON."""
-    seen = " ".join(f"{s.action} {s.observation}" for s in point.prefix).casefold()
-    todo = [hop for hop in question.gold_chain if hop.answer.casefold() not in seen]
-    if todo:
-        criteria = [{"criterion": f"Looks up the fact: {todo[0].question}", "weight": 3},
+    seen = " ".join(f"{s.action} {s.observation}" for s in point.prefix)
+    return hop_rubric(question, next_hop(question, seen))
+
+
+def next_hop(question: Question, seen: str) -> int:
+    """The first hop of ``question``'s gold chain whose answer ``seen`` (the history's text) does not show, or the
+    chain's length when every one is shown (the next step answers)."""
+    seen = seen.casefold()
+    return next((k for k, hop in enumerate(question.gold_chain) if hop.answer.casefold() not in seen),
+                len(question.gold_chain))
+
+
+def hop_rubric(question: Question, hop: int) -> str:
+    """The rubric of a step that looks up hop ``hop`` of the gold chain (and does not answer yet), or, at the
+    chain's length, that gives the gold answer; as the generator's JSON."""
+    if hop < len(question.gold_chain):
+        criteria = [{"criterion": f"Looks up the fact: {question.gold_chain[hop].question}", "weight": 3},
                     {"criterion": "Does not give a final answer yet", "weight": 2}]
     else:
         criteria = [{"criterion": f"Gives the final answer {question.answers[0]}", "weight": 3}]
