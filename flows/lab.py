@@ -25,7 +25,7 @@ from prefect.task_runners import ProcessPoolTaskRunner
 
 from components.io import write_json
 from components.lab.experiment import head_commit
-from components.lab.sweep import cell_params, dials, grid, link_inputs, page, plot_curves, summarise
+from components.lab.sweep import cell_params, chosen, dials, grid, link_inputs, page, plot_curves, summarise
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.params_section import ParamsError
@@ -91,7 +91,7 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
         records = [done[cell] for cell in cells]
         table = summarise(records, settings, grid_name)
         name = "lab_sweep" if grid_name == "session" else f"lab_sweep_{grid_name}"
-        chosen = settings.grids[grid_name]
+        picked = chosen(settings, grid_name)
         plot = plot_curves(records, list(dials(settings, grid_name)), RESULTS / f"{name}.png")
         walls = [r["wall_s"] for r in records]
         header = [f"# Lab sweep ({grid_name} grid)", "",
@@ -99,8 +99,8 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
                   "nano policy and simulated judges in a fictional world, never a row of the real-model tables.",
                   f"Size: {len(cells)} cells ({', '.join(dict.fromkeys(c.variant for c in cells))} x judges "
                   f"{', '.join(f'{k} {v}' for k, v in dials(settings, grid_name).items())} x "
-                  f"seeds {chosen.seeds or settings.seeds}"
-                  f"{f', but {chosen.variant_seeds}' if chosen.variant_seeds else ''}; outcome-only "
+                  f"seeds {picked.seeds or settings.seeds}"
+                  f"{f', but {picked.variant_seeds}' if picked.variant_seeds else ''}; outcome-only "
                   f"variants under the first judge only), {settings.steps} GRPO "
                   f"steps of {sized.grpo.prompts_per_step} questions x {sized.grpo.group_size} attempts each on "
                   f"train questions {sized.train_policy.first_question}-"
