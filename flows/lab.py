@@ -10,6 +10,7 @@ an interrupted sweep resumes cell by cell. Lab results: a nano policy and simula
     python -m flows.lab --overlay lab                 # the session-sized grid -> docs/results/lab_sweep.md
     python -m flows.lab --overlay lab --grid full     # the full grid (the nightly sweep's) -> lab_sweep_full.md
     python -m flows.lab --overlay lab --grid intro    # the main job's comparison -> lab_sweep_intro.md
+    python -m flows.lab --overlay lab --grid worlds --set lab.world_seed=1   # another world -> lab_sweep_worlds_world1.md
     python -m flows.lab --overlay lab --set lab.sweep.seeds=[0] --set lab.sweep.steps=4
 """
 
@@ -25,6 +26,7 @@ from prefect.task_runners import ProcessPoolTaskRunner
 
 from components.io import write_json
 from components.lab.experiment import head_commit
+from components.lab.policy import lab_seed
 from components.lab.sweep import cell_params, chosen, dials, grid, link_inputs, page, plot_curves, summarise
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
@@ -38,6 +40,13 @@ from tasks.runtime import resolve, run_stage, tracking
 from tasks.train_policy import train_policy
 
 RESULTS = Path("docs/results")
+
+
+def page_name(params: Params, grid_name: str) -> str:
+    """The page's file stem: lab_sweep for the session grid, lab_sweep_<grid> otherwise, and _world<seed> after
+    either when lab.world_seed is set (another world's table beside the default's)."""
+    name = "lab_sweep" if grid_name == "session" else f"lab_sweep_{grid_name}"
+    return name if params.lab.world_seed is None else f"{name}_world{params.lab.world_seed}"
 
 
 def check_lab(params: Params, cell: Params) -> None:
@@ -63,8 +72,9 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
     sized = cell_params(params, cells[0], grid_name)
     check_lab(params, sized)
     start = lab_sft(params)
-    prepare(params)
-    index(params)
+    world = params.model_copy(update={"seed": lab_seed(params)})  # lab.world_seed, when set, is the prepared world
+    prepare(world)
+    index(world)
     with tracking(params, "lab_sweep", tags={"grid": grid_name}) as parent:
         # a task waiting on another inside a pool process holds that process, so each stage is submitted once its
         # input is done: the trainings first (lab.sweep.workers at once), a cell's evaluation as its training ends
@@ -90,13 +100,14 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
             done[cell] = lab_cell(mine, cell, parent_run_id=parent.run_id)
         records = [done[cell] for cell in cells]
         table = summarise(records, settings, grid_name)
-        name = "lab_sweep" if grid_name == "session" else f"lab_sweep_{grid_name}"
+        name = page_name(params, grid_name)
         picked = chosen(settings, grid_name)
         plot = plot_curves(records, list(dials(settings, grid_name)), RESULTS / f"{name}.png")
         walls = [r["wall_s"] for r in records]
         header = [f"# Lab sweep ({grid_name} grid)", "",
                   f"{datetime.date.today().isoformat()}, commit `{head_commit()}`, `{command}`. **Lab results**: the "
-                  "nano policy and simulated judges in a fictional world, never a row of the real-model tables.",
+                  f"nano policy and simulated judges in a fictional world (world seed {lab_seed(params)}), never a row "
+                  "of the real-model tables.",
                   f"Size: {len(cells)} cells ({', '.join(dict.fromkeys(c.variant for c in cells))} x judges "
                   f"{', '.join(f'{k} {v}' for k, v in dials(settings, grid_name).items())} x "
                   f"seeds {picked.seeds or settings.seeds}"

@@ -52,12 +52,12 @@ def run_questions(params) -> list[Question]:
     from components.lab.world import build_lab_world
     from components.run_files import out_path
 
-    questions = list(build_lab_world(params, lab_seed(params)).questions)
+    questions = []  # the run's own splits first: a question's text found in two worlds is read as the run's
     for split in ("train", "dev", "test"):
         path = out_path(params, "data", f"{split}.jsonl")
         if path.exists():
             questions += read_jsonl(path, Question)
-    return questions
+    return questions + list(build_lab_world(params, lab_seed(params)).questions)
 
 
 def _names(question: Question) -> list[str]:

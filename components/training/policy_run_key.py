@@ -54,6 +54,8 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
         settings["train_policy"]["dtype"] = dtype
     if any(backend.type == "simulated" for backend in params.llm.backends.values()):  # the lab's judges
         settings["lab_judge"] = params.lab.judge  # their quality dial is part of what the run is
+        if params.lab.world_seed is not None:  # another lab world; keyed once set, so the default's keys stay
+            settings["lab_world_seed"] = params.lab.world_seed
     settings["branch_from"] = branch_digest(params.train_policy.branch_from)
     method = warm_start_method(spec, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over

@@ -134,5 +134,22 @@ def test_a_named_grid_has_its_own_cells_and_seeds_and_an_unknown_one_is_named(re
     assert [c for c in intro if c.variant == "grpo"] == [Cell("grpo", "perfect", 0)]
     assert len(intro) == 1 + 2 * (len(settings.grids["intro"].variants) - 1)
     assert Cell("arbor", "noisy", 0) in set(intro) & set(grid(settings, "session"))
-    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, full"):
+    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, worlds, full"):
         grid(settings, "nightly")
+
+
+def test_another_worlds_page_is_named_by_its_world_seed(repo_root):
+    """The default world's page keeps its name; with lab.world_seed set the page is the grid's plus _world<seed>, so
+    a run in another world never overwrites the default world's table."""
+    from flows.lab import page_name
+    lab = load_params(repo_root / "params.yaml", overlays=["lab"])
+    assert page_name(lab, "session") == "lab_sweep" and page_name(lab, "intro") == "lab_sweep_intro"
+    other = load_params(repo_root / "params.yaml", overlays=["lab"], overrides=["lab.world_seed=2"])
+    assert page_name(other, "worlds") == "lab_sweep_worlds_world2"
+    assert [c.variant for c in grid(other.lab.sweep, "worlds")] == ["grpo"] * 3 + ["dapo"] * 3 + ["arbor"] * 3
+    from components.training.policy_run_key import run_settings
+    cell = Cell("arbor", "perfect", 1)
+    mine = cell_params(other, cell, "worlds")
+    assert mine.lab.world_seed == 2 and mine.seed == 1  # the cell's own seed, the sweep's world
+    assert run_settings(mine, "arbor")["lab_world_seed"] == 2
+    assert "lab_world_seed" not in run_settings(cell_params(lab, cell, "worlds"), "arbor")
