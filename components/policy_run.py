@@ -7,8 +7,8 @@ trainer, and greedy dev evaluations before the first and after the last update.
         metrics = run.train(questions, dev, on_metrics=lambda step, m: print(step, m))
 
 Opening a run builds the variant's parts, keys ``folder`` to the run's settings
-(:mod:`components.training.policy_run_key`; other settings empty it, the same ones resume), writes lineage.json,
-checks a ``train_policy.branch_from`` branch point, and loads the warm-started policy
+(:mod:`components.training.grpo.policy_run_key`; other settings empty it, the same ones resume), writes
+lineage.json, checks a ``train_policy.branch_from`` branch point, and loads the warm-started policy
 (:mod:`components.training.warm_started`) with the rollout engine ``train_policy.engine`` names. :meth:`PolicyRun.train`
 writes in ``folder``: ckpt/ (resumable), metrics.csv (one row per step, kept current), adapter/, and with dev
 questions dev_before.{json,jsonl} (shared between fresh batch-invariant runs of the same start through
@@ -41,13 +41,13 @@ from components.params import Params
 from components.run_files import keyed_folder, settings_digest, write_trajectories
 from components.run_spec import RunSpec, run_spec
 from components.schemas import Question
-from components.training.agent_rollout import make_agent_rollout
 from components.training.distributed import Ranks, current_ranks
-from components.training.engines import ENGINES
-from components.training.policy_run_key import check_branch, lineage_record, run_settings
-from components.training.process_memory import release
-from components.training.rollout import SamplingParams
-from components.training.trainer import GRPOTrainer
+from components.training.engines.registry import ENGINES
+from components.training.engines.rollout import SamplingParams
+from components.training.grpo.agent_rollout import make_agent_rollout
+from components.training.grpo.policy_run_key import check_branch, lineage_record, run_settings
+from components.training.grpo.trainer import GRPOTrainer
+from components.training.speed.process_memory import release
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
 from components.variants import VariantContext, get_variant, variant_grpo
 
@@ -55,9 +55,10 @@ logger = logging.getLogger(__name__)
 
 
 def make_engine(spec: RunSpec, policy, tokenizer, base_adapters=()):
-    """The rollout engine ``train_policy.engine`` names for ``policy`` (:data:`components.training.engines.ENGINES`);
-    ``base_adapters`` are the adapters merged into the policy's base (the llama.cpp engine serves them under the
-    trained one, vLLM loads the base exported with them merged)."""
+    """The rollout engine ``train_policy.engine`` names for ``policy``
+    (:data:`components.training.engines.registry.ENGINES`); ``base_adapters`` are the adapters merged into the
+    policy's base (the llama.cpp engine serves them under the trained one, vLLM loads the base exported with
+    them merged)."""
     return ENGINES.get(spec.engine).policy(spec, policy, tokenizer, list(base_adapters))
 
 

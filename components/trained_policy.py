@@ -17,7 +17,7 @@ from components.llm.params import BackendParams
 from components.params import Params
 from components.params_section import ParamsError
 from components.run_spec import RunSpec, run_spec
-from components.training.engines import ENGINES
+from components.training.engines.registry import ENGINES
 
 __all__ = ["is_whole_model", "trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
 
@@ -61,8 +61,9 @@ def trained_policy_method(spec: RunSpec, variant: str) -> tuple[str, BackendPara
     (:mod:`components.training.warm_started`), so the backend is a copy of the warm start's policy backend whose
     ``lora`` lists both adapters (applied together; merged when the warm start's backend merges, and always by an
     in-process ``hf`` backend). A policy trained with vLLM rollouts (``train_policy.engine: vllm``) is served as it
-    was rolled out (its engine's ``served``, :mod:`components.training.engines`): an in-process ``vllm`` backend over
-    the exported warm-started base with the RL adapter as its one LoRA, since vLLM applies one LoRA per request."""
+    was rolled out (its engine's ``served``, :mod:`components.training.engines.registry`): an in-process
+    ``vllm`` backend over the exported warm-started base with the RL adapter as its one LoRA, since vLLM
+    applies one LoRA per request."""
     agent = variant_agent(spec, variant)
     warm = spec.train_policy.warm_start.get(agent)
     if warm is None or warm not in spec.methods:

@@ -33,7 +33,7 @@ from components.params import Params, with_method_settings
 from components.registry import Registry
 from components.rewards.outcome import outcome_reward
 from components.rewards.overlong import OverlongShaping
-from components.training.episodes import Episode, MethodState, RewardFn, RewardOutput, StepContext
+from components.training.grpo.episodes import Episode, MethodState, RewardFn, RewardOutput, StepContext
 from components.training.params import GRPOParams
 
 __all__ = ["BASELINE_RECIPES", "VARIANTS", "VariantContext", "VariantParts", "dapo_grpo", "drop_homogeneous_groups",

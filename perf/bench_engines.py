@@ -29,9 +29,9 @@ from components.embedded.models import ensure_gguf
 from components.embedded.native_server import NativeLlamaServer
 from components.embedded.server import LlamaServer
 from components.io import write_json
-from components.training.llamacpp_engine import LlamaCppRolloutEngine
+from components.training.engines.llamacpp import LlamaCppRolloutEngine
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import HFRolloutEngine, SamplingParams
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 RESULTS = Path(__file__).parent / "results" / "engines.json"

@@ -125,7 +125,7 @@ def make_trainer(
 ) -> Any:
     """The same GRPO hyper-parameters under either trainer API: ``GRPOConfig`` (up to a3fd23f) or
     ``params.grpo`` (``GRPOParams``). Each side keeps its own defaults for how old log-probs are obtained."""
-    from components.training import trainer as tr
+    from components.training.grpo import trainer as tr
 
     common = {
         "group_size": group_size,
@@ -155,8 +155,8 @@ class _IdTokenizer:
 def bench_case(case: str, steps: int) -> dict[str, Any]:
     import torch
 
+    from components.training.engines.rollout import HFRolloutEngine, SamplingParams
     from components.training.model import LoRASettings, build_policy
-    from components.training.rollout import HFRolloutEngine, SamplingParams
     from components.training.tiny import CharTokenizer, tiny_qwen2
 
     torch.manual_seed(0)
@@ -188,8 +188,8 @@ def bench_case(case: str, steps: int) -> dict[str, Any]:
 def bench_gguf(path: Path, steps: int) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
+    from components.training.engines.rollout import HFRolloutEngine, SamplingParams
     from components.training.model import LoRASettings, build_policy
-    from components.training.rollout import HFRolloutEngine, SamplingParams
 
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     t0 = time.perf_counter()
@@ -224,7 +224,7 @@ def agent_rows(vocab: int, seed: int = 0) -> Any:
     """Two search-agent-shaped rows (prompt, then policy replies and tool observations in turn)."""
     import torch
 
-    from components.training.rollout import RolloutSegment, assemble
+    from components.training.engines.rollout import RolloutSegment, assemble
 
     g = torch.Generator().manual_seed(seed)
 
@@ -243,15 +243,15 @@ def agent_rows(vocab: int, seed: int = 0) -> Any:
 def bench_update(path: Path, steps: int) -> dict[str, Any]:
     import torch
 
+    from components.training.engines.rollout import SamplingParams
     from components.training.model import LoRASettings, build_policy
-    from components.training.rollout import SamplingParams
 
     t0 = time.perf_counter()
     policy = build_policy(path.parent, gguf_file=path.name, lora=LoRASettings(r=8, alpha=16),
                           gradient_checkpointing=True)
     load_s = time.perf_counter() - t0
     from components.params_load import load_params
-    from components.training import trainer as tr
+    from components.training.grpo import trainer as tr
     from components.training.params import GRPOParams
 
     config = GRPOParams(**{**load_params("params.yaml").grpo.model_dump(), "checkpoint_every": 0})

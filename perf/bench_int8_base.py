@@ -59,7 +59,7 @@ def agent_rows(params, tokenizer, n: int) -> list[Any]:
     from components.io import read_jsonl
     from components.run_files import warm_start_folder
     from components.schemas import Trajectory
-    from components.training.trajectory_sft import warm_start_examples
+    from components.training.sft.trajectories import warm_start_examples
 
     method = params.train_policy.warm_start["react"]
     trajectories = read_jsonl(warm_start_folder(params, "sft_data", method) / "trajectories.jsonl", Trajectory)
@@ -164,8 +164,8 @@ def main() -> None:
 
     from components.io import write_json
     from components.run_spec import run_spec
-    from components.training.fused_lora import fuse_lora_forward, unfuse_lora_forward
-    from components.training.int8_base import quantize_frozen_base, restore_fp32
+    from components.training.speed.fused_lora import fuse_lora_forward, unfuse_lora_forward
+    from components.training.speed.int8_base import quantize_frozen_base, restore_fp32
     from components.training.warm_started import warm_started_policy
 
     params = trainer_params()

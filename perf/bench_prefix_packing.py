@@ -36,8 +36,8 @@ def generator_rows(params: Any, tokenizer: Any, prompts: int) -> tuple[Any, Any]
     from components.methods.coreact.rubric_training import prompt_items, usable_points
     from components.run_files import out_path
     from components.schemas import BranchingPoint
-    from components.training.agent_rollout import chat_template_renderer
-    from components.training.rollout import RolloutSegment, assemble
+    from components.training.engines.rollout import RolloutSegment, assemble
+    from components.training.grpo.agent_rollout import chat_template_renderer
 
     s = params.rubric_generator
     points, _ = usable_points(read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint))
@@ -64,8 +64,8 @@ def one_update(policy: Any, tokenizer: Any, config: Any, start: dict[str, Any], 
     """One :meth:`GRPOTrainer.update` from the LoRA weights ``start``: its time, metrics, pass tokens, weights after."""
     import torch
 
-    from components.training.rollout import HFRolloutEngine
-    from components.training.trainer import GRPOTrainer
+    from components.training.engines.rollout import HFRolloutEngine
+    from components.training.grpo.trainer import GRPOTrainer
 
     with torch.no_grad():
         for n, p in policy.model.named_parameters():

@@ -54,10 +54,10 @@ def main() -> None:
     from components.run_files import warm_start_folder
     from components.run_spec import run_spec
     from components.schemas import Trajectory
-    from components.training.int8_base import restore_fp32
     from components.training.model import LoRASettings, build_policy, load_trainable_policy
-    from components.training.sft_trainer import SFTTrainer
-    from components.training.trajectory_sft import warm_start_examples
+    from components.training.sft.trainer import SFTTrainer
+    from components.training.sft.trajectories import warm_start_examples
+    from components.training.speed.int8_base import restore_fp32
 
     params = load_params(REPO / "params.yaml", overrides=args.overrides)
     trajectories = read_jsonl(warm_start_folder(params, "sft_data", args.method) / "trajectories.jsonl", Trajectory)

@@ -156,10 +156,10 @@ def ours_grpo(case: str, tokenizer, prompts: list[str], shape: Shape, engine_log
 
     import torch
 
+    from components.training.engines.rollout import HFRolloutEngine, SamplingParams
+    from components.training.grpo.trainer import GRPOTrainer
     from components.training.model import LoRASettings, build_policy
     from components.training.params import GRPOParams
-    from components.training.rollout import HFRolloutEngine, SamplingParams
-    from components.training.trainer import GRPOTrainer
 
     torch.manual_seed(SEED)
     policy = build_policy(build_model(case, tokenizer), lora=LoRASettings(r=LORA_R, alpha=LORA_ALPHA,
@@ -287,8 +287,8 @@ def ours_sft(case: str, tokenizer, rows, shape: Shape) -> dict[str, Any]:
 
     from components.training.model import LoRASettings, build_policy
     from components.training.params import SFTParams
-    from components.training.sft import SFTExample
-    from components.training.sft_trainer import SFTTrainer
+    from components.training.sft.examples import SFTExample
+    from components.training.sft.trainer import SFTTrainer
 
     torch.manual_seed(SEED)
     policy = build_policy(build_model(case, tokenizer), lora=LoRASettings(r=LORA_R, alpha=LORA_ALPHA,

@@ -26,7 +26,7 @@ from components.retrieval.run_index import load_toolbox
 from components.run_files import out_path
 from components.run_spec import run_spec
 from components.schemas import Question
-from components.training.agent_rollout import make_agent_rollout
+from components.training.grpo.agent_rollout import make_agent_rollout
 from components.training.warm_started import warm_start_adapter, warm_start_options, warm_started_policy
 
 RESULTS = Path(__file__).parent / "results" / "eval_determinism.json"

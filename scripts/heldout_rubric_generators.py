@@ -81,8 +81,8 @@ def run(params: Params, points: list[BranchingPoint], adapters: list[tuple[str, 
     from components.embedded.lora_gguf import ensure_lora_gguf
     from components.embedded.models import load_hf_tokenizer
     from components.run_spec import run_spec
-    from components.training.agent_rollout import chat_template_renderer
-    from components.training.llamacpp_engine import engine_for_policy
+    from components.training.engines.llamacpp import engine_for_policy
+    from components.training.grpo.agent_rollout import chat_template_renderer
 
     s, obs = params.rubric_generator, params.coreact.observation_chars
     tokenizer = load_hf_tokenizer(params.llm.backends[params.llm.roles["trainable_policy"]].embedded,

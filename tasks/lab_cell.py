@@ -18,13 +18,14 @@ from components.lab.sweep import Cell, cell_done, cell_record, read_cell
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.run_files import settings_digest
-from components.training.policy_run_key import run_settings
+from components.training.grpo.policy_run_key import run_settings
 from tasks.runtime import flatten, resolve, run_stage, tracking
 
 
 def cell_key(mine: Params, cell: Cell) -> str:
-    """What a cell is (its ``cell_params``): its training run's key (components.training.policy_run_key, the judge's
-    dial in it) and its evaluation's settings; a record of another key is run again, not read back."""
+    """What a cell is (its ``cell_params``): its training run's key (components.training.grpo.policy_run_key,
+    the judge's dial in it) and its evaluation's settings; a record of another key is run again, not read
+    back."""
     return settings_digest({"train": run_settings(mine, cell.variant), "evaluation": mine.evaluation.model_dump()})
 
 

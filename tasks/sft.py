@@ -38,12 +38,12 @@ from components.params_cli import params_from_args, stage_argparser
 from components.run_files import SFT_METHOD, keyed_folder, warm_start_folder
 from components.run_spec import run_spec
 from components.schemas import Trajectory
-from components.training.agent_rollout import chat_template_renderer
 from components.training.distributed import current_ranks
+from components.training.grpo.agent_rollout import chat_template_renderer
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
-from components.training.sft import build_sft_example
-from components.training.sft_trainer import SFTTrainer
-from components.training.trajectory_sft import warm_start_examples
+from components.training.sft.examples import build_sft_example
+from components.training.sft.trainer import SFTTrainer
+from components.training.sft.trajectories import warm_start_examples
 from tasks.runtime import NullTracker, resolve, tracking
 
 

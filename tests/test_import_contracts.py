@@ -38,7 +38,7 @@ def copy_tree(repo_root: Path, dest: Path) -> Path:
 @pytest.mark.parametrize(("module", "planted", "contract"), [
     ("components/methods/coreact/slates.py", "import components.methods.arbor.memory",
      "the four method packages never import each other"),
-    ("components/training/advantages.py", "from components.methods.arco import decomposition",
+    ("components/training/grpo/advantages.py", "from components.methods.arco import decomposition",
      "the shared seams never import a method"),
     ("components/io.py", "import mlflow", "components are free of Prefect, MLflow and DVC"),
     ("components/adapters.py", "from components.embedded import lora_gguf", "adapter saving and digests are a leaf"),

@@ -17,7 +17,7 @@ from components.llm.backends.scripted import ScriptedChatModel
 from components.method_registry import MethodSpec, load_methods
 from components.params import Params
 from components.params_load import load_params
-from components.training.policy_run_key import run_settings
+from components.training.grpo.policy_run_key import run_settings
 from components.variants import VariantContext, VariantParts, get_variant, variant_grpo, variant_params
 
 SECTIONS = ("sft", "agent", "lora", "train_policy")  # and grpo, as the trainer gets it (variant_grpo)

@@ -51,7 +51,7 @@ def test_a_methods_stage_runs_with_its_own_papers_training_settings(repo_root, s
 def test_the_embedded_profile_has_no_method_overrides(repo_root):
     """Every method trains with the same hyperparameters on the embedded default; a method may only change how
     its update is computed (ARCO recomputes activations: mu trains beside the policy)."""
-    from components.training.policy_run_key import GRPO_EXECUTION_KEYS
+    from components.training.grpo.policy_run_key import GRPO_EXECUTION_KEYS
 
     params = load_params(repo_root / "params.yaml")
     for section in ("arbor", "rubricem", "arco"):

@@ -37,8 +37,8 @@ ALLOWED: dict[str, set[str]] = {
     "components/policy_run.py": {"shared_dev_before", "PolicyRun.__init__"},
     "components/retrieval/run_index.py": {"make_embedder", "build_from_params", "load_toolbox"},
     "components/trained_policy.py": {"with_trained_policy"},
-    "components/training/policy_run_key.py": {"run_settings", "method_settings"},
-    "components/training/trajectory_sft.py": {"warm_start_examples"},
+    "components/training/grpo/policy_run_key.py": {"run_settings", "method_settings"},
+    "components/training/sft/trajectories.py": {"warm_start_examples"},
     "components/variants.py": {"dapo_grpo", "dapo_max_response_tokens", "variant_params"},
 }
 

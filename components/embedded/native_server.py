@@ -3,7 +3,7 @@
 ``scripts/setup.sh`` builds it from the llama.cpp source vendored in the pinned llama-cpp-python sdist
 into ``.venv/bin/llama-server`` (``$RUBRICFLOW_LLAMA_SERVER`` overrides the path). It serves the OpenAI
 API at ``/v1`` (the ``openai`` backend uses it with ``server: native``) and llama.cpp's own
-``/completion`` with token-id prompts, which :mod:`components.training.llamacpp_engine` uses. Unlike
+``/completion`` with token-id prompts, which :mod:`components.training.engines.llamacpp` uses. Unlike
 llama-cpp-python's server it decodes ``parallel`` requests at once. Adapters load at start-up only, so
 a new adapter means a restart (:meth:`NativeLlamaServer.restart`, about a second for the 0.5B).
 

@@ -1,8 +1,8 @@
 """The nano policy trained and measured through the project's own trainers: SFT from scratch on compact oracle
-episodes (:class:`components.training.sft_trainer.SFTTrainer`), greedy evaluation through the rollout engine the
-trainers use (:class:`components.training.rollout.HFRolloutEngine`, batched ``generate`` with a KV cache), and GRPO
-with the exact outcome reward (:class:`components.training.trainer.GRPOTrainer` with the agent rollout: ``grpo
-.group_size`` attempts per question, every episode of a step decoded in one batch).
+episodes (:class:`components.training.sft.trainer.SFTTrainer`), greedy evaluation through the rollout engine
+the trainers use (:class:`components.training.engines.rollout.HFRolloutEngine`, batched ``generate`` with a KV
+cache), and GRPO with the exact outcome reward (:class:`components.training.grpo.trainer.GRPOTrainer` with the
+agent rollout: ``grpo.group_size`` attempts per question, every episode of a step decoded in one batch).
 
     data = sft_corpus(params)                        # rows of the compact oracle episodes, other worlds
     nano = train_nano(params, data, seed=0)          # fitted tokenizer, random init, SFT; same seed, same weights
@@ -29,12 +29,12 @@ from components.lab.world import LabWorld, build_lab_world, compact_episodes, la
 from components.params import Params
 from components.rewards.outcome import outcome_reward
 from components.schemas import Question
-from components.training.agent_rollout import make_agent_rollout
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
+from components.training.grpo.agent_rollout import make_agent_rollout
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import build_policy
-from components.training.rollout import HFRolloutEngine, SamplingParams
-from components.training.sft import build_sft_example
-from components.training.sft_trainer import SFTTrainer
-from components.training.trainer import GRPOTrainer
+from components.training.sft.examples import build_sft_example
+from components.training.sft.trainer import SFTTrainer
 
 __all__ = ["NanoPolicy", "SFTCorpus", "evaluate", "grpo_questions", "grpo_run", "lab_seed", "sft_corpus", "sft_questions",
            "train_nano"]

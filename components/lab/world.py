@@ -33,7 +33,7 @@ from components.retrieval.bm25 import BM25Index
 from components.retrieval.scope import world_question_paragraphs
 from components.retrieval.tools import Toolbox, make_toolbox
 from components.schemas import Question, Trajectory
-from components.training.trajectory_sft import trajectory_rows
+from components.training.sft.trajectories import trajectory_rows
 from components.warmstart.oracle import PlannedTurn, ReplayPolicy, plan_turns
 from components.warmstart.rejection import problems
 from components.world import World, generate_world

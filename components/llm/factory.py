@@ -126,8 +126,9 @@ class LLMPool:
             model = cls(model=cfg.model, **cfg.options)
             if cfg.type == "vllm" and cfg.adapters:  # vLLM applies one LoRA per request over its base
                 if len(cfg.adapters) > 1:
-                    raise PermanentLLMError(f"backend {name!r}: vLLM serves one LoRA over its base; merge the others "
-                                            f"into the base folder (components/training/vllm_base.py)")
+                    raise PermanentLLMError(f"backend {name!r}: vLLM serves one LoRA over its base; merge"
+                                            " the others into the base folder "
+                                            "(components/training/engines/vllm_base.py)")
                 sha = _with_adapters(name, sha or cfg.model, cfg.adapters)
                 model.set_adapter(str(cfg.adapters[0]))
             if cfg.type == "vllm":

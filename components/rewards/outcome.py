@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from components.evaluation.metrics import exact_match, f1_score
 from components.schemas import Question, Trajectory
-from components.training.episodes import Episode, RewardOutput, StepContext
+from components.training.grpo.episodes import Episode, RewardOutput, StepContext
 
 __all__ = ["DEFAULT_FORMAT_PENALTY", "OutcomeReward", "format_valid", "outcome_reward"]
 

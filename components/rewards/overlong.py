@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.training.episodes import Episode, RewardFn, RewardOutput, StepContext, call_reward
+from components.training.grpo.episodes import Episode, RewardFn, RewardOutput, StepContext, call_reward
 
 __all__ = ["OverlongShaping", "overlong_penalty"]
 

@@ -262,7 +262,7 @@ def policy_loss(
 ) -> tuple[torch.Tensor, LossMetrics]:
     """Clipped surrogate plus ``kl_coef`` times the k3 KL to the reference, aggregated by ``agg``.
 
-    ``advantages`` is per token ``[B, T]`` (see :mod:`components.training.advantages`). ``clip_eps_high``
+    ``advantages`` is per token ``[B, T]`` (see :mod:`components.training.grpo.advantages`). ``clip_eps_high``
     defaults to ``clip_eps`` (set it higher for DAPO's clip-higher). ``ref_logp`` may be None only when
     ``kl_coef`` is 0. ``tis_cap`` (with ``rollout_logp``, the engine's sampling log-probs) weights each token's
     surrogate term by ``min(exp(old_logp - rollout_logp), tis_cap)``; None leaves the loss as it is.

@@ -182,9 +182,9 @@ class Policy:
         loss hook can add a term from it (a score head) and backpropagate both through one graph.
 
         ``attention_mask`` is the usual ``[B, T]`` padding mask, or a ``[B, 1, T, T]`` mask taken as given
-        with its ``position_ids`` (a shared-prefix pack: :mod:`components.training.prefix_pack`); the log-prob
-        at ``t`` is then still read from the output at ``t - 1``, so each position's predecessor must be the
-        token before it in the sequence.
+        with its ``position_ids`` (a shared-prefix pack: :mod:`components.training.speed.prefix_pack`); the
+        log-prob at ``t`` is then still read from the output at ``t - 1``, so each position's predecessor must
+        be the token before it in the sequence.
         """
         if positions is not None:
             if positions.shape != input_ids.shape:
@@ -310,8 +310,9 @@ def build_policy(
     """Load ``source`` and make it trainable: LoRA adapter when ``lora`` is given, else full fine-tuning. A path
     loads as :func:`load_causal_lm` says (float32 on the CPU unless told otherwise); a model object stays on
     its device and in its dtype unless ``device`` or ``dtype`` is given. ``int8_base`` runs the frozen base's
-    matmuls in int8 (LoRA only; :mod:`components.training.int8_base`); ``fused_lora`` gives the LoRA linears a
-    leaner forward (:mod:`components.training.fused_lora`; nothing to do under full fine-tuning)."""
+    matmuls in int8 (LoRA only; :mod:`components.training.speed.int8_base`); ``fused_lora`` gives the LoRA
+    linears a leaner forward (:mod:`components.training.speed.fused_lora`; nothing to do under full
+    fine-tuning)."""
     if int8_base and lora is None:
         raise ValueError("int8_base needs LoRA (lora.r > 0): full fine-tuning trains the base weights it would quantize")
     model = load_causal_lm(source, gguf_file=gguf_file, dtype=dtype, device=device)
@@ -344,14 +345,14 @@ def build_policy(
 
 def lora_execution(peft_model: nn.Module, *, int8_base: bool = False, fused_lora: bool = False) -> None:
     """The CPU speed options of a LoRA model, applied after its adapters exist: ``int8_base`` runs the frozen
-    base's matmuls in int8 (:mod:`components.training.int8_base`), ``fused_lora`` gives the LoRA linears a leaner
-    forward (:mod:`components.training.fused_lora`). Every LoRA model a run trains takes them from here (the
-    policy through :func:`build_policy`, ARCO's rubric model on its own base)."""
+    base's matmuls in int8 (:mod:`components.training.speed.int8_base`), ``fused_lora`` gives the LoRA linears
+    a leaner forward (:mod:`components.training.speed.fused_lora`). Every LoRA model a run trains takes them
+    from here (the policy through :func:`build_policy`, ARCO's rubric model on its own base)."""
     if int8_base:
-        from components.training.int8_base import quantize_frozen_base
+        from components.training.speed.int8_base import quantize_frozen_base
 
         quantize_frozen_base(peft_model)
     if fused_lora:
-        from components.training.fused_lora import fuse_lora_forward
+        from components.training.speed.fused_lora import fuse_lora_forward
 
         fuse_lora_forward(peft_model)

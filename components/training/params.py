@@ -1,7 +1,7 @@
-"""The trainers' sections of params.yaml: ``lora``, ``grpo`` (components.training.trainer.GRPOTrainer), ``dapo`` (the
-dapo variant over grpo, components/variants.py), ``train_policy`` with its ``deepspeed`` block, and ``sft``
-(components.training.sft_trainer). A pydantic leaf (it imports only ``params_section``), composed in
-``components.params.Params``."""
+"""The trainers' sections of params.yaml: ``lora``, ``grpo`` (components.training.grpo.trainer.GRPOTrainer),
+``dapo`` (the dapo variant over grpo, components/variants.py), ``train_policy`` with its ``deepspeed`` block,
+and ``sft`` (components.training.sft.trainer). A pydantic leaf (it imports only ``params_section``), composed
+in ``components.params.Params``."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def _checkpoint_min_tokens() -> Any:
 
 
 class GRPOParams(Section):
-    """The configuration of ``components.training.trainer.GRPOTrainer``: one set of names and defaults. What the
-    speed options cost and buy: docs/performance.md ("Which speed option when")."""
+    """The configuration of ``components.training.grpo.trainer.GRPOTrainer``: one set of names and defaults.
+    What the speed options cost and buy: docs/performance.md ("Which speed option when")."""
 
     # rollout
     group_size: int = Field(default=4, ge=1, description="Rollouts per prompt (G).")
@@ -106,19 +106,19 @@ class GRPOParams(Section):
         "padded tokens (verl's dynamic batch size).")
     prefix_packing: bool = Field(
         default=True, description="With micro_batch_tokens: micro-batches as shared-prefix packs, a prefix rows share "
-        "computed once (components/training/prefix_pack.py); the same numbers to float rounding.")
+        "computed once (components/training/speed/prefix_pack.py); the same numbers to float rounding.")
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute each decoder layer's activations in the backward pass: the same update "
         "in less memory, for more time.")
     checkpoint_min_tokens: int = _checkpoint_min_tokens()
     fused_lora: bool = Field(
-        default=True, description="The LoRA linears' leaner forward (components/training/fused_lora.py): peft's update "
+        default=True, description="The LoRA linears' leaner forward (components/training/speed/fused_lora.py): peft's update "
         "to the bit when lora.alpha / lora.r is a power of two; for every LoRA model the run trains.")
 
     # speed at int8 rounding (keyed once on)
     int8_base: bool = Field(
         default=False, description="The frozen base's matmuls of the run's LoRA models in int8 (CPU only; "
-        "components/training/int8_base.py). Left out of dumps (and so of run keys) while off.")
+        "components/training/speed/int8_base.py). Left out of dumps (and so of run keys) while off.")
 
     @model_serializer(mode="wrap")
     def _int8_keyed_when_set(self, handler):

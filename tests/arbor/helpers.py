@@ -13,7 +13,7 @@ import numpy as np
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.schemas import Question, Step, Trajectory
-from components.training.episodes import Episode
+from components.training.grpo.episodes import Episode
 
 Q0 = Question(id="q0", question="Who directed Nightfall Harbor?", answers=["Ossian Threll"], source="world")
 Q1 = Question(id="q1", question="Where was Ossian Threll born?", answers=["Kestrow"], source="world")

@@ -12,7 +12,7 @@ from components.methods.arbor.memory import CommonRubric, RubricMemory, RubricTe
 from components.methods.arbor.params import ArborParams
 from components.methods.arbor.variants import ArborReward, ArborState, RarReward, RarState, lazy_embedder
 from components.params_load import load_params
-from components.training.episodes import StepContext
+from components.training.grpo.episodes import StepContext
 from components.variants import VariantContext, get_variant
 from tests.arbor.helpers import COMMON, Q0, Q1, FakeEncoder, QualityJudge, episode, writer
 

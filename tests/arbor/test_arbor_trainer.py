@@ -11,9 +11,9 @@ from components.methods.arbor.params import ArborParams
 from components.training.params import GRPOParams
 from components.methods.arbor.memory import RubricMemory
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import HFRolloutEngine, SamplingParams
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer, single_turn_rollout
+from components.training.grpo.trainer import GRPOTrainer, single_turn_rollout
 from tests.arbor.helpers import COMMON, Q0, Q1, FakeEncoder, QualityJudge, episode, writer
 
 TOK = CharTokenizer("abcdefgh")

@@ -10,7 +10,7 @@ import re
 from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import TransientLLMError
 from components.schemas import Question, Step, SubQuestion, ToolCall, Trajectory
-from components.training.rollout import Generation
+from components.training.engines.rollout import Generation
 from components.training.tiny import CharTokenizer
 
 

@@ -191,7 +191,7 @@ def test_the_fused_lora_forward_gives_mu_peft_numbers_to_the_bit():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) and a[2] > 0
     assert all(torch.equal(x, y) for x, y in zip(a[3], b[3]))
     prompts = [plain._encode(render(step_messages(Q.question, trajectory_steps(trajectory(GOOD)), 0, 3), True))]
-    from components.training.rollout import SamplingParams
+    from components.training.engines.rollout import SamplingParams
 
     greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
     with plain.adapter(ADAPTER), fused.adapter(ADAPTER):

@@ -37,7 +37,7 @@ def test_probe_scores_fixed_trajectories_and_correlates_with_the_oracle():
     again = probe(mu, fixed, {Q.id: Q}, seed=0, resamples=50)
     assert again["oracle_corr"] == first["oracle_corr"]
     # by hand: the same mu scores the steps; Pearson against the oracle's step quality
-    from components.training.episodes import Episode
+    from components.training.grpo.episodes import Episode
 
     episodes = [Episode(prompt=Q, group=i, rows=[], info={"trajectory": t}) for i, t in enumerate(fixed)]
     torch.manual_seed(0)

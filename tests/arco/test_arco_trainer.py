@@ -13,10 +13,10 @@ from components.agents.params import AgentParams
 from components.methods.arco.params import ArcoParams
 from components.training.params import GRPOParams
 from components.methods.arco.rubric_model import RubricModel
-from components.training.agent_rollout import make_agent_rollout
+from components.training.grpo.agent_rollout import make_agent_rollout
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
-from components.training.trainer import GRPOTrainer
+from components.training.grpo.trainer import GRPOTrainer
 from tests.arco.helpers import TOK, MuWriter, PolicyEngine, Q, Tools, render, teacher
 
 LORA = LoRASettings(r=4, alpha=8)

@@ -87,14 +87,14 @@ def test_mu_takes_its_micro_batch_options(repo_root, tmp_path, monkeypatch):
                                                    (["train_policy.engine=hf", "arco.engine=llamacpp"], True)])
 def test_mu_writes_on_llamacpp_as_the_policy_samples_unless_told(repo_root, tmp_path, monkeypatch, overrides, served):
     from components.methods.arco import variants
-    from components.training import llamacpp_engine
-    from components.training.rollout import HFRolloutEngine
+    from components.training.engines import llamacpp
+    from components.training.engines.rollout import HFRolloutEngine
     from components.training.tiny import tiny_qwen2
     from tests.arco.helpers import TOK
 
     monkeypatch.setattr(variants, "load_backbone", lambda params, role: (tiny_qwen2(TOK.vocab_size, seed=0), TOK))
     asked = []
-    monkeypatch.setattr(llamacpp_engine, "engine_for_role", lambda params, role, tokenizer, **kw: asked.append((role, kw)) or "server")
+    monkeypatch.setattr(llamacpp, "engine_for_role", lambda params, role, tokenizer, **kw: asked.append((role, kw)) or "server")
     params = load_params(repo_root / "params.yaml", overrides=overrides)
     mu = get_variant("arco")(context(params, tmp_path)).method.mu
     if served:

@@ -37,7 +37,7 @@ from components.methods.coreact.rubric_generator import parse_rubric
 from components.methods.coreact.rubric_training import generator_config
 from components.params_load import load_params
 from components.schemas import BranchingPoint, Candidate
-from components.training.advantages import group_advantages
+from components.training.grpo.advantages import group_advantages
 
 REPO = "ZBWpro/Co-ReAct@ff5540a6"
 REWARD_FN = f"{REPO}:rubric_rl/reward_fn.py"

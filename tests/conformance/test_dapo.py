@@ -18,14 +18,14 @@ import torch
 
 from components.params_load import load_params
 from components.rewards.overlong import overlong_penalty
-from components.training.advantages import group_advantages
-from components.training.episodes import Episode, StepContext
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
+from components.training.grpo.advantages import group_advantages
+from components.training.grpo.episodes import Episode, StepContext
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.losses import policy_loss
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams
-from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 from components.variants import drop_homogeneous_groups, variant_params
 
 RECIPE = "volcengine/verl@4f80e465"

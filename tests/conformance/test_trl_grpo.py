@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from components.training.advantages import broadcast_sequence_advantages, group_advantages
+from components.training.grpo.advantages import broadcast_sequence_advantages, group_advantages
 from components.training.losses import policy_loss
 
 grpo_trainer = pytest.importorskip("trl.trainer.grpo_trainer")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from components.training.advantages import broadcast_sequence_advantages, group_advantages
+from components.training.grpo.advantages import broadcast_sequence_advantages, group_advantages
 from components.training.losses import aggregate, clipped_surrogate, kl_k3, policy_loss
 
 VERL = "volcengine/verl@b178a3cd"

@@ -32,8 +32,8 @@ from components.methods.coreact.generator_reward import (
 from components.methods.coreact.params import RubricGeneratorParams
 from components.methods.coreact.rubric_eval import parse_yes_no
 from components.schemas import BranchingPoint, Candidate, Criterion, Rubric
-from components.training.advantages import group_advantages
-from components.training.episodes import Episode, StepContext, score_matrix
+from components.training.grpo.advantages import group_advantages
+from components.training.grpo.episodes import Episode, StepContext, score_matrix
 
 SETTINGS = RubricGeneratorParams()
 ACTIONS = ["search[Nightfall Harbor]", "search[Ossian Threll]", "browse[d9]", "search[film]"]

@@ -26,8 +26,8 @@ from components.methods.coreact.generator_training import run_training
 from components.methods.coreact.rubric_training import paired_change
 from components.params_load import load_params
 from components.schemas import BranchingPoint, Candidate
+from components.training.engines.rollout import Generation, HFRolloutEngine
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import Generation, HFRolloutEngine
 from components.training.tiny import CharTokenizer, tiny_qwen2
 
 
@@ -273,7 +273,7 @@ def test_generator_advantages_divide_by_the_std_its_section_names(repo_root):
     import torch
 
     from components.methods.coreact.rubric_training import generator_config
-    from components.training.advantages import group_advantages
+    from components.training.grpo.advantages import group_advantages
 
     params = load_params(repo_root / "params.yaml", overrides=["grpo.adv_std=population"])
     assert params.rubric_generator.adv_std == "sample" and generator_config(params, 4).adv_std == "sample"

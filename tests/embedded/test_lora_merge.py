@@ -215,7 +215,7 @@ def test_the_merged_model_serves_what_the_runtime_adapter_serves(repo_root, serv
 @requires_native_server
 def test_rl_engine_serves_the_warm_start_merged_and_swaps_only_the_trained_adapter(repo_root, served, tmp_path):
     from components.run_spec import run_spec
-    from components.training.llamacpp_engine import engine_for_policy
+    from components.training.engines.llamacpp import engine_for_policy
 
     base, cache, warm, merged = served
     params = load_params(repo_root / "params.yaml")

@@ -33,7 +33,7 @@ def test_the_paper_dag_runs_on_vllm(repo_root, tmp_path, monkeypatch, capsys):
     import flows.pipeline
     import tasks
     from components.llm.backends.vllm_engine import VLLMChatModel
-    from components.training.rollout import VLLMRolloutEngine
+    from components.training.engines.rollout import VLLMRolloutEngine
     from flows.pipeline import STAGES, VARIANTS, pipeline
 
     monkeypatch.setenv("RUBRICFLOW_MLFLOW", "0")

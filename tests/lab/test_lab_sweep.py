@@ -105,7 +105,7 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
     dial is in the training run's key under the lab overlay and nowhere else."""
     from components.io import write_json
     from components.lab.sweep import cell_done
-    from components.training.policy_run_key import run_settings
+    from components.training.grpo.policy_run_key import run_settings
     from tasks.lab_cell import cell_key, finished_cell
 
     params = load_params(repo_root / "params.yaml", overlays=["lab"], overrides=[f"run.out_dir={tmp_path}"])

@@ -135,7 +135,7 @@ def test_the_nano_policy_is_its_own_warm_start_with_its_prompts(lab):
     from components.policy_run import PolicyRun
     from components.retrieval.run_index import load_toolbox
     from components.run_spec import run_spec
-    from components.training.policy_run_key import run_settings
+    from components.training.grpo.policy_run_key import run_settings
     from components.training.warm_started import warm_start_adapter
 
     params, root, repo_root = lab

@@ -16,7 +16,7 @@ from components.lab.policy import (NanoPolicy, evaluate, grpo_questions, grpo_ru
 from components.lab.world import LAB_PROMPT, build_lab_world, compact_episodes, render_chat, sft_rows
 from components.llm.base import assistant, system, user
 from components.params_load import load_params
-from components.training.episodes import RewardOutput
+from components.training.grpo.episodes import RewardOutput
 
 TINY = ["lab.sft_document_rows=0", "data.n_train=6", "data.n_dev=2", "data.n_test=2", "lab.sft_worlds=1", "lab.sft_questions_per_world=12",
         "lab.nano.vocab_size=400", "lab.nano.hidden_size=32", "lab.nano.num_layers=1", "lab.nano.num_heads=2",

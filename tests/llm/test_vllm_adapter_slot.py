@@ -50,7 +50,7 @@ def test_chat_backend_and_rollout_engine_swap_through_the_slot(fake_vllm, tmp_pa
     from types import SimpleNamespace
 
     from components.llm.backends.vllm_engine import VLLMChatModel
-    from components.training.rollout import VLLMRolloutEngine
+    from components.training.engines.rollout import VLLMRolloutEngine
 
     chat = object.__new__(VLLMChatModel)  # no engine: only the adapter path is exercised
     chat.name, chat.adapter = "qwen", AdapterSlot("policy")

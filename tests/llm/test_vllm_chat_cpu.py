@@ -40,7 +40,7 @@ def served(repo_root, tmp_path_factory):
     from components.params_load import load_params
     from components.run_spec import run_spec
     from components.trained_policy import trained_adapter, with_trained_policy
-    from components.training.vllm_base import export_base, warm_started_base
+    from components.training.engines.vllm_base import export_base, warm_started_base
     from components.training.warm_started import warm_start_adapter
 
     tmp = tmp_path_factory.mktemp("evaluate")

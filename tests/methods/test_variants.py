@@ -6,8 +6,8 @@ import pytest
 from components.rewards.outcome import OutcomeReward, format_valid
 from components.rewards.overlong import OverlongShaping, overlong_penalty
 from components.schemas import Question, Step, Trajectory
-from components.training.episodes import Episode, StepContext
-from components.training.rollout import RolloutSegment
+from components.training.engines.rollout import RolloutSegment
+from components.training.grpo.episodes import Episode, StepContext
 from components.variants import VARIANTS, drop_homogeneous_groups, get_variant
 
 Q = Question(id="q", question="Where?", answers=["Kestrow Bay"], source="world")

@@ -60,7 +60,7 @@ from components.schemas import (
     ToolCall,
     Trajectory,
 )
-from components.training.episodes import Episode, StepContext
+from components.training.grpo.episodes import Episode, StepContext
 from tests.reliability.faults import ANSWER, DOOMED, KINDS, FaultServer, Judge
 from tests.rubricem.trajectories import episode_trajectory
 

@@ -22,9 +22,9 @@ from components.training.params import GRPOParams
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank
 from components.schemas import Question
-from components.training.episodes import Episode, StepContext
+from components.training.grpo.episodes import Episode, StepContext
 from components.training.prompt_order import PromptSampler
-from components.training.rollout import Generation, SamplingParams
+from components.training.engines.rollout import Generation, SamplingParams
 from tests.rubricem.test_bank import TableEmbedder
 from tests.rubricem.trajectories import episode_trajectory
 

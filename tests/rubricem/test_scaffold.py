@@ -28,8 +28,8 @@ from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import Message, TransientLLMError
 from components.agents.params import AgentParams
 from components.schemas import Step, ToolCall, Trajectory
-from components.training.agent_rollout import make_agent_rollout
-from components.training.rollout import Generation
+from components.training.grpo.agent_rollout import make_agent_rollout
+from components.training.engines.rollout import Generation
 from components.training.tiny import CharTokenizer
 from components.warmstart.rejection import REASONS, select
 from tests.rubricem.trajectories import (
@@ -232,7 +232,7 @@ class ReplayEngine:
 def test_stage_k_tokens_carry_segment_id_k(history_format):
     settings = AgentParams(history_format=history_format, max_turns=4, max_search_calls=3, max_tokens=400)
     rollout = make_agent_rollout(lambda p: AGENTS.get("scaffold")(p, Tools(), settings), TOK, render=render)
-    from components.training.rollout import SamplingParams
+    from components.training.engines.rollout import SamplingParams
 
     (episode,) = rollout(ReplayEngine([TURN1, TURN2, TURN3]), [Q], 1, SamplingParams())
     trained = [(s.segment_id, TOK.decode(s.token_ids)) for row in episode.rows for s in row if s.trainable]

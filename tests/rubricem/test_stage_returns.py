@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from components.methods.rubricem.stage_returns import StageReturns, check_lambda, stage_returns
-from components.training.advantages import place_episode_advantages
-from components.training.episodes import Episode, StepContext
+from components.training.grpo.advantages import place_episode_advantages
+from components.training.grpo.episodes import Episode, StepContext
 
 PAPER = [[1.0, 0.4, 0.6, 0.8], [0.0, 1.0, 0.4, 0.8], [0.0, 0.0, 1.0, 0.8], [0.0, 0.0, 0.0, 1.0]]
 R = torch.tensor([[1.0, 0.5, 0.0, 1.0],

@@ -13,7 +13,7 @@ from components.llm.backends.scripted import ScriptedChatModel
 from components.llm.base import ChatModel, Completion, TransientLLMError
 from components.llm.json_schema import json_schema_of
 from components.methods.rubricem.stage_returns import StagewiseReward
-from components.training.episodes import Episode, StepContext, score_matrix
+from components.training.grpo.episodes import Episode, StepContext, score_matrix
 from tests.rubricem.trajectories import Q, episode_trajectory
 
 

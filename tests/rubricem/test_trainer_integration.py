@@ -19,11 +19,11 @@ from components.agents.params import AgentParams
 from components.training.params import GRPOParams
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, RubricBank
-from components.training.agent_rollout import make_agent_rollout
+from components.training.grpo.agent_rollout import make_agent_rollout
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import Generation
+from components.training.engines.rollout import Generation
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
+from components.training.grpo.trainer import GRPOTrainer
 from tests.rubricem.test_meta_policy import GOOD, ratings
 from tests.rubricem.test_scaffold import Tools
 from tests.rubricem.test_stagewise_judge import GENERATION

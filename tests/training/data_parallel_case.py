@@ -39,14 +39,14 @@ import torch
 from safetensors.torch import save_file
 
 from components.training.distributed import current_ranks
-from components.training.episodes import Episode
+from components.training.engines.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
+from components.training.grpo.episodes import Episode
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import LoRASettings, build_policy
 from components.training.params import DeepSpeedParams, GRPOParams, SFTParams
-from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
-from components.training.sft import SFTExample
-from components.training.sft_trainer import SFTTrainer
+from components.training.sft.examples import SFTExample
+from components.training.sft.trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 
 TOK = CharTokenizer("abcdefghijklmn")
 PROMPTS = ["abc", "bcd", "cde", "def", "efg", "fgh", "ghi", "hij"]
@@ -143,7 +143,7 @@ def _arco(ranks, config: GRPOParams, root: Path, log, calls: list, teacher_calls
     from components.methods.arco.params import ArcoParams
     from components.methods.arco.rubric_model import RubricModel
     from components.methods.arco.variants import ArcoReward, ArcoState
-    from components.training.agent_rollout import make_agent_rollout
+    from components.training.grpo.agent_rollout import make_agent_rollout
     from tests.arco import helpers
 
     lora = LoRASettings(r=4, alpha=8)

@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from components.training.engines.rollout import RolloutSegment, assemble
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import build_policy
 from components.training.params import DeepSpeedParams, GRPOParams, SFTParams
-from components.training.rollout import RolloutSegment, assemble
-from components.training.sft import SFTExample
-from components.training.sft_trainer import SFTTrainer
+from components.training.sft.examples import SFTExample
+from components.training.sft.trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 
 TOK = CharTokenizer("abcdefghijklmn")
 EXAMPLES = [SFTExample([2, 3, 4, 5, 6, 7], [0, 0, 1, 1, 1, 1]), SFTExample([3, 4, 5, 6], [0, 1, 1, 1]),

@@ -15,12 +15,12 @@ from components.agents.params import AgentParams
 from components.agents.react import FORMAT_REMINDER, Proposal, ReActAgent
 from components.llm.base import Message
 from components.schemas import Question, ToolCall
-from components.training.agent_rollout import EpisodePolicy, TurnBatcher, make_agent_rollout
+from components.training.engines.rollout import Generation, HFRolloutEngine, SamplingParams, assemble
+from components.training.grpo.agent_rollout import EpisodePolicy, TurnBatcher, make_agent_rollout
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams
-from components.training.rollout import Generation, HFRolloutEngine, SamplingParams, assemble
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 
 TOK = CharTokenizer("".join(chr(c) for c in range(32, 127)) + "\n")
 SYSTEM = "Use search[x] or finish[x]."

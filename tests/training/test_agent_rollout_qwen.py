@@ -17,8 +17,8 @@ import torch
 from components.agents.params import AgentParams
 from components.agents.react import ReActAgent
 from components.schemas import Question, ToolCall
-from components.training.agent_rollout import make_agent_rollout
-from components.training.rollout import Generation, HFRolloutEngine, SamplingParams, assemble
+from components.training.engines.rollout import Generation, HFRolloutEngine, SamplingParams, assemble
+from components.training.grpo.agent_rollout import make_agent_rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "qwen2.5-coder-0.5b-instruct"

@@ -30,11 +30,11 @@ import pytest
 from safetensors.torch import load_file
 
 from components.training.distributed import Ranks
+from components.training.grpo.trainer import GRPOTrainer, _combined_reward_metrics
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams, SFTParams
-from components.training.sft_trainer import SFTTrainer
+from components.training.sft.trainer import SFTTrainer
 from components.training.tiny import tiny_qwen2
-from components.training.trainer import GRPOTrainer, _combined_reward_metrics
 from tests.training import data_parallel_case as case
 
 ROOT = Path(__file__).resolve().parents[2]

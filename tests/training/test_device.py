@@ -112,7 +112,7 @@ def test_the_loaders_give_the_requested_dtype_on_the_cpu(tiny_folder, dtype, exp
 
 
 def test_the_run_key_holds_the_dtype_only_when_it_is_not_float32():
-    from components.training.policy_run_key import run_settings
+    from components.training.grpo.policy_run_key import run_settings
 
     base = load_params(ROOT / "params.yaml")
     default = run_settings(base, "grpo")
@@ -125,7 +125,7 @@ def test_the_run_key_holds_the_dtype_only_when_it_is_not_float32():
 
 
 def test_the_run_key_holds_deepspeed_only_once_a_zero_stage_is_set():
-    from components.training.policy_run_key import run_settings
+    from components.training.grpo.policy_run_key import run_settings
 
     default = run_settings(load_params(ROOT / "params.yaml"), "grpo")
     assert "deepspeed" not in default["train_policy"]

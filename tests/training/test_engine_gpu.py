@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from components.training.engines.rollout import HFRolloutEngine, RolloutSegment, SamplingParams, assemble
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams, SFTParams
-from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams, assemble
-from components.training.sft import SFTExample
-from components.training.sft_trainer import SFTTrainer
+from components.training.sft.examples import SFTExample
+from components.training.sft.trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

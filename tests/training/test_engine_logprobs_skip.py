@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
+from components.training.grpo.trainer import GRPOTrainer, rollout_sampling
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams
-from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer, rollout_sampling
 
 TOK = CharTokenizer("abcdefghijklmn")
 PROMPTS = ["abc", "bcd", "cde", "def"]

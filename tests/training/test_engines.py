@@ -13,10 +13,10 @@ from components.policy_run import make_engine
 from components.registry import RegistryError
 from components.run_spec import run_spec
 from components.trained_policy import trained_policy_method
-from components.training import llamacpp_engine
-from components.training.engines import ENGINES, RolloutEngineSpec, role_engine
+from components.training.engines import llamacpp
+from components.training.engines.registry import ENGINES, RolloutEngineSpec, role_engine
+from components.training.engines.rollout import HFRolloutEngine
 from components.training.params import TrainPolicyParams
-from components.training.rollout import HFRolloutEngine
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_the_policy_engine_is_the_registered_one(params, monkeypatch):
 
 def test_a_role_writes_on_the_run_s_engine_when_it_has_one_for_roles(params, monkeypatch):
     asked = []
-    monkeypatch.setattr(llamacpp_engine, "engine_for_role",
+    monkeypatch.setattr(llamacpp, "engine_for_role",
                         lambda p, role, tokenizer, **kw: asked.append((role, kw)) or "server")
     assert role_engine(spec_with_engine(params, "hf"), None, "mu", None) is None  # generate on the role's model
     assert role_engine(spec_with_engine(params, "vllm"), None, "mu", None) is None  # vllm rolls out the policy only

@@ -10,7 +10,7 @@ from components.method_registry import load_methods
 from components.params_load import load_params
 from components.rewards.outcome import OutcomeReward
 from components.schemas import Question, Trajectory
-from components.training.policy_run_key import run_settings
+from components.training.grpo.policy_run_key import run_settings
 from components.variants import VariantContext, get_variant, variant_params
 
 load_methods()  # the methods register their variants

@@ -9,8 +9,8 @@ from peft.tuners.lora import Linear as LoraLinear
 from torch import nn
 
 from components.params_load import load_params
-from components.training.fused_lora import fuse_lora_forward, unfuse_lora_forward
 from components.training.model import LoRASettings, build_policy
+from components.training.speed.fused_lora import fuse_lora_forward, unfuse_lora_forward
 from components.training.tiny import tiny_qwen2
 from tests.training.lora_pair import IDS, MASK, loss_and_grads
 
@@ -146,7 +146,7 @@ def test_fusing_needs_lora_layers_and_full_fine_tuning_ignores_the_switch():
 
 
 def test_on_by_default_and_never_in_a_run_key():
-    from components.training.policy_run_key import run_settings
+    from components.training.grpo.policy_run_key import run_settings
 
     params = load_params()
     assert params.grpo.fused_lora is True and params.sft.fused_lora is True

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from components.params_load import load_params
-from components.training.int8_base import int8_linear, quantize_frozen_base, quantize_rows, restore_fp32
 from components.training.losses import token_logprobs
 from components.training.model import LoRASettings, build_policy
+from components.training.speed.int8_base import int8_linear, quantize_frozen_base, quantize_rows, restore_fp32
 from components.training.tiny import tiny_qwen2
 from tests.training.lora_pair import IDS, MASK, loss_and_grads
 

@@ -8,12 +8,12 @@ import torch
 
 from components.params_load import load_params
 from components.policy_run import resumed_rows
+from components.training.engines.rollout import HFRolloutEngine
+from components.training.grpo.policy_run_key import run_settings
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams
-from components.training.policy_run_key import run_settings
-from components.training.rollout import HFRolloutEngine
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 
 TOK = CharTokenizer("abcdefgh")
 

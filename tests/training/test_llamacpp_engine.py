@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from components.embedded.models import ensure_gguf, load_hf_policy
-from components.training.llamacpp_engine import LlamaCppRolloutEngine
+from components.training.engines.llamacpp import LlamaCppRolloutEngine
+from components.training.engines.rollout import SamplingParams
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import SamplingParams
 from tests.embedded.native import requires_native_server
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -163,7 +163,7 @@ def test_batch_invariant_requests_go_alone_and_reuse_no_cached_prompt(monkeypatc
     import threading
     import time
 
-    import components.training.llamacpp_engine as module
+    import components.training.engines.llamacpp as module
 
     monkeypatch.setattr(module, "NativeLlamaServer", _NoServer)
     engine = LlamaCppRolloutEngine("unused.gguf", parallel=4)

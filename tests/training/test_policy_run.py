@@ -15,7 +15,7 @@ from components.run_files import warm_start_folder
 from components.run_spec import run_spec
 from components.schemas import Question, Trajectory
 from components.policy_run import dev_evaluation
-from components.training.policy_run_key import run_settings
+from components.training.grpo.policy_run_key import run_settings
 from components.training.warm_started import warm_start_adapter, warm_start_options
 
 
@@ -179,7 +179,7 @@ def test_a_branch_is_keyed_by_its_checkpoints_manifest(tmp_path, repo_root):
 
 def test_a_branch_from_a_run_under_other_settings_is_refused(tmp_path, repo_root):
     from components.io import write_json
-    from components.training.policy_run_key import check_branch, lineage_record
+    from components.training.grpo.policy_run_key import check_branch, lineage_record
 
     step = tmp_path / "arco" / "ckpt" / "step_000001"
     step.mkdir(parents=True)
@@ -203,7 +203,7 @@ def test_a_branch_matches_adapters_by_content_not_by_their_out_dir(tmp_path, rep
     import shutil
 
     from components.io import write_json
-    from components.training.policy_run_key import check_branch, lineage, lineage_record
+    from components.training.grpo.policy_run_key import check_branch, lineage, lineage_record
 
     def out_dir(name, weights):
         adapter = tmp_path / name / "sft" / "adapter"

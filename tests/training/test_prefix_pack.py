@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from components.embedded.tiny import tiny_qwen2
-from components.training.prefix_pack import pack_shared_prefixes
+from components.training.speed.prefix_pack import pack_shared_prefixes
 
 
 def test_a_pack_lays_out_each_shared_prefix_once_and_each_token_sees_only_its_own_row():
@@ -71,7 +71,7 @@ def test_one_pass_over_a_pack_gives_each_row_its_own_passs_logits(attention):
 def test_only_attention_that_applies_a_given_mask_takes_packs():
     from types import SimpleNamespace
 
-    from components.training.prefix_pack import takes_packs
+    from components.training.speed.prefix_pack import takes_packs
 
     def model(attention):
         return SimpleNamespace(config=SimpleNamespace(_attn_implementation=attention))

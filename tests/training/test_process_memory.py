@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from components.training import process_memory as memory
+from components.training.speed import process_memory as memory
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or memory._libc() is None,
                                 reason="malloc_trim is glibc's")

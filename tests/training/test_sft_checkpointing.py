@@ -6,8 +6,8 @@ import torch
 
 from components.training.model import LoRASettings, activations_kept, build_policy, recomputes_activations
 from components.training.params import SFTParams
-from components.training.sft import SFTExample
-from components.training.sft_trainer import SFTTrainer
+from components.training.sft.examples import SFTExample
+from components.training.sft.trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2
 from tests.autograd_saved import saved_tensor_count
 

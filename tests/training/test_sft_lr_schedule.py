@@ -10,8 +10,8 @@ import torch
 
 from components.training.model import LoRASettings, build_policy
 from components.training.params import SFTParams
-from components.training.sft import SFTExample
-from components.training.sft_trainer import SFTTrainer, lr_scheduler, warmup_steps
+from components.training.sft.examples import SFTExample
+from components.training.sft.trainer import SFTTrainer, lr_scheduler, warmup_steps
 from components.training.tiny import CharTokenizer, tiny_qwen2
 
 pytestmark = pytest.mark.usefixtures("one_thread")

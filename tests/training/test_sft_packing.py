@@ -11,8 +11,8 @@ import torch
 from components.training.model import LoRASettings, build_policy
 from components.training.params import SFTParams
 from components.training.prompt_order import PromptSampler
-from components.training.sft import SFTExample
-from components.training.sft_trainer import SFTTrainer
+from components.training.sft.examples import SFTExample
+from components.training.sft.trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2
 
 TOK = CharTokenizer("abcdefghijklmn")

@@ -5,7 +5,11 @@ import math
 import pytest
 import torch
 
-from components.training.advantages import broadcast_sequence_advantages, group_advantages, segment_advantages
+from components.training.grpo.advantages import (
+    broadcast_sequence_advantages,
+    group_advantages,
+    segment_advantages,
+)
 
 
 def test_equal_rewards_give_zero_advantage():
@@ -75,7 +79,7 @@ def test_missing_values_leave_the_group_statistics_and_stay_missing():
 
 
 def test_place_episode_advantages_masks_missing_and_refuses_untagged_tokens():
-    from components.training.advantages import place_episode_advantages
+    from components.training.grpo.advantages import place_episode_advantages
 
     nan = float("nan")
     values = torch.tensor([[1.0, nan], [-1.0, 2.0]])
@@ -107,8 +111,8 @@ def test_adv_std_sample_is_bessels_std_at_every_group_size():
 def test_the_trainer_divides_by_the_std_grpo_adv_std_names():
     from types import SimpleNamespace
 
+    from components.training.grpo.trainer import GRPOTrainer
     from components.training.params import GRPOParams
-    from components.training.trainer import GRPOTrainer
 
     episodes = [SimpleNamespace(group=g) for g in (0, 0, 0, 0)]
     scores = torch.tensor([1.0, 0.0, 0.0, 1.0])

@@ -9,12 +9,12 @@ import torch
 
 from components.params_load import load_params
 from components.rewards.overlong import OverlongShaping
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
+from components.training.grpo.policy_run_key import run_settings
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams
-from components.training.policy_run_key import run_settings
-from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 from components.variants import (
     VariantContext,
     drop_homogeneous_groups,
@@ -144,7 +144,7 @@ def test_dapo_trains_with_clip_higher_no_kl_and_token_mean_and_grpo_is_untouched
 def test_the_trainer_applies_dapos_clip_and_skips_the_reference_pass(monkeypatch):
     """What reaches the loss: the trainer of a dapo config calls it with eps 0.2 / 0.28, KL 0 and no reference
     log-probs (the reference model is never run)."""
-    import components.training.trainer as trainer_module
+    import components.training.grpo.trainer as trainer_module
 
     seen, real = [], trainer_module.policy_loss
 

@@ -359,10 +359,10 @@ def test_grpo_options_reach_the_loss_and_the_advantages(monkeypatch, one_thread)
     norm of the population std's at G = 4."""
     from pydantic import ValidationError
 
-    import components.training.trainer as trainer_module
+    import components.training.grpo.trainer as trainer_module
+    from components.training.engines.rollout import HFRolloutEngine, SamplingParams
     from components.training.model import LoRASettings, build_policy
     from components.training.params import GRPOParams
-    from components.training.rollout import HFRolloutEngine, SamplingParams
     from components.training.tiny import CharTokenizer, tiny_qwen2
 
     tok = CharTokenizer("abcdefghijklmn")

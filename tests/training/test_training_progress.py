@@ -5,8 +5,8 @@ import torch
 
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams, SFTParams
-from components.training.sft import SFTExample
-from components.training.sft_trainer import SFTTrainer
+from components.training.sft.examples import SFTExample
+from components.training.sft.trainer import SFTTrainer
 from components.training.tiny import CharTokenizer, tiny_qwen2
 
 TOK = CharTokenizer("abcdefgh")
@@ -33,8 +33,8 @@ def test_sft_progress_counts_steps_from_a_resumed_start(tmp_path, capsys):
 
 
 def test_grpo_progress_names_the_run_and_shows_the_reward(capsys):
-    from components.training.rollout import HFRolloutEngine
-    from components.training.trainer import GRPOTrainer
+    from components.training.engines.rollout import HFRolloutEngine
+    from components.training.grpo.trainer import GRPOTrainer
 
     torch.manual_seed(0)
     policy = build_policy(tiny_qwen2(TOK.vocab_size, seed=0), lora=LoRASettings(r=2, alpha=4))

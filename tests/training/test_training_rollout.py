@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from components.training.losses import policy_loss
-from components.training.model import LoRASettings, build_policy
-from components.training.rollout import (
+from components.training.engines.rollout import (
     HFRolloutEngine,
     RolloutSegment,
     SamplingParams,
     assemble,
 )
+from components.training.losses import policy_loss
+from components.training.model import LoRASettings, build_policy
 from components.training.tiny import CharTokenizer, tiny_qwen2
 
 TOK = CharTokenizer("abcdefghijklmn")

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from components.training.sft import SFTExample, build_sft_example, collate_sft, sft_loss
+from components.training.sft.examples import SFTExample, build_sft_example, collate_sft, sft_loss
 from components.training.tiny import CharTokenizer
 
 TOK = CharTokenizer("abcdefg")  # a=2 ... g=8

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import HFRolloutEngine, SamplingParams
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
 from components.training.params import GRPOParams
-from components.training.trainer import GRPOTrainer
+from components.training.grpo.trainer import GRPOTrainer
 
 
 def _policy_gguf() -> str | None:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams, _find_stop, _StopStrings
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import HFRolloutEngine, SamplingParams, _find_stop, _StopStrings
 from components.training.tiny import CharTokenizer, tiny_qwen2
 
 pytestmark = pytest.mark.usefixtures("one_thread")

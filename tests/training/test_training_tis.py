@@ -9,12 +9,12 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.losses import policy_loss
 from components.training.model import LoRASettings, build_policy
 from components.training.params import GRPOParams
-from components.training.rollout import HFRolloutEngine, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from components.training.checkpoint import latest_checkpoint
-from components.training.episodes import Episode, RewardOutput
+from components.training.engines.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
+from components.training.grpo.episodes import Episode, RewardOutput
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import LoRASettings, build_policy, recomputes_activations
 from components.training.params import GRPOParams
-from components.training.rollout import HFRolloutEngine, RolloutSegment, SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
-from components.training.trainer import GRPOTrainer
 
 TOK = CharTokenizer("abcdefghijklmn")
 TARGET = TOK.encode("e")[0]
@@ -335,7 +335,7 @@ def test_two_updates_in_one_step_advance_the_schedule_once():
 
         def on_step_end(self, trainer, ctx, episodes, scores):
             batch_rows = [row for e in episodes for row in e.rows]
-            from components.training.rollout import assemble
+            from components.training.engines.rollout import assemble
 
             batch = assemble(batch_rows, pad_token_id=trainer.pad_token_id)
             m = trainer.update(batch, torch.ones(batch.input_ids.shape) * batch.loss_mask)
@@ -513,7 +513,7 @@ def test_episodes_whose_advantages_are_zero_or_masked_are_skipped():
 
 
 def test_token_budget_micro_batches_pack_by_length_and_give_the_same_update():
-    from components.training.rollout import assemble
+    from components.training.engines.rollout import assemble
 
     rows = [[RolloutSegment(list(range(1, n)), False), RolloutSegment([3, 4], True)] for n in (5, 1, 8, 2, 4)]
     batch = assemble(rows, pad_token_id=0)
@@ -538,7 +538,7 @@ def test_rows_sharing_a_prompt_run_as_one_pack_and_give_the_same_update():
     """``prefix_packing``: a group's rows (one prompt, four completions) are one micro-batch, the prompt
     computed once; the reference pass, the loss and a loss hook reading the hidden states come out as a
     padded pass over the whole batch computes them, and so does the update."""
-    from components.training.rollout import assemble
+    from components.training.engines.rollout import assemble
 
     prompt = [5, 9, 2, 7, 11, 3, 8, 6]
     rows = [[RolloutSegment(prompt, False), RolloutSegment(c, True)] for c in ([3, 4], [3, 5, 6], [7], [4, 4, 2])]
@@ -583,7 +583,7 @@ def test_rows_sharing_a_prompt_run_as_one_pack_and_give_the_same_update():
 
 
 def test_gradient_checkpointing_gives_the_same_update():
-    from components.training.rollout import assemble
+    from components.training.engines.rollout import assemble
 
     rows = [[RolloutSegment(list(range(1, n)), False), RolloutSegment([3, 4, 5], True)] for n in (5, 2, 7)]
     batch = assemble(rows, pad_token_id=0)
@@ -607,7 +607,7 @@ def test_gradient_checkpointing_gives_the_same_update():
 
 
 def test_short_micro_batches_keep_their_activations_in_the_update():
-    from components.training.rollout import assemble
+    from components.training.engines.rollout import assemble
     from tests.autograd_saved import saved_tensor_count
 
     rows = [[RolloutSegment(list(range(1, n)), False), RolloutSegment([3, 4, 5], True)] for n in (5, 2, 7)]

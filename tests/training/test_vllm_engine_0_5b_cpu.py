@@ -18,7 +18,7 @@ import time
 import pytest
 import torch
 
-from components.training.rollout import HFRolloutEngine, SamplingParams
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
 from tests.conftest import requires_embedded
 
 pytest.importorskip("vllm", exc_type=ImportError)
@@ -37,7 +37,7 @@ LOGPROB_TOL = 1e-4
 def setup(tmp_path_factory):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from components.embedded.models import load_hf_policy, transformers_folders
-    from components.training.rollout import VLLMRolloutEngine
+    from components.training.engines.rollout import VLLMRolloutEngine
 
     weights, tokenizer_dir = transformers_folders(NAME)  # the dequantized GGUF, built once and hash-checked
     folder = tmp_path_factory.mktemp("vllm_0_5b") / "base"  # vLLM reads the weights and the tokenizer from one folder

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from components.llm.backends.vllm_lora import AdapterSlot
+from components.training.engines.rollout import HFRolloutEngine, SamplingParams
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import HFRolloutEngine, SamplingParams
 from tests.conftest import requires_embedded
 
 pytest.importorskip("vllm", exc_type=ImportError)
@@ -41,7 +41,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def engine(tiny, tmp_path_factory):
-    from components.training.rollout import VLLMRolloutEngine
+    from components.training.engines.rollout import VLLMRolloutEngine
 
     model, tokenizer = tiny
     folder = tmp_path_factory.mktemp("vllm") / "base"

@@ -2,10 +2,10 @@
 every machine this repository's CI has: scripts/gpu_tests.sh runs it where both exist).
 
 A tiny random Qwen2 (head size 64, which vLLM's attention kernels take) is written to a folder and loaded by
-:class:`components.training.rollout.VLLMRolloutEngine` without a tokenizer (prompts are token ids). Checked: greedy
-rollouts have the requested length and come with vLLM's log-probs, which agree with the transformers model's for
-the same tokens; a published LoRA changes what is sampled, and publishing the zero adapter gives the base's tokens
-back (each update gets a fresh adapter id, so vLLM loads the new weights).
+:class:`components.training.engines.rollout.VLLMRolloutEngine` without a tokenizer (prompts are token ids).
+Checked: greedy rollouts have the requested length and come with vLLM's log-probs, which agree with the
+transformers model's for the same tokens; a published LoRA changes what is sampled, and publishing the zero
+adapter gives the base's tokens back (each update gets a fresh adapter id, so vLLM loads the new weights).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from components.training.engines.rollout import SamplingParams
 from components.training.model import LoRASettings, build_policy
-from components.training.rollout import SamplingParams
 from components.training.tiny import CharTokenizer, tiny_qwen2
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -25,7 +25,7 @@ PROMPTS = [[2, 3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13]]
 
 def test_the_real_vllm_engine_rolls_out_and_takes_each_update_as_a_lora(tmp_path):
     pytest.importorskip("vllm")
-    from components.training.rollout import VLLMRolloutEngine
+    from components.training.engines.rollout import VLLMRolloutEngine
 
     model = tiny_qwen2(TOK.vocab_size, hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, seed=0)
     model.save_pretrained(str(tmp_path / "base"))
@@ -68,7 +68,7 @@ def test_training_with_vllm_on_the_same_gpu(tmp_path):
     """Colocated: the policy trains on CUDA while vLLM holds VLLM_SHARE of the same GPU; after each optimizer step the
     update reaches vLLM, whose log-probs are then the trained policy's (not the step before's)."""
     pytest.importorskip("vllm")
-    from components.training.rollout import VLLMRolloutEngine
+    from components.training.engines.rollout import VLLMRolloutEngine
 
     model = tiny_qwen2(TOK.vocab_size, hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=256, seed=0)
     model.save_pretrained(str(tmp_path / "base"))

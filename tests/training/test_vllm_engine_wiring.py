@@ -15,9 +15,9 @@ from transformers import AutoModelForCausalLM
 from components.params_load import load_params
 from components.policy_run import make_engine
 from components.run_spec import run_spec
+from components.training.engines.vllm_base import base_state_dict, export_base
 from components.training.model import LoRASettings, build_policy
 from components.training.tiny import tiny_qwen2
-from components.training.vllm_base import base_state_dict, export_base
 
 
 @pytest.fixture

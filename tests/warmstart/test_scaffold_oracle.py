@@ -92,7 +92,7 @@ def test_scaffold_sft_rows_train_every_reply_once_and_no_tool_output(history):
     """The sft stage's rows for a scaffold episode, under the scaffold agent's own prompts: each reply is
     trainable exactly once (with the end-of-turn mark), tool outputs and prompts never."""
     from components.methods.rubricem.scaffold_agent import ScaffoldAgent
-    from components.training.trajectory_sft import trajectory_rows
+    from components.training.sft.trajectories import trajectory_rows
 
     questions, tools = world_and_tools(0, "corpus", n_questions=10)
     q = questions[2]

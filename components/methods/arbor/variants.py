@@ -43,7 +43,7 @@ from components.methods.arbor.params import ArborParams
 from components.methods.arbor.rar import rate, write_checklist
 from components.methods.arbor.shaping import homogeneity_metrics, shape_group
 from components.rewards.outcome import OutcomeReward, format_valid, outcome_reward
-from components.training.episodes import Episode, RewardOutput, StepContext
+from components.training.grpo.episodes import Episode, RewardOutput, StepContext
 from components.variants import VARIANTS, VariantContext, VariantParts
 
 __all__ = ["ArborReward", "ArborState", "RarReward", "RarState", "lazy_embedder"]

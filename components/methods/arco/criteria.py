@@ -33,7 +33,7 @@ from components.judges.render import untrusted
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import NoJSONObject, outer_json
 from components.schemas import Question, Trajectory
-from components.training.trajectory_sft import Renderer, reply_closing
+from components.training.sft.trajectories import Renderer, reply_closing
 
 __all__ = [
     "Annotation",

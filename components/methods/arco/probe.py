@@ -23,7 +23,7 @@ import torch
 
 from components.methods.arco.decomposition import oracle_step_quality, step_diagnostics
 from components.schemas import Question, Trajectory
-from components.training.episodes import Episode
+from components.training.grpo.episodes import Episode
 
 __all__ = ["distinct_trajectories", "probe"]
 

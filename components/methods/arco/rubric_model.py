@@ -22,7 +22,15 @@ from torch.utils.checkpoint import checkpoint
 
 from components.llm.base import Message
 from components.methods.arco.criteria import WarmupRow, parse_criteria, sft_segments
-from components.training.agent_rollout import chat_template_renderer
+from components.training.engines.rollout import (
+    HFRolloutEngine,
+    RolloutBatch,
+    RolloutSegment,
+    SamplingParams,
+    assemble,
+    token_budget_groups,
+)
+from components.training.grpo.agent_rollout import chat_template_renderer
 from components.training.losses import kl_k3
 from components.training.model import (
     LoRASettings,
@@ -31,15 +39,7 @@ from components.training.model import (
     lora_execution,
     recompute_activations,
 )
-from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs, takes_packs
-from components.training.rollout import (
-    HFRolloutEngine,
-    RolloutBatch,
-    RolloutSegment,
-    SamplingParams,
-    assemble,
-    token_budget_groups,
-)
+from components.training.speed.prefix_pack import PrefixPack, pack_rows, packed_logprobs, takes_packs
 
 __all__ = ["ADAPTER", "REFERENCE", "CriteriaSample", "MuForward", "RubricModel", "ScoreHead", "full_vocab_kl"]
 
@@ -137,15 +137,16 @@ class RubricModel:
     numbers, so it serves mu's adapter and its reference alike (one adapter is active at a time).
 
     ``micro_batch_tokens`` splits one forward pass over samples into passes over length-sorted groups of at most
-    that many padded tokens (:func:`components.training.rollout.token_budget_groups`): a trajectory's step prompts
-    grow step by step, and one padded batch pads every step to its last. With ``gradient_checkpointing``, a
-    forward pass whose groups hold fewer than ``checkpoint_min_tokens`` padded tokens in all keeps its
-    activations instead of recomputing them (every group's graph lives until the caller's backward pass).
+    that many padded tokens (:func:`components.training.engines.rollout.token_budget_groups`): a trajectory's
+    step prompts grow step by step, and one padded batch pads every step to its last. With
+    ``gradient_checkpointing``, a forward pass whose groups hold fewer than ``checkpoint_min_tokens`` padded
+    tokens in all keeps its activations instead of recomputing them (every group's graph lives until the
+    caller's backward pass).
 
     ``prefix_packing`` runs the steps instead as shared-prefix packs of at most ``micro_batch_tokens`` tokens
-    (:mod:`components.training.prefix_pack`): step t's prompt holds the question and steps 1..t-1, as step t+1's
-    does, so one pass computes that prefix once for every step that shares it, and each step's own tail and
-    criteria attend to it through a 4D mask. The numbers are the padded passes' to float rounding.
+    (:mod:`components.training.speed.prefix_pack`): step t's prompt holds the question and steps 1..t-1, as
+    step t+1's does, so one pass computes that prefix once for every step that shares it, and each step's own
+    tail and criteria attend to it through a 4D mask. The numbers are the padded passes' to float rounding.
 
     ``score_head``, ``score_readout`` and ``kl_estimator`` are ``arco``'s options of those names (the released
     code's by default)."""

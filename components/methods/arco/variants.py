@@ -50,9 +50,9 @@ from components.params_section import ParamsError
 from components.rewards.outcome import OutcomeReward, outcome_reward
 from components.run_spec import run_spec
 from components.schemas import Criterion, Rubric
-from components.training.advantages import group_advantages
-from components.training.engines import role_engine
-from components.training.episodes import Episode, RewardOutput, StepContext
+from components.training.engines.registry import role_engine
+from components.training.grpo.advantages import group_advantages
+from components.training.grpo.episodes import Episode, RewardOutput, StepContext
 from components.training.model import LoRASettings
 from components.variants import VARIANTS, VariantContext, VariantParts
 

@@ -28,7 +28,7 @@ from components.methods.coreact.params import RubricGeneratorParams
 from components.methods.coreact.rubric_eval import evaluate_actions, evaluate_criteria, evaluate_slate
 from components.methods.coreact.rubric_generator import COUNT_RANGE, ParsedRubric, parse_rubric
 from components.schemas import BranchingPoint, Rubric
-from components.training.episodes import Episode, RewardOutput, StepContext
+from components.training.grpo.episodes import Episode, RewardOutput, StepContext
 
 __all__ = ["ATOMIC_MAX_WORDS", "WEIGHT_SUM_TOLERANCE", "RewardParts", "RubricReward", "atomicity", "combine",
            "consensus_scores", "evaluator_model", "format_term", "is_atomic", "listwise_rank_reward",

@@ -47,13 +47,13 @@ from components.policy_run import make_engine
 from components.run_files import SFT_METHOD, out_path, warm_start_folder
 from components.run_spec import run_spec
 from components.schemas import BranchingPoint, Question, Trajectory
-from components.training.agent_rollout import chat_template_renderer
-from components.training.int8_base import restore_fp32
+from components.training.engines.rollout import RolloutEngine
+from components.training.grpo.agent_rollout import chat_template_renderer
+from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import LoRASettings, build_policy, load_trainable_policy
-from components.training.rollout import RolloutEngine
-from components.training.sft import build_sft_example
-from components.training.sft_trainer import SFTTrainer
-from components.training.trainer import GRPOTrainer
+from components.training.sft.examples import build_sft_example
+from components.training.sft.trainer import SFTTrainer
+from components.training.speed.int8_base import restore_fp32
 
 RewardKind = Literal["listwise", "pairwise"]
 

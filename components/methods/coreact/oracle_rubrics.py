@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from components.llm.base import Message
 from components.methods.coreact.rubric_generator import generator_messages, parse_rubric
 from components.schemas import BranchingPoint, Question, Trajectory
-from components.training.trajectory_sft import reply_row
+from components.training.sft.trajectories import reply_row
 
 __all__ = ["hop_rubric", "next_hop", "oracle_rubric", "trajectory_points", "warm_start_rows"]
 

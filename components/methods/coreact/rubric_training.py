@@ -31,8 +31,8 @@ from components.methods.coreact.generator_reward import RubricReward, consensus_
 from components.methods.coreact.rubric_generator import generator_messages
 from components.params import Params
 from components.schemas import BranchingPoint
+from components.training.engines.rollout import RolloutEngine, SamplingParams
 from components.training.params import GRPOParams
-from components.training.rollout import RolloutEngine, SamplingParams
 
 __all__ = ["generator_config", "held_out_spearman", "paired_change", "prompt_items", "split_points", "usable_points"]
 

@@ -4,8 +4,8 @@ Each episode gets K = 4 stage scores ``R_{i,k}`` in [0, 1] from the stagewise ju
 (:class:`StagewiseReward`). Returns mix in the stages a stage enables through the causal matrix Lambda
 (``lambda_{k,j} = 0`` for ``j < k``, ``lambda_{k,k} = 1``): ``G_{i,k} = sum_j lambda_{k,j} R_{i,j}``, i.e.
 ``G = R @ Lambda.T``. Advantages normalise each stage's returns within the group
-(:func:`components.training.advantages.group_advantages`), and the trainer gives every token of stage k the
-value ``A_{i,k}`` (the scaffold agent tags stage k's tokens with segment id k).
+(:func:`components.training.grpo.advantages.group_advantages`), and the trainer gives every token of stage k
+the value ``A_{i,k}`` (the scaffold agent tags stage k's tokens with segment id k).
 
 A missing score is never a 0: ``G_{i,k}`` is missing (NaN) when any score it weighs (``lambda_{k,j} != 0``)
 is missing, so that stage's tokens leave the loss and its value leaves the group's mean and std. When the
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import torch
 
 from components.methods.rubricem.stagewise_judge import StagewiseJudge
-from components.training.advantages import group_advantages
-from components.training.episodes import Episode, RewardOutput, StepContext
+from components.training.grpo.advantages import group_advantages
+from components.training.grpo.episodes import Episode, RewardOutput, StepContext
 
 __all__ = ["StageReturns", "StagewiseReward", "check_lambda", "stage_returns"]
 

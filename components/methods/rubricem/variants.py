@@ -30,10 +30,10 @@ from components.rewards.outcome import outcome_reward
 from components.methods.rubricem.stage_returns import StageReturns, StagewiseReward
 from components.methods.rubricem.bank import BANK_FILE, PHASE_KEY, BankGuidance, RubricBank
 from components.schemas import Criterion, Question, Rubric
-from components.training.advantages import group_advantages, place_episode_advantages
-from components.training.agent_rollout import chat_template_renderer
-from components.training.episodes import Episode, StepContext
-from components.training.rollout import RolloutSegment, assemble
+from components.training.grpo.advantages import group_advantages, place_episode_advantages
+from components.training.grpo.agent_rollout import chat_template_renderer
+from components.training.grpo.episodes import Episode, StepContext
+from components.training.engines.rollout import RolloutSegment, assemble
 
 __all__ = ["LazyEmbedder", "MetaPolicyFirst", "ReflectionBranch", "ReflectionJob", "RubricEMState",
            "windowed_curriculum"]

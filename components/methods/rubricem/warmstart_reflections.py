@@ -31,7 +31,7 @@ from components.methods.rubricem.reflection import (
     render_draft,
 )
 from components.schemas import Question, Trajectory
-from components.training.trajectory_sft import Renderer, reply_row
+from components.training.sft.trajectories import Renderer, reply_row
 
 __all__ = ["REFLECTIONS_FILE", "REFLECTION_REASONS", "ReflectionRejection", "ReflectionRow", "reflection_sft_row",
            "teacher_reflections"]

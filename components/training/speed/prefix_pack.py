@@ -12,23 +12,20 @@ states and next-token logits as separate passes would (to float rounding).
     p.index[1]              # row 1's tokens in the pack: [0, 1, 4]
     model(input_ids=p.input_ids[None], position_ids=p.position_ids[None], attention_mask=p.attention_mask(dtype))
 
-A trainer packs rows of a :class:`~components.training.rollout.RolloutBatch` or an SFT batch (:func:`pack_rows`: each
-row shared at most up to the token before its first loss token) and runs a pack through its policy
-(:func:`packed_logprobs`): the GRPO trainer's micro-batches of rows that share a prompt (the rubric generator's
-groups), ARCO's mu (a trajectory's step prompts) and, with ``sft.prefix_packing``, the SFT trainer's micro-batches.
+A trainer packs rows of a :class:`~components.training.engines.rollout.RolloutBatch` or an SFT batch
+(:func:`pack_rows`: a row shared at most up to the token before its first loss token) and runs a pack
+through its policy (:func:`packed_logprobs`): the GRPO trainer's micro-batches of rows sharing a prompt (the
+rubric generator's groups), ARCO's mu (a trajectory's step prompts), with ``sft.prefix_packing`` the SFT's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from components.training.model import Policy
 
 __all__ = ["PrefixPack", "Rows", "pack_rows", "pack_shared_prefixes", "packed_logprobs", "takes_packs"]
 
@@ -42,6 +39,17 @@ class Rows(Protocol):
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
+
+
+class PackedForward(Protocol):
+    """What a pack runs through: a :class:`~components.training.model.Policy` (named, not imported, so the
+    speed options stay below the model that applies them)."""
+
+    device: torch.device
+    model: torch.nn.Module
+
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         **options: Any) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
 
 def takes_packs(model: torch.nn.Module) -> bool:
@@ -149,7 +157,7 @@ def pack_rows(batch: Rows, rows: Sequence[int], budget: int | None) -> list[Pref
     return packs
 
 
-def packed_logprobs(policy: Policy, batch: Rows, pack: PrefixPack, *, temperature: float = 1.0,
+def packed_logprobs(policy: PackedForward, batch: Rows, pack: PrefixPack, *, temperature: float = 1.0,
                     reference: bool = False, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One forward pass of ``policy`` over ``pack``: the log-probs of its rows' loss tokens ``[len(rows), W]``
     in ``pack.rows`` order, aligned with ``batch``'s ``W`` columns (zero elsewhere), and the pack's last hidden

@@ -23,9 +23,9 @@ from components.training.distributed import Ranks, current_ranks
 from components.training.losses import aggregate
 from components.training.model import Policy, kept_if_short
 from components.training.params import DeepSpeedParams, SFTParams
-from components.training.prefix_pack import pack_rows, packed_logprobs, takes_packs
 from components.training.prompt_order import PromptSampler
-from components.training.sft import SFTExample, collate_sft
+from components.training.sft.examples import SFTExample, collate_sft
+from components.training.speed.prefix_pack import pack_rows, packed_logprobs, takes_packs
 from components.training.stepper import make_stepper
 
 __all__ = ["SFTTrainer", "lr_scheduler", "warmup_steps"]
@@ -65,11 +65,11 @@ class SFTTrainer:
     ``lr_schedule: cosine``, decays along a half cosine to 0 (ARBOR B.2, RubricEM F.1.1: cosine after a 10%
     warm-up). With ``gradient_checkpointing`` micro-batches under ``checkpoint_min_tokens`` padded tokens keep
     their activations (:func:`components.training.model.kept_if_short`); with ``prefix_packing`` a micro-batch runs
-    as one shared-prefix pack (:mod:`components.training.prefix_pack`): no padding, a shared history computed once,
-    the same loss to float rounding. On N data-parallel ranks every rank draws the same batch and trains its
-    contiguous share, each loss over the whole batch's counts and the gradients summed (DDP's all-reduce; ZeRO's
-    under ``zero``), so a step equals the single-process one to float rounding; rank 0 alone calls ``on_metrics``
-    and every rank writes its own optimizer and RNG files."""
+    as one shared-prefix pack (:mod:`components.training.speed.prefix_pack`): no padding, a shared history
+    computed once, the same loss to float rounding. On N data-parallel ranks every rank draws the same batch
+    and trains its contiguous share, each loss over the whole batch's counts and the gradients summed (DDP's
+    all-reduce; ZeRO's under ``zero``), so a step equals the single-process one to float rounding; rank 0
+    alone calls ``on_metrics`` and every rank writes its own optimizer and RNG files."""
 
     def __init__(
         self,

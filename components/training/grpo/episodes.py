@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from components.training.rollout import RolloutSegment
+from components.training.engines.rollout import RolloutSegment
 
 __all__ = [
     "Episode",

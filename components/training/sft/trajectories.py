@@ -31,7 +31,7 @@ from components.schemas import Question, Trajectory
 
 if TYPE_CHECKING:
     from components.params import Params
-    from components.training.sft import SFTExample
+    from components.training.sft.examples import SFTExample
 
 __all__ = ["reply_closing", "reply_row", "trajectory_question", "trajectory_rows", "warm_start_examples"]
 
@@ -87,8 +87,8 @@ def warm_start_examples(params: Params, method: str, trajectories: Sequence[Traj
     ``evaluate --method`` uses, e.g. a compact system prompt), cut at ``sft.max_length``: what the sft stage
     trains on."""
     from components.agents.react import agent_class
-    from components.training.agent_rollout import chat_template_renderer
-    from components.training.sft import build_sft_example
+    from components.training.grpo.agent_rollout import chat_template_renderer
+    from components.training.sft.examples import build_sft_example
 
     spec = params.methods[method]
     agent = agent_class(spec.agent)(None, None, params.agent, **spec.options)

@@ -34,19 +34,19 @@ ENGINES: Registry[RolloutEngineSpec] = Registry("rollout engine")
 
 
 def _hf_policy(spec: RunSpec, policy, tokenizer, base_adapters: list):
-    from components.training.rollout import HFRolloutEngine
+    from components.training.engines.rollout import HFRolloutEngine
 
     return HFRolloutEngine(policy.model, tokenizer)
 
 
 def _llamacpp_policy(spec: RunSpec, policy, tokenizer, base_adapters: list):
-    from components.training.llamacpp_engine import engine_for_policy
+    from components.training.engines.llamacpp import engine_for_policy
 
     return engine_for_policy(spec, policy, tokenizer, base_adapters)
 
 
 def _llamacpp_role(spec: RunSpec, role: str, tokenizer, **options):
-    from components.training.llamacpp_engine import engine_for_role
+    from components.training.engines.llamacpp import engine_for_role
 
     return engine_for_role(spec, role, tokenizer, **options)
 
@@ -55,8 +55,8 @@ def vllm_engine_for_policy(spec: RunSpec, policy, tokenizer, base_adapters: list
     """A vLLM rollout engine for ``policy`` (a LoRA policy): vLLM serves one LoRA per request, so a base that
     holds merged adapters (the warm start) is written once as a transformers folder under ``run.cache_dir``
     (keyed by the base model and the adapters' digests) and vLLM loads that; each update publishes the RL LoRA."""
-    from components.training.rollout import VLLMRolloutEngine
-    from components.training.vllm_base import export_base, warm_started_base
+    from components.training.engines.rollout import VLLMRolloutEngine
+    from components.training.engines.vllm_base import export_base, warm_started_base
 
     if not policy.is_lora:
         raise ValueError("train_policy.engine: vllm serves LoRA policies only (lora.r > 0): full fine-tuning "
@@ -75,7 +75,7 @@ def vllm_trained_policy(spec: RunSpec, variant: str, agent: str, warm: str, entr
     process over the warm-started base that train_policy exported (the base with ``agent``'s warm start merged in),
     with the RL ``adapter`` as its one LoRA. vLLM applies one LoRA per request, so the warm start's own served
     entry (a LoRA module of the base model's server) cannot take a second one."""
-    from components.training.vllm_base import base_folder, warm_started_base
+    from components.training.engines.vllm_base import base_folder, warm_started_base
     from components.training.warm_started import warm_start_adapter
 
     folder = base_folder(*warm_started_base(spec, [warm_start_adapter(spec, agent)]))

@@ -9,7 +9,7 @@ A full collection costs 0.2-0.5 s in a process that imported torch and transform
 one (the test suite): after a phase that grew the resident set by less than ``min_growth_gb`` since the last
 release (a tiny model's step) :func:`release` does nothing.
 
-    from components.training.process_memory import release, peak_rss_gb
+    from components.training.speed.process_memory import release, peak_rss_gb
     release()                      # after a phase that allocated a lot
     release(min_growth_gb=0)       # always (a finished run)
     print(peak_rss_gb())           # this process's high-water mark so far

@@ -21,8 +21,8 @@ from typing import Any
 
 from components.llm.base import ChatModel, Completion, Message, PermanentLLMError, PolicyCall, Sampling
 from components.schemas import Question, Trajectory
-from components.training.episodes import Episode
-from components.training.rollout import Generation, RolloutEngine, RolloutSegment, SamplingParams
+from components.training.engines.rollout import Generation, RolloutEngine, RolloutSegment, SamplingParams
+from components.training.grpo.episodes import Episode
 
 __all__ = [
     "EpisodePolicy",

@@ -319,7 +319,8 @@ class HFRolloutEngine:
     lengths are left-padded within a call; inside :meth:`batch_invariant` each prompt is generated alone
     (no padding, no batch neighbours). Each call generates on this process alone (``synced_gpus`` off, which
     transformers turns on under ZeRO-3 on N ranks): there the trainer gathers the whole weights for a rollout first
-    (:meth:`components.training.trainer.GRPOTrainer.whole_weights`), so each rank runs its own number of calls.
+    (:meth:`components.training.grpo.trainer.GRPOTrainer.whole_weights`), so each rank runs its own number of
+    calls.
     """
 
     def __init__(

@@ -26,11 +26,18 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from components.training import process_memory as memory
-from components.training.advantages import group_advantages, place_episode_advantages
 from components.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from components.training.distributed import Ranks, current_ranks
-from components.training.episodes import (
+from components.training.engines.rollout import (
+    RolloutBatch,
+    RolloutEngine,
+    RolloutSegment,
+    SamplingParams,
+    assemble,
+    token_budget_groups,
+)
+from components.training.grpo.advantages import group_advantages, place_episode_advantages
+from components.training.grpo.episodes import (
     Episode,
     MethodState,
     RewardFn,
@@ -43,16 +50,9 @@ from components.training.episodes import (
 from components.training.losses import policy_loss
 from components.training.model import Policy, kept_if_short
 from components.training.params import DeepSpeedParams, GRPOParams
-from components.training.prefix_pack import PrefixPack, pack_rows, packed_logprobs, takes_packs
 from components.training.prompt_order import PromptSampler
-from components.training.rollout import (
-    RolloutBatch,
-    RolloutEngine,
-    RolloutSegment,
-    SamplingParams,
-    assemble,
-    token_budget_groups,
-)
+from components.training.speed import process_memory as memory
+from components.training.speed.prefix_pack import PrefixPack, pack_rows, packed_logprobs, takes_packs
 from components.training.stepper import TorchStepper, make_stepper
 
 __all__ = ["GRPOTrainer", "LossInputs", "reads_engine_logprobs", "rollout_sampling", "single_turn_rollout", "wall_clock"]
@@ -269,8 +269,9 @@ class GRPOTrainer:
         """Micro-batches of rows ``index``: ``micro_batch_size`` rows in order, or, with
         ``micro_batch_tokens``, rows sorted by length and packed while rows x longest row stays within the
         budget (one row may exceed it alone), so short rows are not padded to the longest of the batch; with
-        ``prefix_packing`` too, shared-prefix packs of at most that many tokens (:mod:`components.training.prefix_pack`):
-        a group's rows share their prompt, and a scratchpad episode's turn rows each repeat the turns before it."""
+        ``prefix_packing`` too, shared-prefix packs of at most that many tokens
+        (:mod:`components.training.speed.prefix_pack`): a group's rows share their prompt, and a scratchpad
+        episode's turn rows each repeat the turns before it."""
         budget = self.config.micro_batch_tokens
         if budget is None:
             return self._chunks(index, self.config.micro_batch_size)
@@ -586,11 +587,11 @@ class GRPOTrainer:
 
         1. the next ``prompts_per_step`` prompts (seeded shuffle, position saved in checkpoints);
         2. ``group_size`` episodes per prompt from ``rollout_fn`` (single turn by default;
-           :func:`components.training.agent_rollout.make_agent_rollout` runs an agent loop);
-        3. ``reward_fn(episodes, ctx)`` (sync or async; :mod:`components.training.episodes`): per episode a scalar
-           or one value per stage/step, any missing (masked; an episode with nothing scored is dropped and
-           counted); with ``dynamic_sampling_max_rounds`` (DAPO) groups whose scores do not differ are left out
-           and steps 1-3 repeat for the missing prompts (``dynamic_sampling/*``);
+           :func:`components.training.grpo.agent_rollout.make_agent_rollout` runs an agent loop);
+        3. ``reward_fn(episodes, ctx)`` (sync or async; :mod:`components.training.grpo.episodes`): per episode
+           a scalar or one value per stage/step, any missing (masked; an episode with nothing scored is
+           dropped and counted); with ``dynamic_sampling_max_rounds`` (DAPO) groups whose scores do not differ
+           are left out and steps 1-3 repeat for the missing prompts (``dynamic_sampling/*``);
         4. advantages ``[n, K]`` (group-normalised per column; ``advantage_fn`` lets a method shape them), placed
            on each episode's rows by segment (SS-GRPO's stages, ARCO's steps: tag ``segment_id`` in the rollout);
         5. :meth:`update` (clipped surrogate + k3 KL + a method's ``loss_fn``; with ``tis_cap`` ARBOR B.2's

@@ -30,7 +30,13 @@ import httpx
 from components.adapters import save_adapter
 from components.embedded.lora_gguf import peft_to_gguf
 from components.embedded.native_server import NativeLlamaServer
-from components.training.rollout import Generation, SamplingParams, _cut_text, _find_stop, encode_prompt
+from components.training.engines.rollout import (
+    Generation,
+    SamplingParams,
+    _cut_text,
+    _find_stop,
+    encode_prompt,
+)
 
 if TYPE_CHECKING:
     from components.run_spec import RunSpec
