@@ -119,6 +119,11 @@ class LabParams(Section):
                                     "questions add only their oracle episode's opening turn (the question, then a "
                                     "search for the name it asks about): short rows that are nearly all copying, "
                                     "the skill the nano policy is slowest to form.")
+    sft_protocols: list[Literal["react", "scaffold"]] = Field(
+        default_factory=lambda: ["react"], min_length=1, description="The protocols the SFT rows are written in, "
+        "each over the same questions: `react` (the lab agent's Thought/Action turns) and `scaffold` (RubricEM's "
+        "Plan/Research/Review/Answer replies, components/lab/scaffold.py, its tags one token each), so a nano "
+        "trained on both speaks to RubricEM's variants too.")
     nano: NanoParams = Field(default_factory=NanoParams)
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")
