@@ -43,7 +43,7 @@ def run_sft(params: Params, seed: int) -> dict:
     lab = build_lab_world(params, lab_seed(params))
     t0 = time.perf_counter()
     test = evaluate(nano, lab, lab.splits["test"], params.agent)
-    protocols = lab_protocols(params)
+    protocols = lab_protocols(params.methods)
     others = {f"test_{name}_{k}": v for name in params.lab.sft_protocols if name != "react" for k, v in
               evaluate(nano, lab, lab.splits["test"], params.agent, protocol=protocols[name]).items()}
     info = {**nano.info, "data_s": data_s, "eval_s": time.perf_counter() - t0, "parameters": nano.parameters(),

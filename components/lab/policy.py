@@ -8,7 +8,7 @@ with the exact outcome reward (:class:`components.training.trainer.GRPOTrainer` 
     nano = train_nano(params, data, seed=0)          # fitted tokenizer, random init, SFT; same seed, same weights
     nano.save("outputs/lab/sft")
     em = evaluate(nano, lab, lab.splits["test"], params.agent)["em"]
-    em = evaluate(nano, lab, lab.splits["test"], params.agent, protocol=lab_protocols(params)["scaffold"])["em"]
+    em = evaluate(nano, lab, lab.splits["test"], params.agent, protocol=lab_protocols(params.methods)["scaffold"])["em"]
     curve = grpo_run(params, NanoPolicy.load("outputs/lab/sft"), lab, seed=0)
 
 ``torch.set_num_threads`` is the caller's (``run.torch_threads``; the lab runs on one thread).
@@ -27,7 +27,7 @@ import torch
 from components.lab.nano import fit_tokenizer, load_nano, load_tokenizer, nano_qwen2
 from components.lab.scaffold import scaffold_protocol
 from components.lab.world import REACT, LabWorld, Protocol, build_lab_world, compact_episodes, sft_rows
-from components.params import AgentParams, Params
+from components.params import AgentParams, MethodParams, Params
 from components.rewards.outcome import outcome_reward
 from components.schemas import Question
 from components.training.agent_rollout import make_agent_rollout
@@ -87,11 +87,10 @@ def grpo_questions(params: Params, lab: LabWorld) -> list[Question]:
     return held_out or lab.splits["train"]
 
 
-def lab_protocols(params: Params) -> dict[str, Protocol]:
+def lab_protocols(methods: dict[str, MethodParams]) -> dict[str, Protocol]:
     """The protocols the nano can be trained in, by name: ReAct under the lab prompt, RubricEM's scaffold under the
     lab's scaffold prompt (``methods.sft_scaffold.options.system_prompt``, what its variants run under)."""
-    return {"react": REACT,
-            "scaffold": scaffold_protocol(params.methods["sft_scaffold"].options["system_prompt"])}
+    return {"react": REACT, "scaffold": scaffold_protocol(methods["sft_scaffold"].options["system_prompt"])}
 
 
 def sft_corpus(params: Params) -> SFTCorpus:
@@ -100,7 +99,7 @@ def sft_corpus(params: Params) -> SFTCorpus:
     (the same questions' episodes once per protocol, protocol after protocol, in that order); plus the opening turn
     alone of each question in ``lab.sft_opening_worlds`` further worlds (ReAct's)."""
     lab, seed = params.lab, lab_seed(params)
-    protocols = [lab_protocols(params)[name] for name in lab.sft_protocols]
+    protocols = [lab_protocols(params.methods)[name] for name in lab.sft_protocols]
     rows, episodes, counts, documents = [], 0, Counter(), []
     sources = [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None, False)
                for i in range(1, lab.sft_worlds + 1)]
