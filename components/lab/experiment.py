@@ -22,7 +22,15 @@ import torch
 
 from components.io import read_json, write_json
 from components.lab.dial import dial_table
-from components.lab.policy import NanoPolicy, evaluate, grpo_run, lab_seed, sft_corpus, train_nano
+from components.lab.policy import (
+    NanoPolicy,
+    evaluate,
+    grpo_run,
+    lab_protocols,
+    lab_seed,
+    sft_corpus,
+    train_nano,
+)
 from components.lab.world import build_lab_world
 from components.llm.backends.simulated import Dial
 from components.params import Params
@@ -43,9 +51,12 @@ def run_sft(params: Params, seed: int) -> dict:
     lab = build_lab_world(params, lab_seed(params))
     t0 = time.perf_counter()
     test = evaluate(nano, lab, lab.splits["test"], params.agent)
+    protocols = lab_protocols(params.methods)
+    others = {f"test_{name}_{k}": v for name in params.lab.sft_protocols if name != "react" for k, v in
+              evaluate(nano, lab, lab.splits["test"], params.agent, protocol=protocols[name]).items()}
     info = {**nano.info, "data_s": data_s, "eval_s": time.perf_counter() - t0, "parameters": nano.parameters(),
             "skipped": dict(corpus.counts), "seed": seed, "threads": torch.get_num_threads(),
-            **{f"test_{k}": v for k, v in test.items()}}
+            "protocols": params.lab.sft_protocols, **{f"test_{k}": v for k, v in test.items()}, **others}
     nano.save(lab_dir(params) / "sft")
     write_json(lab_dir(params) / "sft" / "sft.json", info)
     return info

@@ -14,7 +14,7 @@ end-of-turn token the policy learns to stop on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -43,11 +43,12 @@ def _wrap(raw):
 PRE_TOKENS = r" ?[A-Z][a-z]+(?: [A-Z][a-z]+)+| ?wd-\d+| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 
-def fit_tokenizer(texts: Iterable[str], vocab_size: int):
+def fit_tokenizer(texts: Iterable[str], vocab_size: int, tags: Sequence[str] = ()):
     """A byte-level BPE fitted to ``texts`` (deterministic: the same texts in the same order give the same merges),
     names kept whole (:data:`PRE_TOKENS`), as a ``PreTrainedTokenizerFast`` with the lab's chat template; ids 0-4 are
-    :data:`SPECIAL_TOKENS`."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    :data:`SPECIAL_TOKENS`. Each of ``tags`` (a scaffold's ``<think>``, ``<call_tool name="search">``) is then added
+    as one token after the learned ones: an ordinary token, so a decoded reply keeps it."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(PRE_TOKENS), behavior="isolated"),
@@ -56,6 +57,8 @@ def fit_tokenizer(texts: Iterable[str], vocab_size: int):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     raw.train_from_iterator(list(texts), trainer=trainer)
+    if tags:
+        raw.add_tokens([AddedToken(tag, normalized=False) for tag in tags])
     return _wrap(raw)
 
 

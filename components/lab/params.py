@@ -126,6 +126,11 @@ class LabParams(Section):
     sft_document_rows: int = Field(default=0, ge=0, description="Times each paragraph of the worlds the SFT reads "
                                    "(the lab world's included) is added as a row trained whole: the world's corpus as "
                                    "pretraining, so the nano knows its facts and the names it copies (0: off).")
+    sft_protocols: list[Literal["react", "scaffold"]] = Field(
+        default_factory=lambda: ["react"], min_length=1, description="The protocols the SFT rows are written in, "
+        "each over the same questions: `react` (the lab agent's Thought/Action turns) and `scaffold` (RubricEM's "
+        "Plan/Research/Review/Answer replies, components/lab/scaffold.py, its tags one token each), so a nano "
+        "trained on both speaks to RubricEM's variants too.")
     nano: NanoParams = Field(default_factory=NanoParams)
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")

@@ -8,6 +8,7 @@ agent rollout: ``grpo.group_size`` attempts per question, every episode of a ste
     nano = train_nano(params, data, seed=0)          # fitted tokenizer, random init, SFT; same seed, same weights
     nano.save("outputs/lab/sft")
     em = evaluate(nano, lab, lab.splits["test"], params.agent)["em"]
+    em = evaluate(nano, lab, lab.splits["test"], params.agent, protocol=lab_protocols(params.methods)["scaffold"])["em"]
     curve = grpo_run(params, NanoPolicy.load("outputs/lab/sft"), lab, seed=0)
 
 ``torch.set_num_threads`` is the caller's (``run.torch_threads``; the lab runs on one thread).
@@ -23,9 +24,10 @@ from pathlib import Path
 
 import torch
 
-from components.agents.params import AgentParams
+from components.agents.params import AgentParams, MethodParams
 from components.lab.nano import fit_tokenizer, load_nano, load_tokenizer, nano_qwen2
-from components.lab.world import LabWorld, build_lab_world, compact_episodes, lab_agent, sft_rows
+from components.lab.scaffold import scaffold_protocol
+from components.lab.world import REACT, LabWorld, Protocol, build_lab_world, compact_episodes, sft_rows
 from components.params import Params
 from components.rewards.outcome import outcome_reward
 from components.schemas import Question
@@ -36,8 +38,8 @@ from components.training.model import build_policy
 from components.training.sft.examples import build_sft_example
 from components.training.sft.trainer import SFTTrainer
 
-__all__ = ["NanoPolicy", "SFTCorpus", "evaluate", "grpo_questions", "grpo_run", "lab_seed", "sft_corpus", "sft_questions",
-           "train_nano"]
+__all__ = ["NanoPolicy", "SFTCorpus", "evaluate", "grpo_questions", "grpo_run", "lab_protocols", "lab_seed", "sft_corpus",
+           "sft_questions", "train_nano"]
 
 
 def lab_seed(params: Params) -> int:
@@ -70,6 +72,7 @@ class SFTCorpus:
     episodes: int
     counts: Counter
     documents: list[str] = field(default_factory=list)  # the paragraphs of every world read: the tokenizer fits them too
+    tags: tuple[str, ...] = ()  # the protocols' tags, each kept as one token
 
 
 def sft_questions(params: Params, lab: LabWorld) -> list[Question]:
@@ -85,12 +88,20 @@ def grpo_questions(params: Params, lab: LabWorld) -> list[Question]:
     return held_out or lab.splits["train"]
 
 
+def lab_protocols(methods: dict[str, MethodParams]) -> dict[str, Protocol]:
+    """The protocols the nano can be trained in, by name: ReAct under the lab prompt, RubricEM's scaffold under the
+    lab's scaffold prompt (``methods.sft_scaffold.options.system_prompt``, what its variants run under)."""
+    return {"react": REACT, "scaffold": scaffold_protocol(methods["sft_scaffold"].options["system_prompt"])}
+
+
 def sft_corpus(params: Params) -> SFTCorpus:
     """Compact oracle episodes of ``lab.sft_worlds`` other worlds (seeds lab seed + 1 ..) and, with
-    ``lab.sft_own_world``, of the lab world's train split, as chat-history SFT rows; plus the opening turn alone of
-    each question in ``lab.sft_opening_worlds`` further worlds; and ``lab.sft_document_rows`` copies of every world's
-    paragraphs, each a row trained whole."""
+    ``lab.sft_own_world``, of the lab world's train split, as chat-history SFT rows, in each of ``lab.sft_protocols``
+    (the same questions' episodes once per protocol, protocol after protocol, in that order); plus the opening turn
+    alone of each question in ``lab.sft_opening_worlds`` further worlds (ReAct's); and ``lab.sft_document_rows``
+    copies of every world's paragraphs, each a row trained whole."""
     lab, seed = params.lab, lab_seed(params)
+    protocols = [lab_protocols(params.methods)[name] for name in lab.sft_protocols]
     rows, episodes, counts, documents = [], 0, Counter(), []
     sources = [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None, False)
                for i in range(1, lab.sft_worlds + 1)]
@@ -101,20 +112,27 @@ def sft_corpus(params: Params) -> SFTCorpus:
         documents += [d.text for d in build_lab_world(params, seed).world.documents]
     sources += [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None, True)
                 for i in range(101, 101 + lab.sft_opening_worlds)]
-    for world, questions, opening_only in sources:
+    for world, _, _ in sources:
         documents += [d.text for d in world.world.documents]
-        found, skipped = compact_episodes(world, world.questions if questions is None else questions, params.agent)
-        counts.update(skipped)
-        if opening_only:
-            rows += [row[:2] for row in sft_rows(found, params.agent)]  # the prompt and the first reply
-            counts["opening_rows"] += len(found)
-        else:
-            rows += sft_rows(found, params.agent)
-            episodes += len(found)
+    for protocol in protocols:
+        for world, questions, opening_only in sources:
+            if opening_only and protocol is not REACT:
+                continue
+            found, skipped = compact_episodes(world, world.questions if questions is None else questions,
+                                              params.agent, protocol)
+            counts.update(skipped if protocol is REACT else {f"{protocol.name}_{k}": v for k, v in skipped.items()})
+            if opening_only:
+                rows += [row[:2] for row in sft_rows(found, params.agent)]  # the prompt and the first reply
+                counts["opening_rows"] += len(found)
+            else:
+                rows += sft_rows(found, params.agent, protocol)
+                episodes += len(found)
+                if protocol is not REACT:
+                    counts[f"{protocol.name}_rows"] += len(found)
     if lab.sft_document_rows:
         rows += [[(text, True)] for text in documents] * lab.sft_document_rows
         counts["document_rows"] = len(documents) * lab.sft_document_rows
-    return SFTCorpus(rows, episodes, counts, documents)
+    return SFTCorpus(rows, episodes, counts, documents, tuple(t for p in protocols for t in p.tags))
 
 
 def train_nano(params: Params, corpus: SFTCorpus, *, seed: int = 0,
@@ -123,7 +141,7 @@ def train_nano(params: Params, corpus: SFTCorpus, *, seed: int = 0,
     two), build the nano Qwen2 (random init from ``seed``) and train it from scratch
     with the SFT trainer and ``params.sft`` (full fine-tuning: every weight is trained)."""
     tok = fit_tokenizer(["".join(text for text, _ in row) for row in corpus.rows] + corpus.documents,
-                        params.lab.nano.vocab_size)
+                        params.lab.nano.vocab_size, corpus.tags)
     examples = [build_sft_example(row, tok, max_length=params.sft.max_length) for row in corpus.rows]
     model = nano_qwen2(params.lab.nano, tok, seed=seed)
     policy = build_policy(model, lora=None)
@@ -139,17 +157,18 @@ def train_nano(params: Params, corpus: SFTCorpus, *, seed: int = 0,
     return NanoPolicy(model, tok, info)
 
 
-def _rollout(nano_tokenizer, toolbox, settings: AgentParams):
-    return make_agent_rollout(lambda policy: lab_agent(policy, toolbox, settings), nano_tokenizer)
+def _rollout(nano_tokenizer, toolbox, settings: AgentParams, protocol: Protocol = REACT):
+    return make_agent_rollout(lambda policy: protocol.agent(policy, toolbox, settings), nano_tokenizer)
 
 
 def evaluate(nano: NanoPolicy, lab: LabWorld, questions: list[Question], settings: AgentParams,
-             engine: HFRolloutEngine | None = None) -> dict[str, float]:
-    """Greedy episodes of every question, decoded together: EM, F1, answered rate, mean turns."""
+             engine: HFRolloutEngine | None = None, protocol: Protocol = REACT) -> dict[str, float]:
+    """Greedy episodes of every question under ``protocol``'s agent, decoded together: EM, F1, answered rate, mean
+    turns."""
     from components.evaluation.metrics import exact_match, f1_score
 
     engine = engine or HFRolloutEngine(nano.model, nano.tokenizer)
-    episodes = _rollout(nano.tokenizer, lab.toolbox, settings)(
+    episodes = _rollout(nano.tokenizer, lab.toolbox, settings, protocol)(
         engine, questions, 1, SamplingParams(max_new_tokens=settings.max_tokens, temperature=0.0, logprobs=False))
     trajectories = [e.info["trajectory"] for e in episodes]
     n = len(trajectories)

@@ -12,6 +12,9 @@ embedded warm start: the system prompt (one line instead of a worked example), t
 a sentence), the spaced action arguments, the observations (fewer, shorter hits), and the chat template
 (:mod:`components.lab.nano`).
 
+The same plan in another agent's replies is another :class:`Protocol` (RubricEM's scaffold:
+:mod:`components.lab.scaffold`).
+
     lab = build_lab_world(params, seed=1234)              # lab.splits["train" | "dev" | "test"]
     episodes, failures = compact_episodes(lab, lab.splits["train"][:50], params.agent)
     rows = sft_rows(episodes, params.agent)          # [(text, trainable), ...] per episode (chat history)
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from components.agents.params import AgentParams
@@ -39,8 +42,8 @@ from components.warmstart.rejection import problems
 from components.world import World, generate_world
 from components.world.oracle import OracleError
 
-__all__ = ["LAB_PROMPT", "LabWorld", "build_lab_world", "compact_episodes", "compact_replies", "lab_agent",
-           "render_chat", "sft_rows", "spaced"]
+__all__ = ["LAB_PROMPT", "REACT", "LabWorld", "Protocol", "build_lab_world", "compact_episodes", "compact_replies",
+           "compact_thoughts", "lab_agent", "render_chat", "sft_rows", "spaced"]
 
 LAB_PROMPT = "Answer by looking names up. One Thought: line, then Action: search[name], browse[doc_id] or finish[answer]."
 
@@ -84,8 +87,9 @@ def lab_agent(policy, toolbox, settings: AgentParams) -> ReActAgent:
     return ReActAgent(policy, toolbox, settings, system_prompt=LAB_PROMPT)
 
 
-def compact_replies(question: Question, turns: Sequence[PlannedTurn]) -> list[str]:
-    """The oracle's planned turns with a few-word thought each (module doc)."""
+def compact_thoughts(question: Question, turns: Sequence[PlannedTurn]) -> list[str]:
+    """A few-word thought per planned turn (module doc): ``start``, the fact just learned, ``read`` before a browse,
+    ``refine`` before a second search for the same hop, the compared values (or the answer) before the finish."""
     chain, out = question.gold_chain, []
     for i, turn in enumerate(turns):
         if turn.action.startswith("finish["):
@@ -99,8 +103,14 @@ def compact_replies(question: Question, turns: Sequence[PlannedTurn]) -> list[st
             thought = "refine"
         else:
             thought = chain[turn.hop - 1].answer if turn.hop > 0 else "start"
-        out.append(f"Thought: {thought}\nAction: {spaced(turn.action)}")
+        out.append(thought)
     return out
+
+
+def compact_replies(question: Question, turns: Sequence[PlannedTurn]) -> list[str]:
+    """The oracle's planned turns with a few-word thought each (module doc)."""
+    return [f"Thought: {thought}\nAction: {spaced(turn.action)}"
+            for thought, turn in zip(compact_thoughts(question, turns), turns)]
 
 
 def spaced(action: str) -> str:
@@ -111,27 +121,42 @@ def spaced(action: str) -> str:
     return action if kind == "browse" else f"{kind}[ {rest[:-1]} ]"
 
 
-async def _episode(question: Question, toolbox, settings: AgentParams) -> Trajectory:
+@dataclass(frozen=True)
+class Protocol:
+    """How the nano policy speaks: the agent it runs under (``agent(policy, toolbox, settings)``), the oracle's
+    planned turns written as that agent's compact replies, the warm-start format rejection sampling checks them
+    in (:mod:`components.warmstart.formats`), and the tags the tokenizer keeps whole."""
+
+    name: str
+    agent: Callable[..., ReActAgent]
+    replies: Callable[[Question, Sequence[PlannedTurn]], list[str]]
+    tags: tuple[str, ...] = ()
+
+
+REACT = Protocol("react", lab_agent, compact_replies)
+
+
+async def _episode(question: Question, toolbox, settings: AgentParams, protocol: Protocol) -> Trajectory:
     tools = toolbox.for_question(question)
     turns = plan_turns(question, tools, settings, random.Random(f"lab-oracle:{question.id}"))
     if len(turns) > settings.max_turns or len(turns) - 1 > settings.max_search_calls:
         raise OracleError(f"{question.id}: over the agent's budget")
-    traj = await lab_agent(ReplayPolicy(compact_replies(question, turns)), toolbox, settings).run(question)
-    found = problems(traj, question, min_f1=1.0)
+    traj = await protocol.agent(ReplayPolicy(protocol.replies(question, turns)), toolbox, settings).run(question)
+    found = problems(traj, question, min_f1=1.0, agent=protocol.name)
     if found:
         raise OracleError(f"{question.id}: {found}")
     return traj
 
 
-def compact_episodes(lab: LabWorld, questions: Sequence[Question], settings: AgentParams
-                     ) -> tuple[list[tuple[Trajectory, Question]], Counter]:
-    """Compact oracle episodes of ``questions`` in ``lab``'s world; questions the oracle cannot do within the
-    agent's budgets are skipped and counted."""
+def compact_episodes(lab: LabWorld, questions: Sequence[Question], settings: AgentParams,
+                     protocol: Protocol = REACT) -> tuple[list[tuple[Trajectory, Question]], Counter]:
+    """Compact oracle episodes of ``questions`` in ``lab``'s world, in ``protocol``'s replies; questions the oracle
+    cannot do within the agent's budgets (or whose episode rejection sampling refuses) are skipped and counted."""
     async def run() -> list:
         out = []
         for q in questions:
             try:
-                out.append((await _episode(q, lab.toolbox, settings), q))
+                out.append((await _episode(q, lab.toolbox, settings, protocol), q))
             except OracleError:
                 out.append(None)
         return out
@@ -140,7 +165,8 @@ def compact_episodes(lab: LabWorld, questions: Sequence[Question], settings: Age
     return [r for r in results if r is not None], Counter({"skipped": sum(r is None for r in results)})
 
 
-def sft_rows(episodes: Sequence[tuple[Trajectory, Question]], settings: AgentParams) -> list[list[tuple[str, bool]]]:
-    """Training rows of the episodes as the lab agent prompts the policy (chat template of the lab)."""
-    agent = lab_agent(None, None, settings)
+def sft_rows(episodes: Sequence[tuple[Trajectory, Question]], settings: AgentParams,
+             protocol: Protocol = REACT) -> list[list[tuple[str, bool]]]:
+    """Training rows of the episodes as ``protocol``'s agent prompts the policy (chat template of the lab)."""
+    agent = protocol.agent(None, None, settings)
     return [row for traj, q in episodes for row in trajectory_rows(agent, traj, q, render_chat)]

@@ -147,7 +147,7 @@ def test_another_worlds_page_is_named_by_its_world_seed(repo_root):
     other = load_params(repo_root / "params.yaml", overlays=["lab"], overrides=["lab.world_seed=2"])
     assert page_name(other, "worlds") == "lab_sweep_worlds_world2"
     assert [c.variant for c in grid(other.lab.sweep, "worlds")] == ["grpo"] * 3 + ["dapo"] * 3 + ["arbor"] * 3
-    from components.training.policy_run_key import run_settings
+    from components.training.grpo.policy_run_key import run_settings
     cell = Cell("arbor", "perfect", 1)
     mine = cell_params(other, cell, "worlds")
     assert mine.lab.world_seed == 2 and mine.seed == 1  # the cell's own seed, the sweep's world

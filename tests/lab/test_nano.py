@@ -11,8 +11,15 @@ import torch
 
 from components.agents.parsing import parse_turn
 from components.lab.nano import fit_tokenizer, nano_qwen2, token_classes
-from components.lab.policy import (NanoPolicy, evaluate, grpo_questions, grpo_run, sft_corpus, sft_questions,
-                                   train_nano)
+from components.lab.policy import (
+    NanoPolicy,
+    evaluate,
+    grpo_questions,
+    grpo_run,
+    sft_corpus,
+    sft_questions,
+    train_nano,
+)
 from components.lab.world import LAB_PROMPT, build_lab_world, compact_episodes, render_chat, sft_rows
 from components.llm.base import assistant, system, user
 from components.params_load import load_params
