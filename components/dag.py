@@ -27,7 +27,7 @@ DVC_YAML = Path(__file__).resolve().parents[1] / "dvc.yaml"
 REACT = "components/agents/react.py"
 SHARED_WARM_START = "sft"  # the shared ReAct warm start (params.methods.sft) every other method starts from
 RUN_FILES = ("tasks/runtime.py", "components/params_cli.py", "components/run_files.py", "components/params.py",
-             "components/params_load.py")
+             "components/params_load.py", "components/run_spec.py")
 REPLAYED = "what dvc repro replays"
 
 
@@ -80,7 +80,7 @@ TRAIN_POLICY = Stage(
           "its\nsection; a matched baseline: its method's `shared` block and what it declares it reads, never the "
           "mechanism's\nsettings; dapo: its section) and its warm start. A change to one method's package re-runs "
           "only that method's variants.",
-    deps=("${item.package}", "tasks/train_policy.py", *RUN_FILES[:3], "components/policy_run.py",
+    deps=("${item.package}", "tasks/train_policy.py", *RUN_FILES[:3], "components/policy_run.py", "components/run_spec.py",
           "components/variants.py", "components/params.py", "components/params_load.py", "components/method_registry.py",
           "components/rewards",
           "components/judges", "components/world  # ARCO's oracle diagnostics", "components/training",

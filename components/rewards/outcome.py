@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from components.evaluation.metrics import exact_match, f1_score
 from components.schemas import Question, Trajectory
 from components.training.grpo.episodes import Episode, RewardOutput, StepContext
+from components.training.params import GRPOParams
 
 __all__ = ["DEFAULT_FORMAT_PENALTY", "OutcomeReward", "format_valid", "outcome_reward"]
 
@@ -50,7 +51,7 @@ class OutcomeReward:
         return RewardOutput(scores, metrics={"format_valid": valid / n, "em": em / n})
 
 
-def outcome_reward(grpo) -> OutcomeReward:
+def outcome_reward(grpo: GRPOParams) -> OutcomeReward:
     """The outcome reward of a run whose grpo block is ``grpo``: its ``format_penalty`` when set, else -1."""
-    penalty = getattr(grpo, "format_penalty", None)
+    penalty = grpo.format_penalty
     return OutcomeReward(format_penalty=DEFAULT_FORMAT_PENALTY if penalty is None else penalty)
