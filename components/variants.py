@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.agents.params import AgentParams
 from components.method_registry import (
     SHARED_RECIPES,
     MethodSpec,
@@ -34,7 +35,7 @@ from components.registry import Registry
 from components.rewards.outcome import outcome_reward
 from components.rewards.overlong import OverlongShaping
 from components.training.grpo.episodes import Episode, MethodState, RewardFn, RewardOutput, StepContext
-from components.training.params import GRPOParams
+from components.training.params import DAPOParams, GRPOParams
 
 __all__ = ["BASELINE_RECIPES", "VARIANTS", "VariantContext", "VariantParts", "dapo_grpo", "drop_homogeneous_groups",
            "get_variant", "register_baselines", "variant_grpo", "variant_params"]
@@ -109,7 +110,7 @@ def build_dapo(ctx: VariantContext) -> VariantParts:
     d = ctx.params.dapo
     reward: RewardFn = drop_homogeneous_groups(outcome_reward(ctx.params.grpo))
     if d.overlong_buffer_tokens is not None:
-        budget = dapo_max_response_tokens(ctx.params)
+        budget = dapo_max_response_tokens(ctx.params.dapo, ctx.params.agent)
         if d.overlong_buffer_tokens > budget:
             raise ValueError(f"dapo.overlong_buffer_tokens ({d.overlong_buffer_tokens}) exceeds the episode's budget "
                              f"L_max = {budget} (dapo.max_response_tokens, else agent.max_tokens x agent.max_turns)")
@@ -141,20 +142,18 @@ def register_baselines(spec: MethodSpec) -> MethodSpec:
     return spec
 
 
-def dapo_grpo(params: Params) -> GRPOParams:
-    """``params.grpo`` with the ``dapo`` section's clipping, KL and loss aggregation (DAPO's objective, Eq. 8) and the
+def dapo_grpo(grpo: GRPOParams, d: DAPOParams) -> GRPOParams:
+    """``grpo`` with the ``dapo`` section's clipping, KL and loss aggregation (DAPO's objective, Eq. 8) and the
     released recipe's dual clip."""
-    d = params.dapo
-    return GRPOParams.model_validate({**params.grpo.model_dump(), "clip_eps": d.clip_eps_low,
+    return GRPOParams.model_validate({**grpo.model_dump(), "clip_eps": d.clip_eps_low,
                                       "clip_eps_high": d.clip_eps_high, "kl_coef": d.kl_coef, "loss_agg": d.loss_agg,
                                       "dual_clip_c": d.dual_clip_c})
 
 
-def dapo_max_response_tokens(params: Params) -> int:
+def dapo_max_response_tokens(d: DAPOParams, agent: AgentParams) -> int:
     """L_max of the overlong shaping: ``dapo.max_response_tokens``, else the most tokens the ReAct agent's turns
     can generate in an episode (``agent.max_tokens`` x ``agent.max_turns``: the rollout's cap, as DAPO's is)."""
-    d = params.dapo
-    return d.max_response_tokens if d.max_response_tokens is not None else params.agent.max_tokens * params.agent.max_turns
+    return d.max_response_tokens if d.max_response_tokens is not None else agent.max_tokens * agent.max_turns
 
 
 def variant_params(params: Params, variant: str) -> Params:
@@ -163,7 +162,7 @@ def variant_params(params: Params, variant: str) -> Params:
     then, for a variant of the ``dapo`` recipe, the ``dapo`` section over ``grpo``. ``grpo`` itself is untouched."""
     params = with_method_settings(params, method_section(variant_method(variant)))
     if SHARED_RECIPES.get(variant_recipe(variant) or "") == "dapo":
-        params = params.model_copy(update={"grpo": dapo_grpo(params)})
+        params = params.model_copy(update={"grpo": dapo_grpo(params.grpo, params.dapo)})
     return params
 
 

@@ -39,7 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "components/trained_policy.py": {"with_trained_policy"},
     "components/training/grpo/policy_run_key.py": {"run_settings", "method_settings"},
     "components/training/sft/trajectories.py": {"warm_start_examples"},
-    "components/variants.py": {"dapo_grpo", "dapo_max_response_tokens", "variant_params"},
+    "components/variants.py": {"variant_params"},
 }
 
 

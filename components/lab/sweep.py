@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from components.evaluation.gaming import GamingCheck, gaming_check
 from components.io import read_json
 from components.lab.params import LabGrid, LabSweepParams
 from components.params import Params
@@ -140,6 +141,15 @@ def _health(rows: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def _gaming(rows: pd.DataFrame, last: dict) -> GamingCheck:
+    """The gaming check over a cell's metrics, the trend beyond the outcome reward of the same episodes: its
+    ``reward/outcome``, or for a cell recorded before that was logged ``reward/em`` (the lab's outcome is the answer's
+    F1 at a format penalty of 0, the EM of a one-name answer up to partial credit)."""
+    outcome = "reward/outcome" if "reward/outcome" in rows else "reward/em"
+    dev = [{k: last[f"dev_{when}.{k}"] for k in ("em", "f1") if f"dev_{when}.{k}" in last} for when in ("before", "after")]
+    return gaming_check([dev[0], *rows.to_dict("records"), dev[1]], outcome_key=outcome)
+
+
 def read_cell(folder: Path, cell: Cell) -> dict:
     """A finished cell's record: its curve (dev EM at step 0, every eval_every steps and the last, with the judge
     calls so far), test EM (``evaluate@<variant>``), health, the gaming check and wall time."""
@@ -153,7 +163,7 @@ def read_cell(folder: Path, cell: Cell) -> dict:
     return {"variant": cell.variant, "dial": cell.dial, "seed": cell.seed, "steps": steps,
             "curve": _curve(rows, before, after, steps), "test_em": float(test["em"]),
             "judge_calls": float(rows["calls/judges"].iloc[-1]) if "calls/judges" in rows else 0.0,
-            "health": _health(rows), "gaming_suspected": bool(last.get("gaming.suspected", 0.0)),
+            "health": _health(rows), "gaming_suspected": _gaming(rows, last).suspected,
             "wall_s": float(read_json(train / "timings.json")["wall_s"]) if (train / "timings.json").exists() else math.nan}
 
 

@@ -40,7 +40,7 @@ TRAINER_METRICS = frozenset({
     "reward/missing_values", "response_length", "loss", "pg_loss", "kl", "clip_fraction", "ratio_mean",
     "advantage/abs_mean", "ratio_min", "ratio_max", "grad_norm", "grad_norm_max", "lr", "optimizer_steps",
     "tokens", "old_logprob_pass", "episodes/zero_advantage",
-    "reward/format_valid", "reward/em",  # the outcome reward every variant keeps
+    "reward/format_valid", "reward/em", "reward/outcome",  # the outcome reward every variant keeps
 })
 """What GRPOTrainer (and the shared outcome reward) writes for every variant; any other metric of a run (not
 dev_*, not time/*) is its method's."""

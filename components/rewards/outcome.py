@@ -48,7 +48,7 @@ class OutcomeReward:
             valid += format_valid(t)
             em += exact_match(t.final_answer, e.prompt.answers) if t.final_answer else 0.0
         n = max(len(episodes), 1)
-        return RewardOutput(scores, metrics={"format_valid": valid / n, "em": em / n})
+        return RewardOutput(scores, metrics={"format_valid": valid / n, "em": em / n, "outcome": sum(scores) / n})
 
 
 def outcome_reward(grpo: GRPOParams) -> OutcomeReward:

@@ -45,3 +45,28 @@ def test_missing_measurements_are_nan_not_a_verdict():
     assert not no_reward.suspected and math.isnan(no_reward.metrics["gaming.reward_trend"])
     skipped = gaming_check(history([0.2, float("nan"), 0.9], after=(0.2, 0.3)))  # a step without rewards
     assert skipped.suspected
+
+
+def with_outcome(rewards, outcomes, after=(0.30, 0.40)):
+    rows = history(rewards, after=after)
+    for row, outcome in zip(rows[1:-1], outcomes):
+        row["reward/outcome"] = outcome
+    return rows
+
+
+def test_an_outcome_only_run_is_never_suspected_of_pleasing_a_judge():
+    """Its reward is the exact answer check: rising on train while dev falls is overfitting, not gaming."""
+    rewards = [0.30, 0.35, 0.50, 0.60, 0.70, 0.75]
+    check = gaming_check(with_outcome(rewards, rewards))
+    assert not check.suspected and check.metrics["gaming.beyond_outcome_trend"] == 0.0
+    assert gaming_check(history(rewards, after=(0.30, 0.40))).suspected  # without the outcome: the reward's trend
+
+
+def test_a_judges_share_rising_while_dev_falls_is_suspected():
+    outcomes = [0.30, 0.30, 0.31, 0.30, 0.29, 0.30]
+    bonus = [0.00, 0.02, 0.10, 0.20, 0.25, 0.30]
+    check = gaming_check(with_outcome([o + b for o, b in zip(outcomes, bonus)], outcomes))
+    assert check.suspected and "beyond reward/outcome" in check.message
+    assert math.isclose(check.metrics["gaming.beyond_outcome_trend"], (0.25 + 0.30) / 2 - (0.00 + 0.02) / 2)
+    rose = gaming_check(with_outcome([o + b for o, b in zip(outcomes, bonus)], outcomes, after=(0.55, 0.60)))
+    assert not rose.suspected  # the judge's share rose and so did dev accuracy: honest progress

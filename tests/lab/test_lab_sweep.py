@@ -153,3 +153,20 @@ def test_another_worlds_page_is_named_by_its_world_seed(repo_root):
     assert mine.lab.world_seed == 2 and mine.seed == 1  # the cell's own seed, the sweep's world
     assert run_settings(mine, "arbor")["lab_world_seed"] == 2
     assert "lab_world_seed" not in run_settings(cell_params(lab, cell, "worlds"), "arbor")
+
+
+def test_a_cells_gaming_flag_counts_only_the_reward_beyond_the_outcome():
+    """A cell's flag is recomputed from its metrics: an outcome-only cell whose train reward rose while dev EM fell is
+    not flagged; a cell whose judge bonus rose is; before reward/outcome was logged, reward/em stands in."""
+    import pandas as pd
+
+    from components.lab.sweep import _gaming
+
+    last = {"dev_before.em": 0.26, "dev_after.em": 0.20}
+    up = [0.1, 0.15, 0.2, 0.25, 0.3, 0.35]
+    honest = pd.DataFrame({"step": range(1, 7), "reward/mean": up, "reward/outcome": up})
+    assert not _gaming(honest, last).suspected
+    judged = pd.DataFrame({"step": range(1, 7), "reward/mean": up, "reward/outcome": [0.1] * 6})
+    assert _gaming(judged, last).suspected
+    older = pd.DataFrame({"step": range(1, 7), "reward/mean": up, "reward/em": up})
+    assert not _gaming(older, last).suspected
