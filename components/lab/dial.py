@@ -217,8 +217,10 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
         draft = Draft(id=f"d{i}", rubric=_criterion(dq), question_id=dq.id, question=dq.question, step=0, variance=0.1,
                       pearson=None)
         common = [RubricText(**lab.GENERAL)] if i % 2 else [_criterion(dq)]
+        last = dq.gold_chain[-1].answer  # the draft names the last hop's fact: its first hop in the chain
+        hop = lab.hop_standard(next(k for k, h in enumerate(dq.gold_chain, 1) if h.answer == last))["title"]
         out["arbor_consolidation"].append((induction.writing_call(induction.consolidation_messages(
-            [draft] * (1 + i // len(deep)), common, 2), 2, 768), i % 2 == 0))
+            [draft] * (1 + i // len(deep)), common, 2), 2, 768), (hop, lab.GENERAL["title"]) if i % 2 == 0 else (hop,)))
         attempts = [_blocks(dq, traj, True), _blocks(dq, traj, False)]
         rendered = [stagewise.render_attempt(x, 1500) + nl for x in attempts]
         out["rubricem_generation"].append((JudgeCall(stagewise.generation_messages(
@@ -260,8 +262,8 @@ def known_judgments(world, episodes, n: int) -> dict[str, Known]:
         "coreact_generator": Known(out["coreact_generator"], _same, "the oracle rubric's criteria exactly"),
         "arbor_induction": Known(out["arbor_induction"], lambda v, t: [_separates(v, *t)],
                                  "the rubric is met by the better attempt and not the worse"),
-        "arbor_consolidation": Known(out["arbor_consolidation"], lambda v, t: [
-            any(r.title == lab.GENERAL["title"] for r in v) == t], "the general standard written iff not in use"),
+        "arbor_consolidation": Known(out["arbor_consolidation"], lambda v, t: [tuple(r.title for r in v) == t],
+                                     "the drafted hop's standard, and the whole chain's when not in use"),
         "rubricem_generation": Known(out["rubricem_generation"], lambda v, t: [_polarities(v) == t],
                                      "the separating rubrics written, each with the oracle's polarity"),
         "rubricem_stage_scores": Known(out["rubricem_stage_scores"], lambda v, t: _scores([s.score for s in sorted(

@@ -74,13 +74,22 @@ def found_facts(question: Question, attempt: str) -> int:
     return sum(mentions(attempt, h.answer) for h in question.gold_chain)
 
 
+HOP_CRITERION = re.compile(r"finds hop (\d+)'s fact")
+
+
 def criterion_met(question: Question, criterion: str, attempt: str) -> bool:
     """The lab's reading of a criterion: the names it mentions (the titles the question's gold chain looks up, and
-    the facts each hop finds) must all appear in what the attempt found (its actions and observations); a criterion
-    that mentions none of them asks for the whole chain (every hop's fact found)."""
+    the facts each hop finds) must all appear in what the attempt found (its actions and observations); a general
+    standard of one hop (:data:`HOP_CRITERION`, "finds hop 2's fact") asks for that hop's fact of any question (met
+    by every attempt of a question with fewer hops); a criterion that mentions none of them asks for the whole chain
+    (every hop's fact found)."""
     named = [n for n in _names(question) if len(n) > 3 and mentions(criterion, n)]
     if named:
         return all(mentions(attempt, n) for n in named)
+    hop = HOP_CRITERION.search(criterion)
+    if hop:
+        k = int(hop.group(1))
+        return k > len(question.gold_chain) or mentions(attempt, question.gold_chain[k - 1].answer)
     return found_facts(question, attempt) == len(question.gold_chain)
 
 
@@ -276,13 +285,37 @@ GENERAL = {"title": "follows the chain", "description": "finds each fact the que
            "and answers from the last one", "counter_description": "stops before the chain's last fact is found"}
 
 
+def hop_standard(k: int) -> dict[str, str]:
+    """The general standard a draft naming hop ``k``'s fact of its question generalises to (:data:`HOP_CRITERION`)."""
+    return {"title": f"finds hop {k}'s fact", "description": f"reads the paragraph with the fact hop {k} of the "
+            "question's chain asks for, before answering", "counter_description": f"answers without hop {k}'s fact"}
+
+
+def _drafted_hops(content: str, oracle: Oracle) -> list[int]:
+    """The hops (1-based) whose facts the candidates name, each in its own question's chain, in order of first use."""
+    hops = []
+    for block in content.split("\nQuestion ")[1:]:
+        question = oracle.find(block.split("\n", 1)[0])
+        if question is None:
+            continue
+        for line in (x for x in block.splitlines() if x.startswith("- finds ")):  # a draft: its first hop named
+            k = next((k for k, h in enumerate(question.gold_chain, 1) if mentions(line, f"finds {h.answer}")), None)
+            if k is not None and k not in hops:
+                hops.append(k)
+    return hops
+
+
 def _read_consolidation(messages: list[Message], oracle: Oracle) -> Judgment:
-    """The question-specific drafts merge into the one standard the oracle checks on any question: every fact of
-    the chain found (a criterion that names no fact, :func:`criterion_met`); none when it is already in use."""
+    """The question-specific drafts ("finds <a hop's fact>") merge into standards the oracle checks on any question:
+    one per hop the drafts name (:func:`hop_standard`), then the whole chain (a criterion that names no fact,
+    :func:`criterion_met`); those already in use are left out, and at most the prompt's limit are written. A flip
+    writes none."""
     content = plain(messages[-1].content)
-    in_use = GENERAL["title"] in _between(content, "Standards already in use (do not duplicate):\n",
-                                          "\n\nCandidate rubrics")
-    return Judgment(not in_use, lambda v: json.dumps({"rubrics": [GENERAL] if v else []}))
+    in_use = _between(content, "Standards already in use (do not duplicate):\n", "\n\nCandidate rubrics")
+    limit = int(re.search(r"Write between 1 and (\d+) new general standards", content).group(1))
+    due = [r for r in [*map(hop_standard, sorted(_drafted_hops(content, oracle))), GENERAL]
+           if r["title"] not in in_use][:limit]
+    return Judgment(bool(due), lambda v: json.dumps({"rubrics": due if v else []}))
 
 
 KINDS.register("arbor_induction")(JudgmentKind("arbor_induction", _system_is(induction.INDUCTION_SYSTEM),

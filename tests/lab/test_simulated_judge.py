@@ -94,9 +94,10 @@ def test_both_verdicts_occur_where_a_kind_has_two(lab):
     """A judge that always said one thing could not agree at 1.0 with these sets."""
     world, episodes = lab
     known = known_judgments(world, episodes, N)
-    for kind in ("answer_correct", "arbor_single", "arbor_verdict", "coreact_checklist", "coreact_criterion",
-                 "arbor_consolidation"):
+    for kind in ("answer_correct", "arbor_single", "arbor_verdict", "coreact_checklist", "coreact_criterion"):
         assert len({truth for _, truth in known[kind].calls}) == 2, kind
+    written = {truth for _, truth in known["arbor_consolidation"].calls}
+    assert {len(t) for t in written} == {1, 2} and len({t[0] for t in written}) >= 2  # hops differ; chain or not
     assert len({truth for _, truth in known["arbor_winner"].calls}) >= 2
     assert len({tuple(truth) for _, truth in known["coreact_evaluator"].calls}) >= 3
     assert len({truth for _, truth in known["arbor_rar_rating"].calls}) >= 3
@@ -177,3 +178,18 @@ def test_induction_names_a_fact_the_better_attempt_found_and_the_judge_checks_it
     again = asyncio.run(induce(_judge(world), q.question, texts, [1.0, 0.0], plan, rubrics, 2, tally))
     assert rubrics[0] not in again  # an existing rubric is not repeated (the next fact the worse attempt missed is)
     assert callable(consolidate)
+
+
+def test_a_hop_standard_is_checked_on_any_question(lab):
+    """Consolidation's general standards are hop-relative ("finds hop 2's fact"): the oracle checks that hop's fact
+    of whatever question it is asked about, so one standard separates attempts of every question; a question with
+    fewer hops meets it in every attempt (no separation, no reward)."""
+    from components.lab.judges import criterion_met, hop_standard
+
+    world, _ = lab
+    q = next(q for q in world.questions if len(q.gold_chain) == 2 and q.gold_chain[0].answer != q.gold_chain[1].answer)
+    first, second = (h.answer for h in q.gold_chain)
+    crit = "{title}: {description}".format(**hop_standard(2))
+    assert criterion_met(q, crit, f"search[x] -> ... {second} ...")
+    assert not criterion_met(q, crit, f"search[x] -> ... {first} ...")
+    assert criterion_met(q, "{title}: {description}".format(**hop_standard(3)), "nothing found")
