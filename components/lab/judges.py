@@ -74,21 +74,34 @@ def found_facts(question: Question, attempt: str) -> int:
     return sum(mentions(attempt, h.answer) for h in question.gold_chain)
 
 
-HOP_CRITERION = re.compile(r"finds hop (\d+)'s fact")
+HOP_STANDARDS = (  # general standards of one hop each, worded apart so ARBOR's de-duplication keeps them all
+    {"title": "opens the chain", "description": "reads the page of the entity the question names and notes the fact "
+     "that page gives for it", "counter_description": "answers without reading the named entity's page"},
+    {"title": "takes a second step", "description": "follows the first fact found to its own page instead of "
+     "answering from the opening page", "counter_description": "stops at the opening page"},
+    {"title": "goes three pages deep", "description": "keeps tracing links until a third fact is in hand",
+     "counter_description": "gives up after two pages"},
+    {"title": "completes a long chain", "description": "traces a four-link trail to the end before any final reply",
+     "counter_description": "replies with links still unfollowed"},
+)
+
+
+def hop_of(criterion: str) -> int | None:
+    """The hop (1-based) of the :data:`HOP_STANDARDS` ``criterion`` is, by its title; None for any other."""
+    return next((k for k, r in enumerate(HOP_STANDARDS, 1) if r["title"] in criterion.casefold()), None)
 
 
 def criterion_met(question: Question, criterion: str, attempt: str) -> bool:
     """The lab's reading of a criterion: the names it mentions (the titles the question's gold chain looks up, and
     the facts each hop finds) must all appear in what the attempt found (its actions and observations); a general
-    standard of one hop (:data:`HOP_CRITERION`, "finds hop 2's fact") asks for that hop's fact of any question (met
+    standard of one hop (:data:`HOP_STANDARDS`: "takes a second step") asks for that hop's fact of any question (met
     by every attempt of a question with fewer hops); a criterion that mentions none of them asks for the whole chain
     (every hop's fact found)."""
     named = [n for n in _names(question) if len(n) > 3 and mentions(criterion, n)]
     if named:
         return all(mentions(attempt, n) for n in named)
-    hop = HOP_CRITERION.search(criterion)
-    if hop:
-        k = int(hop.group(1))
+    k = hop_of(criterion)
+    if k is not None:
         return k > len(question.gold_chain) or mentions(attempt, question.gold_chain[k - 1].answer)
     return found_facts(question, attempt) == len(question.gold_chain)
 
@@ -286,9 +299,8 @@ GENERAL = {"title": "follows the chain", "description": "finds each fact the que
 
 
 def hop_standard(k: int) -> dict[str, str]:
-    """The general standard a draft naming hop ``k``'s fact of its question generalises to (:data:`HOP_CRITERION`)."""
-    return {"title": f"finds hop {k}'s fact", "description": f"reads the paragraph with the fact hop {k} of the "
-            "question's chain asks for, before answering", "counter_description": f"answers without hop {k}'s fact"}
+    """The general standard a draft naming hop ``k``'s fact of its question generalises to (the last for longer)."""
+    return HOP_STANDARDS[min(k, len(HOP_STANDARDS)) - 1]
 
 
 def _drafted_hops(content: str, oracle: Oracle) -> list[int]:
@@ -306,7 +318,8 @@ def _drafted_hops(content: str, oracle: Oracle) -> list[int]:
 
 
 def _read_consolidation(messages: list[Message], oracle: Oracle) -> Judgment:
-    """The question-specific drafts ("finds <a hop's fact>") merge into standards the oracle checks on any question:
+    """The question-specific drafts ("finds <a hop's fact>") merge into standards the oracle checks on any question
+    (:data:`HOP_STANDARDS`):
     one per hop the drafts name (:func:`hop_standard`), then the whole chain (a criterion that names no fact,
     :func:`criterion_met`); those already in use are left out, and at most the prompt's limit are written. A flip
     writes none."""

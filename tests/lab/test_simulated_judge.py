@@ -181,7 +181,7 @@ def test_induction_names_a_fact_the_better_attempt_found_and_the_judge_checks_it
 
 
 def test_a_hop_standard_is_checked_on_any_question(lab):
-    """Consolidation's general standards are hop-relative ("finds hop 2's fact"): the oracle checks that hop's fact
+    """Consolidation's general standards are hop-relative ("takes a second step"): the oracle checks that hop's fact
     of whatever question it is asked about, so one standard separates attempts of every question; a question with
     fewer hops meets it in every attempt (no separation, no reward)."""
     from components.lab.judges import criterion_met, hop_standard
@@ -193,3 +193,20 @@ def test_a_hop_standard_is_checked_on_any_question(lab):
     assert criterion_met(q, crit, f"search[x] -> ... {second} ...")
     assert not criterion_met(q, crit, f"search[x] -> ... {first} ...")
     assert criterion_met(q, "{title}: {description}".format(**hop_standard(3)), "nothing found")
+
+
+def test_the_hop_standards_survive_arbors_de_duplication(repo_root):
+    """Worded apart: under the run's embedder every pair of standards is below arbor.dedup_threshold, so a
+    consolidation that writes them all adds them all to the common pool."""
+    import numpy as np
+
+    from components.lab.judges import GENERAL, HOP_STANDARDS
+    from components.methods.arbor.memory import RubricText
+    from components.retrieval.dense import embed, resolve_embedder
+
+    arbor = load_params(repo_root / "params.yaml", overlays=["lab"]).arbor
+    texts = [RubricText(**r).embedding_text() for r in (*HOP_STANDARDS, GENERAL)]
+    v = np.asarray(embed(resolve_embedder(arbor.embedder), texts), dtype=np.float64)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    cos = v @ v.T
+    assert cos[~np.eye(len(texts), dtype=bool)].max() < arbor.dedup_threshold
