@@ -6,6 +6,8 @@
   (``overrides``, ``key=value`` as ``--set`` takes them).
 - ``run-sweep/nightly-sweep``: the ablation sweep (flows/sweep.py) on the ``deploy.nightly_cron`` schedule
   in ``deploy.timezone``; it can also be run on demand with the same kind of form.
+- ``run-lab/nightly-lab``: the lab sweep (flows/lab.py, ``--overlay lab``) of the ``full`` grid on the same
+  schedule, resuming cell by cell; on demand, any grid of ``lab.sweep.grids``.
 
     prefect server start                      # another terminal; the UI is at http://127.0.0.1:4200
     python -m flows.deploy                    # serves until Ctrl-C (which pauses the nightly schedule)
@@ -91,6 +93,26 @@ def run_sweep(variants: Sequence[Variant] = (), seeds: Sequence[int] = (), overr
                  runner=runner, methods=list(methods) or None)
 
 
+@flow(name="run-lab", log_prints=True)
+def run_lab(grid: str = "full", overrides: Sequence[str] = ()) -> dict:
+    """The lab sweep under ``--overlay lab`` (a nano policy and simulated judges; lab results).
+
+    Args:
+        grid: A grid of `lab.sweep.grids`: `full` (every training variant x five judges x 3 seeds, the nightly
+            default), `session`, `intro` or `worlds`. Cells already finished under the same settings are read back.
+        overrides: Any other setting for this run only, one `key=value` each as `--set` takes them, e.g.
+            `lab.world_seed=2000`.
+    """
+    from prefect.task_runners import ProcessPoolTaskRunner
+
+    from flows.lab import lab  # imported when a run starts
+
+    params = load_params(PARAMS_PATH, overlays=["lab"], overrides=list(overrides))
+    runner = ProcessPoolTaskRunner(max_workers=params.lab.sweep.workers)
+    return lab.with_options(task_runner=runner)(params=params, grid_name=grid,
+                                                command=f"run-lab/nightly-lab (grid={grid})")
+
+
 def deployments(params: Params, overrides: list[str]) -> list:
     """The served deployments; ``overrides`` become the default of each form's overrides field."""
     try:
@@ -105,6 +127,9 @@ def deployments(params: Params, overrides: list[str]) -> list:
         run_sweep.to_deployment(
             "nightly-sweep", schedule=nightly, parameters=defaults, tags=["rubricflow", "nightly"],
             description="The ablation sweep over the methods' variants, every night; can be run on demand."),
+        run_lab.to_deployment(
+            "nightly-lab", schedule=nightly, parameters=defaults, tags=["rubricflow", "nightly", "lab"],
+            description="The lab sweep's full grid (nano policy, simulated judges), every night, cell by cell."),
     ]
 
 

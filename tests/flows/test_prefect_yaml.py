@@ -53,3 +53,17 @@ def test_entrypoints_targets_and_overrides_are_accepted(repo_root):
         targets = params.get("targets") or []
         assert set(select(targets)) <= set(STAGES), name
         load_params(repo_root / "params.yaml", overrides=list(params.get("overrides", [])))
+
+
+def test_the_nightly_lab_runs_the_full_grid_on_the_nightly_schedule(repo_root):
+    """The lab's full grid is the nightly default (issue 73): in prefect.yaml and among the served deployments, on
+    the same cron as the nightly sweep; its grid is one lab.sweep.grids names."""
+    from flows.deploy import deployments as served, run_lab
+
+    lab = deployments(repo_root)["nightly-lab"]
+    assert lab["entrypoint"] == "flows/deploy.py:run_lab" and lab["parameters"]["grid"] == "full"
+    assert run_lab.parameters.properties["grid"]["default"] == "full"
+    params = load_params(repo_root / "params.yaml", overlays=["lab"])
+    assert "full" in params.lab.sweep.grids
+    by_name = {d.name: d for d in served(params, [])}
+    assert [s.schedule.cron for s in by_name["nightly-lab"].schedules] == [params.deploy.nightly_cron]
