@@ -11,6 +11,7 @@ an interrupted sweep resumes cell by cell. Lab results: a nano policy and simula
     python -m flows.lab --overlay lab --grid full     # the full grid (the nightly sweep's) -> lab_sweep_full.md
     python -m flows.lab --overlay lab --grid intro    # the main job's comparison -> lab_sweep_intro.md
     python -m flows.lab --overlay lab --grid worlds --set lab.world_seed=1   # another world -> lab_sweep_worlds_world1.md
+    python -m flows.lab --overlay lab --grid worlds --set arbor.kappa=20 --page lab_sweep_arbor_kappa20   # an ablation
     python -m flows.lab --overlay lab --set lab.sweep.seeds=[0] --set lab.sweep.steps=4
 """
 
@@ -63,9 +64,10 @@ def check_lab(params: Params, cell: Params) -> None:
 
 
 @flow(name="rubricflow-lab", log_prints=True, task_runner=ProcessPoolTaskRunner(max_workers=2))
-def lab(params: Params | None = None, grid_name: str = "session", command: str = "python -m flows.lab --overlay lab"
-        ) -> dict:
-    """Run every cell of the grid ``grid_name`` (lab.sweep.grids) and write its page; returns the table's rows."""
+def lab(params: Params | None = None, grid_name: str = "session", command: str = "python -m flows.lab --overlay lab",
+        page_stem: str | None = None) -> dict:
+    """Run every cell of the grid ``grid_name`` (lab.sweep.grids) and write its page (``page_stem``.md, by default
+    :func:`page_name`); returns the table's rows."""
     params = resolve(params)
     settings = params.lab.sweep
     cells = grid(settings, grid_name)
@@ -100,7 +102,7 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
             done[cell] = lab_cell(mine, cell, parent_run_id=parent.run_id)
         records = [done[cell] for cell in cells]
         table = summarise(records, settings, grid_name)
-        name = page_name(params, grid_name)
+        name = page_stem or page_name(params, grid_name)
         picked = chosen(settings, grid_name)
         plot = plot_curves(records, list(dials(settings, grid_name)), RESULTS / f"{name}.png")
         walls = [r["wall_s"] for r in records]
@@ -136,10 +138,14 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
 
 def main() -> None:
     parser = stage_argparser(__doc__)
-    parser.add_argument("--grid", default="session", help="a grid of lab.sweep.grids: session (default), full, intro")
+    parser.add_argument("--grid", default="session", help="a grid of lab.sweep.grids: session (default), full, intro, "
+                        "worlds")
+    parser.add_argument("--page", default=None, help="the page's file stem under docs/results (default: lab_sweep, "
+                        "lab_sweep_<grid>, then _world<seed> in another world): an ablation's page beside its grid's")
     args = parser.parse_args()
     lab.with_options(task_runner=ProcessPoolTaskRunner(max_workers=params_from_args(args).lab.sweep.workers))(
-        params_from_args(args), grid_name=args.grid, command="python -m flows.lab " + " ".join(sys.argv[1:]))
+        params_from_args(args), grid_name=args.grid, command="python -m flows.lab " + " ".join(sys.argv[1:]),
+        page_stem=args.page)
 
 
 if __name__ == "__main__":
