@@ -1,6 +1,6 @@
 """RubricEM's scaffold as a lab protocol: compact scaffold episodes parse back through the unchanged scaffold agent
 to the oracle's answer within the lab's scaffold turn budget, only their replies are trained, the stage judge scores
-each of their stages (none of a ReAct episode's), and ``lab.sft_protocols`` left at ReAct gives today's corpus and
+each of their stages (none of a ReAct episode's), and ``lab.sft_protocols`` at ReAct alone gives the ReAct corpus and
 tokenizer."""
 
 from __future__ import annotations
