@@ -127,6 +127,21 @@ def test_kappa_consecutive_low_variance_activations_are_tolerated_and_one_more_r
     assert m.retired[0].retired_reason == "low_variance" and m.retired[0].retired_step == 6
 
 
+def test_the_low_variance_count_is_per_step_not_per_group():
+    """ARBOR activates two rubrics a step and tolerates kappa = 5 low-variance activations: a step of many flat
+    groups counts once (per group, a 32-prompt batch would retire a rubric inside its first step); a step whose
+    groups' mean variance reaches delta_v resets the count, however many of them were flat."""
+    m = memory(kappa=5)
+    rid = add_common(m, "R")
+    flat = [GroupRecord(f"q{i}", "q", list(F1), {rid: list(FLAT)}, []) for i in range(8)]
+    assert m.apply_step(1, [rid], flat).retired == [] and m.get(rid).low_var_streak == 1 and m.get(rid).uses == 8
+    good = [GroupRecord("g", "q", list(F1), {rid: list(GOOD)}, [])]
+    m.apply_step(2, [rid], flat[:2] + good)  # mean variance (0 + 0 + 1/6) / 3 >= 0.05
+    assert m.get(rid).low_var_streak == 0
+    m.apply_step(3, [rid], flat[:4] + good)  # (1/6) / 5 < 0.05: a low-variance step despite the good group
+    assert m.get(rid).low_var_streak == 1
+
+
 def test_a_discriminating_activation_resets_the_low_variance_count():
     m = memory(kappa=2)
     rid = add_common(m, "R")

@@ -150,7 +150,8 @@ class CommonRubric(BaseModel):
     sources: list[str] = Field(default_factory=list, description="Draft ids the consolidation saw.")
     uses: int = Field(default=0, description="Activations: query-groups scored under it.")
     last_used_step: int = Field(default=0, description="Last step it was active (0: never).")
-    low_var_streak: int = Field(default=0, description="n_r: consecutive activations with variance < delta_v.")
+    low_var_streak: int = Field(default=0, description="n_r: consecutive steps whose groups' mean within-group "
+                                "variance under it was < delta_v.")
     variance_sum: float = Field(default=0.0, description="Cumulative within-group variance: the sum over its "
                                 "activations, which the capacity rule ranks on (3.3).")
     corr: PearsonStats = Field(default_factory=PearsonStats, description="Cumulative (score, F1) sums.")
@@ -224,11 +225,14 @@ class RubricMemory:
     - Consolidation: once |D| >= ``k_consol`` the caller asks the consolidator; :meth:`consolidate` drops each
       new rubric whose embedding has cosine >= ``dedup_threshold`` with one in P (or accepted earlier in the
       batch), writes the rest into P and clears D.
-    - Activation statistics (an activation: one group scored under a common rubric): uses, the consecutive
-      low-variance count n_r (reset by a variance >= ``delta_v``), the cumulative within-group variance
-      (``variance_sum``) and the cumulative Pearson rho_r over every (score, F1) pair.
-    - Retirement: n_r > ``kappa`` (the (kappa+1)-th consecutive low-variance activation), or rho_r < ``rho_min``
-      once defined.
+    - Activation statistics (an activation: one group scored under a common rubric): uses, the cumulative
+      within-group variance (``variance_sum``) and the cumulative Pearson rho_r over every (score, F1) pair.
+      The consecutive low-variance count n_r counts steps (ARBOR activates two rubrics a step, and kappa = 5
+      tolerates five of them): a step adds one when the mean within-group variance of the groups it scored under
+      the rubric is below ``delta_v``, and a step at or above resets it. Counted per group, a 32-prompt batch (the
+      paper's) would retire any rubric that leaves six groups in a row flat, inside its first step.
+    - Retirement: n_r > ``kappa`` (the (kappa+1)-th consecutive low-variance step), or rho_r < ``rho_min`` once
+      defined.
     - Capacity: with |P| = ``max_common`` a new rubric replaces the mature rubric (at least
       ``maturity_activations`` activations, default kappa) with the lowest cumulative variance, the older on a
       tie, as 3.3 specifies; with none mature the new rubric is dropped and counted.
@@ -275,18 +279,25 @@ class RubricMemory:
     def admission(self, scores: Sequence[float | None], f1: Sequence[float]) -> AdmissionResult:
         return admission(scores, f1, self.settings.delta_v, self.settings.rho_min)
 
-    def record_activation(self, rubric_id: str, scores: Sequence[float | None], f1: Sequence[float]) -> bool:
-        """Add one group's scores under a common rubric to its statistics; False when nothing was scored."""
+    def record_activation(self, rubric_id: str, scores: Sequence[float | None], f1: Sequence[float]) -> float | None:
+        """Add one group's scores under a common rubric to its statistics: their within-group variance, None when
+        nothing was scored (the low-variance count is the step's: :meth:`record_step`)."""
         rubric = self.get(rubric_id)
         xs, ys = _scored(scores, f1)
         if not xs:
-            return False
+            return None
         var = variance(xs)
         rubric.uses += 1
         rubric.variance_sum += var
-        rubric.low_var_streak = rubric.low_var_streak + 1 if var < self.settings.delta_v else 0
         rubric.corr.add(xs, ys)
-        return True
+        return var
+
+    def record_step(self, rubric_id: str, variances: Sequence[float]) -> None:
+        """One step's low-variance count for a rubric from the variances of the groups it scored (none: no change)."""
+        if variances:
+            rubric = self.get(rubric_id)
+            low = sum(variances) / len(variances) < self.settings.delta_v
+            rubric.low_var_streak = rubric.low_var_streak + 1 if low else 0
 
     def retirement_reason(self, rubric: CommonRubric) -> str | None:
         if rubric.low_var_streak > self.settings.kappa:
@@ -306,9 +317,15 @@ class RubricMemory:
         events = StepEvents()
         for rubric_id in active_ids:
             self.get(rubric_id).last_used_step = step
+        variances: dict[str, list[float]] = {}
         for record in records:
             for rubric_id, scores in record.activations.items():
-                events.activations += self.record_activation(rubric_id, scores, record.f1)
+                var = self.record_activation(rubric_id, scores, record.f1)
+                if var is not None:
+                    variances.setdefault(rubric_id, []).append(var)
+                    events.activations += 1
+        for rubric_id, found in variances.items():
+            self.record_step(rubric_id, found)
         for rubric in list(self.common):
             reason = self.retirement_reason(rubric)
             if reason is not None:
