@@ -94,20 +94,22 @@ def run_sweep(variants: Sequence[Variant] = (), seeds: Sequence[int] = (), overr
 
 
 @flow(name="run-lab", log_prints=True)
-def run_lab(grid: str = "full", overrides: Sequence[str] = ()) -> dict:
+def run_lab(grid: str = "full", overrides: Sequence[str] = (), settings: RunForm = NO_SETTINGS) -> dict:
     """The lab sweep under ``--overlay lab`` (a nano policy and simulated judges; lab results).
 
     Args:
         grid: A grid of `lab.sweep.grids`: `full` (every training variant x five judges x 3 seeds, the nightly
             default), `session`, `intro` or `worlds`. Cells already finished under the same settings are read back.
         overrides: Any other setting for this run only, one `key=value` each as `--set` takes them, e.g.
-            `lab.world_seed=2000`.
+            `lab.world_seed=2000`; applied after `settings`.
+        settings: The settings changed most (data sizes, output folder, ...), typed as params.yaml types them;
+            empty fields keep the lab overlay's values.
     """
     from prefect.task_runners import ProcessPoolTaskRunner
 
     from flows.lab import lab  # imported when a run starts
 
-    params = load_params(PARAMS_PATH, overlays=["lab"], overrides=list(overrides))
+    params = load_params(PARAMS_PATH, overlays=["lab"], overrides=[*to_overrides(settings), *overrides])
     runner = ProcessPoolTaskRunner(max_workers=params.lab.sweep.workers)
     return lab.with_options(task_runner=runner)(params=params, grid_name=grid,
                                                 command=f"run-lab/nightly-lab (grid={grid})")
