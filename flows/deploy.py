@@ -105,14 +105,10 @@ def run_lab(grid: str = "full", overrides: Sequence[str] = (), settings: RunForm
         settings: The settings changed most (data sizes, output folder, ...), typed as params.yaml types them;
             empty fields keep the lab overlay's values.
     """
-    from prefect.task_runners import ProcessPoolTaskRunner
-
-    from flows.lab import lab  # imported when a run starts
+    from flows.lab import run  # imported when a run starts
 
     params = load_params(PARAMS_PATH, overlays=["lab"], overrides=[*to_overrides(settings), *overrides])
-    runner = ProcessPoolTaskRunner(max_workers=params.lab.sweep.workers)
-    return lab.with_options(task_runner=runner)(params=params, grid_name=grid,
-                                                command=f"run-lab/nightly-lab (grid={grid})")
+    return run(params, grid, f"run-lab/nightly-lab (grid={grid})")
 
 
 def deployments(params: Params, overrides: list[str]) -> list:

@@ -136,6 +136,12 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
     return {"rows": table.to_dict("records")}
 
 
+def run(params: Params, grid_name: str, command: str, page_stem: str | None = None) -> dict:
+    """:func:`lab` with ``lab.sweep.workers`` cells at once (the command line's and the served deployment's)."""
+    runner = ProcessPoolTaskRunner(max_workers=params.lab.sweep.workers)
+    return lab.with_options(task_runner=runner)(params, grid_name=grid_name, command=command, page_stem=page_stem)
+
+
 def main() -> None:
     parser = stage_argparser(__doc__)
     parser.add_argument("--grid", default="session", help="a grid of lab.sweep.grids: session (default), full, intro, "
@@ -143,9 +149,7 @@ def main() -> None:
     parser.add_argument("--page", default=None, help="the page's file stem under docs/results (default: lab_sweep, "
                         "lab_sweep_<grid>, then _world<seed> in another world): an ablation's page beside its grid's")
     args = parser.parse_args()
-    lab.with_options(task_runner=ProcessPoolTaskRunner(max_workers=params_from_args(args).lab.sweep.workers))(
-        params_from_args(args), grid_name=args.grid, command="python -m flows.lab " + " ".join(sys.argv[1:]),
-        page_stem=args.page)
+    run(params_from_args(args), args.grid, "python -m flows.lab " + " ".join(sys.argv[1:]), page_stem=args.page)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,14 @@ class GamingCheck:
     message: str = ""
 
 
+def _number(row: Mapping[str, float], key: str) -> float | None:
+    """The row's value of ``key``; None when absent, None or NaN (a row that did not measure it)."""
+    value = row.get(key)
+    return None if value is None or math.isnan(float(value)) else float(value)
+
+
 def _values(rows: Sequence[Mapping[str, float]], key: str) -> list[float]:
-    return [float(r[key]) for r in rows if key in r and r[key] is not None and not math.isnan(float(r[key]))]
+    return [v for v in (_number(r, key) for r in rows) if v is not None]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -62,8 +68,8 @@ def gaming_check(rows: Sequence[Mapping[str, float]], *, reward_key: str = "rewa
     dev accuracy fell over ``rows`` (see the module doc)."""
     rewards = _values(rows, reward_key)
     trend = _trend(rewards, window)
-    beyond = [float(r[reward_key]) - float(r[outcome_key]) for r in rows
-              if _values([r], reward_key) and _values([r], outcome_key)]
+    pairs = [(_number(r, reward_key), _number(r, outcome_key)) for r in rows]
+    beyond = [reward - outcome for reward, outcome in pairs if reward is not None and outcome is not None]
     beyond_trend = _trend(beyond, window) if len(beyond) == len(rewards) else math.nan
     judged = trend if math.isnan(beyond_trend) else beyond_trend
     changes = {}

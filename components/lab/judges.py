@@ -318,11 +318,10 @@ def _drafted_hops(content: str, oracle: Oracle) -> list[int]:
 
 
 def _read_consolidation(messages: list[Message], oracle: Oracle) -> Judgment:
-    """The question-specific drafts ("finds <a hop's fact>") merge into standards the oracle checks on any question
-    (:data:`HOP_STANDARDS`):
-    one per hop the drafts name (:func:`hop_standard`), then the whole chain (a criterion that names no fact,
-    :func:`criterion_met`); those already in use are left out, and at most the prompt's limit are written. A flip
-    writes none."""
+    """The question-specific drafts ("finds <a hop's fact>") merge into standards the oracle checks on any question:
+    one per hop the drafts name (:func:`hop_standard`, :data:`HOP_STANDARDS`), then the whole chain (a criterion that
+    names no fact, :func:`criterion_met`); those already in use are left out, and at most the prompt's limit are
+    written. A flip writes none."""
     content = plain(messages[-1].content)
     in_use = _between(content, "Standards already in use (do not duplicate):\n", "\n\nCandidate rubrics")
     limit = int(re.search(r"Write between 1 and (\d+) new general standards", content).group(1))
