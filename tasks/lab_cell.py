@@ -30,12 +30,13 @@ def cell_key(mine: Params, cell: Cell) -> str:
 
 
 def finished_cell(params: Params, cell: Cell, mine: Params) -> dict | None:
-    """The cell's record when it finished under ``mine`` (its ``cell_params``), else None."""
+    """The cell's record when it finished under ``mine`` (its ``cell_params``) and ran as many steps, else None
+    (the run key leaves ``grpo.steps`` out, so a grid of another length would read a shorter cell back as its own)."""
     path = cell_done(params, cell)
     if not path.exists():
         return None
     record = read_json(path)
-    return record if record.get("run_key") == cell_key(mine, cell) else None
+    return record if record.get("run_key") == cell_key(mine, cell) and record.get("steps") == mine.grpo.steps else None
 
 
 @task(name="lab_cell")

@@ -74,6 +74,7 @@ class LabGrid(Section):
     seeds: list[int] | None = Field(default=None, description="Seeds of every cell (None: lab.sweep.seeds).")
     variant_seeds: dict[str, list[int]] = Field(default_factory=dict, description="A variant's own seeds instead of "
                                                 "`seeds` (a slow variant run on fewer; the page says so).")
+    steps: int | None = Field(default=None, ge=1, description="GRPO steps of its cells (None: lab.sweep.steps).")
 
 
 def _grids() -> dict[str, LabGrid]:

@@ -113,7 +113,7 @@ def cell_params(params: Params, cell: Cell, name: str = "session") -> Params:
     raw = params.model_dump()
     raw["lab"]["judge"].update(dial)
     raw["seed"] = cell.seed
-    raw["grpo"]["steps"] = settings.steps
+    raw["grpo"]["steps"] = chosen(settings, name).steps or settings.steps
     raw["train_policy"]["eval_every"] = settings.eval_every
     raw["run"]["out_dir"] = str(cell_folder(params, cell))
     return Params.model_validate(apply_overrides(raw, list(settings.overrides)))

@@ -113,8 +113,11 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
     mine = cell_params(params, cell)
     assert finished_cell(params, cell, mine) is None
     cell_done(params, cell).parent.mkdir(parents=True)
-    write_json(cell_done(params, cell), {"test_em": 0.1, "run_key": cell_key(mine, cell)})
+    write_json(cell_done(params, cell), {"test_em": 0.1, "run_key": cell_key(mine, cell), "steps": 40})
     assert finished_cell(params, cell, mine)["test_em"] == 0.1
+    longer = cell_params(params.model_copy(update={"lab": params.lab.model_copy(update={"sweep": params.lab.sweep.model_copy(
+        update={"steps": 100})})}), cell)
+    assert cell_key(longer, cell) == cell_key(mine, cell) and finished_cell(params, cell, longer) is None  # steps apart
     for change in ("lab.sweep.grids.session.dials.noisy.flip_rate=0.4", "grpo.format_penalty=-0.5"):
         other = load_params(repo_root / "params.yaml", overlays=["lab"],
                             overrides=[f"run.out_dir={tmp_path}", change])
@@ -134,8 +137,12 @@ def test_a_named_grid_has_its_own_cells_and_seeds_and_an_unknown_one_is_named(re
     assert [c for c in intro if c.variant == "grpo"] == [Cell("grpo", "perfect", 0)]
     assert len(intro) == 1 + 2 * (len(settings.grids["intro"].variants) - 1)
     assert Cell("arbor", "noisy", 0) in set(intro) & set(grid(settings, "session"))
-    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, worlds, full"):
+    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, learning, worlds, full"):
         grid(settings, "nightly")
+    params = load_params(repo_root / "params.yaml", overlays=["lab"])
+    learning = grid(settings, "learning")  # a grid of its own length; the others keep lab.sweep.steps
+    assert cell_params(params, learning[0], "learning").grpo.steps == 100
+    assert cell_params(params, intro[0], "intro").grpo.steps == settings.steps == 40
 
 
 def test_another_worlds_page_is_named_by_its_world_seed(repo_root):
