@@ -1,5 +1,5 @@
 """An adapter folder's identity: :func:`save_adapter` writes a peft adapter so that the same weights give the same
-bytes, and :func:`adapter_digest` hashes those bytes (evaluation run keys, merged-model caches). A leaf that the
+bytes, and :func:`adapter_digest` hashes those bytes (or a whole model's, the lab's full fine-tuning) (evaluation run keys, merged-model caches). A leaf that the
 trainers, the checkpoints, the serving backends and the GGUF converter share (pyproject.toml's contract keeps it low).
 
     from components.adapters import adapter_digest, save_adapter
@@ -36,15 +36,24 @@ def save_adapter(model: Any, folder: str | Path, **kwargs: Any) -> Path:
     return folder
 
 
+def is_whole_model(folder: str | Path) -> bool:
+    """Whether a folder holds a whole model (full fine-tuning: config, weights and tokenizer) rather than a LoRA
+    adapter."""
+    folder = Path(folder)
+    return (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file()
+
+
 def adapter_digest(adapter: str | Path, *, arch: str = "qwen2") -> str | None:
-    """sha256 of an adapter's content (a peft folder's config and weights, or a GGUF file); None if absent.
-    What identifies the weights an adapter path serves, e.g. in an evaluation's resume key."""
+    """sha256 of an adapter's content (a peft folder's config and weights, a whole model's, or a GGUF file); None
+    if absent. What identifies the weights an adapter path serves, e.g. in an evaluation's resume key."""
     adapter = Path(adapter)
     digest = hashlib.sha256(arch.encode())
     if adapter.is_file():
         digest.update(adapter.read_bytes())
     elif adapter.is_dir():
-        for name in ("adapter_config.json", "adapter_model.safetensors"):
+        names = ("config.json", "model.safetensors") if is_whole_model(adapter) else (
+            "adapter_config.json", "adapter_model.safetensors")
+        for name in names:
             path = adapter / name
             if path.is_file():
                 digest.update(path.read_bytes())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from components.adapters import is_whole_model
 from components.agents.params import MethodParams
 from components.llm.params import BackendParams
 from components.params import Params
@@ -19,7 +20,7 @@ from components.params_section import ParamsError
 from components.run_spec import RunSpec, run_spec
 from components.training.engines.registry import ENGINES
 
-__all__ = ["is_whole_model", "trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
+__all__ = ["trained_adapter", "trained_policy_method", "variant_agent", "with_trained_policy"]
 
 REACT = "react"
 
@@ -37,12 +38,6 @@ def variant_agent(spec: RunSpec, variant: str) -> str:
 def trained_adapter(spec: RunSpec, variant: str) -> Path:
     """The adapter ``train_policy@<variant>`` writes under ``run.out_dir``."""
     return Path(spec.run.out_dir) / "train" / variant / "adapter"
-
-
-def is_whole_model(folder: Path) -> bool:
-    """Whether a trained policy's folder holds a whole model (full fine-tuning: config, weights and tokenizer)
-    rather than a LoRA adapter."""
-    return (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file()
 
 
 def _variants() -> list[str]:

@@ -18,6 +18,7 @@ an interrupted sweep resumes cell by cell. Lab results: a nano policy and simula
 from __future__ import annotations
 
 import datetime
+import math
 import sys
 from pathlib import Path
 
@@ -114,7 +115,7 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
                   f"{', '.join(f'{k} {v}' for k, v in dials(settings, grid_name).items())} x "
                   f"seeds {picked.seeds or settings.seeds}"
                   f"{f', but {picked.variant_seeds}' if picked.variant_seeds else ''}; outcome-only "
-                  f"variants under the first judge only), {settings.steps} GRPO "
+                  f"variants under the first judge only), {sized.grpo.steps} GRPO "
                   f"steps of {sized.grpo.prompts_per_step} questions x {sized.grpo.group_size} attempts each on "
                   f"train questions {sized.train_policy.first_question}-"
                   f"{sized.train_policy.first_question + sized.train_policy.n_questions - 1}, dev EM every "
@@ -122,7 +123,8 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
                   f"{sized.evaluation.n_questions} test questions (greedy). Cell overrides: {settings.overrides}. "
                   f"train_policy wall per cell {min(walls):.0f}-{max(walls):.0f} s on {sized.run.torch_threads} "
                   f"thread(s), {settings.workers} cells at once. The nano start: test EM {start['test_em']:.2f} "
-                  f"after {start['sft_steps']} SFT steps. Figures: [{name}.json]({name}.json)."]
+                  f"({start.get('test_scaffold_em', math.nan):.2f} under the scaffold) after {start['sft_steps']} "
+                  f"SFT steps. Figures: [{name}.json]({name}.json)."]
         markdown = page(records, table, settings, name=grid_name, header=header, plot_name=plot.name)
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"{name}.md").write_text(markdown)

@@ -162,6 +162,14 @@ def sft_rows(d: dict) -> list[Row]:
                  f"median {r['median_s']:.2f} s/step") for r in d["results"]]
 
 
+def lab_sft_rows(d: dict) -> list[Row]:
+    """perf/bench_lab_sft.py: the nano's SFT step under each batching against the first (padded)."""
+    first = d["results"][0]["config"]
+    return [info(f"nano SFT step, {r['config']} / {first}", r["ratio_to_first"], "x",
+                 f"{r['median_s']:.3f} s/step, ~{r['run_min_estimate']:.0f} min a run; "
+                 f"max loss change {r['max_loss_diff']:.1e}") for r in d["results"]]
+
+
 def update_rows(d: dict) -> list[Row]:
     """perf/bench_int8_base.py: each mode of the GRPO update against the base mode (files written before --modes
     compared fp32 and int8 alone, their ratios and fidelity not keyed by mode)."""
@@ -219,6 +227,8 @@ REGISTRY: list[Benchmark] = [
     Benchmark("judge_client", "perf/bench_judge_client.py", minutes=0.5, recorded="perf/results/judge_client.json",
               targets="256 calls at concurrency 32 <= 1.15x ideal; cache hit >= 100x faster than a miss; "
                       "ARBOR sparse graph (K-1)+floor(K/2) calls"),
+    Benchmark("lab_sft", "perf/bench_lab_sft.py", ["--configs", "2,lab,4:pack,16:pack"], minutes=3,
+              extract=lab_sft_rows, recorded="perf/results/lab_sft.json"),
     Benchmark("grpo_step", "perf/bench_grpo_step.py", ["--steps", "3"], minutes=1, extract=grpo_rows,
               recorded="perf/results/grpo_step.json"),
     Benchmark("trl", "perf/bench_trl.py", quick_args=["--cases", "tiny", "--quick"], requires=("trl",), minutes=10,

@@ -53,16 +53,20 @@ class EvalResult(BaseModel):
 
 
 def served_adapters(params: Params) -> dict[str, list[str | None]]:
-    """Content digests of the LoRA adapters the bound backends serve: a retrained adapter at the same path
-    is a different model, so its evaluation must not resume the old one's trajectories."""
-    from components.adapters import adapter_digest
+    """Content digests of the LoRA adapters the bound backends serve, and of a whole model a backend loads from a
+    folder (a fully fine-tuned policy, the lab's): a retrained policy at the same path is a different model, so its
+    evaluation must not resume the old one's trajectories."""
+    from components.adapters import adapter_digest, is_whole_model
 
     bound = {b for v in params.llm.roles.values() for b in ([v] if isinstance(v, str) else v)}
     served = {}
     for name in sorted(bound):
-        adapters = params.llm.backends[name].adapters if name in params.llm.backends else []
+        backend = params.llm.backends.get(name)
+        adapters = backend.adapters if backend is not None else []
         if adapters:
             served[name] = [adapter_digest(a) for a in adapters]
+        elif backend is not None and backend.model and is_whole_model(backend.model):
+            served[name] = [adapter_digest(backend.model)]
     return served
 
 

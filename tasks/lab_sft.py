@@ -24,10 +24,11 @@ def lab_sft(params: Params | None = None, seed: int = 0) -> dict:
     info = Path(lab_dir(params)) / "sft" / "sft.json"
     if info.exists():
         return read_json(info)
-    if params.run.torch_threads:
+    threads = params.lab.sft_threads or params.run.torch_threads
+    if threads:
         import torch
 
-        torch.set_num_threads(params.run.torch_threads)
+        torch.set_num_threads(threads)
     return run_sft(params, seed)
 
 

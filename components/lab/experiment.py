@@ -8,7 +8,8 @@ policy: never a row of the real-model tables.
     python -m components.lab.experiment judges --overlay lab    # outputs/lab/judges.json: the dial's agreement
     python -m components.lab.experiment report --overlay lab    # docs/results/lab.md, docs/results/lab_grpo.png
 
-Each command reads the params with the ``lab`` overlay (pass ``--overlay lab``) and runs on ``run.torch_threads``.
+Each command reads the params with the ``lab`` overlay (pass ``--overlay lab``) and runs on ``run.torch_threads``
+threads (``sft`` on ``lab.sft_threads``).
 """
 
 from __future__ import annotations
@@ -233,8 +234,9 @@ def main() -> None:
                         "one per lab.seeds)")
     args = parser.parse_args()
     params = params_from_args(args)
-    if params.run.torch_threads:
-        torch.set_num_threads(params.run.torch_threads)
+    threads = (params.lab.sft_threads if args.command == "sft" else None) or params.run.torch_threads
+    if threads:
+        torch.set_num_threads(threads)
     if args.command == "sft":
         print(json.dumps(run_sft(params, args.seed or 0), indent=1))
     elif args.command == "grpo":

@@ -132,6 +132,8 @@ class LabParams(Section):
         "each over the same questions: `react` (the lab agent's Thought/Action turns) and `scaffold` (RubricEM's "
         "Plan/Research/Review/Answer replies, components/lab/scaffold.py, its tags one token each), so a nano "
         "trained on both speaks to RubricEM's variants too.")
+    sft_threads: int | None = Field(default=None, ge=1, description="Threads of the nano's SFT, which runs alone "
+                                    "(None: run.torch_threads, the cells' one thread each).")
     nano: NanoParams = Field(default_factory=NanoParams)
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")

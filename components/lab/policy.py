@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,7 +36,7 @@ from components.training.engines.rollout import HFRolloutEngine, SamplingParams
 from components.training.grpo.agent_rollout import make_agent_rollout
 from components.training.grpo.trainer import GRPOTrainer
 from components.training.model import build_policy
-from components.training.sft.examples import build_sft_example
+from components.training.sft.examples import SFTExample, build_sft_example
 from components.training.sft.trainer import SFTTrainer
 
 __all__ = ["NanoPolicy", "SFTCorpus", "evaluate", "grpo_questions", "grpo_run", "lab_protocols", "lab_seed", "sft_corpus",
@@ -135,14 +136,20 @@ def sft_corpus(params: Params) -> SFTCorpus:
     return SFTCorpus(rows, episodes, counts, documents, tuple(t for p in protocols for t in p.tags))
 
 
+def nano_examples(corpus: SFTCorpus, vocab_size: int, max_length: int | None) -> tuple[Any, list[SFTExample]]:
+    """The nano's tokenizer of ``vocab_size``, fitted to ``corpus`` (its rows and the worlds' paragraphs, so a name
+    the policy reads is a token or two), and the corpus's rows as SFT examples in it, cut at ``max_length``."""
+    tok = fit_tokenizer(["".join(text for text, _ in row) for row in corpus.rows] + corpus.documents,
+                        vocab_size, corpus.tags)
+    return tok, [build_sft_example(row, tok, max_length=max_length) for row in corpus.rows]
+
+
 def train_nano(params: Params, corpus: SFTCorpus, *, seed: int = 0,
                on_metrics: Callable[[int, dict], None] | None = None, progress: str | None = None) -> NanoPolicy:
     """Fit the tokenizer on ``corpus`` (its rows and the worlds' paragraphs, so a name the policy reads is a token or
     two), build the nano Qwen2 (random init from ``seed``) and train it from scratch
     with the SFT trainer and ``params.sft`` (full fine-tuning: every weight is trained)."""
-    tok = fit_tokenizer(["".join(text for text, _ in row) for row in corpus.rows] + corpus.documents,
-                        params.lab.nano.vocab_size, corpus.tags)
-    examples = [build_sft_example(row, tok, max_length=params.sft.max_length) for row in corpus.rows]
+    tok, examples = nano_examples(corpus, params.lab.nano.vocab_size, params.sft.max_length)
     model = nano_qwen2(params.lab.nano, tok, seed=seed)
     policy = build_policy(model, lora=None)
     trainer = SFTTrainer(policy, examples, params.sft, pad_token_id=tok.pad_token_id, seed=seed,

@@ -21,6 +21,24 @@ def test_retrained_adapter_at_the_same_path_changes_the_run_key(repo_root, tmp_p
     assert run_settings(params, "sft") != first
 
 
+def test_a_whole_model_retrained_at_the_same_path_changes_both_run_keys(repo_root, tmp_path):
+    """The lab's policies are whole models loaded from a folder (the nano start, a fully fine-tuned cell): new
+    weights there change the evaluation's key and the training run's, which their paths alone did not."""
+    from components.training.grpo.policy_run_key import run_settings as train_settings
+
+    folder = tmp_path / "sft"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    (folder / "model.safetensors").write_bytes(b"nano v1")
+    params, _ = for_method(load_params(repo_root / "params.yaml", overlays=["lab"], overrides=[
+        f"llm.backends.embedded-0_5b-sft.model={folder}", f"llm.backends.embedded-0_5b-hf.model={folder}"]), "sft")
+    evaluation, training = run_settings(params, "sft"), train_settings(params, "grpo")
+    assert run_settings(params, "sft") == evaluation and train_settings(params, "grpo") == training
+    (folder / "model.safetensors").write_bytes(b"nano v2")
+    assert run_settings(params, "sft") != evaluation and train_settings(params, "grpo") != training
+    assert "start_weights" not in train_settings(load_params(repo_root / "params.yaml"), "grpo")  # named models
+
+
 def test_versioned_trajectories_carry_no_wall_clock_fields():
     from components.schemas import Step, Trajectory
 
