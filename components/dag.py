@@ -119,7 +119,7 @@ HEAD_TO_HEAD = Stage(
 def warm_start_stages(method: str, spec: MethodSpec | None = None) -> tuple[Stage, Stage]:
     """The two stages that train the warm-start ``method`` (a params.methods entry named sft or sft_<x>):
     sft_data[_<x>] (the oracle's and teacher's trajectories) and sft[_<x>] (LoRA SFT on them), named as
-    components/run_files.py ``warm_start_folder`` names their folders. A method's own warm start (``spec``) reads
+    ``RunSpec.warm_start_folder`` (components/run_spec.py) names their folders. A method's own warm start (``spec``) reads
     its package too (RubricEM's scaffold format and reflection rows)."""
     data = "sft_data" + method.removeprefix("sft")
     args = {} if method == SHARED_WARM_START else {"method": method}

@@ -2,8 +2,8 @@
 resumes only a run of the same settings), and how trajectory files are written so that DVC sees the same
 bytes when the same calls are made again.
 
-    path = out_path(params, "data", "train.jsonl")              # outputs/data/train.jsonl, folder made
-    folder = warm_start_folder(params, "sft", "sft_scaffold")   # outputs/sft_scaffold
+    path = out_path(params.run, "data", "train.jsonl")          # outputs/data/train.jsonl, folder made
+    folder = run_spec(params).warm_start_folder("sft", "sft_scaffold")   # outputs/sft_scaffold
     resumed = keyed_folder(folder, settings)                    # True: same settings, resume what is there
     resumed = keyed_folder(folder, settings, ranks=ranks)       # on N ranks: rank 0 keys it, the others wait
     write_trajectories(folder / "dev.jsonl", trajectories)      # without wall-clock fields
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from components.io import write_jsonl
-from components.params import Params
+from components.params import RunParams
 from components.params_section import ParamsError
 from components.schemas import Trajectory
 
@@ -29,35 +29,29 @@ SFT_METHOD = "sft"  # the default warm start: params.methods.sft (ReAct, compact
 logger = logging.getLogger(__name__)
 
 
-def out_path(params: Params, *parts: str) -> Path:
+def out_path(run: RunParams, *parts: str) -> Path:
     """``run.out_dir``/``parts``, its folder created."""
-    path = Path(params.run.out_dir).joinpath(*parts)
+    path = Path(run.out_dir).joinpath(*parts)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def record_path(params: Params, stage: str) -> Path:
+def record_path(run: RunParams, stage: str) -> Path:
     """Where stage ``stage`` (its DVC name: ``collect``, ``evaluate@sft``) keeps its response record
     (components/llm/response_record.py): ``run.out_dir``/responses/<stage, '@' as a folder>.jsonl, outside the
     stage's own folder, which a run under other settings empties."""
     *group, name = stage.split("@")
-    return Path(params.run.out_dir).joinpath("responses", *group, f"{name}.jsonl")  # made on its first reply
+    return Path(run.out_dir).joinpath("responses", *group, f"{name}.jsonl")  # made on its first reply
 
 
-def keep_record(params: Params, stage: str) -> Path:
+def keep_record(run: RunParams, stage: str) -> Path:
     """Make sure a finished stage's response record exists (empty when it made no deterministic call), so DVC finds
     every output it declares; call it once the stage has succeeded."""
     from components.llm.response_record import ResponseRecord
 
-    path = record_path(params, stage)
+    path = record_path(run, stage)
     ResponseRecord(path).keep()
     return path
-
-
-def warm_start_folder(params: Params, stage: str, method: str) -> Path:
-    """The folder the warm-start stage ``stage`` (sft_data or sft) writes for the warm-start method ``method``
-    under ``run.out_dir`` (:func:`warm_start_stage`)."""
-    return Path(params.run.out_dir) / warm_start_stage(stage, method, params.methods)
 
 
 def warm_start_stage(stage: str, method: str, methods: Mapping[str, Any]) -> str:

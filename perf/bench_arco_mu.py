@@ -90,10 +90,10 @@ def annotations(params: Any, n: int) -> list[Any]:
     """The first ``n`` teacher trajectories of the sft_data stage (training questions), with criteria per step."""
     from components.io import read_jsonl
     from components.methods.arco.criteria import Annotation, trajectory_steps
-    from components.run_files import warm_start_folder
+    from components.run_spec import run_spec
     from components.schemas import Question, Trajectory
 
-    path = warm_start_folder(params, "sft_data", params.train_policy.warm_start["react"]) / "trajectories.jsonl"
+    path = run_spec(params).warm_start_folder("sft_data", params.train_policy.warm_start["react"]) / "trajectories.jsonl"
     out = []
     for t in read_jsonl(path, Trajectory)[:n]:
         question = Question(id=t.question_id, question=t.question, answers=t.metadata["answers"], source="world",

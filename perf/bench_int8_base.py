@@ -57,12 +57,12 @@ def run_record() -> dict[str, Any]:
 def agent_rows(params, tokenizer, n: int) -> list[Any]:
     """The ``n`` longest rows of the sft stage's trajectories, as that stage renders them (``SFTExample``)."""
     from components.io import read_jsonl
-    from components.run_files import warm_start_folder
+    from components.run_spec import run_spec
     from components.schemas import Trajectory
     from components.training.sft.trajectories import warm_start_examples
 
     method = params.train_policy.warm_start["react"]
-    trajectories = read_jsonl(warm_start_folder(params, "sft_data", method) / "trajectories.jsonl", Trajectory)
+    trajectories = read_jsonl(run_spec(params).warm_start_folder("sft_data", method) / "trajectories.jsonl", Trajectory)
     rows = warm_start_examples(params, method, trajectories, tokenizer)
     return sorted(rows, key=lambda r: -len(r.input_ids))[:n]
 

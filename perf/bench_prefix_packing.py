@@ -40,10 +40,10 @@ def generator_rows(params: Any, tokenizer: Any, prompts: int) -> tuple[Any, Any]
     from components.training.grpo.agent_rollout import chat_template_renderer
 
     s = params.rubric_generator
-    points, _ = usable_points(read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint))
+    points, _ = usable_points(read_parquet(out_path(params.run, "collect", "branching_points.parquet"), BranchingPoint))
     items = prompt_items(points[:prompts], chat_template_renderer(tokenizer), s.max_criteria,
                          params.coreact.observation_chars, max_chars=s.max_criterion_chars)
-    heldout = read_json(out_path(params, "train_rubric_generator", "listwise", "heldout.json"))
+    heldout = read_json(out_path(params.run, "train_rubric_generator", "listwise", "heldout.json"))
     rubrics = [r["rubric"] for r in heldout["rubrics_before"] + heldout["rubrics_after"] if r["rubric"]]
     if len(items) < prompts or len(rubrics) < s.group_size:
         raise SystemExit(f"need {prompts} usable branching points and {s.group_size} rubrics: run collect and "

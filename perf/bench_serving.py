@@ -494,10 +494,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not (Path(a) / "adapter_config.json").is_file():
                 parser.error(f"{a}: no adapter there (adapter_config.json); run the sft stage first, or pass "
                              "--no-adapter to serve the base model")
-        test = read_jsonl(out_path(params0, "data", "test.jsonl"), Question)
+        test = read_jsonl(out_path(params0.run, "data", "test.jsonl"), Question)
         most_requests = max(args.limit_requests or 2 * n for n in args.n)
         if len(test) < args.questions + most_requests:
-            parser.error(f"{out_path(params0, 'data', 'test.jsonl')}: {len(test)} questions; this run needs "
+            parser.error(f"{out_path(params0.run, 'data', 'test.jsonl')}: {len(test)} questions; this run needs "
                          f"{args.questions} for ours and {most_requests} other ones for the limit's prompts")
         # ours runs the first questions; the limit sends the first turns of the last ones, so that no prompt the
         # limit leaves in a slot's cache is one ours is about to send
@@ -509,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prefix = params0.llm.backends[backend].embedded or ""
             gen_tokens = None
             for name in (args.method, "react"):
-                record = out_path(params0, "responses", "evaluate", f"{name}.jsonl")
+                record = out_path(params0.run, "responses", "evaluate", f"{name}.jsonl")
                 gen_tokens = median_completion_tokens(record, prefix)
                 if gen_tokens:
                     gen_source = f"median of the policy's calls in {record}"

@@ -51,7 +51,6 @@ def main() -> None:
 
     from components.io import read_jsonl, write_json
     from components.params_load import load_params
-    from components.run_files import warm_start_folder
     from components.run_spec import run_spec
     from components.schemas import Trajectory
     from components.training.model import LoRASettings, build_policy, load_trainable_policy
@@ -60,7 +59,7 @@ def main() -> None:
     from components.training.speed.int8_base import restore_fp32
 
     params = load_params(REPO / "params.yaml", overrides=args.overrides)
-    trajectories = read_jsonl(warm_start_folder(params, "sft_data", args.method) / "trajectories.jsonl", Trajectory)
+    trajectories = read_jsonl(run_spec(params).warm_start_folder("sft_data", args.method) / "trajectories.jsonl", Trajectory)
     model, tokenizer = load_trainable_policy(run_spec(params))
     examples = warm_start_examples(params, args.method, trajectories, tokenizer)
     lengths = sorted(len(e.input_ids) for e in examples)

@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     params = params_from_args(args)
 
-    questions = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: args.questions]
+    questions = read_jsonl(out_path(params.run, "data", "dev.jsonl"), Question)[: args.questions]
     toolbox = load_toolbox(params)
     spec = run_spec(params)
     policy, tokenizer = warm_started_policy(spec, args.agent)

@@ -142,12 +142,12 @@ def main() -> None:
     parser.add_argument("--max-points", type=int, default=None, help="the first N held-out points only (a smoke run)")
     args = parser.parse_args()
     params = params_from_args(args)
-    points = held_out_points(read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint),
+    points = held_out_points(read_parquet(out_path(params.run, "collect", "branching_points.parquet"), BranchingPoint),
                              read_parquet(args.exclude_questions_of, BranchingPoint))[: args.max_points]
     if not points:
         raise SystemExit(f"no usable branching point outside the questions of {args.exclude_questions_of}")
     result = run(params, points, args.adapter)
-    write_json(out_path(params, "probe", "heldout_generators.json"), result)
+    write_json(out_path(params.run, "probe", "heldout_generators.json"), result)
     print(f"{result['points']} held-out points from {result['questions']} questions; gold rubric: {result['gold']}")
     print(table(result))
 

@@ -113,11 +113,11 @@ def main() -> None:
                         help="score the evaluator's answers each way (default: as rubric_generator.evaluator_scoring)")
     args = parser.parse_args()
     params = params_from_args(args)
-    points, dropped = usable_points(read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint))
+    points, dropped = usable_points(read_parquet(out_path(params.run, "collect", "branching_points.parquet"), BranchingPoint))
     result = asyncio.run(probe(params, points, args.samples, args.rubrics, args.modes, args.scorings or (None,)))
     result["dropped_points"] = dropped
     name = "evaluator_modes_gold.json" if args.rubrics == "gold" else "evaluator_modes.json"
-    write_json(out_path(params, "probe", name), result)
+    write_json(out_path(params.run, "probe", name), result)
     cols = ["evaluated", "dropped", "flat_rate", "rho_mean", "abs_rho_mean", "rank_mean", "evaluator_calls",
             "evaluator_tokens"]
     print(f"{len(points)} points, {result['rubrics_parsed']} parsed rubrics")

@@ -88,11 +88,11 @@ def main() -> None:
     parser.add_argument("--max-actions", type=int, default=40, help="distinct actions of each kind at most")
     args = parser.parse_args()
     params = params_from_args(args)
-    points = read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint)
+    points = read_parquet(out_path(params.run, "collect", "branching_points.parquet"), BranchingPoint)
     items = actions_by_kind(points, args.max_actions)
     result = asyncio.run(probe(params, items))
     result["table"] = table(result["rows"])
-    write_json(out_path(params, "probe", "verifier_wording.json"), result)
+    write_json(out_path(params.run, "probe", "verifier_wording.json"), result)
     print(f"verifier mode {result['mode']}; {len(points)} points")
     print("| wording | search/browse n | right | finish n | right | failed |\n|---|---|---|---|---|---|")
     for r in result["table"]:

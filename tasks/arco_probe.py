@@ -69,7 +69,7 @@ def arco_probe(params: Params | None = None, variants: tuple[str, ...] | None = 
         mus = [(v, v, None) for v in variants]
     if not mus:
         raise ParamsError(f"no trained ARCO variant under {root} (expected one of {', '.join(VARIANTS)})")
-    questions = {q.id: q for q in read_jsonl(out_path(params, "data", "dev.jsonl"), Question)}
+    questions = {q.id: q for q in read_jsonl(out_path(params.run, "data", "dev.jsonl"), Question)}
     files = trajectory_files or [root / v / name for v in dict.fromkeys(v for _, v, _ in mus)
                                  for name in ("dev_before.jsonl", "dev_after.jsonl") if (root / v / name).exists()]
     trajectories = distinct_trajectories([t for f in files for t in read_jsonl(f, Trajectory)])

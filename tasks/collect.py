@@ -73,7 +73,7 @@ def add_elapsed(folder: Path, seconds: float) -> None:
 
 
 def shard_dir(params: Params, shard: int, num_shards: int) -> Path:
-    return out_path(params, "collect", f"shard-{shard}-of-{num_shards}", "points.jsonl").parent
+    return out_path(params.run, "collect", f"shard-{shard}-of-{num_shards}", "points.jsonl").parent
 
 
 def _resume(folder: Path) -> set[str]:
@@ -106,12 +106,12 @@ def merge(params: Params, num_shards: int) -> tuple[bool, str | None, dict[str, 
     metrics.update({"questions": float(len(records)), "pool_samples": float(samples),
                     "pool_unparseable_rate": round(sum(r.unparseable for r in records) / max(samples, 1), 6),
                     "pool_failed_calls": float(sum(r.failed_calls for r in records))})
-    dataset = out_path(params, "collect", "branching_points.parquet")
+    dataset = out_path(params.run, "collect", "branching_points.parquet")
     write_parquet(dataset, [p for p in points if p.kept])
-    write_json(out_path(params, "collect", "metrics.json"), metrics)
+    write_json(out_path(params.run, "collect", "metrics.json"), metrics)
     question_s = sum(r.wall_s for r in records)  # questions run concurrently: this is not the stage's wall time
     wall = sum(read_json(f / ELAPSED)["wall_s"] for f in folders if (f / ELAPSED).exists())
-    write_json(out_path(params, "collect", "timings.json"),
+    write_json(out_path(params.run, "collect", "timings.json"),
                {"wall_s": wall, "question_s": question_s, "s_per_point": question_s / max(len(points), 1)})
     return True, str(dataset), metrics
 
@@ -158,7 +158,7 @@ def relabel_shard(params: Params, collector: BranchingCollector, in_flight: int,
 
 
 def _questions(params: Params) -> list[Question]:
-    return read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: params.collect.n_questions]
+    return read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[: params.collect.n_questions]
 
 
 async def _expand_all(collector: BranchingCollector, todo: list[tuple[int, Question]], base_seed: int,
@@ -194,7 +194,7 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
     done = _resume(folder)
     own_pool = pool is None
     stage = "collect" if num_shards == 1 else f"collect@shard_{shard}_of_{num_shards}"
-    pool = pool or LLMPool(params, record_path=record_path(params, stage))
+    pool = pool or LLMPool(params, record_path=record_path(params.run, stage))
     try:
         agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
         collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
@@ -216,7 +216,7 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
             in_flight = pool.slots("candidate_policies", "council_judges")
             asyncio.run(_expand_all(collector, todo, params.seed, in_flight, finished))
         llm_metrics = pool.accounting.metrics()
-        keep_record(params, stage)
+        keep_record(params.run, stage)
     finally:
         if own_pool:
             pool.close()
@@ -226,7 +226,7 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
         with tracking(params, "collect", parent_run_id) as tracker:
             tracker.log_params({"collect": params.collect.model_dump(), "roles": {
                 r: params.llm.roles[r] for r in ("policy", "candidate_policies", "council_judges")}})
-            tracker.log_metrics({**metrics, **read_json(out_path(params, "collect", "timings.json")), **llm_metrics})
+            tracker.log_metrics({**metrics, **read_json(out_path(params.run, "collect", "timings.json")), **llm_metrics})
             tracker.log_artifact(dataset)
     return CollectResult(shard_dir=str(folder), complete=complete, dataset=dataset, metrics=metrics)
 

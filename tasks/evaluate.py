@@ -118,14 +118,14 @@ def score(questions: list[Question], trajs: list[Trajectory], verdicts: list[boo
 def evaluate(params: Params | None = None, method: str = "react", parent_run_id: str | None = None,
              pool: LLMPool | None = None) -> EvalResult:
     params, spec = for_method(with_trained_policy(resolve(params), method), method)
-    questions = read_jsonl(out_path(params, "data", "test.jsonl"), Question)[: params.evaluation.n_questions]
+    questions = read_jsonl(out_path(params.run, "data", "test.jsonl"), Question)[: params.evaluation.n_questions]
     toolbox = load_toolbox(params)
-    folder = out_path(params, "eval", method, "metrics.json").parent
+    folder = out_path(params.run, "eval", method, "metrics.json").parent
     traj_path = folder / "trajectories.jsonl"
     settings = run_settings(params, method)
 
     own_pool = pool is None
-    pool = pool or LLMPool(params, record_path=record_path(params, f"evaluate@{method}"))
+    pool = pool or LLMPool(params, record_path=record_path(params.run, f"evaluate@{method}"))
     started = time.perf_counter()
     try:
         agent = build_agent(spec.agent, pool.role, toolbox, params.agent, agent_options(params, spec))
@@ -171,7 +171,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
     timings = {"wall_s": time.perf_counter() - started, "agent_s": agent_s,
                "s_per_question": agent_s / max(len(todo), 1), "resumed": len(questions) - len(todo)}
     write_json(folder / "timings.json", timings)
-    keep_record(params, f"evaluate@{method}")
+    keep_record(params.run, f"evaluate@{method}")
     with tracking(params, f"evaluate@{method}", parent_run_id, tags={"method": method}) as tracker:
         tracker.log_params({"method": method, "agent_name": spec.agent, "data": params.data.model_dump(), "agent": params.agent.model_dump(),
                             "retrieval": params.retrieval.model_dump(), "policy": params.llm.roles["policy"]})

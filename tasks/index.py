@@ -31,8 +31,8 @@ class IndexResult(BaseModel):
 @task(name="index")
 def index(params: Params | None = None, parent_run_id: str | None = None) -> IndexResult:
     params = resolve(params)
-    docs = read_jsonl(out_path(params, "data", "corpus.jsonl"), Document)
-    index_dir = out_path(params, "index", "manifest.json").parent
+    docs = read_jsonl(out_path(params.run, "data", "corpus.jsonl"), Document)
+    index_dir = out_path(params.run, "index", "manifest.json").parent
     start = time.perf_counter()
     build_from_params(params, docs, index_dir)
     elapsed = time.perf_counter() - start

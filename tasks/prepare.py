@@ -69,10 +69,10 @@ def build_dataset(params: Params) -> tuple[dict[str, list[Question]], list[Docum
 def prepare(params: Params | None = None, parent_run_id: str | None = None) -> PrepareResult:
     params = resolve(params)
     splits, corpus = build_dataset(params)
-    paths = {name: str(out_path(params, "data", f"{name}.jsonl")) for name in splits}
+    paths = {name: str(out_path(params.run, "data", f"{name}.jsonl")) for name in splits}
     for name, qs in splits.items():
         write_jsonl(paths[name], qs)
-    corpus_path = out_path(params, "data", "corpus.jsonl")
+    corpus_path = out_path(params.run, "data", "corpus.jsonl")
     write_jsonl(corpus_path, corpus)
     counts = {**{f"questions_{k}": len(v) for k, v in splits.items()}, "documents": len(corpus)}
     requested = {"test": params.data.n_test, "dev": params.data.n_dev, "train": params.data.n_train}
@@ -83,7 +83,7 @@ def prepare(params: Params | None = None, parent_run_id: str | None = None) -> P
     types: dict[str, int] = {}
     for q in splits["test"]:
         types[q.type] = types.get(q.type, 0) + 1
-    write_json(out_path(params, "data", "summary.json"), {"source": params.data.source, **counts, "short": short,
+    write_json(out_path(params.run, "data", "summary.json"), {"source": params.data.source, **counts, "short": short,
                                                           "test_types": types})
     with tracking(params, "prepare", parent_run_id) as tracker:
         tracker.log_params({"data": params.data.model_dump(), "world": params.world.model_dump(), "seed": params.seed})

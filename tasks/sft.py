@@ -35,7 +35,7 @@ from components.methods.rubricem.warmstart_reflections import (
 )
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
-from components.run_files import SFT_METHOD, keyed_folder, warm_start_folder
+from components.run_files import SFT_METHOD, keyed_folder
 from components.run_spec import run_spec
 from components.schemas import Trajectory
 from components.training.distributed import current_ranks
@@ -55,7 +55,7 @@ class SFTResult(BaseModel):
 def reflection_examples(params: Params, method: str, tokenizer, render) -> tuple[list, int]:
     """The sft_data stage's reflection rows as examples, and how many were left out for being longer than
     ``sft.max_length`` (cut at the right, the reflection would lose its closing block)."""
-    path = warm_start_folder(params, "sft_data", method) / REFLECTIONS_FILE
+    path = run_spec(params).warm_start_folder("sft_data", method) / REFLECTIONS_FILE
     chars = params.rubricem.reflection_observation_chars
     examples = [build_sft_example(reflection_sft_row(r, render, chars), tokenizer)
                 for r in (read_jsonl(path, ReflectionRow) if path.exists() else [])]
@@ -77,8 +77,8 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     if params.run.torch_threads:
         torch.set_num_threads(params.run.torch_threads)
     ranks = current_ranks()  # under torchrun: rank 0 alone keys the folder, writes and logs; rank 0 of 1 without
-    folder = warm_start_folder(params, "sft", method)
-    data = warm_start_folder(params, "sft_data", method)
+    folder = run_spec(params).warm_start_folder("sft", method)
+    data = run_spec(params).warm_start_folder("sft_data", method)
     trajectories = read_jsonl(data / "trajectories.jsonl", Trajectory)
     # a checkpoint is resumed only by a run of the same settings and data (a max_steps=3 run once resumed a
     # max_steps=1 run's checkpoint); how rows are batched and recomputed may change

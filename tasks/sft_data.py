@@ -36,9 +36,9 @@ from components.run_files import (
     keep_record,
     out_path,
     record_path,
-    warm_start_folder,
     write_trajectories,
 )
+from components.run_spec import run_spec
 from components.schemas import Document, Question, Trajectory
 from components.warmstart import (
     REASONS,
@@ -115,7 +115,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     params = with_method_settings(params, method_section(agent_method(params.methods[method].agent)))
     s = params.sft
     started = time.perf_counter()
-    folder = warm_start_folder(params, "sft_data", method)
+    folder = run_spec(params).warm_start_folder("sft_data", method)
     folder.mkdir(parents=True, exist_ok=True)
     spec = params.methods[method]
     agent, options = spec.agent, {k: v for k, v in spec.options.items() if k != "system_prompt"}
@@ -125,7 +125,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
         raise ValueError("sft.n_worlds is 0 but sft.n_oracle or (world source) sft.n_teacher_questions asks "
                          "for training-world questions; set sft.n_worlds >= 1")
 
-    eval_titles = {d.title for d in read_jsonl(out_path(params, "data", "corpus.jsonl"), Document)}
+    eval_titles = {d.title for d in read_jsonl(out_path(params.run, "data", "corpus.jsonl"), Document)}
     embedder = make_embedder(params)
     per_world = math.ceil((s.n_oracle + teacher_from_worlds) / max(s.n_worlds, 1))
     toolbox_options = {"top_k": params.retrieval.top_k, "snippet_chars": params.retrieval.snippet_chars,
@@ -144,7 +144,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
         rest = [[(q, w.toolbox) for q in w.questions if q.id not in used] for w in worlds]
         items = [pair for row in zip(*rest) for pair in row][: s.n_teacher_questions] if rest else []
     else:
-        train = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[: s.n_teacher_questions]
+        train = read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[: s.n_teacher_questions]
         toolbox = load_toolbox(params) if train else None
         items = [(q, toolbox) for q in train]
 
@@ -155,7 +155,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     llm_metrics: dict = {}
     if items or n_reflections:
         own_pool = pool is None
-        pool = pool or LLMPool(params, record_path=record_path(params, warm_start_folder(params, "sft_data", method).name))
+        pool = pool or LLMPool(params, record_path=record_path(params.run, run_spec(params).warm_start_folder("sft_data", method).name))
         try:
             if items:
                 with tqdm(total=len(items) * s.samples_per_question, desc="sft_data teacher") as bar:
@@ -194,7 +194,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     timings = {"wall_s": time.perf_counter() - started,
                "teacher_s_per_episode": sum(t.wall_s for t, _ in teacher) / len(teacher) if teacher else 0.0}
     write_json(folder / "timings.json", timings)
-    keep_record(params, folder.name)
+    keep_record(params.run, folder.name)
     with tracking(params, folder.name, parent_run_id) as tracker:
         tracker.log_params({"sft": s.model_dump(), "retrieval": params.retrieval.model_dump(), "method": method,
                             "teacher": params.llm.roles.get("teacher"), "seed": params.seed})

@@ -66,11 +66,11 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     get_variant(variant)  # an unknown variant fails here, before any input is read
     ranks = current_ranks()  # under torchrun: rank 0 alone writes, logs and publishes; rank 0 of 1 without
     first = params.train_policy.first_question
-    questions = read_jsonl(out_path(params, "data", "train.jsonl"), Question)[first: first + params.train_policy.n_questions]
+    questions = read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[first: first + params.train_policy.n_questions]
     toolbox = load_toolbox(params)
-    folder = out_path(params, "train", variant, "metrics.json").parent
+    folder = out_path(params.run, "train", variant, "metrics.json").parent
     own_pool = pool is None
-    pool = pool or LLMPool(params, record_path=record_path(params, f"train_policy@{variant}"))
+    pool = pool or LLMPool(params, record_path=record_path(params.run, f"train_policy@{variant}"))
     started = time.perf_counter()
     try:
         with PolicyRun(params, variant, pool.role, toolbox, folder) as run, \
@@ -78,7 +78,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                  if ranks.main else nullcontext(NullTracker())) as tracker:
             tracker.log_params({"variant": variant, "grpo": params.grpo.model_dump(), "lora": params.lora.model_dump(),
                                 "train_policy": params.train_policy.model_dump(), "agent": params.agent.model_dump()})
-            dev = read_jsonl(out_path(params, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
+            dev = read_jsonl(out_path(params.run, "data", "dev.jsonl"), Question)[: params.train_policy.eval_questions]
             last = run.train(questions, dev, on_metrics=lambda step, metrics: tracker.log_metrics(metrics, step=step),
                              calls=lambda: sum(s.calls for s in pool.accounting.roles.values()))
             usage = Accounting()  # every rank's model calls: each rank judged its own episodes
@@ -87,7 +87,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
                 if dev:
                     tracker.log_metrics({k: v for k, v in last.items() if k.startswith("dev_")})
                 write_json(folder / "metrics.json", last)
-                keep_record(params, f"train_policy@{variant}")
+                keep_record(params.run, f"train_policy@{variant}")
                 write_json(folder / "timings.json",
                            accumulated_timings(folder / "timings.json", time.perf_counter() - started))
                 tracker.log_metrics(usage.metrics())

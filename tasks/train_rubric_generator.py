@@ -44,10 +44,10 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
     from components.training.checkpoint import seed_rngs
 
     seed_rngs(params.seed)  # python, numpy and torch: what a checkpoint saves and a resumed run restores
-    points = read_parquet(out_path(params, "collect", "branching_points.parquet"), BranchingPoint)
-    folder = out_path(params, "train_rubric_generator", reward, "metrics.json").parent
+    points = read_parquet(out_path(params.run, "collect", "branching_points.parquet"), BranchingPoint)
+    folder = out_path(params.run, "train_rubric_generator", reward, "metrics.json").parent
     own_pool = pool is None
-    pool = pool or LLMPool(params, record_path=record_path(params, f"train_rubric_generator@{reward}"))
+    pool = pool or LLMPool(params, record_path=record_path(params.run, f"train_rubric_generator@{reward}"))
     started = time.perf_counter()
     try:
         with GeneratorRun(params) as run, \
@@ -57,7 +57,7 @@ def train_rubric_generator(params: Params | None = None, reward: RewardKind = "l
             result = run.train(points, evaluator_model(pool.role, params.rubric_generator), folder, reward=reward,
                                on_metrics=lambda step, metrics: tracker.log_metrics(metrics, step=step))
             write_json(folder / "timings.json", {"wall_s": time.perf_counter() - started})
-            keep_record(params, f"train_rubric_generator@{reward}")
+            keep_record(params.run, f"train_rubric_generator@{reward}")
             tracker.log_metrics({k: v for k, v in result.metrics.items() if k.startswith("heldout")})
             tracker.log_metrics(pool.accounting.metrics())
             tracker.log_artifact(folder / "metrics.csv")

@@ -17,7 +17,6 @@ from prefect import Task
 from components import dag
 from components.method_registry import Evaluation, MethodSpec, load_methods
 from components.params_load import load_params
-from components.run_files import warm_start_folder
 from components.run_spec import run_spec
 from components.trained_policy import variant_agent
 from components.variants import VARIANTS
@@ -75,7 +74,7 @@ def stub_tasks(monkeypatch) -> list[tuple[str, list]]:
             item = method or variant or reward
             name = f"{stage}@{item}" if item else stage
             if stage in ("sft_data", "sft") and method:  # warm-start stages are named after their folder
-                name = warm_start_folder(params, stage, method).name
+                name = run_spec(params).warm_start_folder(stage, method).name
             calls.append((name, list(wait_for)))
             return SimpleNamespace(name=name, metrics={"score": float(len(calls))})
         return run

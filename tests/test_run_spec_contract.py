@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOWED: dict[str, set[str]] = {
     "components/run_spec.py": {"run_spec"},
     "components/params.py": {"with_method_settings", "for_method"},
-    "components/run_files.py": {"out_path", "record_path", "keep_record", "warm_start_folder"},
     "components/agents/react.py": {"agent_options"},
     "components/lab/experiment.py": {"lab_dir", "run_sft", "run_grpo", "run_judges", "report"},
     "components/lab/policy.py": {"lab_seed", "sft_questions", "grpo_questions", "sft_corpus", "train_nano",

@@ -54,7 +54,7 @@ def run_questions(params) -> list[Question]:
 
     questions = []  # the run's own splits first: a question's text found in two worlds is read as the run's
     for split in ("train", "dev", "test"):
-        path = out_path(params, "data", f"{split}.jsonl")
+        path = out_path(params.run, "data", f"{split}.jsonl")
         if path.exists():
             questions += read_jsonl(path, Question)
     return questions + list(build_lab_world(params, lab_seed(params)).questions)

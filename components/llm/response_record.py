@@ -14,9 +14,9 @@ so a killed stage keeps what it had). Keys hash the request (model identity, mes
 an earlier run can only ever answer the identical request: stale entries are never wrong, only unused (delete
 the file to prune them). ``llm.middleware.cache: false`` turns both layers off.
 
-    pool = LLMPool(params, record_path=record_path(params, "evaluate@sft"))   # components.run_files.record_path
+    pool = LLMPool(params, record_path=record_path(params.run, "evaluate@sft"))   # components.run_files.record_path
     ...                                                                        # the stage's calls
-    ResponseRecord(record_path(params, "evaluate@sft")).keep()                 # once it has finished
+    ResponseRecord(record_path(params.run, "evaluate@sft")).keep()                 # once it has finished
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def load_toolbox(params: Params):
     from components.retrieval.store import load_index
     from components.retrieval.tools import make_toolbox
 
-    docs = read_jsonl(out_path(params, "data", "corpus.jsonl"), Document)
-    index = load_index(out_path(params, "index", "manifest.json").parent, docs=docs)
+    docs = read_jsonl(out_path(params.run, "data", "corpus.jsonl"), Document)
+    index = load_index(out_path(params.run, "index", "manifest.json").parent, docs=docs)
     return make_toolbox(index, docs, top_k=params.retrieval.top_k, snippet_chars=params.retrieval.snippet_chars,
                         browse_chars=params.agent.observation_max_chars, scope=params.retrieval.scope)

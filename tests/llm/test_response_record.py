@@ -35,7 +35,7 @@ def counting(reply):
 
 
 def test_a_fresh_machine_replays_the_recorded_answers_and_leaves_the_record_unchanged(params, tmp_path):
-    record = record_path(params, "evaluate@sft")
+    record = record_path(params.run, "evaluate@sft")
     assert record == tmp_path / "out" / "responses" / "evaluate" / "sft.jsonl"
     seeded, greedy = Sampling(temperature=0.7, seed=3), Sampling(temperature=0)
 
@@ -65,7 +65,7 @@ def test_an_answer_from_the_machine_cache_is_copied_into_the_record(params, tmp_
     model, calls = counting("cached")
     with LLMPool(params, overrides={"embedded-1_5b": model}) as pool:  # no record: an earlier run, or another stage
         ask(pool, "q", Sampling(temperature=0))
-    record = record_path(params, "collect")
+    record = record_path(params.run, "collect")
     with LLMPool(params, overrides={"embedded-1_5b": model}, record_path=record) as pool:
         assert ask(pool, "q", Sampling(temperature=0)).cached
     assert calls == ["q"]
@@ -75,7 +75,7 @@ def test_an_answer_from_the_machine_cache_is_copied_into_the_record(params, tmp_
 def test_a_sampled_call_without_a_seed_is_never_recorded(params, tmp_path):
     params.run.cache_dir = str(tmp_path / "machine")
     model, calls = counting("free")
-    record = record_path(params, "collect")
+    record = record_path(params.run, "collect")
     with LLMPool(params, overrides={"embedded-1_5b": model}, record_path=record) as pool:
         ask(pool, "q", Sampling(temperature=1.0))
         ask(pool, "q", Sampling(temperature=1.0))
@@ -84,15 +84,15 @@ def test_a_sampled_call_without_a_seed_is_never_recorded(params, tmp_path):
 
 def test_a_finished_stage_keeps_its_record_and_a_failed_one_leaves_none(params, tmp_path):
     params.run.cache_dir = str(tmp_path / "machine")
-    with LLMPool(params, overrides={"embedded-1_5b": counting("x")[0]}, record_path=record_path(params, "collect")):
+    with LLMPool(params, overrides={"embedded-1_5b": counting("x")[0]}, record_path=record_path(params.run, "collect")):
         pass  # a stage that fails before any reply
     assert not (tmp_path / "out" / "responses").exists()
-    kept = keep_record(params, "train_policy@grpo")  # a stage that made no deterministic call, then finished
+    kept = keep_record(params.run, "train_policy@grpo")  # a stage that made no deterministic call, then finished
     assert kept.read_text() == ""
-    record = record_path(params, "collect")
+    record = record_path(params.run, "collect")
     ResponseRecord(record).put("k", Completion(texts=["t"], model="m"))
     before = (record.read_bytes(), record.stat().st_mtime_ns)
-    keep_record(params, "collect")
+    keep_record(params.run, "collect")
     assert (record.read_bytes(), record.stat().st_mtime_ns) == before
 
 

@@ -5,7 +5,7 @@ from components.io import write_jsonl
 from components.methods.rubricem.warmstart_reflections import REFLECTIONS_FILE, ReflectionRow
 from components.params_cli import PARAMS_PATH
 from components.params_load import load_params
-from components.run_files import warm_start_folder
+from components.run_spec import run_spec
 from components.schemas import Question
 from tasks.sft import reflection_examples
 
@@ -29,7 +29,7 @@ def row(attempt: str) -> ReflectionRow:
 def test_reflection_rows_train_the_reflection_and_skip_the_too_long(tmp_path):
     params = load_params(PARAMS_PATH, overrides=[f"run.out_dir={tmp_path}", "sft.max_length=4000"])
     assert reflection_examples(params, "sft_scaffold", CharTokenizer(), render) == ([], 0)   # no file: none
-    folder = warm_start_folder(params, "sft_data", "sft_scaffold")
+    folder = run_spec(params).warm_start_folder("sft_data", "sft_scaffold")
     folder.mkdir(parents=True)
     write_jsonl(folder / REFLECTIONS_FILE, [row("short attempt"), row("x" * 4000)])
     examples, too_long = reflection_examples(params, "sft_scaffold", CharTokenizer(), render)

@@ -11,7 +11,7 @@ import pytest
 from components.io import read_jsonl
 from components.params_load import load_params
 from components.params_section import ParamsError
-from components.run_files import warm_start_folder
+
 from components.run_spec import run_spec
 from components.schemas import Question, Trajectory
 from components.policy_run import dev_evaluation
@@ -39,13 +39,9 @@ def test_each_agent_starts_from_its_own_warm_start(repo_root, tmp_path):
 
 
 def test_warm_start_folders_are_named_after_their_stage(repo_root, tmp_path):
-    params = load_params(repo_root / "params.yaml", overrides=[f"run.out_dir={tmp_path}"])
-    assert warm_start_folder(params, "sft_data", "sft") == tmp_path / "sft_data"
-    assert warm_start_folder(params, "sft", "sft_scaffold") == tmp_path / "sft_scaffold"
-    assert warm_start_folder(params, "sft_data", "sft_scaffold") == tmp_path / "sft_data_scaffold"
-    with pytest.raises(ParamsError, match="coreact"):
-        warm_start_folder(params, "sft", "coreact")
-    spec = run_spec(params)  # the run spec names them by the same rule
+    spec = run_spec(load_params(repo_root / "params.yaml", overrides=[f"run.out_dir={tmp_path}"]))
+    assert spec.warm_start_folder("sft_data", "sft") == tmp_path / "sft_data"
+    assert spec.warm_start_folder("sft", "sft_scaffold") == tmp_path / "sft_scaffold"
     assert spec.warm_start_folder("sft_data", "sft_scaffold") == tmp_path / "sft_data_scaffold"
     with pytest.raises(ParamsError, match="coreact"):
         spec.warm_start_folder("sft", "coreact")

@@ -44,7 +44,7 @@ from components.methods.coreact.rubric_training import (
 )
 from components.params import Params
 from components.policy_run import make_engine
-from components.run_files import SFT_METHOD, out_path, warm_start_folder
+from components.run_files import SFT_METHOD, out_path
 from components.run_spec import run_spec
 from components.schemas import BranchingPoint, Question, Trajectory
 from components.training.engines.rollout import RolloutEngine
@@ -247,14 +247,14 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
 def questions_by_id(params: Params) -> dict[str, Question]:
     """Every question collect may draw its branching points from (the train split, whatever
     ``collect.n_questions`` was), by id: where a point's gold chain is."""
-    return {q.id: q for q in read_jsonl(out_path(params, "data", "train.jsonl"), Question)}
+    return {q.id: q for q in read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)}
 
 
 def warm_start_sources(params: Params) -> tuple[list[Trajectory], dict[str, Question]]:
     """The policy warm start's trajectories (the ``sft_data`` stage's) and every question a warm-start row may
     come from, by id: the run's train split (the collect's questions) and the questions of sft_data's training
     worlds (outputs/sft_data/worlds/seed-N/questions.jsonl)."""
-    folder = warm_start_folder(params, "sft_data", SFT_METHOD)
+    folder = run_spec(params).warm_start_folder("sft_data", SFT_METHOD)
     path = folder / "trajectories.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"rubric_generator.warm_start=oracle: {path} is missing; run the sft_data stage")
