@@ -7,6 +7,8 @@ policy: never a row of the real-model tables.
     python -m components.lab.experiment grpo --overlay lab [--seed 0]  # outputs/lab/grpo_seed0.json (each lab.seeds)
     python -m components.lab.experiment judges --overlay lab    # outputs/lab/judges.json: the dial's agreement
     python -m components.lab.experiment report --overlay lab    # docs/results/lab.md, docs/results/lab_grpo.png
+    python -m components.lab.experiment evaluate --overlay lab --model outputs/lab/sft --split train --first 150
+                                                                # greedy EM of a saved nano on a slice of a split
 
 Each command reads the params with the ``lab`` overlay (pass ``--overlay lab``) and runs on ``run.torch_threads``
 threads (``sft`` on ``lab.sft_threads``).
@@ -229,7 +231,11 @@ def report(params: Params) -> Path:
 
 def main() -> None:
     parser = stage_argparser(__doc__)
-    parser.add_argument("command", choices=["sft", "grpo", "judges", "report"])
+    parser.add_argument("command", choices=["sft", "grpo", "judges", "report", "evaluate"])
+    parser.add_argument("--model", type=Path, action="append", help="evaluate: a saved nano's folder (repeatable)")
+    parser.add_argument("--split", default="test", choices=["train", "dev", "test"], help="evaluate: the split")
+    parser.add_argument("--first", type=int, default=0, help="evaluate: the slice's first question")
+    parser.add_argument("--n", type=int, default=None, help="evaluate: its length (default: to the split's end)")
     parser.add_argument("--seed", type=int, default=None, help="sft: the init seed (0); grpo: one run (default: "
                         "one per lab.seeds)")
     args = parser.parse_args()
@@ -246,6 +252,11 @@ def main() -> None:
     elif args.command == "judges":
         for row in run_judges(params):
             print(row["kind"], _dial_name(row), f"{row['agreement']:.3f}")
+    elif args.command == "evaluate":
+        lab = build_lab_world(params, lab_seed(params))
+        questions = lab.splits[args.split][args.first:None if args.n is None else args.first + args.n]
+        for folder in args.model or [lab_dir(params) / "sft"]:
+            print(folder, json.dumps(evaluate(NanoPolicy.load(folder), lab, questions, params.agent)))
     else:
         print(report(params))
 
