@@ -23,6 +23,7 @@ import asyncio
 import hashlib
 from pathlib import Path
 
+from components.adapters import adapter_digest, is_whole_model
 from components.llm import backends  # noqa: F401  (registers the backends)
 from components.llm.accounting import Accounting
 from components.llm.base import BACKENDS, ChatModel, PermanentLLMError
@@ -110,6 +111,8 @@ class LLMPool:
                 model = cls(hf_model, tok, name=cfg.model or cfg.embedded)
             else:
                 model = cls.from_pretrained(cfg.model, gguf_file=cfg.options.get("gguf_file"))
+                if is_whole_model(cfg.model):  # a model trained at this path (the lab's): keyed by its weights
+                    sha = adapter_digest(cfg.model)
             if cfg.adapters:  # merged in process, in order (an RL adapter over its warm start's)
                 from peft import PeftModel
 

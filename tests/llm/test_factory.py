@@ -80,6 +80,35 @@ def test_an_hf_backend_serves_the_tiny_model_with_its_adapters_merged(repo_root,
 
 
 @requires_embedded
+def test_a_whole_model_retrained_at_the_same_path_is_a_new_cache_identity(repo_root, tmp_path):
+    """A policy trained by full fine-tuning is served from its folder (the lab's nano and each lab cell); the
+    response cache must tell its weights apart, not its path, or a retrained model's evaluation reads the old one's
+    replies (it did: a lab cell rerun at lr 3e-4 scored the lr 1e-4 cell's test answers in 0.5 s)."""
+    import torch
+
+    from components.embedded.models import load_hf_policy
+
+    folder = tmp_path / "policy"
+    model, tok = load_hf_policy("tiny-qwen2", repo_root / ".cache")
+    model.save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    params = load_params(repo_root / "params.yaml", "paper", overlays=["smoke"], overrides=[
+        f"run.out_dir={tmp_path}", f"llm.backends.embedded-0_5b-hf.model={folder}",
+        "llm.backends.embedded-0_5b-hf.embedded=null"])
+
+    def identity() -> str:
+        with LLMPool(params, cache_path=tmp_path / "responses.sqlite") as pool:
+            return pool.backend("embedded-0_5b-hf").cache_identity()
+
+    first = identity()
+    assert identity() == first
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    model.save_pretrained(str(folder))
+    assert identity() != first
+
+
+@requires_embedded
 def test_the_hf_backend_stops_where_transformers_stop_strings_stop(repo_root):
     """The hf backend keeps each stop-string criterion it built (building one scans the whole vocabulary) and
     stops exactly where ``generate(stop_strings=...)`` does."""
