@@ -1,6 +1,7 @@
 """An adapter folder's identity: :func:`save_adapter` writes a peft adapter so that the same weights give the same
-bytes, and :func:`adapter_digest` hashes those bytes (or a whole model's, the lab's full fine-tuning) (evaluation run keys, merged-model caches). A leaf that the
-trainers, the checkpoints, the serving backends and the GGUF converter share (pyproject.toml's contract keeps it low).
+bytes, and :func:`adapter_digest` hashes those bytes, or a whole model's (the lab's full fine-tuning), for run keys,
+response caches and merged-model caches. A leaf that the trainers, the checkpoints, the serving backends and the
+GGUF converter share (pyproject.toml's contract keeps it low).
 
     from components.adapters import adapter_digest, save_adapter
     save_adapter(policy.model, "outputs/sft/adapter"); adapter_digest("outputs/sft/adapter")
@@ -41,6 +42,11 @@ def is_whole_model(folder: str | Path) -> bool:
     adapter."""
     folder = Path(folder)
     return (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file()
+
+
+def whole_model_digest(path: str | Path) -> str | None:
+    """:func:`adapter_digest` of a whole model's folder; None when ``path`` is not one (a model's name, an adapter)."""
+    return adapter_digest(path) if is_whole_model(path) else None
 
 
 def adapter_digest(adapter: str | Path, *, arch: str = "qwen2") -> str | None:

@@ -3,7 +3,6 @@ resumes only a run of the same settings), and how trajectory files are written s
 bytes when the same calls are made again.
 
     path = out_path(params.run, "data", "train.jsonl")          # outputs/data/train.jsonl, folder made
-    folder = run_spec(params).warm_start_folder("sft", "sft_scaffold")   # outputs/sft_scaffold
     resumed = keyed_folder(folder, settings)                    # True: same settings, resume what is there
     resumed = keyed_folder(folder, settings, ranks=ranks)       # on N ranks: rank 0 keys it, the others wait
     write_trajectories(folder / "dev.jsonl", trajectories)      # without wall-clock fields

@@ -56,7 +56,7 @@ def served_adapters(params: Params) -> dict[str, list[str | None]]:
     """Content digests of the LoRA adapters the bound backends serve, and of a whole model a backend loads from a
     folder (a fully fine-tuned policy, the lab's): a retrained policy at the same path is a different model, so its
     evaluation must not resume the old one's trajectories."""
-    from components.adapters import adapter_digest, is_whole_model
+    from components.adapters import adapter_digest, whole_model_digest
 
     bound = {b for v in params.llm.roles.values() for b in ([v] if isinstance(v, str) else v)}
     served = {}
@@ -65,8 +65,8 @@ def served_adapters(params: Params) -> dict[str, list[str | None]]:
         adapters = backend.adapters if backend is not None else []
         if adapters:
             served[name] = [adapter_digest(a) for a in adapters]
-        elif backend is not None and backend.model and is_whole_model(backend.model):
-            served[name] = [adapter_digest(backend.model)]
+        elif backend is not None and backend.model and (digest := whole_model_digest(backend.model)):
+            served[name] = [digest]
     return served
 
 

@@ -23,7 +23,7 @@ import asyncio
 import hashlib
 from pathlib import Path
 
-from components.adapters import adapter_digest, is_whole_model
+from components.adapters import whole_model_digest
 from components.llm import backends  # noqa: F401  (registers the backends)
 from components.llm.accounting import Accounting
 from components.llm.base import BACKENDS, ChatModel, PermanentLLMError
@@ -111,8 +111,7 @@ class LLMPool:
                 model = cls(hf_model, tok, name=cfg.model or cfg.embedded)
             else:
                 model = cls.from_pretrained(cfg.model, gguf_file=cfg.options.get("gguf_file"))
-                if is_whole_model(cfg.model):  # a model trained at this path (the lab's): keyed by its weights
-                    sha = adapter_digest(cfg.model)
+                sha = whole_model_digest(cfg.model)  # a model trained at this path (the lab's): keyed by its weights
             if cfg.adapters:  # merged in process, in order (an RL adapter over its warm start's)
                 from peft import PeftModel
 

@@ -35,7 +35,7 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
     and the same warm-start weights; ``grpo.steps`` (so a finished run can be extended), micro-batching (the
     same update, to a float tolerance; less memory), how the dev evaluation is served and the device the
     weights train on may change. Their dtype is keyed once it is not float32 (``train_policy.dtype``)."""
-    from components.adapters import adapter_digest, is_whole_model
+    from components.adapters import adapter_digest, whole_model_digest
 
     spec = run_spec(params)
     warm = warm_start_adapter(spec, agent)
@@ -57,8 +57,8 @@ def run_settings(params: Params, variant: str, agent: str = "react") -> dict:
         if params.lab.world_seed is not None:  # another lab world; keyed once set, so the default's keys stay
             settings["lab_world_seed"] = params.lab.world_seed
     start = spec.backend("trainable_policy").model
-    if start and is_whole_model(start):  # a whole model trained from (the lab's nano): its weights, not its path
-        settings["start_weights"] = adapter_digest(start)
+    if start and (digest := whole_model_digest(start)):  # a whole model trained from (the lab's nano): its weights
+        settings["start_weights"] = digest
     settings["branch_from"] = branch_digest(params.train_policy.branch_from)
     method = warm_start_method(spec, agent)
     settings["warm_start_method"] = params.methods.get(method) if method else None  # its prompts carry over
