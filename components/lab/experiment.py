@@ -9,6 +9,7 @@ policy: never a row of the real-model tables.
     python -m components.lab.experiment report --overlay lab    # docs/results/lab.md, docs/results/lab_grpo.png
     python -m components.lab.experiment evaluate --overlay lab --model outputs/lab/sft --split train --first 150
                                                                 # greedy EM of a saved nano on a slice of a split
+                                                                # (--diagnose: answers seen or not, closed-book EM)
 
 Each command reads the params with the ``lab`` overlay (pass ``--overlay lab``) and runs on ``run.torch_threads``
 threads (``sft`` on ``lab.sft_threads``).
@@ -27,7 +28,10 @@ from components.io import read_json, write_json
 from components.lab.dial import dial_table
 from components.lab.policy import (
     NanoPolicy,
+    answer_sources,
+    closed_book,
     evaluate,
+    greedy_trajectories,
     grpo_run,
     lab_protocols,
     lab_seed,
@@ -236,6 +240,8 @@ def main() -> None:
     parser.add_argument("--split", default="test", choices=["train", "dev", "test"], help="evaluate: the split")
     parser.add_argument("--first", type=int, default=0, help="evaluate: the slice's first question")
     parser.add_argument("--n", type=int, default=None, help="evaluate: its length (default: to the split's end)")
+    parser.add_argument("--diagnose", action="store_true", help="evaluate: where the answers come from (answer_sources) "
+                        "and EM with every question scoped to another's paragraphs (closed_book)")
     parser.add_argument("--seed", type=int, default=None, help="sft: the init seed (0); grpo: one run (default: "
                         "one per lab.seeds)")
     args = parser.parse_args()
@@ -256,7 +262,12 @@ def main() -> None:
         lab = build_lab_world(params, lab_seed(params))
         questions = lab.splits[args.split][args.first:None if args.n is None else args.first + args.n]
         for folder in args.model or [lab_dir(params) / "sft"]:
-            print(folder, json.dumps(evaluate(NanoPolicy.load(folder), lab, questions, params.agent)))
+            nano = NanoPolicy.load(folder)
+            out = evaluate(nano, lab, questions, params.agent)
+            if args.diagnose:
+                out |= answer_sources(greedy_trajectories(nano, lab, questions, params.agent), questions)
+                out["closed_book_em"] = evaluate(nano, lab, closed_book(questions), params.agent)["em"]
+            print(folder, json.dumps(out))
     else:
         print(report(params))
 

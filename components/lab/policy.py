@@ -39,8 +39,8 @@ from components.training.model import build_policy
 from components.training.sft.examples import SFTExample, build_sft_example
 from components.training.sft.trainer import SFTTrainer
 
-__all__ = ["NanoPolicy", "SFTCorpus", "evaluate", "grpo_questions", "grpo_run", "lab_protocols", "lab_seed", "sft_corpus",
-           "sft_questions", "train_nano"]
+__all__ = ["NanoPolicy", "SFTCorpus", "answer_sources", "closed_book", "evaluate", "greedy_trajectories",
+           "grpo_questions", "grpo_run", "lab_protocols", "lab_seed", "sft_corpus", "sft_questions", "train_nano"]
 
 
 def lab_seed(params: Params) -> int:
@@ -168,16 +168,45 @@ def _rollout(nano_tokenizer, toolbox, settings: AgentParams, protocol: Protocol 
     return make_agent_rollout(lambda policy: protocol.agent(policy, toolbox, settings), nano_tokenizer)
 
 
+def greedy_trajectories(nano: NanoPolicy, lab: LabWorld, questions: list[Question], settings: AgentParams,
+                        engine: HFRolloutEngine | None = None, protocol: Protocol = REACT) -> list:
+    """One greedy episode of every question under ``protocol``'s agent, decoded together."""
+    engine = engine or HFRolloutEngine(nano.model, nano.tokenizer)
+    episodes = _rollout(nano.tokenizer, lab.toolbox, settings, protocol)(
+        engine, questions, 1, SamplingParams(max_new_tokens=settings.max_tokens, temperature=0.0, logprobs=False))
+    return [e.info["trajectory"] for e in episodes]
+
+
+def closed_book(questions: list[Question]) -> list[Question]:
+    """The questions with each one's retrieval scope (``paragraph_ids``) taken from the next question's, so under
+    ``retrieval.scope: question`` a search finds only paragraphs about something else: what is still answered right
+    is answered from the weights."""
+    return [q.model_copy(update={"metadata": {**q.metadata,
+                                              "paragraph_ids": questions[(i + 1) % len(questions)].metadata["paragraph_ids"]}})
+            for i, q in enumerate(questions)]
+
+
+def answer_sources(trajectories: list, questions: list[Question]) -> Counter:
+    """Each episode as right or wrong and as having seen a gold answer in its observations or not
+    (``right_seen``, ``right_unseen``, ``wrong_seen``, ``wrong_unseen``): a wrong answer seen is a reading failure,
+    one never seen a search failure, a right one never seen an answer from the weights."""
+    from components.evaluation.metrics import exact_match, normalize_answer
+
+    out = Counter()
+    for t, q in zip(trajectories, questions, strict=True):
+        shown = normalize_answer(" ".join(s.observation for s in t.steps))
+        seen = any(normalize_answer(a) in shown for a in q.answers)
+        out[f"{'right' if exact_match(t.final_answer, q.answers) else 'wrong'}_{'seen' if seen else 'unseen'}"] += 1
+    return out
+
+
 def evaluate(nano: NanoPolicy, lab: LabWorld, questions: list[Question], settings: AgentParams,
              engine: HFRolloutEngine | None = None, protocol: Protocol = REACT) -> dict[str, float]:
     """Greedy episodes of every question under ``protocol``'s agent, decoded together: EM, F1, answered rate, mean
     turns."""
     from components.evaluation.metrics import exact_match, f1_score
 
-    engine = engine or HFRolloutEngine(nano.model, nano.tokenizer)
-    episodes = _rollout(nano.tokenizer, lab.toolbox, settings, protocol)(
-        engine, questions, 1, SamplingParams(max_new_tokens=settings.max_tokens, temperature=0.0, logprobs=False))
-    trajectories = [e.info["trajectory"] for e in episodes]
+    trajectories = greedy_trajectories(nano, lab, questions, settings, engine, protocol)
     n = len(trajectories)
     return {"em": sum(exact_match(t.final_answer, q.answers) for t, q in zip(trajectories, questions)) / n,
             "f1": sum(f1_score(t.final_answer, q.answers) for t, q in zip(trajectories, questions)) / n,
