@@ -35,6 +35,7 @@ from components.lab.policy import (
     grpo_run,
     lab_protocols,
     lab_seed,
+    scores,
     sft_corpus,
     train_nano,
 )
@@ -240,8 +241,8 @@ def main() -> None:
     parser.add_argument("--split", default="test", choices=["train", "dev", "test"], help="evaluate: the split")
     parser.add_argument("--first", type=int, default=0, help="evaluate: the slice's first question")
     parser.add_argument("--n", type=int, default=None, help="evaluate: its length (default: to the split's end)")
-    parser.add_argument("--diagnose", action="store_true", help="evaluate: where the answers come from (answer_sources) "
-                        "and EM with every question scoped to another's paragraphs (closed_book)")
+    parser.add_argument("--diagnose", action="store_true", help="evaluate: where the answers come from "
+                        "(answer_sources) and EM with every question scoped to another's paragraphs (closed_book)")
     parser.add_argument("--seed", type=int, default=None, help="sft: the init seed (0); grpo: one run (default: "
                         "one per lab.seeds)")
     args = parser.parse_args()
@@ -263,9 +264,10 @@ def main() -> None:
         questions = lab.splits[args.split][args.first:None if args.n is None else args.first + args.n]
         for folder in args.model or [lab_dir(params) / "sft"]:
             nano = NanoPolicy.load(folder)
-            out = evaluate(nano, lab, questions, params.agent)
+            trajectories = greedy_trajectories(nano, lab, questions, params.agent)
+            out = scores(trajectories, questions)
             if args.diagnose:
-                out |= answer_sources(greedy_trajectories(nano, lab, questions, params.agent), questions)
+                out |= answer_sources(trajectories, questions)
                 out["closed_book_em"] = evaluate(nano, lab, closed_book(questions), params.agent)["em"]
             print(folder, json.dumps(out))
     else:

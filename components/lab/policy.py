@@ -40,7 +40,8 @@ from components.training.sft.examples import SFTExample, build_sft_example
 from components.training.sft.trainer import SFTTrainer
 
 __all__ = ["NanoPolicy", "SFTCorpus", "answer_sources", "closed_book", "evaluate", "greedy_trajectories",
-           "grpo_questions", "grpo_run", "lab_protocols", "lab_seed", "sft_corpus", "sft_questions", "train_nano"]
+           "grpo_questions", "grpo_run", "lab_protocols", "lab_seed", "scores", "sft_corpus", "sft_questions",
+           "train_nano"]
 
 
 def lab_seed(params: Params) -> int:
@@ -181,8 +182,8 @@ def closed_book(questions: list[Question]) -> list[Question]:
     """The questions with each one's retrieval scope (``paragraph_ids``) taken from the next question's, so under
     ``retrieval.scope: question`` a search finds only paragraphs about something else: what is still answered right
     is answered from the weights."""
-    return [q.model_copy(update={"metadata": {**q.metadata,
-                                              "paragraph_ids": questions[(i + 1) % len(questions)].metadata["paragraph_ids"]}})
+    scopes = [q.metadata["paragraph_ids"] for q in questions]
+    return [q.model_copy(update={"metadata": {**q.metadata, "paragraph_ids": scopes[(i + 1) % len(questions)]}})
             for i, q in enumerate(questions)]
 
 
@@ -202,11 +203,14 @@ def answer_sources(trajectories: list, questions: list[Question]) -> Counter:
 
 def evaluate(nano: NanoPolicy, lab: LabWorld, questions: list[Question], settings: AgentParams,
              engine: HFRolloutEngine | None = None, protocol: Protocol = REACT) -> dict[str, float]:
-    """Greedy episodes of every question under ``protocol``'s agent, decoded together: EM, F1, answered rate, mean
-    turns."""
+    """Greedy episodes of every question under ``protocol``'s agent, decoded together, as :func:`scores`."""
+    return scores(greedy_trajectories(nano, lab, questions, settings, engine, protocol), questions)
+
+
+def scores(trajectories: list, questions: list[Question]) -> dict[str, float]:
+    """EM, F1, answered rate and mean turns of one episode per question."""
     from components.evaluation.metrics import exact_match, f1_score
 
-    trajectories = greedy_trajectories(nano, lab, questions, settings, engine, protocol)
     n = len(trajectories)
     return {"em": sum(exact_match(t.final_answer, q.answers) for t, q in zip(trajectories, questions)) / n,
             "f1": sum(f1_score(t.final_answer, q.answers) for t, q in zip(trajectories, questions)) / n,
