@@ -4,7 +4,8 @@ page is an experiment about the mechanism under a known reward, in a fictional w
 policy: never a row of the real-model tables.
 
     python -m components.lab.experiment sft  --overlay lab      # outputs/lab/sft/ (weights, tokenizer, sft.json)
-    python -m components.lab.experiment grpo --overlay lab [--seed 0]  # outputs/lab/grpo_seed0.json (each lab.seeds)
+    python -m components.lab.experiment grpo --overlay lab [--seed 0]  # outputs/lab/grpo_seed0.json and its weights
+                                                                       # in grpo_seed0/ (each lab.seeds)
     python -m components.lab.experiment judges --overlay lab    # outputs/lab/judges.json: the dial's agreement
     python -m components.lab.experiment report --overlay lab    # docs/results/lab.md, docs/results/lab_grpo.png
     python -m components.lab.experiment evaluate --overlay lab --model outputs/lab/sft --split train --first 150
@@ -83,6 +84,7 @@ def run_grpo(params: Params, seed: int) -> dict:
                          f"test_before_{k}": v for k, v in before.items()}}))
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu  # CPU: the one core's work, load aside
     test = evaluate(start, lab, lab.splits["test"], params.agent)  # start.model was trained in place
+    start.save(lab_dir(params) / f"grpo_seed{seed}")  # for `evaluate --model` (e.g. --diagnose)
     out = {"seed": seed, "wall_s": wall, "cpu_s": cpu, "curve": curve, **{f"test_before_{k}": v for k, v in before.items()},
            **{f"test_{k}": v for k, v in test.items()}}
     write_json(lab_dir(params) / f"grpo_seed{seed}.json", out)

@@ -137,6 +137,10 @@ class LabParams(Section):
     nano: NanoParams = Field(default_factory=NanoParams)
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")
+    grpo_worlds: int = Field(default=0, ge=0, description="0: the lab experiment's GRPO trains on the lab world's "
+                             "train questions the SFT held out; N: on the questions of N fresh worlds (seeds "
+                             "world_seed+201..; sft_questions_per_world each), so no question repeats and a search "
+                             "path fitted to one question cannot pay.")
     eval_every: int = Field(default=10, ge=1, description="GRPO steps between greedy dev evaluations (the curve).")
     sweep: LabSweepParams = Field(default_factory=LabSweepParams)
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="GRPO seeds of the lab "

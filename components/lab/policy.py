@@ -28,7 +28,15 @@ import torch
 from components.agents.params import AgentParams, MethodParams
 from components.lab.nano import fit_tokenizer, load_nano, load_tokenizer, nano_qwen2
 from components.lab.scaffold import scaffold_protocol
-from components.lab.world import REACT, LabWorld, Protocol, build_lab_world, compact_episodes, sft_rows
+from components.lab.world import (
+    REACT,
+    LabWorld,
+    Protocol,
+    build_lab_world,
+    compact_episodes,
+    fresh_questions,
+    sft_rows,
+)
 from components.params import Params
 from components.rewards.outcome import outcome_reward
 from components.schemas import Question
@@ -40,7 +48,7 @@ from components.training.sft.examples import SFTExample, build_sft_example
 from components.training.sft.trainer import SFTTrainer
 
 __all__ = ["NanoPolicy", "SFTCorpus", "answer_sources", "closed_book", "evaluate", "greedy_trajectories",
-           "grpo_questions", "grpo_run", "lab_protocols", "lab_seed", "scores", "sft_corpus", "sft_questions",
+           "grpo_questions", "grpo_run", "grpo_source", "lab_protocols", "lab_seed", "scores", "sft_corpus", "sft_questions",
            "train_nano"]
 
 
@@ -88,6 +96,16 @@ def grpo_questions(params: Params, lab: LabWorld) -> list[Question]:
     n = params.lab.sft_own_questions
     held_out = lab.splits["train"][n:] if params.lab.sft_own_world and n is not None else []
     return held_out or lab.splits["train"]
+
+
+def grpo_source(params: Params, lab: LabWorld) -> tuple[list[Question], Any]:
+    """GRPO's questions and the toolbox their episodes search: :func:`grpo_questions` in the lab world, or with
+    ``lab.grpo_worlds`` the questions of that many fresh worlds (seeds lab seed + 201..), none of them read by the
+    SFT, each served its own world's tools."""
+    if not params.lab.grpo_worlds:
+        return grpo_questions(params, lab), lab.toolbox
+    seeds = [lab.seed + 201 + i for i in range(params.lab.grpo_worlds)]
+    return fresh_questions(params, seeds, params.lab.sft_questions_per_world)
 
 
 def lab_protocols(methods: dict[str, MethodParams]) -> dict[str, Protocol]:
@@ -221,8 +239,8 @@ def scores(trajectories: list, questions: list[Question]) -> dict[str, float]:
 def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, steps: int | None = None,
              eval_every: int | None = None, on_metrics: Callable[[int, dict], None] | None = None,
              reward=None, on_point: Callable[[list[dict]], None] | None = None) -> list[dict[str, float]]:
-    """GRPO of ``start`` (full fine-tuning, KL to ``start`` as ``grpo.kl_coef`` says) on the lab world's train split
-    with the exact-match outcome reward (0 for a wrong answer, ``grpo.format_penalty`` for a missing one; ``reward`` replaces it), ``steps`` steps (``lab.grpo_steps``);
+    """GRPO of ``start`` (full fine-tuning, KL to ``start`` as ``grpo.kl_coef`` says) on :func:`grpo_source`'s
+    questions with the exact-match outcome reward (0 for a wrong answer, ``grpo.format_penalty`` for a missing one; ``reward`` replaces it), ``steps`` steps (``lab.grpo_steps``);
     greedy dev EM every ``eval_every`` steps and at step 0. One dict per evaluation point: step, dev EM/F1/answered,
     the mean training reward since the last point, and the seconds spent in rollout, reward and update."""
     lab_params = params.lab
@@ -241,8 +259,9 @@ def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, ste
             on_metrics(step, metrics)
 
     reward = reward or replace(outcome_reward(params.grpo), metric="em")
-    trainer = GRPOTrainer(policy, engine, reward, grpo_questions(params, lab),
-                          params.grpo, rollout_fn=_rollout(start.tokenizer, lab.toolbox, params.agent),
+    questions, toolbox = grpo_source(params, lab)
+    trainer = GRPOTrainer(policy, engine, reward, questions,
+                          params.grpo, rollout_fn=_rollout(start.tokenizer, toolbox, params.agent),
                           pad_token_id=start.tokenizer.pad_token_id, seed=seed, on_metrics=record)
     nano = NanoPolicy(policy.model, start.tokenizer)
 

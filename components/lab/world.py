@@ -42,7 +42,7 @@ from components.warmstart.rejection import problems
 from components.world import World, generate_world
 from components.world.oracle import OracleError
 
-__all__ = ["LAB_PROMPT", "REACT", "LabWorld", "Protocol", "build_lab_world", "compact_episodes", "compact_replies",
+__all__ = ["LAB_PROMPT", "REACT", "LabWorld", "Protocol", "WorldsToolbox", "build_lab_world", "fresh_questions", "compact_episodes", "compact_replies",
            "compact_thoughts", "lab_agent", "render_chat", "sft_rows", "spaced"]
 
 LAB_PROMPT = "Answer by looking names up. One Thought: line, then Action: search[name], browse[doc_id] or finish[answer]."
@@ -80,6 +80,27 @@ def build_lab_world(params: Params, seed: int, n_questions: int | None = None) -
     toolbox = make_toolbox(index, world.documents, top_k=r.top_k, snippet_chars=r.snippet_chars,
                            browse_chars=params.agent.observation_max_chars, scope=r.scope)
     return LabWorld(seed, world, questions, toolbox, splits)
+
+
+class WorldsToolbox:
+    """The questions of several lab worlds behind one toolbox: an episode on a question gets its own world's tools
+    (``for_question``, the agent's entry point), so one rollout batch can mix worlds."""
+
+    def __init__(self, worlds: Sequence[LabWorld]):
+        self.by_question = {q.id: lab.toolbox for lab in worlds for q in lab.questions}
+
+    def for_question(self, question: Question) -> Toolbox:
+        return self.by_question[question.id].for_question(question)
+
+
+def fresh_questions(params: Params, seeds: Sequence[int], n_questions: int) -> tuple[list[Question], WorldsToolbox]:
+    """``n_questions`` questions of each world in ``seeds``, interleaved world by world, their ids prefixed with
+    their world's seed (every world numbers its questions alike), and the toolbox that serves each its world."""
+    worlds = [build_lab_world(params, seed, n_questions) for seed in seeds]
+    for lab in worlds:
+        lab.questions = [q.model_copy(update={"id": f"w{lab.seed}:{q.id}"}) for q in lab.questions]
+    mixed = [q for group in zip(*(lab.questions for lab in worlds)) for q in group]
+    return mixed, WorldsToolbox(worlds)
 
 
 def lab_agent(policy, toolbox, settings: AgentParams) -> ReActAgent:
