@@ -138,9 +138,13 @@ class LabParams(Section):
     judge: LabJudgeParams = Field(default_factory=LabJudgeParams)
     grpo_steps: int = Field(default=100, ge=1, description="GRPO steps of a lab run.")
     grpo_worlds: int = Field(default=0, ge=0, description="0: the lab experiment's GRPO trains on the lab world's "
-                             "train questions the SFT held out; N: on the questions of N fresh worlds (seeds "
-                             "world_seed+201..; sft_questions_per_world each), so no question repeats and a search "
-                             "path fitted to one question cannot pay.")
+                             "train questions the SFT held out; N: on the questions of the first N SFT worlds that "
+                             "the SFT did not read (of grpo_questions_per_world drawn there), so no question repeats "
+                             "and a search path fitted to one question cannot pay; their names are the nano's tokens, "
+                             "their paragraphs its document rows.")
+    grpo_questions_per_world: int = Field(default=500, ge=1, description="With grpo_worlds, the questions drawn in "
+                                          "each of those worlds; GRPO gets those not among the SFT's "
+                                          "sft_questions_per_world (about 270-290 of 500 in the default worlds).")
     eval_every: int = Field(default=10, ge=1, description="GRPO steps between greedy dev evaluations (the curve).")
     sweep: LabSweepParams = Field(default_factory=LabSweepParams)
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="GRPO seeds of the lab "

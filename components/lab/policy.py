@@ -34,7 +34,7 @@ from components.lab.world import (
     Protocol,
     build_lab_world,
     compact_episodes,
-    fresh_questions,
+    unread_questions,
     sft_rows,
 )
 from components.params import Params
@@ -100,12 +100,16 @@ def grpo_questions(params: Params, lab: LabWorld) -> list[Question]:
 
 def grpo_source(params: Params, lab: LabWorld) -> tuple[list[Question], Any]:
     """GRPO's questions and the toolbox their episodes search: :func:`grpo_questions` in the lab world, or with
-    ``lab.grpo_worlds`` the questions of that many fresh worlds (seeds lab seed + 201..), none of them read by the
-    SFT, each served its own world's tools."""
-    if not params.lab.grpo_worlds:
+    ``lab.grpo_worlds`` the questions of the first that many SFT worlds (seeds lab seed + 1..) that the SFT did not
+    read, each served its own world's tools."""
+    lp = params.lab
+    if not lp.grpo_worlds:
         return grpo_questions(params, lab), lab.toolbox
-    seeds = [lab.seed + 201 + i for i in range(params.lab.grpo_worlds)]
-    return fresh_questions(params, seeds, params.lab.sft_questions_per_world)
+    if lp.grpo_worlds > lp.sft_worlds:
+        raise ValueError(f"lab.grpo_worlds ({lp.grpo_worlds}) draws from the SFT's worlds: at most lab.sft_worlds "
+                         f"({lp.sft_worlds})")
+    seeds = [lab.seed + 1 + i for i in range(lp.grpo_worlds)]
+    return unread_questions(params, seeds, lp.grpo_questions_per_world, lp.sft_questions_per_world)
 
 
 def lab_protocols(methods: dict[str, MethodParams]) -> dict[str, Protocol]:

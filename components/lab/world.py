@@ -42,7 +42,7 @@ from components.warmstart.rejection import problems
 from components.world import World, generate_world
 from components.world.oracle import OracleError
 
-__all__ = ["LAB_PROMPT", "REACT", "LabWorld", "Protocol", "WorldsToolbox", "build_lab_world", "fresh_questions", "compact_episodes", "compact_replies",
+__all__ = ["LAB_PROMPT", "REACT", "LabWorld", "Protocol", "WorldsToolbox", "build_lab_world", "unread_questions", "compact_episodes", "compact_replies",
            "compact_thoughts", "lab_agent", "render_chat", "sft_rows", "spaced"]
 
 LAB_PROMPT = "Answer by looking names up. One Thought: line, then Action: search[name], browse[doc_id] or finish[answer]."
@@ -93,12 +93,16 @@ class WorldsToolbox:
         return self.by_question[question.id].for_question(question)
 
 
-def fresh_questions(params: Params, seeds: Sequence[int], n_questions: int) -> tuple[list[Question], WorldsToolbox]:
-    """``n_questions`` questions of each world in ``seeds``, interleaved world by world, their ids prefixed with
-    their world's seed (every world numbers its questions alike), and the toolbox that serves each its world."""
+def unread_questions(params: Params, seeds: Sequence[int], n_questions: int,
+                     read: int) -> tuple[list[Question], WorldsToolbox]:
+    """The questions of each world in ``seeds`` drawn ``n_questions`` at a time that are not among its first
+    ``read`` (what the SFT reads there), interleaved world by world, their ids prefixed with their world's seed (every
+    world numbers its questions alike), and the toolbox that serves each its world."""
     worlds = [build_lab_world(params, seed, n_questions) for seed in seeds]
     for lab in worlds:
-        lab.questions = [q.model_copy(update={"id": f"w{lab.seed}:{q.id}"}) for q in lab.questions]
+        known = {q.question for q in build_lab_world(params, lab.seed, read).questions}
+        lab.questions = [q.model_copy(update={"id": f"w{lab.seed}:{q.id}"}) for q in lab.questions
+                         if q.question not in known]
     mixed = [q for group in zip(*(lab.questions for lab in worlds)) for q in group]
     return mixed, WorldsToolbox(worlds)
 

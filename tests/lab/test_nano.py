@@ -179,24 +179,23 @@ def test_document_rows_add_each_worlds_paragraphs_trained_whole(params, corpus):
     assert "document_rows" not in corpus.counts
 
 
-def test_grpo_worlds_trains_on_fresh_worlds_each_question_served_its_own_world(params):
+def test_grpo_worlds_trains_on_unread_questions_each_served_its_own_world(params):
     lab = build_lab_world(params, params.seed)
     assert grpo_source(params, lab) == (grpo_questions(params, lab), lab.toolbox)  # 0: the lab world's own
-    fresh = params.model_copy(update={"lab": params.lab.model_copy(update={"grpo_worlds": 2})})
-    questions, toolbox = grpo_source(fresh, lab)
-    assert len(questions) == 2 * params.lab.sft_questions_per_world == len({q.id for q in questions})
-    seen = {q.question for q in lab.questions} | {q.question for q in sft_corpus_questions(params)}
-    assert not {q.question for q in questions} & seen  # neither the lab world's nor the SFT's questions
-    worlds = {q.id.split(":")[0] for q in questions[:2]}
-    assert len(worlds) == 2  # interleaved world by world
+    settings = {"grpo_worlds": 1, "sft_worlds": 1, "grpo_questions_per_world": 40}
+    one = params.model_copy(update={"lab": params.lab.model_copy(update=settings)})
+    questions, toolbox = grpo_source(one, lab)
+    sft_world = build_lab_world(params, params.seed + 1, params.lab.sft_questions_per_world)
+    read = {q.question for q in sft_world.questions}
+    assert len(questions) >= 40 - len(read) and not {q.question for q in questions} & read
+    assert len(questions) == len({q.id for q in questions})
+    two = one.model_copy(update={"lab": one.lab.model_copy(update={"grpo_worlds": 2, "sft_worlds": 2})})
+    questions, toolbox = grpo_source(two, lab)
+    assert len({q.id.split(":")[0] for q in questions[:2]}) == 2  # interleaved world by world
     for q in questions[:2]:  # the same paragraph id names another text in each world: each gets its own
         doc = q.gold_chain[0].doc_id
-        own = build_lab_world(params, int(q.id.split(":")[0][1:]), params.lab.sft_questions_per_world)
+        own = build_lab_world(params, int(q.id.split(":")[0][1:]), 40)
         d = {d.id: d for d in own.world.documents}[doc]
         assert toolbox.for_question(q).call("browse", doc).observation.startswith(f"{d.title}\n{d.text[:40]}")
-
-
-def sft_corpus_questions(params):
-    seed = params.seed
-    return [q for i in range(1, params.lab.sft_worlds + 1)
-            for q in build_lab_world(params, seed + i, params.lab.sft_questions_per_world).questions]
+    with pytest.raises(ValueError, match="lab.sft_worlds"):
+        grpo_source(two.model_copy(update={"lab": two.lab.model_copy(update={"grpo_worlds": 3})}), lab)
