@@ -34,8 +34,8 @@ from components.lab.world import (
     Protocol,
     build_lab_world,
     compact_episodes,
-    unread_questions,
     sft_rows,
+    unread_questions,
 )
 from components.params import Params
 from components.rewards.outcome import outcome_reward
@@ -48,8 +48,8 @@ from components.training.sft.examples import SFTExample, build_sft_example
 from components.training.sft.trainer import SFTTrainer
 
 __all__ = ["NanoPolicy", "SFTCorpus", "answer_sources", "closed_book", "evaluate", "greedy_trajectories",
-           "grpo_questions", "grpo_run", "grpo_source", "lab_protocols", "lab_seed", "scores", "sft_corpus", "sft_questions",
-           "train_nano"]
+           "grpo_questions", "grpo_run", "grpo_source", "lab_protocols", "lab_seed", "scores", "sft_corpus",
+           "sft_questions", "train_nano"]
 
 
 def lab_seed(params: Params) -> int:

@@ -42,8 +42,8 @@ from components.warmstart.rejection import problems
 from components.world import World, generate_world
 from components.world.oracle import OracleError
 
-__all__ = ["LAB_PROMPT", "REACT", "LabWorld", "Protocol", "WorldsToolbox", "build_lab_world", "unread_questions", "compact_episodes", "compact_replies",
-           "compact_thoughts", "lab_agent", "render_chat", "sft_rows", "spaced"]
+__all__ = ["LAB_PROMPT", "REACT", "LabWorld", "Protocol", "WorldsToolbox", "build_lab_world", "compact_episodes",
+           "compact_replies", "compact_thoughts", "lab_agent", "render_chat", "sft_rows", "spaced", "unread_questions"]
 
 LAB_PROMPT = "Answer by looking names up. One Thought: line, then Action: search[name], browse[doc_id] or finish[answer]."
 
@@ -64,14 +64,19 @@ class LabWorld:
     splits: dict[str, list[Question]]
 
 
+def _generate(params: Params, seed: int, n_questions: int) -> World:
+    w = params.world
+    return generate_world(seed=seed, n_people=w.n_people, n_films=w.n_films, n_cities=w.n_cities,
+                          n_companies=w.n_companies, distractors_per_entity=w.distractors_per_entity,
+                          question_mix=w.question_mix, n_questions=n_questions)
+
+
 def build_lab_world(params: Params, seed: int, n_questions: int | None = None) -> LabWorld:
     """The world of ``seed`` with its toolbox (module doc)."""
-    w, r, d = params.world, params.retrieval, params.data
+    r, d = params.retrieval, params.data
     sizes = {"train": n_questions, "dev": 0, "test": 0} if n_questions else {
         "train": d.n_train, "dev": d.n_dev, "test": d.n_test}
-    world = generate_world(seed=seed, n_people=w.n_people, n_films=w.n_films, n_cities=w.n_cities,
-                           n_companies=w.n_companies, distractors_per_entity=w.distractors_per_entity,
-                           question_mix=w.question_mix, n_questions=sum(sizes.values()))
+    world = _generate(params, seed, sum(sizes.values()))
     drawn = world.split(**sizes)
     scoped = {q.id: q for q in world_question_paragraphs(world, [q for qs in drawn.values() for q in qs])}
     splits = {name: [scoped[q.id] for q in qs] for name, qs in drawn.items()}
@@ -83,11 +88,11 @@ def build_lab_world(params: Params, seed: int, n_questions: int | None = None) -
 
 
 class WorldsToolbox:
-    """The questions of several lab worlds behind one toolbox: an episode on a question gets its own world's tools
+    """Questions of several lab worlds behind one toolbox: an episode on a question gets its own world's tools
     (``for_question``, the agent's entry point), so one rollout batch can mix worlds."""
 
-    def __init__(self, worlds: Sequence[LabWorld]):
-        self.by_question = {q.id: lab.toolbox for lab in worlds for q in lab.questions}
+    def __init__(self, by_question: dict[str, Toolbox]):
+        self.by_question = by_question
 
     def for_question(self, question: Question) -> Toolbox:
         return self.by_question[question.id].for_question(question)
@@ -98,13 +103,14 @@ def unread_questions(params: Params, seeds: Sequence[int], n_questions: int,
     """The questions of each world in ``seeds`` drawn ``n_questions`` at a time that are not among its first
     ``read`` (what the SFT reads there), interleaved world by world, their ids prefixed with their world's seed (every
     world numbers its questions alike), and the toolbox that serves each its world."""
-    worlds = [build_lab_world(params, seed, n_questions) for seed in seeds]
-    for lab in worlds:
-        known = {q.question for q in build_lab_world(params, lab.seed, read).questions}
-        lab.questions = [q.model_copy(update={"id": f"w{lab.seed}:{q.id}"}) for q in lab.questions
-                         if q.question not in known]
-    mixed = [q for group in zip(*(lab.questions for lab in worlds)) for q in group]
-    return mixed, WorldsToolbox(worlds)
+    per_world, tools = [], {}
+    for seed in seeds:
+        lab = build_lab_world(params, seed, n_questions)
+        known = {q.question for q in _generate(params, seed, read).questions}
+        mine = [q.model_copy(update={"id": f"w{seed}:{q.id}"}) for q in lab.questions if q.question not in known]
+        tools |= {q.id: lab.toolbox for q in mine}
+        per_world.append(mine)
+    return [q for group in zip(*per_world) for q in group], WorldsToolbox(tools)
 
 
 def lab_agent(policy, toolbox, settings: AgentParams) -> ReActAgent:
