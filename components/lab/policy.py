@@ -27,6 +27,7 @@ import torch
 
 from components.agents.params import AgentParams, MethodParams
 from components.lab.nano import fit_tokenizer, load_nano, load_tokenizer, nano_qwen2
+from components.lab.params import LabParams
 from components.lab.scaffold import scaffold_protocol
 from components.lab.world import (
     REACT,
@@ -85,16 +86,16 @@ class SFTCorpus:
     tags: tuple[str, ...] = ()  # the protocols' tags, each kept as one token
 
 
-def sft_questions(params: Params, lab: LabWorld) -> list[Question]:
+def sft_questions(settings: LabParams, lab: LabWorld) -> list[Question]:
     """The lab world's train questions the SFT reads (``lab.sft_own_questions``; all of them when None)."""
-    return lab.splits["train"][:params.lab.sft_own_questions]
+    return lab.splits["train"][:settings.sft_own_questions]
 
 
-def grpo_questions(params: Params, lab: LabWorld) -> list[Question]:
-    """The train questions GRPO trains on: those after the SFT's share when ``lab.sft_own_questions`` holds some
-    back, else the whole split."""
-    n = params.lab.sft_own_questions
-    held_out = lab.splits["train"][n:] if params.lab.sft_own_world and n is not None else []
+def grpo_questions(settings: LabParams, lab: LabWorld) -> list[Question]:
+    """The train questions GRPO trains on in the lab world: those after the SFT's share when
+    ``lab.sft_own_questions`` holds some back, else the whole split."""
+    n = settings.sft_own_questions
+    held_out = lab.splits["train"][n:] if settings.sft_own_world and n is not None else []
     return held_out or lab.splits["train"]
 
 
@@ -104,12 +105,12 @@ def grpo_source(params: Params, lab: LabWorld) -> tuple[list[Question], Any]:
     read, each served its own world's tools."""
     lp = params.lab
     if not lp.grpo_worlds:
-        return grpo_questions(params, lab), lab.toolbox
+        return grpo_questions(lp, lab), lab.toolbox
     if lp.grpo_worlds > lp.sft_worlds:
         raise ValueError(f"lab.grpo_worlds ({lp.grpo_worlds}) draws from the SFT's worlds: at most lab.sft_worlds "
                          f"({lp.sft_worlds})")
-    seeds = [lab.seed + 1 + i for i in range(lp.grpo_worlds)]
-    return unread_questions(params, seeds, lp.grpo_questions_per_world, lp.sft_questions_per_world)
+    worlds = [build_lab_world(params, lab.seed + 1 + i, lp.grpo_questions_per_world) for i in range(lp.grpo_worlds)]
+    return unread_questions(worlds, params.world, lp.sft_questions_per_world)
 
 
 def lab_protocols(methods: dict[str, MethodParams]) -> dict[str, Protocol]:
@@ -131,7 +132,7 @@ def sft_corpus(params: Params) -> SFTCorpus:
                for i in range(1, lab.sft_worlds + 1)]
     if lab.sft_own_world:
         own = build_lab_world(params, seed)
-        sources.append((own, sft_questions(params, own), False))
+        sources.append((own, sft_questions(lab, own), False))
     else:  # the lab world's names are fitted to, never its questions' episodes
         documents += [d.text for d in build_lab_world(params, seed).world.documents]
     sources += [(build_lab_world(params, seed + i, lab.sft_questions_per_world), None, True)

@@ -41,6 +41,7 @@ from components.warmstart.oracle import PlannedTurn, ReplayPolicy, plan_turns
 from components.warmstart.rejection import problems
 from components.world import World, generate_world
 from components.world.oracle import OracleError
+from components.world.params import WorldParams
 
 __all__ = ["LAB_PROMPT", "REACT", "LabWorld", "Protocol", "WorldsToolbox", "build_lab_world", "compact_episodes",
            "compact_replies", "compact_thoughts", "lab_agent", "render_chat", "sft_rows", "spaced", "unread_questions"]
@@ -64,8 +65,7 @@ class LabWorld:
     splits: dict[str, list[Question]]
 
 
-def _generate(params: Params, seed: int, n_questions: int) -> World:
-    w = params.world
+def _generate(w: WorldParams, seed: int, n_questions: int) -> World:
     return generate_world(seed=seed, n_people=w.n_people, n_films=w.n_films, n_cities=w.n_cities,
                           n_companies=w.n_companies, distractors_per_entity=w.distractors_per_entity,
                           question_mix=w.question_mix, n_questions=n_questions)
@@ -76,7 +76,7 @@ def build_lab_world(params: Params, seed: int, n_questions: int | None = None) -
     r, d = params.retrieval, params.data
     sizes = {"train": n_questions, "dev": 0, "test": 0} if n_questions else {
         "train": d.n_train, "dev": d.n_dev, "test": d.n_test}
-    world = _generate(params, seed, sum(sizes.values()))
+    world = _generate(params.world, seed, sum(sizes.values()))
     drawn = world.split(**sizes)
     scoped = {q.id: q for q in world_question_paragraphs(world, [q for qs in drawn.values() for q in qs])}
     splits = {name: [scoped[q.id] for q in qs] for name, qs in drawn.items()}
@@ -98,16 +98,15 @@ class WorldsToolbox:
         return self.by_question[question.id].for_question(question)
 
 
-def unread_questions(params: Params, seeds: Sequence[int], n_questions: int,
+def unread_questions(worlds: Sequence[LabWorld], settings: WorldParams,
                      read: int) -> tuple[list[Question], WorldsToolbox]:
-    """The questions of each world in ``seeds`` drawn ``n_questions`` at a time that are not among its first
-    ``read`` (what the SFT reads there), interleaved world by world, their ids prefixed with their world's seed (every
+    """The questions of each of ``worlds`` (built as ``settings`` say) that are not among the first ``read`` its seed
+    draws (what the SFT reads there), interleaved world by world, their ids prefixed with their world's seed (every
     world numbers its questions alike), and the toolbox that serves each its world."""
     per_world, tools = [], {}
-    for seed in seeds:
-        lab = build_lab_world(params, seed, n_questions)
-        known = {q.question for q in _generate(params, seed, read).questions}
-        mine = [q.model_copy(update={"id": f"w{seed}:{q.id}"}) for q in lab.questions if q.question not in known]
+    for lab in worlds:
+        known = {q.question for q in _generate(settings, lab.seed, read).questions}
+        mine = [q.model_copy(update={"id": f"w{lab.seed}:{q.id}"}) for q in lab.questions if q.question not in known]
         tools |= {q.id: lab.toolbox for q in mine}
         per_world.append(mine)
     return [q for group in zip(*per_world) for q in group], WorldsToolbox(tools)

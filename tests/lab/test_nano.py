@@ -156,10 +156,10 @@ def test_class_direction_gives_the_names_a_shared_direction_at_init(params, corp
 def test_sft_own_questions_holds_the_rest_of_the_train_split_out_for_grpo(params):
     lab = build_lab_world(params, params.seed)
     train = lab.splits["train"]
-    assert sft_questions(params, lab) == train and grpo_questions(params, lab) == train  # None: both read all
+    assert sft_questions(params.lab, lab) == train and grpo_questions(params.lab, lab) == train  # None: both read all
     held = params.model_copy(update={"lab": params.lab.model_copy(update={"sft_own_questions": 4})})
-    assert sft_questions(held, lab) == train[:4] and grpo_questions(held, lab) == train[4:]
-    assert not {q.id for q in sft_questions(held, lab)} & {q.id for q in grpo_questions(held, lab)}
+    assert sft_questions(held.lab, lab) == train[:4] and grpo_questions(held.lab, lab) == train[4:]
+    assert not {q.id for q in sft_questions(held.lab, lab)} & {q.id for q in grpo_questions(held.lab, lab)}
     rows = sft_corpus(held).rows
     assert not any(q.question in row[0][0] for q in train[4:] for row in rows)  # GRPO's questions never SFT rows
     assert any(q.question in row[0][0] for q in train[:4] for row in rows)
@@ -181,7 +181,7 @@ def test_document_rows_add_each_worlds_paragraphs_trained_whole(params, corpus):
 
 def test_grpo_worlds_trains_on_unread_questions_each_served_its_own_world(params):
     lab = build_lab_world(params, params.seed)
-    assert grpo_source(params, lab) == (grpo_questions(params, lab), lab.toolbox)  # 0: the lab world's own
+    assert grpo_source(params, lab) == (grpo_questions(params.lab, lab), lab.toolbox)  # 0: the lab world's own
     settings = {"grpo_worlds": 1, "sft_worlds": 1, "grpo_questions_per_world": 40}
     one = params.model_copy(update={"lab": params.lab.model_copy(update=settings)})
     questions, toolbox = grpo_source(one, lab)
