@@ -118,3 +118,10 @@ def test_an_exported_folder_records_its_digests_rebuilds_when_stale_and_refuses_
     with pytest.raises(ModelIntegrityError, match="config.json is missing"):
         _export_once(folder, "model.safetensors", save, source="gguf sha B")
     assert len(builds) == 3  # a changed or missing file is refused, never silently rebuilt
+
+
+def test_setup_builds_the_transformers_copy_of_each_model_the_default_params_train():
+    """scripts/setup.sh runs components.embedded.assemble, which dequantizes the models an ``hf`` backend serves."""
+    from components.embedded.assemble import trained_in_transformers
+
+    assert trained_in_transformers() == ["qwen2.5-coder-0.5b-instruct"]  # the trainable policy, not the 1.5B judge

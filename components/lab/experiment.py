@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -34,6 +35,7 @@ from components.lab.policy import (
     evaluate,
     greedy_trajectories,
     grpo_run,
+    grpo_source,
     lab_protocols,
     lab_seed,
     scores,
@@ -44,6 +46,7 @@ from components.lab.world import build_lab_world
 from components.llm.backends.simulated import Dial
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
+from components.training.prompt_order import PromptSampler
 
 RESULTS = Path("docs/results")
 
@@ -71,10 +74,24 @@ def run_sft(params: Params, seed: int) -> dict:
     return info
 
 
+def grpo_settings(g: GRPOParams, lab: LabParams) -> dict:
+    """What a GRPO run's figures depend on beyond its seed and start, kept in its JSON so the page states how each
+    run ran, whatever the params the report reads."""
+    return {"steps": lab.grpo_steps, "prompts_per_step": g.prompts_per_step, "group_size": g.group_size, "lr": g.lr,
+            "kl_coef": g.kl_coef, "temperature": g.temperature, "grpo_worlds": lab.grpo_worlds}
+
+
 def run_grpo(params: Params, seed: int) -> dict:
     start = NanoPolicy.load(lab_dir(params) / "sft")
     lab = build_lab_world(params, lab_seed(params))
     before = evaluate(start, lab, lab.splits["test"], params.agent)
+    # GRPO's own questions that its run never draws (one draw of grpo.prompts_per_step a step, the trainer's order):
+    # whether what it learns holds on new questions of the worlds it trains in, beside the lab world's test split
+    questions, toolbox = grpo_source(params, lab)
+    drawn = set(PromptSampler(len(questions), seed, params.grpo.shuffle).next(
+        params.lab.grpo_steps * params.grpo.prompts_per_step))
+    unseen, grpo_worlds = [q for i, q in enumerate(questions) if i not in drawn], replace(lab, toolbox=toolbox)
+    unseen_before = evaluate(start, grpo_worlds, unseen, params.agent) if unseen else {}
     started, cpu = time.perf_counter(), time.process_time()
     partial = lab_dir(params) / f"grpo_seed{seed}.partial.json"
     curve = grpo_run(params, start, lab, seed=seed,
@@ -84,9 +101,12 @@ def run_grpo(params: Params, seed: int) -> dict:
                          f"test_before_{k}": v for k, v in before.items()}}))
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu  # CPU: the one core's work, load aside
     test = evaluate(start, lab, lab.splits["test"], params.agent)  # start.model was trained in place
+    unseen_after = evaluate(start, grpo_worlds, unseen, params.agent) if unseen else {}
     start.save(lab_dir(params) / f"grpo_seed{seed}")  # for `evaluate --model` (e.g. --diagnose)
-    out = {"seed": seed, "wall_s": wall, "cpu_s": cpu, "curve": curve, **{f"test_before_{k}": v for k, v in before.items()},
-           **{f"test_{k}": v for k, v in test.items()}}
+    out = {"seed": seed, "wall_s": wall, "cpu_s": cpu, "settings": grpo_settings(params.grpo, params.lab), "curve": curve,
+           **{f"test_before_{k}": v for k, v in before.items()}, **{f"test_{k}": v for k, v in test.items()},
+           **{f"unseen_before_{k}": v for k, v in unseen_before.items()},
+           **{f"unseen_{k}": v for k, v in unseen_after.items()}}
     write_json(lab_dir(params) / f"grpo_seed{seed}.json", out)
     partial.unlink(missing_ok=True)
     return out
@@ -137,6 +157,14 @@ def head_commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
+def _unseen_summary(runs: list[dict]) -> str:
+    gains = [r["unseen_em"] - r["unseen_before_em"] for r in runs if "unseen_em" in r]
+    if not gains:
+        return ""
+    return (f" On GRPO's own questions that its run never drew (the worlds it trains in, new questions): mean "
+            f"{sum(gains) / len(gains):+.3f} over {len(gains)} seeds.")
+
+
 def report(params: Params) -> Path:
     sft = read_json(lab_dir(params) / "sft" / "sft.json")
     runs = [read_json(p) for p in sorted(lab_dir(params).glob("grpo_seed*.json")) if not p.name.endswith(".partial.json")]
@@ -145,7 +173,6 @@ def report(params: Params) -> Path:
     png = RESULTS / "lab_grpo.png"
     if runs or partial:
         _plot(runs + partial, sft["test_em"], png)
-    g = params.grpo
     lines = [
         "# The lab: a nano policy, GRPO with the exact outcome reward",
         "",
@@ -174,36 +201,45 @@ def report(params: Params) -> Path:
         "",
     ]
     if runs or partial:
+        ran = {json.dumps(r.get("settings", grpo_settings(params.grpo, params.lab)), sort_keys=True) for r in runs + partial}
+        if len(ran) > 1:
+            raise ValueError(f"{lab_dir(params)}: its GRPO runs ran under different settings: {sorted(ran)}")
+        s = json.loads(ran.pop())
+        source = (f"the questions of the SFT's first {s['grpo_worlds']} worlds that it did not read "
+                  "(`lab.grpo_worlds`), each served its own world" if s["grpo_worlds"] else
+                  "the lab world's train questions")
         lines += [
             "## GRPO from the SFT start",
             "",
-            f"{params.lab.grpo_steps} steps of {g.prompts_per_step} questions x {g.group_size} attempts, lr {g.lr:g}, "
-            f"KL {g.kl_coef:g}, temperature {g.temperature:g}; reward 1 for an exact-match answer, else 0; greedy "
-            f"dev EM on {params.data.n_dev} questions every {params.lab.eval_every} steps.",
+            f"{s['steps']} steps of {s['prompts_per_step']} questions x {s['group_size']} attempts on {source}, lr "
+            f"{s['lr']:g}, KL {s['kl_coef']:g}, temperature {s['temperature']:g}; reward 1 for an exact-match answer, "
+            f"else 0; greedy dev EM on {params.data.n_dev} questions every {params.lab.eval_every} steps.",
             "",
             "![learning curves](lab_grpo.png)",
             "",
-            "| seed | dev EM at 0 | dev EM at end | best dev EM | test EM before | test EM after | wall (min) | "
-            "CPU (min) | rollout / update (s) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| seed | dev EM at 0 | dev EM at end | best dev EM | test EM before | test EM after | GRPO's questions never "
+            "drawn: EM before -> after | wall (min) | CPU (min) | rollout / update (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in runs:
             c = r["curve"]
+            unseen = (f"{r['unseen_before_em']:.3f} -> {r['unseen_em']:.3f} ({int(r['unseen_n'])})"
+                      if "unseen_em" in r else "-")
             lines.append(f"| {r['seed']} | {c[0]['dev_em']:.3f} | {c[-1]['dev_em']:.3f} | "
-                         f"{max(p['dev_em'] for p in c):.3f} | {r['test_before_em']:.3f} | {r['test_em']:.3f} | {r['wall_s'] / 60:.1f} | "
-                         f"{r.get('cpu_s', math.nan) / 60:.1f} | "
+                         f"{max(p['dev_em'] for p in c):.3f} | {r['test_before_em']:.3f} | {r['test_em']:.3f} | "
+                         f"{unseen} | {r['wall_s'] / 60:.1f} | {r.get('cpu_s', math.nan) / 60:.1f} | "
                          f"{c[-1].get('time/rollout', math.nan):.0f} / {c[-1].get('time/update', math.nan):.0f} |")
         for r in partial:
             c = r["curve"]
             lines.append(f"| {r['seed']} (stopped at step {int(c[-1]['step'])}) | {c[0]['dev_em']:.3f} | "
-                         f"{c[-1]['dev_em']:.3f} | {max(p['dev_em'] for p in c):.3f} | {r['test_before_em']:.3f} | - | "
+                         f"{c[-1]['dev_em']:.3f} | {max(p['dev_em'] for p in c):.3f} | {r['test_before_em']:.3f} | - | - | "
                          f"{c[-1]['wall_s'] / 60:.1f} | - | {c[-1].get('time/rollout', math.nan):.0f} / "
                          f"{c[-1].get('time/update', math.nan):.0f} |")
         gains = [r["test_em"] - r["test_before_em"] for r in runs] or [math.nan]
         mean = sum(gains) / len(gains)
         sd = (sum((x - mean) ** 2 for x in gains) / max(len(gains) - 1, 1)) ** 0.5
         lines += ["", f"Test EM change against the SFT start: mean {mean:+.3f} (sd {sd:.3f} over {len(runs)} seeds; "
-                  f"{int(sft['test_n'])} test questions each). Dev EM is over {params.data.n_dev} questions: 0.02 is "
+                  f"{int(sft['test_n'])} test questions each).{_unseen_summary(runs)} Dev EM is over {params.data.n_dev} questions: 0.02 is "
                   "one answer. Wall minutes are on a 2-core machine shared with other jobs; CPU minutes are the one "
                   "thread's work. Rollout and update seconds are wall time summed over the run (the rest is the dev "
                   "evaluations).", ""]

@@ -26,7 +26,7 @@ from components.llm.base import assistant, system, user
 from components.params_load import load_params
 from components.training.grpo.episodes import RewardOutput
 
-TINY = ["lab.sft_protocols=[react]", "lab.sft_document_rows=0", "data.n_train=6", "data.n_dev=2", "data.n_test=2", "lab.sft_worlds=1", "lab.sft_questions_per_world=12",
+TINY = ["lab.sft_protocols=[react]", "lab.grpo_worlds=0", "lab.sft_document_rows=0", "data.n_train=6", "data.n_dev=2", "data.n_test=2", "lab.sft_worlds=1", "lab.sft_questions_per_world=12",
         "lab.nano.vocab_size=400", "lab.nano.hidden_size=32", "lab.nano.num_layers=1", "lab.nano.num_heads=2",
         "lab.nano.num_kv_heads=1", "lab.nano.intermediate_size=64", "sft.max_steps=2", "sft.batch_size=4",
         "sft.micro_batch_size=2", "sft.warmup_steps=1", "agent.max_tokens=8",
