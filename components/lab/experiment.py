@@ -268,6 +268,10 @@ def report(params: Params) -> Path:
             lines.append(f"| {kind} | {first.get('verdicts', first['n'])} | " + " | ".join(parts) +
                          f" | {failed} | {first.get('measure', '')} |")
         lines.append("")
+    lines += [f"Every figure above is in `{RESULTS.as_posix()}/lab.json` (the SFT's record, each run's JSON with its curve, "
+              "the judge rows), written beside this page.", ""]
+    write_json(RESULTS / "lab.json", {"sft": sft, "runs": runs, "partial": partial,
+                                      "judges": read_json(judges) if judges.exists() else []})
     (RESULTS / "lab.md").write_text("\n".join(lines) + "\n")
     return RESULTS / "lab.md"
 

@@ -39,6 +39,8 @@ def test_the_page_names_the_settings_its_runs_ran_under(lab):
     for seed in (0, 1):
         (folder / f"grpo_seed{seed}.json").write_text(json.dumps(_run(seed, 3e-5, 2)))
     page = experiment.report(params).read_text()
+    kept = json.loads((folder / "results" / "lab.json").read_text())  # the page's figures, tracked beside it
+    assert [r["test_em"] for r in kept["runs"]] == [0.41, 0.41] and kept["sft"]["test_em"] == 0.38
     assert "200 steps of 4 questions x 8 attempts on the questions of the SFT's first 2 worlds" in page
     assert "lr 3e-05" in page and "lr 0.0001" not in page
     assert "mean +0.030 (sd 0.000 over 2 seeds" in page
