@@ -28,6 +28,7 @@ import torch
 
 from components.io import read_json, write_json
 from components.lab.dial import dial_table
+from components.lab.params import LabParams
 from components.lab.policy import (
     NanoPolicy,
     answer_sources,
@@ -46,6 +47,7 @@ from components.lab.world import build_lab_world
 from components.llm.backends.simulated import Dial
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
+from components.training.params import GRPOParams
 from components.training.prompt_order import PromptSampler
 
 RESULTS = Path("docs/results")
