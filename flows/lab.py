@@ -29,7 +29,17 @@ from prefect.task_runners import ProcessPoolTaskRunner
 from components.io import write_json
 from components.lab.experiment import head_commit
 from components.lab.policy import lab_seed
-from components.lab.sweep import cell_params, chosen, dials, grid, link_inputs, page, plot_curves, summarise
+from components.lab.sweep import (
+    cell_params,
+    chosen,
+    dials,
+    grid,
+    link_inputs,
+    page,
+    plot_curves,
+    summarise,
+    sweep_root,
+)
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.params_section import ParamsError
@@ -88,7 +98,7 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
             if record is not None:
                 done[cell] = record
             else:
-                link_inputs(params, cell)
+                link_inputs(params.run.out_dir, sweep_root(params.run.out_dir, params.lab.sweep), cell)
                 todo.append((cell, mine))
         trained = {train_policy.submit(mine, variant=cell.variant, parent_run_id=parent.run_id): (cell, mine)
                    for cell, mine in todo}

@@ -14,7 +14,7 @@ from pathlib import Path
 from prefect import task
 
 from components.io import read_json, write_json
-from components.lab.sweep import Cell, cell_done, cell_record, read_cell
+from components.lab.sweep import Cell, cell_done, cell_record, read_cell, sweep_root
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.run_files import settings_digest
@@ -32,7 +32,7 @@ def cell_key(mine: Params, cell: Cell) -> str:
 def finished_cell(params: Params, cell: Cell, mine: Params) -> dict | None:
     """The cell's record when it finished under ``mine`` (its ``cell_params``) and ran as many steps, else None
     (the run key leaves ``grpo.steps`` out, so a grid of another length would read a shorter cell back as its own)."""
-    path = cell_done(params, cell)
+    path = cell_done(sweep_root(params.run.out_dir, params.lab.sweep), cell)
     if not path.exists():
         return None
     record = read_json(path)

@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "components/agents/react.py": {"agent_options"},
     "components/lab/experiment.py": {"lab_dir", "run_sft", "run_grpo", "run_judges", "report"},
     "components/lab/policy.py": {"lab_seed", "grpo_source", "sft_corpus", "train_nano", "grpo_run"},
-    "components/lab/sweep.py": {"sweep_root", "cell_folder", "cell_done", "link_inputs", "cell_params"},
+    "components/lab/sweep.py": {"cell_params"},
     "components/lab/world.py": {"build_lab_world"},
     "components/llm/factory.py": {"LLMPool.__init__"},
     "components/methods/arco/model_setup.py": {"sparse_steps", "check_setup"},

@@ -6,7 +6,7 @@ across seeds, the break-even judge quality). Free of Prefect and MLflow: ``flows
 the page.
 
     cells = grid(params.lab.sweep, "session")              # or "full", "intro": lab.sweep.grids
-    rows = [read_cell(cell_folder(params, c), c) for c in cells]
+    rows = [read_cell(cell_folder(sweep_root(params.run.out_dir, params.lab.sweep), c), c) for c in cells]
     table = summarise(rows, params.lab.sweep, "session")
 """
 
@@ -76,14 +76,15 @@ def seeds_of(settings: LabSweepParams, variant: str, name: str = "session") -> l
     return g.variant_seeds.get(variant, g.seeds if g.seeds is not None else settings.seeds)
 
 
-def sweep_root(params: Params) -> Path:
-    return Path(params.run.out_dir) / params.lab.sweep.out_dir
+def sweep_root(out_dir: str | Path, settings: LabSweepParams) -> Path:
+    """The sweep's folder under the lab's ``run.out_dir``."""
+    return Path(out_dir) / settings.out_dir
 
 
-def cell_folder(params: Params, cell: Cell) -> Path:
-    """The cell's ``run.out_dir``: its dial's and seed's (every variant of one dial and seed shares the folder,
-    each in its own train/<variant>/ and eval/<variant>/)."""
-    return sweep_root(params) / cell.dial / f"seed_{cell.seed}"
+def cell_folder(root: Path, cell: Cell) -> Path:
+    """The cell's ``run.out_dir`` under the sweep's ``root`` (:func:`sweep_root`): its dial's and seed's (every
+    variant of one dial and seed shares the folder, each in its own train/<variant>/ and eval/<variant>/)."""
+    return Path(root) / cell.dial / f"seed_{cell.seed}"
 
 
 def cell_record(folder: Path, cell: Cell) -> Path:
@@ -91,19 +92,20 @@ def cell_record(folder: Path, cell: Cell) -> Path:
     return Path(folder) / "cells" / f"{cell.variant}.json"
 
 
-def cell_done(params: Params, cell: Cell) -> Path:
-    """:func:`cell_record` under the sweep's ``params``."""
-    return cell_record(cell_folder(params, cell), cell)
+def cell_done(root: Path, cell: Cell) -> Path:
+    """:func:`cell_record` of the cell's folder under the sweep's ``root``."""
+    return cell_record(cell_folder(root, cell), cell)
 
 
-def link_inputs(params: Params, cell: Cell) -> None:
-    """The cell folder's links to the lab's prepared world and index (``run.out_dir``'s data/ and index/)."""
-    folder = cell_folder(params, cell)
+def link_inputs(out_dir: str | Path, root: Path, cell: Cell) -> None:
+    """The cell folder (under the sweep's ``root``) linked to the lab's prepared world and index (``out_dir``'s, the
+    lab's ``run.out_dir``: data/ and index/)."""
+    folder = cell_folder(root, cell)
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("data", "index"):
         link = folder / name
         if not link.exists():
-            link.symlink_to(os.path.relpath(Path(params.run.out_dir) / name, folder), target_is_directory=True)
+            link.symlink_to(os.path.relpath(Path(out_dir) / name, folder), target_is_directory=True)
 
 
 def cell_params(params: Params, cell: Cell, name: str = "session") -> Params:
@@ -115,7 +117,7 @@ def cell_params(params: Params, cell: Cell, name: str = "session") -> Params:
     raw["seed"] = cell.seed
     raw["grpo"]["steps"] = chosen(settings, name).steps or settings.steps
     raw["train_policy"]["eval_every"] = settings.eval_every
-    raw["run"]["out_dir"] = str(cell_folder(params, cell))
+    raw["run"]["out_dir"] = str(cell_folder(sweep_root(params.run.out_dir, settings), cell))
     return Params.model_validate(apply_overrides(raw, list(settings.overrides)))
 
 

@@ -19,6 +19,7 @@ from components.lab.sweep import (
     grid,
     steps_to,
     summarise,
+    sweep_root,
 )
 from components.params_load import load_params
 
@@ -46,7 +47,8 @@ def test_a_cell_gets_its_dial_seed_steps_and_folder(repo_root):
     mine = cell_params(params, cell)
     assert mine.lab.judge.flip_rate == 0.25 and mine.seed == 2 and mine.grpo.steps == params.lab.sweep.steps
     assert mine.train_policy.eval_every == params.lab.sweep.eval_every and mine.train_policy.first_question == 150
-    assert mine.run.out_dir == str(cell_folder(params, cell)) and cell_folder(params, cell).name == "seed_2"
+    folder = cell_folder(sweep_root(params.run.out_dir, params.lab.sweep), cell)
+    assert mine.run.out_dir == str(folder) and folder.name == "seed_2"
     assert cell_params(params, Cell("arbor", "perfect", 2)).lab.judge.flip_rate == 0.0
 
 
@@ -104,7 +106,7 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
     """A cell finished under one judge dial (or reward) is run again, not read back, once its settings change; the
     dial is in the training run's key under the lab overlay and nowhere else."""
     from components.io import write_json
-    from components.lab.sweep import cell_done
+    from components.lab.sweep import cell_done, sweep_root
     from components.training.grpo.policy_run_key import run_settings
     from tasks.lab_cell import cell_key, finished_cell
 
@@ -112,8 +114,9 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
     cell = Cell("arbor", "noisy", 0)
     mine = cell_params(params, cell)
     assert finished_cell(params, cell, mine) is None
-    cell_done(params, cell).parent.mkdir(parents=True)
-    write_json(cell_done(params, cell), {"test_em": 0.1, "run_key": cell_key(mine, cell), "steps": 40})
+    root = sweep_root(params.run.out_dir, params.lab.sweep)
+    cell_done(root, cell).parent.mkdir(parents=True)
+    write_json(cell_done(root, cell), {"test_em": 0.1, "run_key": cell_key(mine, cell), "steps": 40})
     assert finished_cell(params, cell, mine)["test_em"] == 0.1
     longer = cell_params(params.model_copy(update={"lab": params.lab.model_copy(update={"sweep": params.lab.sweep.model_copy(
         update={"steps": 100})})}), cell)
@@ -122,7 +125,7 @@ def test_a_record_is_read_back_only_under_its_cells_settings(repo_root, tmp_path
         other = load_params(repo_root / "params.yaml", overlays=["lab"],
                             overrides=[f"run.out_dir={tmp_path}", change])
         assert finished_cell(other, cell, cell_params(other, cell)) is None, change
-    write_json(cell_done(params, cell), {"test_em": 0.1})  # a record from before records were keyed
+    write_json(cell_done(root, cell), {"test_em": 0.1})  # a record from before records were keyed
     assert finished_cell(params, cell, mine) is None
     assert run_settings(mine, "arbor")["lab_judge"]["flip_rate"] == 0.25
     assert "lab_judge" not in run_settings(load_params(repo_root / "params.yaml"), "arbor")
