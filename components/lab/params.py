@@ -75,6 +75,8 @@ class LabGrid(Section):
     variant_seeds: dict[str, list[int]] = Field(default_factory=dict, description="A variant's own seeds instead of "
                                                 "`seeds` (a slow variant run on fewer; the page says so).")
     steps: int | None = Field(default=None, ge=1, description="GRPO steps of its cells (None: lab.sweep.steps).")
+    overrides: list[str] = Field(default_factory=list, description="`key=value` settings of its cells, applied after "
+                                 "lab.sweep.overrides (a grid's own grpo.lr, say).")
 
 
 def _grids() -> dict[str, LabGrid]:

@@ -108,8 +108,14 @@ def link_inputs(out_dir: str | Path, root: Path, cell: Cell) -> None:
             link.symlink_to(os.path.relpath(Path(out_dir) / name, folder), target_is_directory=True)
 
 
+def cell_overrides(settings: LabSweepParams, name: str = "session") -> list[str]:
+    """The ``key=value`` settings of grid ``name``'s cells: ``lab.sweep.overrides``, then the grid's own."""
+    return [*settings.overrides, *chosen(settings, name).overrides]
+
+
 def cell_params(params: Params, cell: Cell, name: str = "session") -> Params:
-    """``params`` (the lab overlay's) with the cell's judge dial, seed, steps and folder, then ``lab.sweep.overrides``."""
+    """``params`` (the lab overlay's) with the cell's judge dial, seed, steps and folder, then
+    :func:`cell_overrides`."""
     settings = params.lab.sweep
     dial = dials(settings, name)[cell.dial]
     raw = params.model_dump()
@@ -118,7 +124,7 @@ def cell_params(params: Params, cell: Cell, name: str = "session") -> Params:
     raw["grpo"]["steps"] = chosen(settings, name).steps or settings.steps
     raw["train_policy"]["eval_every"] = settings.eval_every
     raw["run"]["out_dir"] = str(cell_folder(sweep_root(params.run.out_dir, settings), cell))
-    return Params.model_validate(apply_overrides(raw, list(settings.overrides)))
+    return Params.model_validate(apply_overrides(raw, cell_overrides(settings, name)))
 
 
 def _curve(rows: pd.DataFrame, before: dict, after: dict | None, steps: int) -> list[dict[str, float]]:

@@ -180,3 +180,13 @@ def test_a_cells_gaming_flag_counts_only_the_reward_beyond_the_outcome():
     assert _gaming(judged, last).suspected
     older = pd.DataFrame({"step": range(1, 7), "reward/mean": up, "reward/em": up})
     assert not _gaming(older, last).suspected
+
+
+def test_a_grids_own_overrides_apply_to_its_cells_after_the_sweeps(repo_root):
+    params = load_params(repo_root / "params.yaml", overlays=["lab"], overrides=[
+        "lab.sweep.overrides=[grpo.lr=1.0e-4,train_policy.first_question=150]",
+        "lab.sweep.grids.learning.overrides=[grpo.lr=3.0e-5]"])
+    cell = Cell("grpo", "perfect", 0)
+    assert cell_params(params, cell, "learning").grpo.lr == 3e-5  # the grid's, over the sweep's
+    assert cell_params(params, cell, "session").grpo.lr == 1e-4  # another grid keeps the sweep's
+    assert cell_params(params, cell, "learning").train_policy.first_question == 150
