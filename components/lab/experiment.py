@@ -96,7 +96,7 @@ def run_grpo(params: Params, seed: int) -> dict:
     unseen_before = evaluate(start, grpo_worlds, unseen, params.agent) if unseen else {}
     started, cpu = time.perf_counter(), time.process_time()
     partial = lab_dir(params) / f"grpo_seed{seed}.partial.json"
-    curve = grpo_run(params, start, lab, seed=seed,
+    curve = grpo_run(params, start, lab, seed=seed, source=(questions, toolbox),
                      on_metrics=lambda step, m: print(f"step {step} reward {m.get('reward/mean', float('nan')):.3f}",
                                                        flush=True),
                      on_point=lambda c: write_json(partial, {"seed": seed, "curve": c, **{
@@ -246,8 +246,8 @@ def report(params: Params) -> Path:
                   "thread's work. Rollout and update seconds are wall time summed over the run (the rest is the dev "
                   "evaluations).", ""]
     judges = lab_dir(params) / "judges.json"
-    if judges.exists():
-        rows = read_json(judges)
+    rows = read_json(judges) if judges.exists() else []
+    if rows:
         dials = list(dict.fromkeys(_dial_name(r) for r in rows))
         cell = {(r["kind"], _dial_name(r)): r for r in rows}
         lines += ["## The simulated judge against the oracle", "",
@@ -273,7 +273,7 @@ def report(params: Params) -> Path:
     lines += [f"Every figure above is in `{RESULTS.as_posix()}/lab.json` (the SFT's record, each run's JSON with its curve, "
               "the judge rows), written beside this page.", ""]
     write_json(RESULTS / "lab.json", {"sft": sft, "runs": runs, "partial": partial,
-                                      "judges": read_json(judges) if judges.exists() else []})
+                                      "judges": rows})
     (RESULTS / "lab.md").write_text("\n".join(lines) + "\n")
     return RESULTS / "lab.md"
 

@@ -243,9 +243,12 @@ def scores(trajectories: list, questions: list[Question]) -> dict[str, float]:
 
 def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, steps: int | None = None,
              eval_every: int | None = None, on_metrics: Callable[[int, dict], None] | None = None,
-             reward=None, on_point: Callable[[list[dict]], None] | None = None) -> list[dict[str, float]]:
+             reward=None, on_point: Callable[[list[dict]], None] | None = None,
+             source: tuple[list[Question], Any] | None = None) -> list[dict[str, float]]:
     """GRPO of ``start`` (full fine-tuning, KL to ``start`` as ``grpo.kl_coef`` says) on :func:`grpo_source`'s
-    questions with the exact-match outcome reward (0 for a wrong answer, ``grpo.format_penalty`` for a missing one; ``reward`` replaces it), ``steps`` steps (``lab.grpo_steps``);
+    questions (``source``: those questions and their toolbox, already built) with the exact-match outcome reward (0
+    for a wrong answer, ``grpo.format_penalty`` for a missing one; ``reward`` replaces it), ``steps`` steps
+    (``lab.grpo_steps``);
     greedy dev EM every ``eval_every`` steps and at step 0. One dict per evaluation point: step, dev EM/F1/answered,
     the mean training reward since the last point, and the seconds spent in rollout, reward and update."""
     lab_params = params.lab
@@ -264,7 +267,7 @@ def grpo_run(params: Params, start: NanoPolicy, lab: LabWorld, *, seed: int, ste
             on_metrics(step, metrics)
 
     reward = reward or replace(outcome_reward(params.grpo), metric="em")
-    questions, toolbox = grpo_source(params, lab)
+    questions, toolbox = source or grpo_source(params, lab)
     trainer = GRPOTrainer(policy, engine, reward, questions,
                           params.grpo, rollout_fn=_rollout(start.tokenizer, toolbox, params.agent),
                           pad_token_id=start.tokenizer.pad_token_id, seed=seed, on_metrics=record)
