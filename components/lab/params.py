@@ -74,9 +74,20 @@ class LabGrid(Section):
     seeds: list[int] | None = Field(default=None, description="Seeds of every cell (None: lab.sweep.seeds).")
     variant_seeds: dict[str, list[int]] = Field(default_factory=dict, description="A variant's own seeds instead of "
                                                 "`seeds` (a slow variant run on fewer; the page says so).")
+    variant_dials: dict[str, list[str]] = Field(default_factory=dict, description="A variant's own judges, names of "
+                                                "`dials`, instead of all of them (a slow variant under fewer).")
     steps: int | None = Field(default=None, ge=1, description="GRPO steps of its cells (None: lab.sweep.steps).")
     overrides: list[str] = Field(default_factory=list, description="`key=value` settings of its cells, applied after "
                                  "lab.sweep.overrides (a grid's own grpo.lr, say).")
+
+
+    @model_validator(mode="after")
+    def _known_dials(self) -> LabGrid:
+        for variant, names in self.variant_dials.items():
+            unknown = [n for n in names if n not in self.dials]
+            if unknown:
+                raise ValueError(f"variant_dials.{variant}: {unknown} are not dials of this grid ({', '.join(self.dials)})")
+        return self
 
 
 def _grids() -> dict[str, LabGrid]:

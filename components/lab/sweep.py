@@ -68,7 +68,14 @@ def grid(settings: LabSweepParams, name: str = "session") -> list[Cell]:
     """Every cell of the grid ``name``, the outcome-only variants under its first dial alone."""
     names = list(dials(settings, name))
     return [Cell(v, d, s) for v in chosen(settings, name).variants
-            for d in (names[:1] if v in settings.outcome_only else names) for s in seeds_of(settings, v, name)]
+            for d in dials_of(settings, v, name) for s in seeds_of(settings, v, name)]
+
+
+def dials_of(settings: LabSweepParams, variant: str, name: str = "session") -> list[str]:
+    """The dials ``variant`` runs under in grid ``name``: the first alone for an outcome-only variant, else its
+    ``variant_dials`` or every dial."""
+    names = list(dials(settings, name))
+    return names[:1] if variant in settings.outcome_only else chosen(settings, name).variant_dials.get(variant, names)
 
 
 def seeds_of(settings: LabSweepParams, variant: str, name: str = "session") -> list[int]:
@@ -213,7 +220,7 @@ def summarise(cells: list[dict], settings: LabSweepParams, name: str = "session"
     out = []
     variants = list(dict.fromkeys(c["variant"] for c in cells))
     for variant in variants:
-        for dial in names if variant not in settings.outcome_only else names[:1]:
+        for dial in dials_of(settings, variant, name):
             mine = [c for s in seeds_of(settings, variant, name) if (c := find(variant, dial, s)) is not None]
             if not mine:
                 continue
