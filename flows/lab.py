@@ -143,7 +143,7 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
         figures = {"cells": records, "table": table.to_dict("records")}
         write_json(RESULTS / f"{name}.json", figures)
         parent.log_metrics({f"{r['variant']}@{r['dial']}.{k}": r[k] for r in table.to_dict("records")
-                            for k in ("test_em", "diff_vs_grpo", "auc_dev_em")})
+                            for k in ("test_em", "diff_vs_baseline", "auc_dev_em")})
         for path in (RESULTS / f"{name}.md", plot):
             parent.log_artifact(path)
     print(markdown)

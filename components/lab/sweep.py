@@ -1,8 +1,8 @@
 """The lab sweep's grid and its reading: the cells (variant x judge dial x seed) of ``lab.sweep``, each cell's
 params (``--overlay lab`` plus its dial, seed and folder), what a finished cell's folders say (its dev curve against
 steps and judge calls, test EM, its mechanism's health, the gaming check), and the table across cells (final EM,
-area under the curve, steps to a threshold, the paired difference against grpo of the same seed with a t interval
-across seeds, the break-even judge quality). Free of Prefect and MLflow: ``flows/lab.py`` runs the cells and writes
+area under the curve, steps to a threshold, the paired difference against the variant's matched baseline of the
+same seed with a t interval across seeds, the break-even judge quality). Free of Prefect and MLflow: ``flows/lab.py`` runs the cells and writes
 the page.
 
     cells = grid(params.lab.sweep, "session")              # or "full", "intro": lab.sweep.grids
@@ -24,10 +24,12 @@ from scipy import stats
 from components.evaluation.gaming import GamingCheck, gaming_check
 from components.io import read_json
 from components.lab.params import LabGrid, LabSweepParams
+from components.method_registry import paired_baselines
 from components.params import Params
 from components.params_load import apply_overrides
 
 BASELINE = "grpo"
+"""The baseline of a variant whose matched one (components.method_registry.paired_baselines) is not in the grid."""
 
 HEALTH = {  # metrics.csv column -> (label, how it is summarised over the steps)
     "reward/zero_var/rescued_fraction": ("zero-variance groups rescued", "mean"),
@@ -208,8 +210,8 @@ def interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, flo
 
 def summarise(cells: list[dict], settings: LabSweepParams, name: str = "session") -> pd.DataFrame:
     """One row per (variant, dial): seeds, final test EM, AUC, steps to threshold, judge calls, the paired
-    difference in test EM against grpo of the same seed (outcome-only variants' cells serve every dial), and
-    whether the gaming check flagged any seed."""
+    difference in test EM against its :func:`baseline_of` of the same seed (outcome-only variants' cells serve
+    every dial; a baseline's own row has none), and whether the gaming check flagged any seed."""
     names = list(dials(settings, name))
     by = {(c["variant"], c["dial"], c["seed"]): c for c in cells}
 
@@ -224,9 +226,9 @@ def summarise(cells: list[dict], settings: LabSweepParams, name: str = "session"
             mine = [c for s in seeds_of(settings, variant, name) if (c := find(variant, dial, s)) is not None]
             if not mine:
                 continue
-            diffs = []
+            baseline, diffs = baseline_of(variant, variants), []
             for c in mine:
-                base = find(BASELINE, dial, c["seed"])
+                base = find(baseline, dial, c["seed"]) if baseline is not None else None
                 diffs.append(c["test_em"] - base["test_em"] if base is not None else math.nan)
             mean, low, high = interval(diffs)
             reached = [steps_to(c["curve"], settings.threshold) for c in mine]
@@ -235,10 +237,20 @@ def summarise(cells: list[dict], settings: LabSweepParams, name: str = "session"
                         "auc_dev_em": float(np.mean([area_under_curve(c["curve"]) for c in mine])),
                         "steps_to_threshold": float(np.nanmean(reached)) if not np.isnan(reached).all() else math.nan,
                         "judge_calls": float(np.mean([c["judge_calls"] for c in mine])),
-                        "diff_vs_grpo": mean, "diff_low": low, "diff_high": high,
+                        "baseline": baseline, "diff_vs_baseline": mean, "diff_low": low, "diff_high": high,
                         "gaming_flagged": sum(c["gaming_suspected"] for c in mine),
                         "wall_s": float(np.mean([c["wall_s"] for c in mine]))})
     return pd.DataFrame(out)
+
+
+def baseline_of(variant: str, variants: list[str]) -> str | None:
+    """Whom ``variant`` is paired with among the grid's ``variants``: its first matched baseline there (ARBOR's
+    ``grpo_arbor``, RubricEM's ``scaffold_grpo``: GRPO under the method's own protocol and settings), else
+    ``grpo``; None for a baseline itself (``grpo``, a matched GRPO)."""
+    wanted = paired_baselines(variant)
+    if not wanted:
+        return None
+    return next((b for b in wanted if b in variants), BASELINE)
 
 
 def judge_quality(dial: dict) -> float:
@@ -249,19 +261,20 @@ def judge_quality(dial: dict) -> float:
 
 def break_even(table: pd.DataFrame, settings: LabSweepParams, name: str = "session") -> dict[str, str]:
     """Per variant, the worst judge (by :func:`judge_quality`, flip-rate dials only) under which it still beats
-    grpo with an interval above 0, or why none does."""
+    its baseline (the table's ``baseline``) with an interval above 0, or why none does."""
     found = {}
     flips = {n: d for n, d in dials(settings, name).items() if d.get("bias", "none") == "none"}
     for variant in table["variant"].unique():
         if variant == BASELINE or variant in settings.outcome_only:
             continue
         rows = table[(table["variant"] == variant) & (table["dial"].isin(list(flips)))]
+        base = table[table["variant"] == variant]["baseline"].iloc[0]
         wins = rows[rows["diff_low"] > 0]
         if wins.empty:
-            found[variant] = "beats grpo under no judge (interval includes or is below 0)"
+            found[variant] = f"beats {base} under no judge (interval includes or is below 0)"
         else:
             worst = max(wins["dial"], key=lambda n: judge_quality(flips[n]))
-            found[variant] = f"beats grpo up to {worst} (flip rate {judge_quality(flips[worst]):g})"
+            found[variant] = f"beats {base} up to {worst} (flip rate {judge_quality(flips[worst]):g})"
     return found
 
 
@@ -309,16 +322,18 @@ def page(cells: list[dict], table: pd.DataFrame, settings: LabSweepParams, *, na
     per method, each mechanism's health at every dial, and the plot."""
     lines = [*header, "",
              "| variant | judge | seeds | test EM | dev EM AUC | steps to dev EM "
-             f"+{settings.threshold:g} | judge calls | test EM - grpo [95% t interval] | gaming flagged | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"+{settings.threshold:g} | judge calls | paired with | test EM - baseline [95% t interval] | "
+             "gaming flagged | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
-        diff = "matched baseline" if r["variant"] == BASELINE else (
-            f"{r['diff_vs_grpo']:+.3f} [{_fmt(r['diff_low'])}, {_fmt(r['diff_high'])}]")
+        paired = r["baseline"] if isinstance(r["baseline"], str) else "- (a baseline)"
+        diff = "-" if not isinstance(r["baseline"], str) else (
+            f"{r['diff_vs_baseline']:+.3f} [{_fmt(r['diff_low'])}, {_fmt(r['diff_high'])}]")
         lines.append(f"| {r['variant']} | {r['dial']} | {r['seeds']} | {r['test_em']:.3f} | {r['auc_dev_em']:.3f} | "
-                     f"{_fmt(r['steps_to_threshold'], 0)} | {r['judge_calls']:.0f} | {diff} | "
+                     f"{_fmt(r['steps_to_threshold'], 0)} | {r['judge_calls']:.0f} | {paired} | {diff} | "
                      f"{int(r['gaming_flagged'])}/{r['seeds']} | {_fmt(r['wall_s'], 0)} |")
-    lines += ["", "Break-even judge (the worst flip-rate judge under which the method still beats grpo, interval "
-              "above 0):", ""]
+    lines += ["", "Break-even judge (the worst flip-rate judge under which the method still beats its baseline, "
+              "interval above 0):", ""]
     lines += [f"- {v}: {text}" for v, text in break_even(table, settings, name).items()]
     lines += ["", "Each mechanism's health (mean over seeds; rates are means over steps, totals at the last step):",
               "", "| variant | judge | health |", "|---|---|---|"]

@@ -1,5 +1,5 @@
 """The lab sweep's reading (components/lab/sweep.py): the grid runs outcome-only variants under one judge, each cell
-gets its dial, seed and folder, and the table's paired difference against grpo, its t interval, the area under the
+gets its dial, seed and folder, and the table's paired difference against the matched baseline, its t interval, the area under the
 curve, the steps to a threshold and the break-even judge are the hand-computed ones."""
 
 from __future__ import annotations
@@ -69,14 +69,36 @@ def test_the_paired_difference_is_against_grpo_of_the_same_seed_with_a_t_interva
     diffs = [0.10, 0.06, 0.12]
     half = stats.t.ppf(0.975, 2) * stats.sem(diffs)
     row = table.loc[("arbor", "perfect")]
-    assert row["diff_vs_grpo"] == pytest.approx(sum(diffs) / 3)
+    assert row["diff_vs_baseline"] == pytest.approx(sum(diffs) / 3)
     assert (row["diff_low"], row["diff_high"]) == pytest.approx((sum(diffs) / 3 - half, sum(diffs) / 3 + half))
-    assert table.loc[("arbor", "noisy")]["diff_vs_grpo"] == pytest.approx(-0.05 / 3)  # grpo's perfect cells serve it
-    assert table.loc[("grpo", "perfect")]["diff_vs_grpo"] == 0.0
+    assert table.loc[("arbor", "noisy")]["diff_vs_baseline"] == pytest.approx(-0.05 / 3)  # grpo's perfect cells serve it
+    assert not isinstance(table.loc[("grpo", "perfect")]["baseline"], str) and math.isnan(table.loc[("grpo", "perfect")]["diff_vs_baseline"])
     assert break_even(summarise(cells, SETTINGS), SETTINGS) == {"arbor": "beats grpo up to perfect (flip rate 0)"}
     worse = [c for c in cells if not (c["variant"] == "arbor" and c["dial"] == "perfect")]
     worse += [_cell("arbor", "perfect", s, e) for s, e in enumerate([0.1, 0.1, 0.2])]
     assert "under no judge" in break_even(summarise(worse, SETTINGS), SETTINGS)["arbor"]
+
+
+def test_a_method_is_paired_with_its_matched_baseline_when_the_grid_has_it():
+    grids = {"session": LabGrid(variants=["grpo", "scaffold_grpo", "ss_grpo"],
+                                dials={"perfect": {}, "biased": {"bias": "length", "bias_rate": 0.5}},
+                                variant_dials={"ss_grpo": ["biased"]})}
+    settings = SETTINGS.model_copy(update={"grids": grids})
+    assert {(c.variant, c.dial) for c in grid(settings)} == {("grpo", "perfect"), ("scaffold_grpo", "perfect"),
+                                                              ("ss_grpo", "biased")}
+    cells = [_cell("grpo", "perfect", s, 0.10) for s in (0, 1, 2)]
+    cells += [_cell("scaffold_grpo", "perfect", s, e) for s, e in enumerate([0.30, 0.40, 0.35])]
+    cells += [_cell("ss_grpo", "biased", s, e) for s, e in enumerate([0.20, 0.30, 0.25])]  # 0.10 below its own
+    table = summarise(cells, settings).set_index(["variant", "dial"])
+    row = table.loc[("ss_grpo", "biased")]
+    assert row["baseline"] == "scaffold_grpo" and row["diff_vs_baseline"] == pytest.approx(-0.10)
+    assert not isinstance(table.loc[("scaffold_grpo", "perfect")]["baseline"], str)  # a matched GRPO is itself a baseline
+    without = summarise([c for c in cells if c["variant"] != "scaffold_grpo"], settings.model_copy(update={
+        "grids": {"session": grids["session"].model_copy(update={"variants": ["grpo", "ss_grpo"]})}}))
+    assert without.set_index("variant").loc["ss_grpo"]["baseline"] == "grpo"
+    assert without.set_index("variant").loc["ss_grpo"]["diff_vs_baseline"] == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="variant_dials.ss_grpo"):
+        LabGrid(variants=["ss_grpo"], dials={"perfect": {}}, variant_dials={"ss_grpo": ["noisy"]})
 
 
 def test_a_slow_variant_runs_on_its_own_seeds_and_the_table_counts_them():
@@ -85,7 +107,7 @@ def test_a_slow_variant_runs_on_its_own_seeds_and_the_table_counts_them():
     assert [c.seed for c in grid(settings) if c.variant == "arco"] == [0, 0, 0]
     cells = [_cell("grpo", "perfect", s, 0.1) for s in (0, 1, 2)] + [_cell("arco", "perfect", 0, 0.3)]
     row = summarise(cells, settings).set_index(["variant", "dial"]).loc[("arco", "perfect")]
-    assert row["seeds"] == 1 and row["diff_vs_grpo"] == pytest.approx(0.2) and math.isnan(row["diff_low"])
+    assert row["seeds"] == 1 and row["diff_vs_baseline"] == pytest.approx(0.2) and math.isnan(row["diff_low"])
 
 
 def test_the_sweep_refuses_to_train_on_questions_its_start_was_fitted_to(repo_root):
@@ -140,7 +162,7 @@ def test_a_named_grid_has_its_own_cells_and_seeds_and_an_unknown_one_is_named(re
     assert [c for c in intro if c.variant == "grpo"] == [Cell("grpo", "perfect", 0)]
     assert len(intro) == 1 + 2 * (len(settings.grids["intro"].variants) - 1)
     assert Cell("arbor", "noisy", 0) in set(intro) & set(grid(settings, "session"))
-    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, learning, worlds, full"):
+    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, learning, process, worlds, full"):
         grid(settings, "nightly")
     params = load_params(repo_root / "params.yaml", overlays=["lab"])
     learning = grid(settings, "learning")  # a grid of its own length; the others keep lab.sweep.steps
