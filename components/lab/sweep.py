@@ -67,10 +67,11 @@ def dials(settings: LabSweepParams, name: str) -> dict[str, dict]:
 
 
 def grid(settings: LabSweepParams, name: str = "session") -> list[Cell]:
-    """Every cell of the grid ``name``, the outcome-only variants under its first dial alone."""
-    names = list(dials(settings, name))
-    return [Cell(v, d, s) for v in chosen(settings, name).variants
-            for d in dials_of(settings, v, name) for s in seeds_of(settings, v, name)]
+    """Every cell of the grid ``name``, the outcome-only variants under its first dial alone, seed by seed (the
+    order the flow runs them in)."""
+    cells = [Cell(v, d, s) for v in chosen(settings, name).variants
+             for d in dials_of(settings, v, name) for s in seeds_of(settings, v, name)]
+    return sorted(cells, key=lambda c: c.seed)  # seed by seed: a sweep stopped early holds whole paired seeds
 
 
 def dials_of(settings: LabSweepParams, variant: str, name: str = "session") -> list[str]:
