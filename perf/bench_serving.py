@@ -502,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # ours runs the first questions; the limit sends the first turns of the last ones, so that no prompt the
         # limit leaves in a slot's cache is one ours is about to send
         questions, others = test[: args.questions], test[len(test) - most_requests:]
-        toolbox = load_toolbox(params0)
+        toolbox = load_toolbox(params0.run, params0.retrieval, params0.agent.observation_max_chars)
         turns = first_turns(params0, spec0, toolbox, others)
         gen_source = "--gen-tokens"
         if args.gen_tokens == "auto":

@@ -56,7 +56,7 @@ def main() -> None:
     params = params_from_args(args)
 
     questions = read_jsonl(out_path(params.run, "data", "dev.jsonl"), Question)[: args.questions]
-    toolbox = load_toolbox(params)
+    toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
     spec = run_spec(params)
     policy, tokenizer = warm_started_policy(spec, args.agent)
     warm = warm_start_adapter(spec, args.agent)

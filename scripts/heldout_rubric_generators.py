@@ -65,7 +65,7 @@ def adapter_arg(text: str) -> tuple[str, Path]:
 
 def gold_scores(params: Params, points: list[BranchingPoint], scorer: RubricReward) -> dict:
     """The gold-chain rubric of every point, summarised as the probe does, with its agreeing and disagreeing points."""
-    questions, tally = questions_by_id(params), Tally()
+    questions, tally = questions_by_id(params.run), Tally()
 
     async def every():
         return await asyncio.gather(*(scorer.score(p, oracle_rubric(p, questions[p.question_id]), tally=tally)

@@ -67,7 +67,7 @@ async def probe(params, points: list[BranchingPoint], samples: int, source: str 
     pool = LLMPool(params)
     try:
         if source == "gold":
-            questions = questions_by_id(params)
+            questions = questions_by_id(params.run)
             rubrics = [(p, oracle_rubric(p, questions[p.question_id])) for p in points]
             return {"points": len(points), "rubrics": "gold", "rubrics_parsed": len(rubrics),
                     "modes": await score_modes(params, pool, rubrics, modes, scorings)}

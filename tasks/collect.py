@@ -196,7 +196,8 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
     stage = "collect" if num_shards == 1 else f"collect@shard_{shard}_of_{num_shards}"
     pool = pool or LLMPool(params, record_path=record_path(params.run, stage))
     try:
-        agent = ReActAgent(pool.role("policy"), load_toolbox(params), params.agent)
+        toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
+        agent = ReActAgent(pool.role("policy"), toolbox, params.agent)
         collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
                                        params.collect, seed=params.seed)
         if relabel:

@@ -119,7 +119,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
              pool: LLMPool | None = None) -> EvalResult:
     params, spec = for_method(with_trained_policy(resolve(params), method), method)
     questions = read_jsonl(out_path(params.run, "data", "test.jsonl"), Question)[: params.evaluation.n_questions]
-    toolbox = load_toolbox(params)
+    toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
     folder = out_path(params.run, "eval", method, "metrics.json").parent
     traj_path = folder / "trajectories.jsonl"
     settings = run_settings(params, method)

@@ -34,7 +34,7 @@ def index(params: Params | None = None, parent_run_id: str | None = None) -> Ind
     docs = read_jsonl(out_path(params.run, "data", "corpus.jsonl"), Document)
     index_dir = out_path(params.run, "index", "manifest.json").parent
     start = time.perf_counter()
-    build_from_params(params, docs, index_dir)
+    build_from_params(params.retrieval, docs, index_dir)
     elapsed = time.perf_counter() - start
     with tracking(params, "index", parent_run_id) as tracker:
         tracker.log_params({"retrieval": params.retrieval.model_dump()})

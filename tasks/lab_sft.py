@@ -21,7 +21,7 @@ from tasks.runtime import resolve, run_stage
 @task(name="lab_sft")
 def lab_sft(params: Params | None = None, seed: int = 0) -> dict:
     params = resolve(params)
-    info = Path(lab_dir(params)) / "sft" / "sft.json"
+    info = Path(lab_dir(params.run)) / "sft" / "sft.json"
     if info.exists():
         return read_json(info)
     threads = params.lab.sft_threads or params.run.torch_threads

@@ -126,13 +126,13 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
                          "for training-world questions; set sft.n_worlds >= 1")
 
     eval_titles = {d.title for d in read_jsonl(out_path(params.run, "data", "corpus.jsonl"), Document)}
-    embedder = make_embedder(params)
+    embedder = make_embedder(params.retrieval)
     per_world = math.ceil((s.n_oracle + teacher_from_worlds) / max(s.n_worlds, 1))
     toolbox_options = {"top_k": params.retrieval.top_k, "snippet_chars": params.retrieval.snippet_chars,
                        "browse_chars": params.agent.observation_max_chars, "scope": params.retrieval.scope}
     worlds = [
         build_training_world(seed, params.world, per_world + per_world // 2 + 10, folder / "worlds" / f"seed-{seed}",
-                             lambda docs, path: build_from_params(params, docs, path, embedder), eval_titles,
+                             lambda docs, path: build_from_params(params.retrieval, docs, path, embedder), eval_titles,
                              toolbox_options)
         for seed in (training_seeds(params.seed, s.n_worlds) if per_world else [])
     ]
@@ -145,7 +145,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
         items = [pair for row in zip(*rest) for pair in row][: s.n_teacher_questions] if rest else []
     else:
         train = read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[: s.n_teacher_questions]
-        toolbox = load_toolbox(params) if train else None
+        toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars) if train else None
         items = [(q, toolbox) for q in train]
 
     teacher: list[tuple[Trajectory, Question]] = []

@@ -67,7 +67,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     ranks = current_ranks()  # under torchrun: rank 0 alone writes, logs and publishes; rank 0 of 1 without
     first = params.train_policy.first_question
     questions = read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[first: first + params.train_policy.n_questions]
-    toolbox = load_toolbox(params)
+    toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
     folder = out_path(params.run, "train", variant, "metrics.json").parent
     own_pool = pool is None
     pool = pool or LLMPool(params, record_path=record_path(params.run, f"train_policy@{variant}"))

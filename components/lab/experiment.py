@@ -45,7 +45,7 @@ from components.lab.policy import (
 )
 from components.lab.world import build_lab_world
 from components.llm.backends.simulated import Dial
-from components.params import Params
+from components.params import Params, RunParams
 from components.params_cli import params_from_args, stage_argparser
 from components.training.params import GRPOParams
 from components.training.prompt_order import PromptSampler
@@ -53,8 +53,8 @@ from components.training.prompt_order import PromptSampler
 RESULTS = Path("docs/results")
 
 
-def lab_dir(params: Params) -> Path:
-    return Path(params.run.out_dir)
+def lab_dir(run: RunParams) -> Path:
+    return Path(run.out_dir)
 
 
 def run_sft(params: Params, seed: int) -> dict:
@@ -71,8 +71,8 @@ def run_sft(params: Params, seed: int) -> dict:
     info = {**nano.info, "data_s": data_s, "eval_s": time.perf_counter() - t0, "parameters": nano.parameters(),
             "skipped": dict(corpus.counts), "seed": seed, "threads": torch.get_num_threads(),
             "protocols": params.lab.sft_protocols, **{f"test_{k}": v for k, v in test.items()}, **others}
-    nano.save(lab_dir(params) / "sft")
-    write_json(lab_dir(params) / "sft" / "sft.json", info)
+    nano.save(lab_dir(params.run) / "sft")
+    write_json(lab_dir(params.run) / "sft" / "sft.json", info)
     return info
 
 
@@ -84,7 +84,7 @@ def grpo_settings(g: GRPOParams, lab: LabParams) -> dict:
 
 
 def run_grpo(params: Params, seed: int) -> dict:
-    start = NanoPolicy.load(lab_dir(params) / "sft")
+    start = NanoPolicy.load(lab_dir(params.run) / "sft")
     lab = build_lab_world(params, lab_seed(params))
     before = evaluate(start, lab, lab.splits["test"], params.agent)
     # GRPO's own questions that its run never draws (one draw of grpo.prompts_per_step a step, the trainer's order):
@@ -95,7 +95,7 @@ def run_grpo(params: Params, seed: int) -> dict:
     unseen, grpo_worlds = [q for i, q in enumerate(questions) if i not in drawn], replace(lab, toolbox=toolbox)
     unseen_before = evaluate(start, grpo_worlds, unseen, params.agent) if unseen else {}
     started, cpu = time.perf_counter(), time.process_time()
-    partial = lab_dir(params) / f"grpo_seed{seed}.partial.json"
+    partial = lab_dir(params.run) / f"grpo_seed{seed}.partial.json"
     curve = grpo_run(params, start, lab, seed=seed, source=(questions, toolbox),
                      on_metrics=lambda step, m: print(f"step {step} reward {m.get('reward/mean', float('nan')):.3f}",
                                                        flush=True),
@@ -104,12 +104,12 @@ def run_grpo(params: Params, seed: int) -> dict:
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu  # CPU: the one core's work, load aside
     test = evaluate(start, lab, lab.splits["test"], params.agent)  # start.model was trained in place
     unseen_after = evaluate(start, grpo_worlds, unseen, params.agent) if unseen else {}
-    start.save(lab_dir(params) / f"grpo_seed{seed}")  # for `evaluate --model` (e.g. --diagnose)
+    start.save(lab_dir(params.run) / f"grpo_seed{seed}")  # for `evaluate --model` (e.g. --diagnose)
     out = {"seed": seed, "wall_s": wall, "cpu_s": cpu, "settings": grpo_settings(params.grpo, params.lab), "curve": curve,
            **{f"test_before_{k}": v for k, v in before.items()}, **{f"test_{k}": v for k, v in test.items()},
            **{f"unseen_before_{k}": v for k, v in unseen_before.items()},
            **{f"unseen_{k}": v for k, v in unseen_after.items()}}
-    write_json(lab_dir(params) / f"grpo_seed{seed}.json", out)
+    write_json(lab_dir(params.run) / f"grpo_seed{seed}.json", out)
     partial.unlink(missing_ok=True)
     return out
 
@@ -120,7 +120,7 @@ DIALS = [Dial(), Dial(flip_rate=0.2), Dial(position_bias=0.5), Dial(bias="length
 
 def run_judges(params: Params, n: int = 200) -> list[dict]:
     rows = dial_table(params, DIALS, n=n)
-    write_json(lab_dir(params) / "judges.json", rows)
+    write_json(lab_dir(params.run) / "judges.json", rows)
     return rows
 
 
@@ -168,9 +168,9 @@ def _unseen_summary(runs: list[dict]) -> str:
 
 
 def report(params: Params) -> Path:
-    sft = read_json(lab_dir(params) / "sft" / "sft.json")
-    runs = [read_json(p) for p in sorted(lab_dir(params).glob("grpo_seed*.json")) if not p.name.endswith(".partial.json")]
-    partial = [read_json(p) for p in sorted(lab_dir(params).glob("grpo_seed*.partial.json"))]
+    sft = read_json(lab_dir(params.run) / "sft" / "sft.json")
+    runs = [read_json(p) for p in sorted(lab_dir(params.run).glob("grpo_seed*.json")) if not p.name.endswith(".partial.json")]
+    partial = [read_json(p) for p in sorted(lab_dir(params.run).glob("grpo_seed*.partial.json"))]
     RESULTS.mkdir(parents=True, exist_ok=True)
     png = RESULTS / "lab_grpo.png"
     if runs or partial:
@@ -205,7 +205,7 @@ def report(params: Params) -> Path:
     if runs or partial:
         ran = {json.dumps(r.get("settings", grpo_settings(params.grpo, params.lab)), sort_keys=True) for r in runs + partial}
         if len(ran) > 1:
-            raise ValueError(f"{lab_dir(params)}: its GRPO runs ran under different settings: {sorted(ran)}")
+            raise ValueError(f"{lab_dir(params.run)}: its GRPO runs ran under different settings: {sorted(ran)}")
         s = json.loads(ran.pop())
         source = (f"the questions of the SFT's first {s['grpo_worlds']} worlds that it did not read "
                   "(`lab.grpo_worlds`), each served its own world" if s["grpo_worlds"] else
@@ -245,7 +245,7 @@ def report(params: Params) -> Path:
                   "one answer. Wall minutes are on a 2-core machine shared with other jobs; CPU minutes are the one "
                   "thread's work. Rollout and update seconds are wall time summed over the run (the rest is the dev "
                   "evaluations).", ""]
-    judges = lab_dir(params) / "judges.json"
+    judges = lab_dir(params.run) / "judges.json"
     rows = read_json(judges) if judges.exists() else []
     if rows:
         dials = list(dict.fromkeys(_dial_name(r) for r in rows))
@@ -306,7 +306,7 @@ def main() -> None:
     elif args.command == "evaluate":
         lab = build_lab_world(params, lab_seed(params))
         questions = lab.splits[args.split][args.first:None if args.n is None else args.first + args.n]
-        for folder in args.model or [lab_dir(params) / "sft"]:
+        for folder in args.model or [lab_dir(params.run) / "sft"]:
             nano = NanoPolicy.load(folder)
             trajectories = greedy_trajectories(nano, lab, questions, params.agent)
             out = scores(trajectories, questions)

@@ -145,5 +145,6 @@ def test_the_nano_policy_is_its_own_warm_start_with_its_prompts(lab):
     assert warm_start_adapter(run_spec(merged), "react").as_posix() == "outputs/lab/sft/adapter"
     with LLMPool(params) as pool:
         for variant, prompt in (("grpo", LAB_PROMPT), ("ss_grpo", params.methods["sft_scaffold"].options["system_prompt"])):
-            with PolicyRun(params, variant, pool.role, load_toolbox(params), root / "runs" / variant) as run:
+            toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
+            with PolicyRun(params, variant, pool.role, toolbox, root / "runs" / variant) as run:
                 assert run.options["system_prompt"] == prompt

@@ -42,7 +42,7 @@ from components.methods.coreact.rubric_training import (
     split_points,
     usable_points,
 )
-from components.params import Params
+from components.params import Params, RunParams
 from components.policy_run import make_engine
 from components.run_files import SFT_METHOD, out_path
 from components.run_spec import run_spec
@@ -244,10 +244,10 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
                              metrics=metrics, warm_start=warm)
 
 
-def questions_by_id(params: Params) -> dict[str, Question]:
+def questions_by_id(run: RunParams) -> dict[str, Question]:
     """Every question collect may draw its branching points from (the train split, whatever
     ``collect.n_questions`` was), by id: where a point's gold chain is."""
-    return {q.id: q for q in read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)}
+    return {q.id: q for q in read_jsonl(out_path(run, "data", "train.jsonl"), Question)}
 
 
 def warm_start_sources(params: Params) -> tuple[list[Trajectory], dict[str, Question]]:
@@ -258,7 +258,7 @@ def warm_start_sources(params: Params) -> tuple[list[Trajectory], dict[str, Ques
     path = folder / "trajectories.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"rubric_generator.warm_start=oracle: {path} is missing; run the sft_data stage")
-    questions = questions_by_id(params)
+    questions = questions_by_id(params.run)
     for world in sorted((folder / "worlds").glob("seed-*/questions.jsonl")):
         questions |= {q.id: q for q in read_jsonl(world, Question)}
     return read_jsonl(path, Trajectory), questions
