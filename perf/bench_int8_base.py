@@ -63,7 +63,7 @@ def agent_rows(params, tokenizer, n: int) -> list[Any]:
 
     method = params.train_policy.warm_start["react"]
     trajectories = read_jsonl(run_spec(params).warm_start_folder("sft_data", method) / "trajectories.jsonl", Trajectory)
-    rows = warm_start_examples(params, method, trajectories, tokenizer)
+    rows = warm_start_examples(params.methods[method], params.agent, params.sft.max_length, trajectories, tokenizer)
     return sorted(rows, key=lambda r: -len(r.input_ids))[:n]
 
 

@@ -127,7 +127,7 @@ def main() -> None:
                 p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(n))) * args.adapter_std)
     start = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
     batch, advantages = generator_rows(params, tokenizer, args.prompts)
-    base = generator_config(params, args.prompts)
+    base = generator_config(params.grpo, params.rubric_generator, args.prompts)
     configs = {m: base.model_copy(update={"prefix_packing": m == "packed"}) for m in MODES}
     real = int(batch.attention_mask.sum())
     print(f"{len(batch)} rows ({args.prompts} prompts x {base.group_size}), {real} tokens; "

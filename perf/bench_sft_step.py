@@ -61,7 +61,8 @@ def main() -> None:
     params = load_params(REPO / "params.yaml", overrides=args.overrides)
     trajectories = read_jsonl(run_spec(params).warm_start_folder("sft_data", args.method) / "trajectories.jsonl", Trajectory)
     model, tokenizer = load_trainable_policy(run_spec(params))
-    examples = warm_start_examples(params, args.method, trajectories, tokenizer)
+    examples = warm_start_examples(params.methods[args.method], params.agent, params.sft.max_length, trajectories,
+                                   tokenizer)
     lengths = sorted(len(e.input_ids) for e in examples)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     threshold = params.sft.checkpoint_min_tokens or 2048

@@ -95,7 +95,7 @@ def sft(params: Params | None = None, parent_run_id: str | None = None, method: 
     }, adopt_unkeyed=True, ranks=ranks)
     model, tokenizer = load_trainable_policy(spec)
     render = chat_template_renderer(tokenizer)
-    examples = warm_start_examples(params, method, trajectories, tokenizer)
+    examples = warm_start_examples(params.methods[method], params.agent, params.sft.max_length, trajectories, tokenizer)
     reflections, reflections_too_long = reflection_examples(params, method, tokenizer, render)
     examples += reflections
     lora = params.lora

@@ -31,11 +31,9 @@ ALLOWED: dict[str, set[str]] = {
                                                 "BestOfNAgent.options_from_params"},
     "components/methods/coreact/generator_training.py": {"oracle_warm_start", "run_training",
                                                          "warm_start_sources", "GeneratorRun.__init__"},
-    "components/methods/coreact/rubric_training.py": {"generator_config"},
     "components/policy_run.py": {"shared_dev_before", "PolicyRun.__init__"},
     "components/trained_policy.py": {"with_trained_policy"},
     "components/training/grpo/policy_run_key.py": {"run_settings", "method_settings"},
-    "components/training/sft/trajectories.py": {"warm_start_examples"},
     "components/variants.py": {"variant_params"},
 }
 

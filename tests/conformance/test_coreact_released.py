@@ -337,7 +337,7 @@ def test_combined_reward_on_a_handful_of_replies(conformance, paper):
 
 
 def test_generator_advantages_use_verls_sample_std(conformance, paper):
-    config = generator_config(paper, n_train_points=8)
+    config = generator_config(paper.grpo, paper.rubric_generator, n_train_points=8)
     rewards = torch.tensor([1.0, 0.25, 0.25, 0.0, 0.75, 0.75, 0.5, 0.1, 0.9, 0.3, 0.3, 0.3], dtype=torch.float64)
     groups = [0] * 8 + [1] * 4
     ours = group_advantages(rewards, groups, normalize_std=config.std_normalize, eps=config.adv_eps,

@@ -259,12 +259,12 @@ def test_generator_checkpoints_on_its_own_schedule(repo_root, tmp_path):
     params = load_params(repo_root / "params.yaml", overrides=["grpo.checkpoint_every=10", "grpo.micro_batch_tokens=4096",
                                                                "rubric_generator.checkpoint_every=1",
                                                                "grpo.checkpoint_min_tokens=4096"])
-    config = generator_config(params, n_train_points=6)
+    config = generator_config(params.grpo, params.rubric_generator, n_train_points=6)
     assert config.checkpoint_every == 1 and config.steps == 3 * params.rubric_generator.epochs
     assert config.micro_batch_tokens == params.rubric_generator.micro_batch_tokens != params.grpo.micro_batch_tokens
     assert config.checkpoint_min_tokens == 0  # the policy's threshold is not the generator's: it always recomputes
-    assert generator_config(params.model_copy(update={"rubric_generator": params.rubric_generator.model_copy(
-        update={"checkpoint_every": 0})}), 6).checkpoint_every == 0
+    assert generator_config(params.grpo, params.rubric_generator.model_copy(update={"checkpoint_every": 0}),
+                            6).checkpoint_every == 0
 
 
 def test_generator_advantages_divide_by_the_std_its_section_names(repo_root):
@@ -276,14 +276,14 @@ def test_generator_advantages_divide_by_the_std_its_section_names(repo_root):
     from components.training.grpo.advantages import group_advantages
 
     params = load_params(repo_root / "params.yaml", overrides=["grpo.adv_std=population"])
-    assert params.rubric_generator.adv_std == "sample" and generator_config(params, 4).adv_std == "sample"
+    assert params.rubric_generator.adv_std == "sample" and generator_config(params.grpo, params.rubric_generator, 4).adv_std == "sample"
     assert load_params(repo_root / "params.yaml", "paper").rubric_generator.adv_std == "sample"
     population = load_params(repo_root / "params.yaml", overrides=["rubric_generator.adv_std=population"])
-    assert generator_config(population, 4).adv_std == "population"
+    assert generator_config(population.grpo, population.rubric_generator, 4).adv_std == "population"
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
     # mean 0.25; sample std sqrt(0.75 / 3) = 0.5, population std sqrt(0.75 / 4) = 0.433
-    for config, first in ((generator_config(params, 4), 0.75 / 0.5),
-                          (generator_config(population, 4), 0.75 / (0.75 / 4) ** 0.5)):
+    for config, first in ((generator_config(params.grpo, params.rubric_generator, 4), 0.75 / 0.5),
+                          (generator_config(population.grpo, population.rubric_generator, 4), 0.75 / (0.75 / 4) ** 0.5)):
         adv = group_advantages(rewards, [0] * 4, eps=0.0, unbiased_std=config.adv_std == "sample")
         assert adv[0].item() == pytest.approx(first)
 

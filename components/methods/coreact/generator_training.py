@@ -176,7 +176,7 @@ def run_training(params: Params, policy, engine: RolloutEngine, evaluator: ChatM
     held_items = prompt_items(held_out, render, s.max_criteria, obs, **asked)
     reward_fn = RubricReward(evaluator, s, pairwise=reward == "pairwise", seed=params.seed, observation_chars=obs)
     scorer = RubricReward(evaluator, s, seed=params.seed, observation_chars=obs)  # held-out Spearman is listwise
-    config = generator_config(params, len(train))
+    config = generator_config(params.grpo, params.rubric_generator, len(train))
     sampling = {"samples": s.heldout_samples, "temperature": s.temperature, "top_p": s.top_p}
 
     def measured_once(path: Path) -> tuple[dict[str, float], list[dict[str, Any]]]:

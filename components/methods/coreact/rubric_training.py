@@ -7,7 +7,7 @@ configuration, and the held-out Spearman before and after training (:func:`held_
 
     train, held_out = split_points(usable_points(points)[0], 0.25, seed=1234)
     items = prompt_items(train, render, max_criteria=4, max_chars=160)
-    config = generator_config(params, len(train))
+    config = generator_config(params.grpo, params.rubric_generator, len(train))
     before, rubrics_before = held_out_spearman(engine, prompt_items(held_out, render, 4, max_chars=160),
                                                RubricReward(evaluator, params.rubric_generator), 256)
     # ... train, measure again into rubrics_after, then:
@@ -28,8 +28,8 @@ from scipy.stats import bootstrap, wilcoxon
 
 from components.llm.base import Message
 from components.methods.coreact.generator_reward import RubricReward, consensus_scores, point_key
+from components.methods.coreact.params import RubricGeneratorParams
 from components.methods.coreact.rubric_generator import generator_messages
-from components.params import Params
 from components.schemas import BranchingPoint
 from components.training.engines.rollout import RolloutEngine, SamplingParams
 from components.training.params import GRPOParams
@@ -75,15 +75,14 @@ def prompt_items(points: Sequence[BranchingPoint], render: Render, max_criteria:
              "point": p} for p in points]
 
 
-def generator_config(params: Params, n_train_points: int) -> GRPOParams:
-    """``params.grpo`` with the rubric generator's own values; steps cover ``epochs`` passes over the points.
+def generator_config(grpo: GRPOParams, s: RubricGeneratorParams, n_train_points: int) -> GRPOParams:
+    """``grpo`` with the rubric generator's (``s``) own values; steps cover ``epochs`` passes over the points.
     Checkpoints follow ``rubric_generator.checkpoint_every``, not ``grpo``'s: an embedded run has 3-6 steps of
     ~6 minutes, and with grpo's 10 a run killed at step 5 (out of memory) had saved nothing to resume. Its
     micro-batches never keep their activations (``grpo.checkpoint_min_tokens`` is measured for policy rows). Its
     advantages divide by the std ``rubric_generator.adv_std`` names (the released code's verl: the sample std)."""
-    s = params.rubric_generator
     steps = max(1, math.ceil(s.epochs * n_train_points / s.prompts_per_step))
-    return params.grpo.model_copy(update={
+    return grpo.model_copy(update={
         "adv_std": s.adv_std,
         "group_size": s.group_size, "prompts_per_step": s.prompts_per_step, "lr": s.lr, "kl_coef": s.kl_coef,
         "temperature": s.temperature, "top_p": s.top_p, "max_new_tokens": s.max_tokens, "steps": steps,

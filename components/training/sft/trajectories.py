@@ -12,7 +12,7 @@ learns to stop) are trainable; prompts and observations are not.
 
     rows = trajectory_rows(agent, trajectory, question, render)     # list of [(text, trainable), ...]
     examples = [build_sft_example(r, tokenizer, max_length=2048) for r in rows]
-    examples = warm_start_examples(params, "sft", trajectories, tokenizer)   # all of them, as the sft stage does
+    examples = warm_start_examples(params.methods["sft"], params.agent, 2048, trajectories, tokenizer)   # as sft does
 
 A trajectory written by the ``sft_data`` stage carries the question it answers in its metadata:
 ``trajectory_question(trajectory)`` gives it back for ``agent.start``.
@@ -30,7 +30,7 @@ from components.llm.base import Message, assistant, user
 from components.schemas import Question, Trajectory
 
 if TYPE_CHECKING:
-    from components.params import Params
+    from components.agents.params import AgentParams, MethodParams
     from components.training.sft.examples import SFTExample
 
 __all__ = ["reply_closing", "reply_row", "trajectory_question", "trajectory_rows", "warm_start_examples"]
@@ -81,17 +81,16 @@ def trajectory_rows(agent, trajectory: Trajectory, question: Question,
     return rows
 
 
-def warm_start_examples(params: Params, method: str, trajectories: Sequence[Trajectory],
+def warm_start_examples(spec: MethodParams, agent: AgentParams, max_length: int, trajectories: Sequence[Trajectory],
                         tokenizer: Any) -> list[SFTExample]:
-    """The tokenized rows of ``trajectories`` under warm start ``method``'s agent and options (the prompts
-    ``evaluate --method`` uses, e.g. a compact system prompt), cut at ``sft.max_length``: what the sft stage
-    trains on."""
+    """The tokenized rows of ``trajectories`` under a warm start method's agent and options (``spec``: the prompts
+    ``evaluate --method`` uses, e.g. a compact system prompt), cut at ``max_length`` (``sft.max_length``): what the
+    sft stage trains on."""
     from components.agents.react import agent_class
     from components.training.grpo.agent_rollout import chat_template_renderer
     from components.training.sft.examples import build_sft_example
 
-    spec = params.methods[method]
-    agent = agent_class(spec.agent)(None, None, params.agent, **spec.options)
+    replay = agent_class(spec.agent)(None, None, agent, **spec.options)
     render = chat_template_renderer(tokenizer)
-    return [build_sft_example(row, tokenizer, max_length=params.sft.max_length)
-            for t in trajectories for row in trajectory_rows(agent, t, trajectory_question(t), render)]
+    return [build_sft_example(row, tokenizer, max_length=max_length)
+            for t in trajectories for row in trajectory_rows(replay, t, trajectory_question(t), render)]
