@@ -131,7 +131,7 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
                   f"steps of {sized.grpo.prompts_per_step} questions x {sized.grpo.group_size} attempts each on "
                   f"train questions {sized.train_policy.first_question}-"
                   f"{sized.train_policy.first_question + sized.train_policy.n_questions - 1}, dev EM every "
-                  f"{settings.eval_every} steps on {sized.train_policy.eval_questions} dev questions, test EM on "
+                  f"{sized.train_policy.eval_every} steps on {sized.train_policy.eval_questions} dev questions, test EM on "
                   f"{sized.evaluation.n_questions} test questions (greedy). Cell overrides: {cell_overrides(settings, grid_name)}. "
                   f"train_policy wall per cell {min(walls):.0f}-{max(walls):.0f} s on {sized.run.torch_threads} "
                   f"thread(s), {settings.workers} cells at once. The nano start: test EM {start['test_em']:.2f} "
