@@ -41,10 +41,9 @@ from components.methods.coreact.collect import BranchingCollector, QuestionResul
 from components.methods.coreact.collect_metrics import summarize
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
-from components.retrieval.run_index import load_toolbox
 from components.run_files import keep_record, out_path, record_path
 from components.schemas import BranchingPoint, Question
-from tasks.runtime import resolve, tracking
+from tasks.runtime import resolve, run_toolbox, tracking
 
 
 class CollectResult(BaseModel):
@@ -196,7 +195,7 @@ def collect(params: Params | None = None, shard: int = 0, num_shards: int = 1, p
     stage = "collect" if num_shards == 1 else f"collect@shard_{shard}_of_{num_shards}"
     pool = pool or LLMPool(params, record_path=record_path(params.run, stage))
     try:
-        toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
+        toolbox = run_toolbox(params)
         agent = ReActAgent(pool.role("policy"), toolbox, params.agent)
         collector = BranchingCollector(agent, pool.roles("candidate_policies"), pool.roles("council_judges"),
                                        params.collect, seed=params.seed)

@@ -38,11 +38,10 @@ from components.llm.factory import LLMPool
 from components.methods.coreact.guided_metrics import accounting_per_question, guided_metrics
 from components.params import Params, for_method
 from components.params_cli import params_from_args, stage_argparser
-from components.retrieval.run_index import load_toolbox
 from components.run_files import keep_record, keyed_folder, out_path, record_path, write_trajectories
 from components.schemas import Question, Trajectory
 from components.trained_policy import with_trained_policy
-from tasks.runtime import resolve, tracking
+from tasks.runtime import resolve, run_toolbox, tracking
 
 
 class EvalResult(BaseModel):
@@ -119,7 +118,7 @@ def evaluate(params: Params | None = None, method: str = "react", parent_run_id:
              pool: LLMPool | None = None) -> EvalResult:
     params, spec = for_method(with_trained_policy(resolve(params), method), method)
     questions = read_jsonl(out_path(params.run, "data", "test.jsonl"), Question)[: params.evaluation.n_questions]
-    toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
+    toolbox = run_toolbox(params)
     folder = out_path(params.run, "eval", method, "metrics.json").parent
     traj_path = folder / "trajectories.jsonl"
     settings = run_settings(params, method)

@@ -7,8 +7,6 @@ into ``<run.out_dir>/sft`` (where ``--overlay lab`` binds every policy role), un
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import task
 
 from components.io import read_json
@@ -21,7 +19,7 @@ from tasks.runtime import resolve, run_stage
 @task(name="lab_sft")
 def lab_sft(params: Params | None = None, seed: int = 0) -> dict:
     params = resolve(params)
-    info = Path(lab_dir(params.run)) / "sft" / "sft.json"
+    info = lab_dir(params.run) / "sft" / "sft.json"
     if info.exists():
         return read_json(info)
     threads = params.lab.sft_threads or params.run.torch_threads

@@ -24,6 +24,7 @@ from components.params import Params
 from components.params_cli import PARAMS_PATH, params_from_args, stage_argparser  # noqa: F401 (flows use these)
 from components.params_load import load_params
 from components.params_section import ParamsError
+from components.retrieval.run_index import load_toolbox
 from tasks.temporary_servers import reap_orphaned_servers
 
 # Mistakes in what the user gave or pointed at (an override, a params file, an input record, a path that does not
@@ -51,6 +52,11 @@ def run_stage(main: Callable[[], object]) -> None:
 def resolve(params: Params | None) -> Params:
     """A flow or task given None reads params.yaml now."""
     return params if params is not None else load_params(PARAMS_PATH)
+
+
+def run_toolbox(params: Params):
+    """The agent toolbox over the run's built index (:func:`components.retrieval.run_index.load_toolbox`)."""
+    return load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -30,7 +30,7 @@ from components.methods.rubricem.warmstart_reflections import (
 )
 from components.params import Params, with_method_settings
 from components.params_cli import params_from_args, stage_argparser
-from components.retrieval.run_index import build_from_params, load_toolbox, make_embedder
+from components.retrieval.run_index import build_from_params, make_embedder, toolbox_options
 from components.run_files import (
     SFT_METHOD,
     keep_record,
@@ -48,7 +48,7 @@ from components.warmstart import (
     teacher_episodes,
     training_seeds,
 )
-from tasks.runtime import resolve, tracking
+from tasks.runtime import resolve, run_toolbox, tracking
 
 
 class SFTDataResult(BaseModel):
@@ -128,12 +128,11 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
     eval_titles = {d.title for d in read_jsonl(out_path(params.run, "data", "corpus.jsonl"), Document)}
     embedder = make_embedder(params.retrieval)
     per_world = math.ceil((s.n_oracle + teacher_from_worlds) / max(s.n_worlds, 1))
-    toolbox_options = {"top_k": params.retrieval.top_k, "snippet_chars": params.retrieval.snippet_chars,
-                       "browse_chars": params.agent.observation_max_chars, "scope": params.retrieval.scope}
+    world_tools = toolbox_options(params.retrieval, params.agent.observation_max_chars)
     worlds = [
         build_training_world(seed, params.world, per_world + per_world // 2 + 10, folder / "worlds" / f"seed-{seed}",
                              lambda docs, path: build_from_params(params.retrieval, docs, path, embedder), eval_titles,
-                             toolbox_options)
+                             world_tools)
         for seed in (training_seeds(params.seed, s.n_worlds) if per_world else [])
     ]
 
@@ -145,7 +144,7 @@ def sft_data(params: Params | None = None, parent_run_id: str | None = None,
         items = [pair for row in zip(*rest) for pair in row][: s.n_teacher_questions] if rest else []
     else:
         train = read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[: s.n_teacher_questions]
-        toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars) if train else None
+        toolbox = run_toolbox(params) if train else None
         items = [(q, toolbox) for q in train]
 
     teacher: list[tuple[Trajectory, Question]] = []

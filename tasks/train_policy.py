@@ -38,12 +38,11 @@ from components.llm.factory import LLMPool
 from components.params import Params
 from components.params_cli import params_from_args, stage_argparser
 from components.policy_run import PolicyRun, accumulated_timings
-from components.retrieval.run_index import load_toolbox
 from components.run_files import keep_record, out_path, record_path
 from components.schemas import Question
 from components.training.distributed import current_ranks
 from components.variants import VARIANTS, get_variant, variant_params
-from tasks.runtime import NullTracker, resolve, tracking
+from tasks.runtime import NullTracker, resolve, run_toolbox, tracking
 
 
 class TrainResult(BaseModel):
@@ -67,7 +66,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
     ranks = current_ranks()  # under torchrun: rank 0 alone writes, logs and publishes; rank 0 of 1 without
     first = params.train_policy.first_question
     questions = read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[first: first + params.train_policy.n_questions]
-    toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
+    toolbox = run_toolbox(params)
     folder = out_path(params.run, "train", variant, "metrics.json").parent
     own_pool = pool is None
     pool = pool or LLMPool(params, record_path=record_path(params.run, f"train_policy@{variant}"))

@@ -2,7 +2,7 @@
 stage's, and each of sft_data's training worlds'), and load the built one as the agent's toolbox.
 
     build_from_params(params.retrieval, docs, "outputs/index")   # BM25, dense or hybrid, as retrieval.method says
-    toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)   # the run's built index
+    toolbox = run_toolbox(params)                                 # in a task (tasks/runtime.py): the run's built index
     tools = toolbox.for_question(question)                  # retrieval.scope=question: its paragraphs only
 """
 
@@ -36,6 +36,12 @@ def build_from_params(r: RetrievalParams, docs: list[Document], index_dir, embed
     return build_index(r.method, docs, index_dir, **opts)
 
 
+def toolbox_options(retrieval: RetrievalParams, browse_chars: int) -> dict:
+    """The ``make_toolbox`` options of the ``retrieval`` section, a browsed page cut at ``browse_chars``."""
+    return {"top_k": retrieval.top_k, "snippet_chars": retrieval.snippet_chars, "browse_chars": browse_chars,
+            "scope": retrieval.scope}
+
+
 def load_toolbox(run: RunParams, retrieval: RetrievalParams, browse_chars: int):
     """The agent toolbox over ``run``'s prepared corpus and built index (stale indexes are refused), in
     ``retrieval.scope``, a browsed page cut at ``browse_chars`` (``agent.observation_max_chars``): an episode uses
@@ -45,5 +51,4 @@ def load_toolbox(run: RunParams, retrieval: RetrievalParams, browse_chars: int):
 
     docs = read_jsonl(out_path(run, "data", "corpus.jsonl"), Document)
     index = load_index(out_path(run, "index", "manifest.json").parent, docs=docs)
-    return make_toolbox(index, docs, top_k=retrieval.top_k, snippet_chars=retrieval.snippet_chars,
-                        browse_chars=browse_chars, scope=retrieval.scope)
+    return make_toolbox(index, docs, **toolbox_options(retrieval, browse_chars))

@@ -133,10 +133,10 @@ def test_the_nano_policy_is_its_own_warm_start_with_its_prompts(lab):
     not the default prompt it never saw."""
     from components.lab.world import LAB_PROMPT
     from components.policy_run import PolicyRun
-    from components.retrieval.run_index import load_toolbox
     from components.run_spec import run_spec
     from components.training.grpo.policy_run_key import run_settings
     from components.training.warm_started import warm_start_adapter
+    from tasks.runtime import run_toolbox
 
     params, root, repo_root = lab
     assert warm_start_adapter(run_spec(params), "react") is None and run_settings(params, "grpo")["warm_start"] is None
@@ -145,6 +145,6 @@ def test_the_nano_policy_is_its_own_warm_start_with_its_prompts(lab):
     assert warm_start_adapter(run_spec(merged), "react").as_posix() == "outputs/lab/sft/adapter"
     with LLMPool(params) as pool:
         for variant, prompt in (("grpo", LAB_PROMPT), ("ss_grpo", params.methods["sft_scaffold"].options["system_prompt"])):
-            toolbox = load_toolbox(params.run, params.retrieval, params.agent.observation_max_chars)
+            toolbox = run_toolbox(params)
             with PolicyRun(params, variant, pool.role, toolbox, root / "runs" / variant) as run:
                 assert run.options["system_prompt"] == prompt

@@ -12,7 +12,7 @@ learns to stop) are trainable; prompts and observations are not.
 
     rows = trajectory_rows(agent, trajectory, question, render)     # list of [(text, trainable), ...]
     examples = [build_sft_example(r, tokenizer, max_length=2048) for r in rows]
-    examples = warm_start_examples(params.methods["sft"], params.agent, 2048, trajectories, tokenizer)   # as sft does
+    examples = warm_start_examples(params.methods["sft"], params.agent, params.sft.max_length, trajectories, tokenizer)
 
 A trajectory written by the ``sft_data`` stage carries the question it answers in its metadata:
 ``trajectory_question(trajectory)`` gives it back for ``agent.start``.
