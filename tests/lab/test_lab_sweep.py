@@ -162,7 +162,7 @@ def test_a_named_grid_has_its_own_cells_and_seeds_and_an_unknown_one_is_named(re
     assert [c for c in intro if c.variant == "grpo"] == [Cell("grpo", "perfect", 0)]
     assert len(intro) == 1 + 2 * (len(settings.grids["intro"].variants) - 1)
     assert Cell("arbor", "noisy", 0) in set(intro) & set(grid(settings, "session"))
-    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, learning, process, diversity, worlds, full"):
+    with pytest.raises(ValueError, match="no grid 'nightly'.*session, intro, learning, process, diversity, arco, worlds, full"):
         grid(settings, "nightly")
     params = load_params(repo_root / "params.yaml", overlays=["lab"])
     learning = grid(settings, "learning")  # a grid of its own length; the others keep lab.sweep.steps
