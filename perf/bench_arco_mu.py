@@ -107,11 +107,13 @@ def one_mode(params: Any, mode: str, notes: list[Any], write_steps: int, epochs:
     from components.methods.arco.criteria import step_messages, trajectory_steps, warmup_rows
     from components.methods.arco.rubric_model import ADAPTER
     from components.methods.arco.variants import ArcoState, build_mu
+    from components.run_spec import run_spec
 
     params = mode_params(params, mode)
     parts = set(mode.split("+"))
     s = params.arco.model_copy(update={"warmup_epochs": epochs})
-    state = ArcoState(s, lambda: build_mu(params, int8_base="int8" in parts, fused_lora="fused" in parts),
+    spec = run_spec(params)
+    state = ArcoState(s, lambda: build_mu(spec, params.arco, int8_base="int8" in parts, fused_lora="fused" in parts),
                       teacher=object(), sparse_steps=s.warmup_steps, seed=params.seed)
     mu = state.mu
     state.annotations = list(notes)

@@ -24,8 +24,6 @@ ALLOWED: dict[str, set[str]] = {
     "components/lab/sweep.py": {"cell_params"},
     "components/lab/world.py": {"build_lab_world"},
     "components/llm/factory.py": {"LLMPool.__init__"},
-    "components/methods/arco/model_setup.py": {"sparse_steps", "check_setup"},
-    "components/methods/arco/variants.py": {"build_mu"},
     "components/methods/coreact/agent.py": {"GuidedAgent.options_from_params", "CoReActAgent.options_from_params"},
     "components/methods/coreact/baselines.py": {"_RetryingAgent.options_from_params",
                                                 "BestOfNAgent.options_from_params"},

@@ -28,21 +28,29 @@ def test_variants_build_their_parts_without_loading_mu(repo_root, tmp_path):
     assert [built[n].method.loss for n in built] == ["decomposition", "decomposition", "per_step_outcome"]
 
 
+def test_sparse_phase_counts_the_questions_train_policy_reads(repo_root, tmp_path):
+    n_train = load_params(repo_root / "params.yaml").data.n_train
+    params = load_params(repo_root / "params.yaml", overrides=[f"train_policy.first_question={n_train - 16}",
+                                                                "arco.warmup_steps=0"])
+    # 16 questions left after first_question, not train_policy.n_questions' 40: 0.25 x ceil(16 / 2)
+    assert get_variant("arco")(context(params, tmp_path)).method.sparse_steps == 2
+
+
 def test_sparse_phase_cannot_end_before_mu_is_warm(repo_root, tmp_path):
     params = load_params(repo_root / "params.yaml", overrides=["arco.sparse_epochs=0.05", "arco.warmup_steps=2"])
-    assert sparse_steps(params) == 1
+    assert sparse_steps(params.arco, params.train_policy.n_questions, params.grpo.prompts_per_step) == 1
     with pytest.raises(ValueError, match="arco.sparse_epochs"):
         get_variant("arco")(context(params, tmp_path))
 
 
 def test_paper_profile_requires_arco_released_setup(repo_root, tmp_path):
     params = load_params(repo_root / "params.yaml", "paper")
-    assert check_setup(params) == ["retrieval.scope=corpus", "retrieval.top_k=3", "agent.max_turns=12",
+    assert check_setup(params.arco.setup, params.retrieval, params.agent, params.data) == ["retrieval.scope=corpus", "retrieval.top_k=3", "agent.max_turns=12",
                                    "data.n_train=11406", "data.n_dev=50"]
     with pytest.raises(ParamsError, match="--set retrieval.scope=question --set retrieval.top_k=1"):
         get_variant("arco")(context(params, tmp_path))
     fixed = load_params(repo_root / "params.yaml", "paper", overrides=setup_overrides(params.arco.setup))
-    assert check_setup(fixed) == [] and fixed.agent.max_turns == 3 and fixed.data.n_train == 2000
+    assert check_setup(fixed.arco.setup, fixed.retrieval, fixed.agent, fixed.data) == [] and fixed.agent.max_turns == 3 and fixed.data.n_train == 2000
     assert isinstance(get_variant("arco")(context(fixed, tmp_path)).method, ArcoState)
 
 

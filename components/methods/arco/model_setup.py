@@ -1,8 +1,8 @@
 """ARCO's run setup: the released configuration check (``arco.setup``), the sparse phase in trainer steps,
 and the backbone mu is built on (:mod:`components.methods.arco.variants` builds the variants with them).
 
-    check_setup(params)             # ["retrieval.scope=corpus", ...]: where a run differs from ARCO's setup
-    setup_overrides(params.arco.setup)   # the --set flags that put a run on it
+    check_setup(params.arco.setup, params.retrieval, params.agent, params.data)   # ["retrieval.scope=corpus", ...]
+    setup_overrides(params.arco.setup)   # the --set flags that put a run on ARCO's setup
 """
 
 from __future__ import annotations
@@ -10,18 +10,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components.methods.arco.params import ArcoSetup
-from components.params import Params
+from components.agents.params import AgentParams
+from components.datasets.params import DataParams
+from components.methods.arco.params import ArcoParams, ArcoSetup
 from components.params_section import ParamsError
+from components.retrieval.params import RetrievalParams
 from components.run_spec import RunSpec
 
 __all__ = ["check_setup", "load_backbone", "setup_overrides", "sparse_steps"]
 
 
-def sparse_steps(params: Params) -> int:
+def sparse_steps(settings: ArcoParams, questions: int, prompts_per_step: int) -> int:
     """``arco.sparse_epochs`` in trainer steps: epochs x ceil(training questions / prompts per step)."""
-    questions = min(params.train_policy.n_questions, params.data.n_train)
-    return round(params.arco.sparse_epochs * math.ceil(questions / params.grpo.prompts_per_step))
+    return round(settings.sparse_epochs * math.ceil(questions / prompts_per_step))
 
 
 def setup_overrides(setup: ArcoSetup) -> list[str]:
@@ -30,12 +31,12 @@ def setup_overrides(setup: ArcoSetup) -> list[str]:
             f"agent.max_turns={setup.max_steps}", f"data.n_train={setup.n_train}", f"data.n_dev={setup.n_dev}"]
 
 
-def check_setup(params: Params) -> list[str]:
-    """The keys where the run differs from ``arco.setup`` (``key=run value``)."""
-    s = params.arco.setup
-    pairs = [("retrieval.scope", params.retrieval.scope, s.retrieval_scope), ("retrieval.top_k", params.retrieval.top_k, s.top_k),
-             ("agent.max_turns", params.agent.max_turns, s.max_steps), ("data.n_train", params.data.n_train, s.n_train),
-             ("data.n_dev", params.data.n_dev, s.n_dev)]
+def check_setup(s: ArcoSetup, retrieval: RetrievalParams, agent: AgentParams, data: DataParams) -> list[str]:
+    """The keys where the run (its retrieval, agent and data sections) differs from ``arco.setup`` (``key=run
+    value``)."""
+    pairs = [("retrieval.scope", retrieval.scope, s.retrieval_scope), ("retrieval.top_k", retrieval.top_k, s.top_k),
+             ("agent.max_turns", agent.max_turns, s.max_steps), ("data.n_train", data.n_train, s.n_train),
+             ("data.n_dev", data.n_dev, s.n_dev)]
     return [f"{key}={run}" for key, run, want in pairs if run != want]
 
 

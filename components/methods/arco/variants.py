@@ -45,10 +45,9 @@ from components.methods.arco.decomposition import (
 from components.methods.arco.model_setup import check_setup, load_backbone, setup_overrides, sparse_steps
 from components.methods.arco.params import ArcoParams
 from components.methods.arco.rubric_model import ADAPTER, CriteriaSample, RubricModel
-from components.params import Params
 from components.params_section import ParamsError
 from components.rewards.outcome import OutcomeReward, outcome_reward
-from components.run_spec import run_spec
+from components.run_spec import RunSpec, run_spec
 from components.schemas import Criterion, Rubric
 from components.training.engines.registry import role_engine
 from components.training.grpo.advantages import group_advantages
@@ -390,34 +389,37 @@ class ArcoReward:
 # ------------------------------------------------------------------------------------------ building
 
 
-def build_mu(params: Params, *, int8_base: bool | None = None, fused_lora: bool | None = None) -> RubricModel:
+def build_mu(spec: RunSpec, settings: ArcoParams, *, int8_base: bool | None = None,
+             fused_lora: bool | None = None) -> RubricModel:
     """mu as the variants build it: ``arco.model_role``'s weights, the run's LoRA settings, mu's head and memory
     options, under the run's seed; the speed options default to the run's ``grpo.int8_base`` / ``grpo.fused_lora``
     (``perf/bench_arco_mu.py`` sets them per mode)."""
-    s, lora, spec = params.arco, params.lora, run_spec(params)
-    settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
+    s, lora = settings, spec.lora
+    lora_settings = LoRASettings(r=lora.r or LoRASettings().r, alpha=lora.alpha, dropout=lora.dropout)
     model, tokenizer = load_backbone(spec, s.model_role)
     # None: transformers' generate on mu itself
     engine = role_engine(spec, s.engine, s.model_role, tokenizer, parallel=s.write_batch, logprobs=False)
-    return RubricModel(model, tokenizer, lora=settings, head_width=s.head_width, k=s.k, seed=params.seed, engine=engine,
-                       score_head=s.score_head, score_readout=s.score_readout, kl_estimator=s.kl_estimator,
-                       write_batch=s.write_batch, gradient_checkpointing=s.gradient_checkpointing,
-                       micro_batch_tokens=s.micro_batch_tokens, checkpoint_min_tokens=s.checkpoint_min_tokens,
-                       prefix_packing=s.prefix_packing,
-                       int8_base=params.grpo.int8_base if int8_base is None else int8_base,
-                       fused_lora=params.grpo.fused_lora if fused_lora is None else fused_lora)
+    return RubricModel(model, tokenizer, lora=lora_settings, head_width=s.head_width, k=s.k, seed=spec.seed,
+                       engine=engine, score_head=s.score_head, score_readout=s.score_readout,
+                       kl_estimator=s.kl_estimator, write_batch=s.write_batch,
+                       gradient_checkpointing=s.gradient_checkpointing, micro_batch_tokens=s.micro_batch_tokens,
+                       checkpoint_min_tokens=s.checkpoint_min_tokens, prefix_packing=s.prefix_packing,
+                       int8_base=spec.grpo.int8_base if int8_base is None else int8_base,
+                       fused_lora=spec.grpo.fused_lora if fused_lora is None else fused_lora)
 
 
 def _build(ctx: VariantContext, *, loss: str, frozen: bool) -> VariantParts:
     params = ctx.params
-    s = params.arco
-    if params.profile == "paper" and (diff := check_setup(params)):
+    s, spec = params.arco, run_spec(params)
+    if params.profile == "paper" and (diff := check_setup(s.setup, params.retrieval, params.agent, params.data)):
         raise ParamsError(f"arco.setup: the paper profile runs ARCO on its released setup; this run has {', '.join(diff)}. "
                           f"Add: {' '.join('--set ' + o for o in setup_overrides(s.setup))}")
     teacher = ctx.roles(s.teacher_role) if s.warmup_steps else None
-    state = ArcoState(s, lambda: build_mu(params), teacher, loss=loss, frozen=frozen,
-                      sparse_steps=sparse_steps(params), normalize_std=params.grpo.std_normalize,
-                      eps=params.grpo.adv_eps, seed=params.seed)
+    first, n = params.train_policy.first_question, params.train_policy.n_questions
+    questions = len(range(params.data.n_train)[first : first + n])  # the train split's slice train_policy reads
+    state = ArcoState(s, lambda: build_mu(spec, s), teacher, loss=loss, frozen=frozen,
+                      sparse_steps=sparse_steps(s, questions, params.grpo.prompts_per_step),
+                      normalize_std=params.grpo.std_normalize, eps=params.grpo.adv_eps, seed=params.seed)
     return VariantParts(reward_fn=ArcoReward(state, outcome_reward(ctx.params.grpo)), advantage_fn=state.advantages, method=state)
 
 
