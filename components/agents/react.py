@@ -13,6 +13,7 @@ ends the episode with ``finish_reason="llm_failure"``, never a guessed answer. V
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -302,10 +303,13 @@ def agent_class(name: str) -> type:
 
 
 def agent_options(params: Params, spec: MethodParams) -> dict[str, Any]:
-    """The options a method's agent is built with: the agent's defaults from params (its
-    ``options_from_params``, when it has one) overridden by the method's own ``options``."""
-    defaults = getattr(agent_class(spec.agent), "options_from_params", None)
-    return {**(defaults(params) if defaults is not None else {}), **spec.options}
+    """The options a method's agent is built with: the agent's defaults (its ``options_from_sections``, when it has
+    one, given the params sections its parameters name) overridden by the method's own ``options``."""
+    defaults = getattr(agent_class(spec.agent), "options_from_sections", None)
+    if defaults is None:
+        return dict(spec.options)
+    sections = {name: getattr(params, name) for name in inspect.signature(defaults).parameters}
+    return {**defaults(**sections), **spec.options}
 
 
 def build_agent(name: str, roles, toolbox, settings: AgentParams, options: dict[str, Any] | None = None):

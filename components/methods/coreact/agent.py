@@ -21,9 +21,9 @@ from components.agents.parsing import ParsedAction, parse_turn
 from components.agents.react import AGENTS, SYSTEM_PROMPT, EpisodeState, PolicyFailure, Proposal, ReActAgent
 from components.judges.render import render_prefix
 from components.llm.base import ChatModel, Message, Sampling, user
+from components.methods.coreact.params import CoReActParams, RubricGeneratorParams
 from components.methods.coreact.rubric_generator import RubricGenerator, render_rubric
 from components.methods.coreact.verifier import Verification, VerifierMode, verify_action
-from components.params import Params
 from components.schemas import Question, Rubric, Trajectory
 
 __all__ = ["CoReActAgent", "GuidedAgent", "GuidedState", "agent_options", "join_guidance"]
@@ -95,9 +95,9 @@ class GuidedAgent(ReActAgent):
 
     # -- construction from params ---------------------------------------------------------------------------
     @classmethod
-    def options_from_params(cls, params: Params) -> dict[str, Any]:
-        """This agent's defaults from ``params.coreact`` and ``params.rubric_generator``."""
-        c, g = params.coreact, params.rubric_generator
+    def options_from_sections(cls, coreact: CoReActParams, rubric_generator: RubricGeneratorParams) -> dict[str, Any]:
+        """This agent's defaults from the ``coreact`` and ``rubric_generator`` sections."""
+        c, g = coreact, rubric_generator
         return {"token_budget": c.token_budget, "observation_chars": c.observation_chars,
                 "judge_max_tokens": c.judge_max_tokens,
                 "generator_settings": {"max_criteria": g.max_criteria, "temperature": g.temperature,
@@ -242,9 +242,9 @@ class CoReActAgent(GuidedAgent):
         self.verifier_mode = verifier_mode
 
     @classmethod
-    def options_from_params(cls, params: Params) -> dict[str, Any]:
-        return {**super().options_from_params(params), "tau": params.coreact.tau,
-                "max_retries": params.coreact.max_retries, "verifier_mode": params.coreact.verifier_mode}
+    def options_from_sections(cls, coreact: CoReActParams, rubric_generator: RubricGeneratorParams) -> dict[str, Any]:
+        return {**super().options_from_sections(coreact, rubric_generator), "tau": coreact.tau,
+                "max_retries": coreact.max_retries, "verifier_mode": coreact.verifier_mode}
 
     @classmethod
     def from_roles(cls, roles, toolbox, settings, options: dict[str, Any]) -> CoReActAgent:

@@ -27,13 +27,13 @@ import asyncio
 import time
 from typing import Any, ClassVar
 
-from components.methods.coreact.agent import TOOLS, GuidedAgent, GuidedState, join_guidance, rubric_guidance
 from components.agents.parsing import parse_turn
 from components.agents.react import AGENTS, FORCE_MESSAGE, Proposal
 from components.judges.render import render_prefix
 from components.llm.base import ChatModel, Message, Sampling, system, user
 from components.llm.json_reply import outer_json
-from components.params import Params
+from components.methods.coreact.agent import TOOLS, GuidedAgent, GuidedState, join_guidance, rubric_guidance
+from components.methods.coreact.params import CoReActParams, RubricGeneratorParams
 from components.schemas import Question, Rubric, Trajectory
 
 __all__ = ["BestOfNAgent", "CriticAgent", "SelfRefineAgent", "StepBackAgent", "parse_json_reply"]
@@ -98,8 +98,8 @@ class _RetryingAgent(GuidedAgent):
         self.max_retries = max_retries
 
     @classmethod
-    def options_from_params(cls, params: Params) -> dict[str, Any]:
-        return {**super().options_from_params(params), "max_retries": params.coreact.max_retries}
+    def options_from_sections(cls, coreact: CoReActParams, rubric_generator: RubricGeneratorParams) -> dict[str, Any]:
+        return {**super().options_from_sections(coreact, rubric_generator), "max_retries": coreact.max_retries}
 
 
 @AGENTS.register("self_refine")
@@ -217,9 +217,9 @@ class BestOfNAgent(GuidedAgent):
                                    system_prompt=self.system_prompt, name=self.name)
 
     @classmethod
-    def options_from_params(cls, params: Params) -> dict[str, Any]:
-        return {**super().options_from_params(params), "n": params.coreact.best_of_n,
-                "temperature": params.coreact.best_of_n_temperature}
+    def options_from_sections(cls, coreact: CoReActParams, rubric_generator: RubricGeneratorParams) -> dict[str, Any]:
+        return {**super().options_from_sections(coreact, rubric_generator), "n": coreact.best_of_n,
+                "temperature": coreact.best_of_n_temperature}
 
     def scorer_messages(self, trajectory: Trajectory) -> list[Message]:
         history = render_prefix([s for s in trajectory.steps if s.final_answer is None], self.observation_chars)
