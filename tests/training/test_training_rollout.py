@@ -153,3 +153,20 @@ def test_hf_engine_generates_each_prompt_alone_inside_batch_invariant(monkeypatc
     assert crowded.token_ids == alone.token_ids and crowded.logprobs == alone.logprobs
     engine.generate(["defghij", "ab"], greedy)
     assert sizes[-1] == 2  # batched again after the block
+
+
+def test_hf_engine_batches_prompts_of_like_length_and_answers_in_order(monkeypatch):
+    """A call split into batches groups prompts by length (each batch padded to its own longest prompt); the
+    generations come back in the prompts' order, each the one its own prompt got."""
+    torch.manual_seed(0)
+    engine = HFRolloutEngine(_policy().model, TOK, max_batch_size=2)
+    greedy = SamplingParams(max_new_tokens=3, temperature=0.0)
+    prompts = ["abcdefg", "a", "abcdef", "ab"]
+    batches = []
+    real = engine._generate_batch
+    monkeypatch.setattr(engine, "_generate_batch",
+                        lambda ps, s: batches.append(sorted(len(p) for p in ps)) or real(ps, s))
+    got = engine.generate(prompts, greedy)
+    assert batches == [[1, 2], [6, 7]]
+    for prompt, generation in zip(prompts, got, strict=True):
+        assert generation.prompt_ids == engine._encode(prompt)

@@ -361,15 +361,20 @@ class HFRolloutEngine:
         return encode_prompt(self.tokenizer, prompt)
 
     def generate(self, prompts: Sequence[Sequence[int] | str], sampling: SamplingParams) -> list[Generation]:
+        """One generation per prompt, in order. A call split into batches (``max_batch_size``) batches prompts of
+        similar length together, so a batch is left-padded to its own longest prompt rather than to a neighbour's."""
         encoded = [self._encode(p) for p in prompts]
         step = self.max_batch_size or len(encoded)
-        out: list[Generation] = []
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i])) if step < len(encoded) else list(range(len(encoded)))
+        out: list[Generation | None] = [None] * len(encoded)
         was_training = self.model.training
         self.model.eval()
         try:
             with _seeded(sampling.seed, next(self.model.parameters()).device):
-                for start in range(0, len(encoded), step):
-                    out.extend(self._generate_batch(encoded[start : start + step], sampling))
+                for start in range(0, len(order), step):
+                    picked = order[start : start + step]
+                    for i, g in zip(picked, self._generate_batch([encoded[i] for i in picked], sampling), strict=True):
+                        out[i] = g
         finally:
             self.model.train(was_training)
         return out
