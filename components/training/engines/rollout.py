@@ -365,7 +365,9 @@ class HFRolloutEngine:
         similar length together, so a batch is left-padded to its own longest prompt rather than to a neighbour's."""
         encoded = [self._encode(p) for p in prompts]
         step = self.max_batch_size or len(encoded)
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i])) if step < len(encoded) else list(range(len(encoded)))
+        order = list(range(len(encoded)))
+        if 1 < step < len(encoded):  # alone (batch_invariant) or in one batch, nothing is padded to a neighbour
+            order.sort(key=lambda i: len(encoded[i]))
         out: list[Generation | None] = [None] * len(encoded)
         was_training = self.model.training
         self.model.eval()
