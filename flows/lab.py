@@ -116,7 +116,7 @@ def lab(params: Params | None = None, grid_name: str = "session", command: str =
         table = summarise(records, settings, grid_name)
         name = page_stem or page_name(params, grid_name)
         picked = chosen(settings, grid_name)
-        plot = plot_curves(records, list(dials(settings, grid_name)), RESULTS / f"{name}.png")
+        plot = plot_curves(records, list(dials(settings, grid_name)), RESULTS / f"{name}.png", settings.outcome_only)
         walls = [r["wall_s"] for r in records]
         header = [f"# Lab sweep ({grid_name} grid)", "",
                   f"{datetime.date.today().isoformat()}, commit `{head_commit()}`, `{command}`. **Lab results**: the "

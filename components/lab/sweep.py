@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,22 +280,30 @@ def break_even(table: pd.DataFrame, settings: LabSweepParams, name: str = "sessi
     return found
 
 
-def plot_curves(cells: list[dict], dial_names: list[str], path: Path) -> Path:
+def panel_cells(cells: list[dict], dial: str, outcome_only: Sequence[str] = ()) -> dict[str, list[dict]]:
+    """The cells drawn in ``dial``'s panel, by variant: each variant's cells under that dial; an ``outcome_only``
+    variant's cells of its one dial when it has none there. A variant that never ran under ``dial`` is left out."""
+    out: dict[str, list[dict]] = {}
+    for variant in dict.fromkeys(c["variant"] for c in cells):
+        mine = [c for c in cells if c["variant"] == variant and c["dial"] == dial]
+        if not mine and variant in outcome_only:
+            mine = [c for c in cells if c["variant"] == variant]
+        if mine:
+            out[variant] = mine
+    return out
+
+
+def plot_curves(cells: list[dict], dial_names: list[str], path: Path, outcome_only: Sequence[str] = ()) -> Path:
     """Dev EM against steps (top) and against judge calls (bottom), one panel per dial of ``dial_names``, a line
-    per variant (mean over seeds; an outcome-only variant's one dial in every panel)."""
+    per variant that ran under that dial (mean over seeds); an ``outcome_only`` variant's one dial in every panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, len(dial_names), figsize=(4.2 * len(dial_names), 6.4), squeeze=False)
-    variants = list(dict.fromkeys(c["variant"] for c in cells))
     for j, dial in enumerate(dial_names):
-        for variant in variants:
-            mine = [c for c in cells if c["variant"] == variant and (c["dial"] == dial or not any(
-                x["variant"] == variant and x["dial"] == dial for x in cells))]
-            if not mine:
-                continue
+        for variant, mine in panel_cells(cells, dial, outcome_only).items():
             steps = [p["step"] for p in mine[0]["curve"]]
             em = np.mean([[p["em"] for p in c["curve"]] for c in mine if len(c["curve"]) == len(steps)], axis=0)
             calls = np.mean([[p["calls"] for p in c["curve"]] for c in mine if len(c["curve"]) == len(steps)], axis=0)

@@ -17,6 +17,7 @@ from components.lab.sweep import (
     cell_folder,
     cell_params,
     grid,
+    panel_cells,
     steps_to,
     summarise,
     sweep_root,
@@ -212,3 +213,13 @@ def test_a_grids_own_overrides_apply_to_its_cells_after_the_sweeps(repo_root):
     assert cell_params(params, cell, "learning").grpo.lr == 3e-5  # the grid's, over the sweep's
     assert cell_params(params, cell, "session").grpo.lr == 1e-4  # another grid keeps the sweep's
     assert cell_params(params, cell, "learning").train_policy.first_question == 150
+
+
+def test_a_panel_draws_the_variants_that_ran_under_its_judge():
+    """An outcome-only baseline's one judge is drawn in every panel; a variant kept to some judges
+    (``variant_dials``) is drawn only in theirs."""
+    cells = [{"variant": "grpo", "dial": "perfect", "seed": 0}, {"variant": "arco", "dial": "perfect", "seed": 0},
+             {"variant": "arbor", "dial": "perfect", "seed": 0}, {"variant": "arbor", "dial": "noisy", "seed": 0}]
+    noisy = panel_cells(cells, "noisy", outcome_only=["grpo"])
+    assert {v: [c["dial"] for c in mine] for v, mine in noisy.items()} == {"grpo": ["perfect"], "arbor": ["noisy"]}
+    assert list(panel_cells(cells, "perfect", outcome_only=["grpo"])) == ["grpo", "arco", "arbor"]
