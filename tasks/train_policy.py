@@ -64,8 +64,7 @@ def train_policy(params: Params | None = None, variant: str = "grpo", parent_run
         torch.set_num_threads(params.run.torch_threads)
     get_variant(variant)  # an unknown variant fails here, before any input is read
     ranks = current_ranks()  # under torchrun: rank 0 alone writes, logs and publishes; rank 0 of 1 without
-    first = params.train_policy.first_question
-    questions = read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[first: first + params.train_policy.n_questions]
+    questions = read_jsonl(out_path(params.run, "data", "train.jsonl"), Question)[params.train_policy.question_slice()]
     toolbox = run_toolbox(params)
     folder = out_path(params.run, "train", variant, "metrics.json").parent
     own_pool = pool is None

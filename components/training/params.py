@@ -261,6 +261,10 @@ class TrainPolicyParams(Section):
     deepspeed: DeepSpeedParams = Field(
         default_factory=DeepSpeedParams, description="DeepSpeed ZeRO for the updates of train_policy and sft.")
 
+    def question_slice(self) -> slice:
+        """The train split's questions the run trains on: ``n_questions`` from ``first_question``."""
+        return slice(self.first_question, self.first_question + self.n_questions)
+
 
 class SFTParams(Section):
     lr: float = Field(default=1e-4, gt=0, description="Learning rate.")

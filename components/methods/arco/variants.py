@@ -415,8 +415,7 @@ def _build(ctx: VariantContext, *, loss: str, frozen: bool) -> VariantParts:
         raise ParamsError(f"arco.setup: the paper profile runs ARCO on its released setup; this run has {', '.join(diff)}. "
                           f"Add: {' '.join('--set ' + o for o in setup_overrides(s.setup))}")
     teacher = ctx.roles(s.teacher_role) if s.warmup_steps else None
-    first, n = params.train_policy.first_question, params.train_policy.n_questions
-    questions = len(range(params.data.n_train)[first : first + n])  # the train split's slice train_policy reads
+    questions = len(range(params.data.n_train)[params.train_policy.question_slice()])
     state = ArcoState(s, lambda: build_mu(spec, s), teacher, loss=loss, frozen=frozen,
                       sparse_steps=sparse_steps(s, questions, params.grpo.prompts_per_step),
                       normalize_std=params.grpo.std_normalize, eps=params.grpo.adv_eps, seed=params.seed)
